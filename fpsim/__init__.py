@@ -1,0 +1,55 @@
+"""fpsim: see, to the bit, what FP16, BF16, FP8, TF32 and INT8 do to a computation.
+
+The core is a bit-exact rounding engine (:func:`round`) over :class:`Format` objects; everything
+else (arithmetic, the tensor-core model, autograd and mixed-precision training) builds on it.
+
+>>> import fpsim
+>>> float(fpsim.round(0.1, fpsim.FP16))
+0.0999755859375
+"""
+
+from .encoding import (
+    Fields,
+    all_values,
+    bit_string,
+    classify,
+    fields,
+    from_bits,
+    next_down,
+    next_up,
+    to_bits,
+    ulp,
+)
+from .flags import FlagContext, Flags, FloatingPointTrap, flag_context
+from .formats import (
+    BF16,
+    FP4_E2M1,
+    FP6_E2M3,
+    FP6_E3M2,
+    FP8_E4M3,
+    FP8_E4M3FNUZ,
+    FP8_E5M2,
+    FP8_E5M2FNUZ,
+    FP16,
+    FP32,
+    FP64,
+    PRESETS,
+    TF32,
+    Format,
+    NaNEncoding,
+    get_format,
+    list_formats,
+)
+from .modes import Overflow, Rounding, Subnormals, Tininess
+from .rounding import cast, round, round_pair, seed
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BF16", "FP4_E2M1", "FP6_E2M3", "FP6_E3M2", "FP8_E4M3", "FP8_E4M3FNUZ", "FP8_E5M2",
+    "FP8_E5M2FNUZ", "FP16", "FP32", "FP64", "PRESETS", "TF32", "Fields", "FlagContext", "Flags",
+    "FloatingPointTrap", "Format", "NaNEncoding", "Overflow", "Rounding", "Subnormals",
+    "Tininess", "all_values", "bit_string", "cast", "classify", "fields", "flag_context",
+    "from_bits", "get_format", "list_formats", "next_down", "next_up", "round", "round_pair",
+    "seed", "to_bits", "ulp", "__version__",
+]

@@ -1,0 +1,392 @@
+"""Binary floating-point formats: one small dataclass, derived properties named after numpy.finfo.
+
+A :class:`Format` is defined by a handful of orthogonal fields (exponent bits, mantissa bits,
+bias and the special-value policies); everything else (``eps``, ``max``, ``tiny``, ...) is
+derived with integer arithmetic. Presets for the formats of machine learning are exported at the
+top level of the package (``fpsim.FP16``, ``fpsim.BF16``, ...).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+
+__all__ = [
+    "NaNEncoding",
+    "Format",
+    "FP64",
+    "FP32",
+    "TF32",
+    "FP16",
+    "BF16",
+    "FP8_E4M3",
+    "FP8_E5M2",
+    "FP8_E4M3FNUZ",
+    "FP8_E5M2FNUZ",
+    "FP6_E2M3",
+    "FP6_E3M2",
+    "FP4_E2M1",
+    "PRESETS",
+    "get_format",
+    "list_formats",
+]
+
+
+class NaNEncoding(str, enum.Enum):
+    """How a format spends its top exponent code (the OCP / LLVM naming).
+
+    - ``IEEE``: exponent all ones is infinity (mantissa 0) or NaN (mantissa != 0).
+    - ``FN``: "finite": no infinity; only exponent and mantissa all ones is NaN (e4m3fn).
+    - ``FNUZ``: "finite, unsigned zero": no infinity, no -0; the pattern of -0 is the one NaN.
+    - ``NONE``: every pattern is a finite number (the OCP MX fp6 / fp4 formats).
+    """
+
+    IEEE = "ieee"
+    FN = "fn"
+    FNUZ = "fnuz"
+    NONE = "none"
+
+
+def _pow2(k: int) -> float:
+    """2**k as an exact float (k within the float64 range)."""
+    return math.ldexp(1.0, k)
+
+
+@dataclass(frozen=True)
+class Format:
+    """A binary floating-point format: sign bit, ``exponent_bits``, ``mantissa_bits`` (stored
+    fraction bits, the implicit leading bit not counted).
+
+    Defining fields are orthogonal; ``bias`` defaults to ``2**(exponent_bits-1) - 1`` and
+    ``name`` to ``"e{E}m{M}"``. Only formats whose every value float64 holds exactly are
+    accepted (at most 52 mantissa bits, exponents inside float64's), so every result of fpsim is
+    an exact float64.
+
+    >>> import fpsim
+    >>> f = fpsim.Format(exponent_bits=5, mantissa_bits=6)
+    >>> f.name, f.bits, f.max, f.eps
+    ('e5m6', 12, 65024.0, 0.015625)
+    """
+
+    exponent_bits: int
+    mantissa_bits: int
+    bias: int | None = None
+    nan_encoding: NaNEncoding | str = NaNEncoding.IEEE
+    subnormals: bool = True
+    name: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        for fname in ("exponent_bits", "mantissa_bits"):
+            v = getattr(self, fname)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"Format.{fname} must be an int, got {type(v).__name__}")
+        if self.exponent_bits < 1:
+            raise ValueError(f"Format needs at least 1 exponent bit, got {self.exponent_bits}")
+        if self.mantissa_bits < 0:
+            raise ValueError(f"Format.mantissa_bits must be >= 0, got {self.mantissa_bits}")
+        try:
+            enc = NaNEncoding(self.nan_encoding)
+        except ValueError:
+            valid = ", ".join(repr(e.value) for e in NaNEncoding)
+            raise ValueError(
+                f"unknown nan_encoding {self.nan_encoding!r}; valid: {valid}"
+            ) from None
+        object.__setattr__(self, "nan_encoding", enc)
+        object.__setattr__(self, "exponent_bits", int(self.exponent_bits))
+        object.__setattr__(self, "mantissa_bits", int(self.mantissa_bits))
+        if self.bias is None:
+            object.__setattr__(self, "bias", (1 << (self.exponent_bits - 1)) - 1)
+        object.__setattr__(self, "bias", int(self.bias))
+        if self.name is None:
+            suffix = {NaNEncoding.IEEE: "", NaNEncoding.FN: "fn", NaNEncoding.FNUZ: "fnuz",
+                      NaNEncoding.NONE: "fn"}[enc]
+            object.__setattr__(self, "name", f"e{self.exponent_bits}m{self.mantissa_bits}{suffix}")
+        if enc is NaNEncoding.IEEE and self.exponent_bits < 2:
+            raise ValueError("an IEEE-style format needs >= 2 exponent bits (one code is inf/NaN)")
+        if enc is NaNEncoding.FN and self.exponent_bits + self.mantissa_bits < 2:
+            raise ValueError("an 'fn' format needs at least 2 exponent+mantissa bits")
+        # float64 must hold every value exactly: precision, largest and smallest exponents.
+        if self.mantissa_bits > 52:
+            raise ValueError(
+                f"format {self.name} has {self.mantissa_bits} mantissa bits; fpsim holds values "
+                "in float64, so at most 52 are supported"
+            )
+        if self.emax > 1023 or self.emin < -1022 or self.emin - self.mantissa_bits < -1074:
+            raise ValueError(
+                f"format {self.name} has exponents [{self.emin}, {self.emax}] outside what "
+                "float64 holds exactly ([-1022, 1023], smallest subnormal 2**-1074)"
+            )
+
+    # -- encoding facts -----------------------------------------------------------------
+    @property
+    def bits(self) -> int:
+        """Total width in bits (sign + exponent + mantissa)."""
+        return 1 + self.exponent_bits + self.mantissa_bits
+
+    @property
+    def has_infinity(self) -> bool:
+        """True when the format encodes +-inf."""
+        return self.nan_encoding is NaNEncoding.IEEE
+
+    @property
+    def has_nan(self) -> bool:
+        """True when some bit pattern is NaN."""
+        return self.nan_encoding is not NaNEncoding.NONE
+
+    @property
+    def has_negative_zero(self) -> bool:
+        """False for 'fnuz' formats, whose -0 pattern is NaN."""
+        return self.nan_encoding is not NaNEncoding.FNUZ
+
+    @property
+    def precision_bits(self) -> int:
+        """p: significand bits including the implicit one."""
+        return self.mantissa_bits + 1
+
+    @property
+    def nmant(self) -> int:
+        """numpy.finfo name for the stored mantissa bits."""
+        return self.mantissa_bits
+
+    @property
+    def nexp(self) -> int:
+        """numpy.finfo name for the exponent bits."""
+        return self.exponent_bits
+
+    iexp = nexp
+
+    @property
+    def emin(self) -> int:
+        """Exponent of the smallest normal number, 2**emin (numpy's ``minexp``)."""
+        return 1 - self.bias
+
+    minexp = emin
+
+    @property
+    def emax(self) -> int:
+        """Exponent of the largest finite binade."""
+        top = (1 << self.exponent_bits) - 1  # largest biased exponent code
+        if self.nan_encoding is NaNEncoding.IEEE:
+            top -= 1  # the all-ones code is inf/NaN
+        elif self.nan_encoding is NaNEncoding.FN and self.mantissa_bits == 0:
+            top -= 1  # a lone NaN pattern takes the whole top binade
+        return top - self.bias
+
+    @property
+    def maxexp(self) -> int:
+        """numpy.finfo ``maxexp``: the first exponent that overflows (emax + 1)."""
+        return self.emax + 1
+
+    @property
+    def max_significand(self) -> int:
+        """Largest integer significand of the top binade (with the implicit bit)."""
+        full = (1 << (self.mantissa_bits + 1)) - 1
+        if self.nan_encoding is NaNEncoding.FN and self.mantissa_bits > 0:
+            return full - 1  # the all-ones mantissa of the top binade is NaN
+        return full
+
+    @property
+    def max(self) -> float:
+        """Largest finite value."""
+        return math.ldexp(float(self.max_significand), self.emax - self.mantissa_bits)
+
+    @property
+    def min(self) -> float:
+        """Most negative finite value (``-max``)."""
+        return -self.max
+
+    @property
+    def smallest_normal(self) -> float:
+        """2**emin, the smallest positive normal value."""
+        return _pow2(self.emin)
+
+    tiny = smallest_normal
+
+    @property
+    def smallest_subnormal(self) -> float:
+        """The smallest positive value: 2**(emin - mantissa_bits), or 2**emin without subnormals."""
+        return _pow2(self.emin - self.mantissa_bits) if self.subnormals else _pow2(self.emin)
+
+    @property
+    def eps(self) -> float:
+        """Distance from 1 to the next larger value, 2**-mantissa_bits."""
+        return _pow2(-self.mantissa_bits)
+
+    @property
+    def epsneg(self) -> float:
+        """Distance from 1 to the next smaller value."""
+        return _pow2(-self.mantissa_bits - 1)
+
+    @property
+    def machep(self) -> int:
+        """Exponent of eps (numpy.finfo ``machep``)."""
+        return -self.mantissa_bits
+
+    @property
+    def negep(self) -> int:
+        """Exponent of epsneg (numpy.finfo ``negep``)."""
+        return -self.mantissa_bits - 1
+
+    @property
+    def unit_roundoff(self) -> float:
+        """u = eps / 2: the relative error bound of round to nearest."""
+        return _pow2(-self.mantissa_bits - 1)
+
+    @property
+    def precision(self) -> int:
+        """Approximate decimal digits, numpy.finfo's ``precision`` (floor(-log10(eps)))."""
+        return int(math.floor(self.mantissa_bits * math.log10(2)))
+
+    @property
+    def resolution(self) -> float:
+        """10**-precision, as numpy.finfo."""
+        return float(10.0 ** -self.precision)
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        """The NumPy / ml_dtypes storage dtype holding this format at its real width, or None."""
+        return _STORAGE.get(self._key())
+
+    @property
+    def storage_dtype(self) -> np.dtype:
+        """The dtype tensors of this format are stored in: the native one, else float32 when
+        every value fits float32, else float64."""
+        if self.dtype is not None:
+            return self.dtype
+        fits32 = self.mantissa_bits <= 23 and self.emax <= 127 and (
+            self.emin - self.mantissa_bits >= -149
+        )
+        return np.dtype(np.float32) if fits32 else np.dtype(np.float64)
+
+    @property
+    def num_finite(self) -> int:
+        """How many finite bit patterns the format has (both signs, both zeros counted)."""
+        n = 1 << self.bits
+        if self.nan_encoding is NaNEncoding.IEEE:
+            n -= 2 << self.mantissa_bits
+        elif self.nan_encoding is NaNEncoding.FN:
+            n -= 2
+        elif self.nan_encoding is NaNEncoding.FNUZ:
+            n -= 1
+        return n
+
+    def exact_max(self) -> Fraction:
+        """The largest finite value as an exact Fraction (for tests and teaching)."""
+        return Fraction(self.max)
+
+    def _key(self) -> tuple:
+        return (self.exponent_bits, self.mantissa_bits, self.bias, self.nan_encoding,
+                self.subnormals)
+
+    def __str__(self) -> str:
+        return self.name  # type: ignore[return-value]
+
+    def describe(self) -> str:
+        """One line: name, layout and range.
+
+        >>> import fpsim
+        >>> fpsim.FP16.describe()
+        'fp16: 1 sign + 5 exponent + 10 mantissa bits, bias 15, max 65504, eps 0.000976562'
+        """
+        return (
+            f"{self.name}: 1 sign + {self.exponent_bits} exponent + {self.mantissa_bits} mantissa"
+            f" bits, bias {self.bias}, max {self.max:.6g}, eps {self.eps:.6g}"
+        )
+
+
+FP64 = Format(11, 52, name="fp64")
+FP32 = Format(8, 23, name="fp32")
+TF32 = Format(8, 10, name="tf32")
+FP16 = Format(5, 10, name="fp16")
+BF16 = Format(8, 7, name="bf16")
+FP8_E4M3 = Format(4, 3, nan_encoding=NaNEncoding.FN, name="fp8_e4m3")
+FP8_E5M2 = Format(5, 2, name="fp8_e5m2")
+FP8_E4M3FNUZ = Format(4, 3, bias=8, nan_encoding=NaNEncoding.FNUZ, name="fp8_e4m3fnuz")
+FP8_E5M2FNUZ = Format(5, 2, bias=16, nan_encoding=NaNEncoding.FNUZ, name="fp8_e5m2fnuz")
+FP6_E2M3 = Format(2, 3, nan_encoding=NaNEncoding.NONE, name="fp6_e2m3")
+FP6_E3M2 = Format(3, 2, nan_encoding=NaNEncoding.NONE, name="fp6_e3m2")
+FP4_E2M1 = Format(2, 1, nan_encoding=NaNEncoding.NONE, name="fp4_e2m1")
+
+PRESETS: dict[str, Format] = {
+    f.name: f  # type: ignore[misc]
+    for f in (FP64, FP32, TF32, FP16, BF16, FP8_E4M3, FP8_E5M2, FP8_E4M3FNUZ, FP8_E5M2FNUZ,
+              FP6_E2M3, FP6_E3M2, FP4_E2M1)
+}
+
+_ALIASES: dict[str, str] = {
+    "float64": "fp64", "double": "fp64", "f64": "fp64", "binary64": "fp64",
+    "float32": "fp32", "single": "fp32", "float": "fp32", "f32": "fp32", "binary32": "fp32",
+    "tensorfloat32": "tf32", "tensorfloat-32": "tf32",
+    "float16": "fp16", "half": "fp16", "f16": "fp16", "binary16": "fp16",
+    "bfloat16": "bf16", "brainfloat16": "bf16",
+    "e4m3": "fp8_e4m3", "e4m3fn": "fp8_e4m3", "fp8": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
+    "fp8_e4m3fn": "fp8_e4m3",
+    "e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2",
+    "e4m3fnuz": "fp8_e4m3fnuz", "float8_e4m3fnuz": "fp8_e4m3fnuz",
+    "e5m2fnuz": "fp8_e5m2fnuz", "float8_e5m2fnuz": "fp8_e5m2fnuz",
+    "e2m3": "fp6_e2m3", "float6_e2m3fn": "fp6_e2m3", "e3m2": "fp6_e3m2",
+    "float6_e3m2fn": "fp6_e3m2", "e2m1": "fp4_e2m1", "float4_e2m1fn": "fp4_e2m1", "fp4": "fp4_e2m1",
+}
+
+_STORAGE: dict[tuple, np.dtype] = {
+    FP64._key(): np.dtype(np.float64),
+    FP32._key(): np.dtype(np.float32),
+    FP16._key(): np.dtype(np.float16),
+    BF16._key(): np.dtype(ml_dtypes.bfloat16),
+    FP8_E4M3._key(): np.dtype(ml_dtypes.float8_e4m3fn),
+    FP8_E5M2._key(): np.dtype(ml_dtypes.float8_e5m2),
+    FP8_E4M3FNUZ._key(): np.dtype(ml_dtypes.float8_e4m3fnuz),
+    FP8_E5M2FNUZ._key(): np.dtype(ml_dtypes.float8_e5m2fnuz),
+    FP6_E2M3._key(): np.dtype(ml_dtypes.float6_e2m3fn),
+    FP6_E3M2._key(): np.dtype(ml_dtypes.float6_e3m2fn),
+    FP4_E2M1._key(): np.dtype(ml_dtypes.float4_e2m1fn),
+}
+
+
+def list_formats() -> list[str]:
+    """Names of the preset floating-point formats.
+
+    >>> import fpsim
+    >>> "bf16" in fpsim.list_formats()
+    True
+    """
+    return list(PRESETS)
+
+
+def get_format(fmt: Format | str | np.dtype | type) -> Format:
+    """Look a format up by preset name, alias ("half", "bfloat16", "e4m3", ...) or NumPy /
+    ml_dtypes dtype; a :class:`Format` is returned unchanged.
+
+    >>> import fpsim
+    >>> fpsim.get_format("half") is fpsim.FP16
+    True
+    >>> fpsim.get_format("E5M2").max
+    57344.0
+    """
+    if isinstance(fmt, Format):
+        return fmt
+    if isinstance(fmt, str):
+        key = fmt.strip().lower().replace(" ", "")
+        key = _ALIASES.get(key, key)
+        if key in PRESETS:
+            return PRESETS[key]
+        valid = ", ".join(list(PRESETS) + sorted(_ALIASES))
+        raise ValueError(f"unknown format {fmt!r}; valid names: {valid}")
+    try:
+        dt = np.dtype(fmt)
+    except TypeError:
+        raise TypeError(
+            f"expected a Format, a format name or a dtype, got {type(fmt).__name__}"
+        ) from None
+    for key, storage in _STORAGE.items():
+        if storage == dt:
+            return next(f for f in PRESETS.values() if f._key() == key)
+    raise ValueError(
+        f"dtype {dt} has no fpsim float format; valid: "
+        f"{', '.join(str(d) for d in _STORAGE.values())}"
+    )

@@ -1,0 +1,541 @@
+"""The bit-exact rounding core: any real value to any :class:`~fpsim.formats.Format`.
+
+Method (CPFloat style, on the float64 bit pattern, vectorised and chunked):
+
+1. unpack: take the float64 pattern, split off the sign; the magnitude pattern ``a`` orders
+   like the value.
+2. align: the number of low bits to drop is ``s = 52 - m`` for results in the format's normal
+   range and grows by one per binade below ``2**emin`` (gradual underflow).
+3. round: add a mode-dependent increment below bit ``s`` (half minus one plus the kept lsb for
+   ties-to-even, a uniform random integer for stochastic rounding, ...) and clear the low ``s``
+   bits. A carry out of the mantissa moves into the exponent field, which is exactly the value
+   one binade up, so no renormalisation is needed.
+4. pack: overflow, flush-to-zero, special values and the sign are applied; the result is a
+   float64 that the format represents exactly.
+
+Values smaller than half the smallest subnormal (``s > 52``) take a short integer path. The
+float64 result holds every value of every supported format exactly; NumPy/ml_dtypes arrays of
+the real width come from :func:`cast`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import flags as _flags
+from .flags import Flags
+from .formats import Format, NaNEncoding, get_format
+from .modes import (
+    Overflow,
+    Rounding,
+    Subnormals,
+    Tininess,
+    as_overflow,
+    as_rounding,
+    as_subnormals,
+    as_tininess,
+)
+
+__all__ = ["round", "round_pair", "cast", "seed", "default_rng", "as_float64"]
+
+_U = np.uint64
+SIGN = _U(1 << 63)
+EXP_MASK = _U(0x7FF << 52)  # pattern of +inf; larger magnitude patterns are NaN
+FRAC = _U((1 << 52) - 1)
+HIDDEN = _U(1 << 52)
+QUIET = _U(1 << 51)
+ONE = _U(1)
+ZERO = _U(0)
+CHUNK = 1 << 16  # elements per block: keeps the temporaries in cache, memory bounded
+
+_default_rng = np.random.default_rng()
+
+
+def seed(value: int | None) -> None:
+    """Reseed the generator stochastic rounding uses when no ``rng`` is given.
+
+    >>> import fpsim
+    >>> fpsim.seed(0); a = fpsim.round([0.1] * 4, "bf16", "stochastic")
+    >>> fpsim.seed(0); b = fpsim.round([0.1] * 4, "bf16", "stochastic")
+    >>> bool((a == b).all())
+    True
+    """
+    global _default_rng
+    _default_rng = np.random.default_rng(value)
+
+
+def default_rng(rng: np.random.Generator | int | None = None) -> np.random.Generator:
+    """The generator to use: ``rng`` itself, a new one seeded by an int, or fpsim's default.
+
+    >>> bool(default_rng(3).integers(10) == default_rng(3).integers(10))
+    True
+    """
+    if rng is None:
+        return _default_rng
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        return np.random.default_rng(int(rng))
+    raise TypeError(f"rng must be a numpy.random.Generator, an int seed or None, got {rng!r}")
+
+
+@dataclass(frozen=True)
+class _Params:
+    """Per-format constants of the kernel, all as float64 magnitude patterns or shifts."""
+
+    c: int  # bits dropped for a normal-range result: 52 - m
+    k: int  # s = max(k - biased_exponent, c)
+    max_bits: np.uint64
+    tiny_bits: np.uint64  # 2**emin
+    qmin_bits: np.uint64  # 2**(emin - m), the smallest subnormal
+    ovf_bits: np.uint64  # what an overflow "to infinity" becomes
+    enc: NaNEncoding
+    low_emin: bool  # float64 subnormals can land above the deep-underflow threshold
+    identity: bool  # the format is float64 itself: nothing to round
+    subnormals: bool
+
+
+def _bits_of(v: float) -> np.uint64:
+    return np.array(v, dtype=np.float64).view(np.uint64)[()]
+
+
+@functools.cache
+def _params(fmt: Format) -> _Params:
+    m = fmt.mantissa_bits
+    enc = fmt.nan_encoding
+    max_bits = _bits_of(fmt.max)
+    if enc is NaNEncoding.IEEE:
+        ovf = EXP_MASK
+    elif enc is NaNEncoding.NONE:
+        ovf = max_bits
+    else:
+        ovf = EXP_MASK | QUIET
+    k = (52 - m) + fmt.emin + 1023
+    return _Params(
+        c=52 - m,
+        k=k,
+        max_bits=max_bits,
+        tiny_bits=_bits_of(fmt.smallest_normal),
+        qmin_bits=_bits_of(np.ldexp(1.0, fmt.emin - m)),
+        ovf_bits=ovf,
+        enc=enc,
+        low_emin=k < 60,
+        identity=(m == 52 and fmt.emin == -1022 and fmt.emax == 1023 and fmt.subnormals
+                  and enc is NaNEncoding.IEEE),
+        subnormals=fmt.subnormals,
+    )
+
+
+def _increment_round(a, s, mode: Rounding, neg, rnd, random_bits):
+    """Round magnitude patterns ``a`` by dropping ``s`` low bits (s <= 52, scalar or array)."""
+    mask = (ONE << s) - ONE
+    if mode is Rounding.NEAREST_EVEN:
+        inc = (mask >> ONE) + ((a >> s) & ONE)  # half - 1, plus 1 when the kept lsb is odd
+    elif mode is Rounding.NEAREST_AWAY:
+        inc = (mask >> ONE) + ONE  # exactly half: ties carry
+    elif mode is Rounding.TOWARD_ZERO:
+        return a & ~mask
+    elif mode is Rounding.UP:
+        inc = mask & (neg - ONE)  # all ones below s for positive values, 0 for negative
+    elif mode is Rounding.DOWN:
+        inc = mask & (ZERO - neg)
+    elif mode is Rounding.ODD:
+        return (a & ~mask) | (((a & mask) != ZERO).astype(_U) << s)  # sticky into the lsb
+    else:  # stochastic: carry with probability (dropped bits) / 2**s
+        if random_bits is None:
+            inc = rnd & mask
+        else:
+            r = _U(random_bits)
+            spread = np.maximum(np.asarray(s, dtype=np.int64) - int(random_bits), 0).astype(_U)
+            inc = ((rnd >> (_U(64) - r)) << spread) & mask
+    return (a + inc) & ~mask
+
+
+def _deep_round(a, s, mode: Rounding, neg, rnd, random_bits, qmin_bits):
+    """Magnitudes below half the smallest subnormal quantum (s >= 53): the result is 0 or the
+    smallest subnormal; decide with the integer significand M against 2**s (s capped at 63,
+    beyond which every deterministic decision is unchanged)."""
+    hidden = np.where((a >> _U(52)) != ZERO, HIDDEN, ZERO)
+    sig = (a & FRAC) | hidden
+    s = np.minimum(s, 63).astype(_U)
+    half = ONE << (s - ONE)
+    if mode is Rounding.NEAREST_EVEN:
+        up = sig > half  # a tie keeps the even value 0
+    elif mode is Rounding.NEAREST_AWAY:
+        up = sig >= half
+    elif mode is Rounding.TOWARD_ZERO:
+        up = np.zeros(a.shape, bool)
+    elif mode is Rounding.UP:
+        up = (sig != ZERO) & (neg == ZERO)
+    elif mode is Rounding.DOWN:
+        up = (sig != ZERO) & (neg == ONE)
+    elif mode is Rounding.ODD:
+        up = sig != ZERO
+    else:
+        if random_bits is None:
+            u = rnd >> (_U(64) - s)
+            up = u < sig
+        else:
+            r = int(random_bits)
+            spread = np.maximum(s.astype(np.int64) - r, 0).astype(_U)
+            u = (rnd >> _U(64 - r)) << spread
+            up = (u + sig) >= (ONE << s)
+    return np.where(up, qmin_bits, ZERO)
+
+
+def _kernel(b, p: _Params, mode, overflow, flush, daz, tininess, rng, random_bits, want_flags):
+    """Round one chunk of float64 patterns ``b``; returns (patterns, flags or None)."""
+    sign = b & SIGN
+    a = b ^ sign
+    neg = sign >> _U(63)
+    special = a >= EXP_MASK
+    any_special = bool(special.any())
+    if daz:
+        a = np.where(a < p.tiny_bits, ZERO, a)
+    ebits = (a >> _U(52)).view(np.int64)
+    if p.low_emin:
+        ebits = np.maximum(ebits, 1)  # float64 subnormals share the exponent of 2**-1022
+    s = p.k - ebits
+    np.maximum(s, p.c, out=s)
+    smax = int(s.max()) if s.size else p.c
+    rnd = None
+    if mode is Rounding.STOCHASTIC:
+        rnd = rng.integers(0, 1 << 64, size=a.shape, dtype=np.uint64, endpoint=False)
+    if smax == p.c:  # every element lands in the normal range: one scalar shift
+        r = _increment_round(a, _U(p.c), mode, neg, rnd, random_bits)
+        deep = None
+    else:
+        deep = s > 52
+        sc = np.minimum(s, 52).astype(_U)
+        r = _increment_round(a, sc, mode, neg, rnd, random_bits)
+        deep &= a != ZERO
+        if deep.any():
+            idx = np.nonzero(deep)
+            r[idx] = _deep_round(a[idx], s[idx], mode, neg[idx],
+                                 None if rnd is None else rnd[idx], random_bits, p.qmin_bits)
+    fl = None
+    if want_flags:
+        fl = np.where(r != a, np.uint8(Flags.INEXACT), np.uint8(0))
+    # Tininess: the exact value is below 2**emin ("before"), and (after rounding) so is the
+    # value rounded to full precision with an unbounded exponent.
+    need_tiny = want_flags or flush
+    if need_tiny:
+        cand = (a < p.tiny_bits) & (a != ZERO)
+        if tininess is Tininess.AFTER and cand.any():
+            idx = np.nonzero(cand)
+            r_unb = _increment_round(a[idx], _U(p.c), mode, neg[idx],
+                                     None if rnd is None else rnd[idx], random_bits)
+            cand[idx] = r_unb < p.tiny_bits
+        tiny = cand
+        if flush:
+            r = np.where(tiny, ZERO, r)
+            if want_flags:
+                fl[tiny] |= np.uint8(Flags.UNDERFLOW | Flags.INEXACT)
+        elif want_flags:
+            fl[tiny & (fl != 0)] |= np.uint8(Flags.UNDERFLOW)
+    ovf = r > p.max_bits
+    if any_special:
+        ovf &= ~special
+    if ovf.any():
+        if overflow is Overflow.SATURATE:
+            r = np.where(ovf, p.max_bits, r)
+        else:
+            if mode in (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY, Rounding.STOCHASTIC):
+                away = ovf
+            elif mode is Rounding.UP:
+                away = ovf & (neg == ZERO)
+            elif mode is Rounding.DOWN:
+                away = ovf & (neg == ONE)
+            else:  # toward zero and round-to-odd never round a finite value to infinity
+                away = np.zeros_like(ovf)
+            r = np.where(away, p.ovf_bits, np.where(ovf, p.max_bits, r))
+        if want_flags:
+            fl[ovf] |= np.uint8(Flags.OVERFLOW | Flags.INEXACT)
+    if any_special:
+        nan = a > EXP_MASK
+        inf = a == EXP_MASK
+        if p.enc is NaNEncoding.IEEE:
+            inf_out = EXP_MASK
+        elif p.enc is NaNEncoding.NONE or overflow is Overflow.SATURATE:
+            inf_out = p.max_bits
+        else:
+            inf_out = EXP_MASK | QUIET
+        r = np.where(nan, a | QUIET, np.where(inf, inf_out, r))
+        if want_flags:
+            fl[special] = 0
+            snan = nan & ((a & QUIET) == ZERO)
+            fl[snan] = np.uint8(Flags.INVALID)
+            if p.enc is NaNEncoding.NONE:
+                fl[nan] = np.uint8(Flags.INVALID)  # no NaN to deliver
+            if inf_out != EXP_MASK:
+                fl[inf] = np.uint8(Flags.INEXACT if inf_out == p.max_bits else Flags.INVALID)
+    if p.enc is NaNEncoding.FNUZ:
+        sign = np.where(r == ZERO, ZERO, sign)  # no negative zero: -0 is the NaN pattern
+    return r | sign, fl
+
+
+def _prepare(fmt, rounding, overflow, subnormals, tininess, random_bits):
+    fmt = get_format(fmt)
+    mode = as_rounding(rounding)
+    ovf = as_overflow(overflow)
+    sub = as_subnormals(subnormals)
+    tin = as_tininess(tininess)
+    if random_bits is not None:
+        if mode is not Rounding.STOCHASTIC:
+            raise ValueError("random_bits only applies to rounding='stochastic'")
+        if isinstance(random_bits, bool) or not isinstance(random_bits, (int, np.integer)) or \
+                not 1 <= int(random_bits) <= 63:
+            raise ValueError(f"random_bits must be an int in [1, 63], got {random_bits!r}")
+        random_bits = int(random_bits)
+    flush = sub in (Subnormals.FLUSH, Subnormals.FLUSH_DAZ) or not fmt.subnormals
+    daz = sub in (Subnormals.DAZ, Subnormals.FLUSH_DAZ)
+    return fmt, mode, ovf, flush, daz, tin, random_bits
+
+
+_ML_FLOAT_KINDS = "V"  # ml_dtypes' bfloat16 / float8 report kind 'V'
+
+
+def as_float64(x) -> tuple[np.ndarray, np.ndarray | None, bool]:
+    """Convert a real array-like to float64 exactly: returns (hi, lo or None, was_scalar).
+
+    ``lo`` is the exact remainder for inputs float64 cannot hold (int64 beyond 2**53, long
+    double), so that they are rounded once, not twice.
+
+    >>> hi, lo, scalar = as_float64(2**60 + 1)
+    >>> float(hi), float(lo), scalar
+    (1.152921504606847e+18, 1.0, True)
+    """
+    scalar = np.ndim(x) == 0
+    if isinstance(x, (complex, np.complexfloating)):
+        raise TypeError("complex input is not supported: round the real and imaginary parts")
+    if isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 1 << 63:
+        hi = float(x)
+        return np.array(hi), np.array(float(x - int(hi))), True
+    arr = np.asarray(x)
+    kind = arr.dtype.kind
+    if kind == "c":
+        raise TypeError("complex input is not supported: round the real and imaginary parts")
+    if kind == "f":
+        if arr.dtype.itemsize > 8:  # long double: split into an exact pair
+            hi = arr.astype(np.float64)
+            with np.errstate(invalid="ignore"):
+                lo = np.where(np.isfinite(hi), (arr - hi).astype(np.float64), 0.0)
+            return hi, lo, scalar
+        return arr.astype(np.float64, copy=False), None, scalar
+    if kind in "iu":
+        hi = arr.astype(np.float64)
+        if arr.dtype.itemsize >= 8 and arr.size:
+            big = np.abs(hi) > 2.0**53
+            if big.any():
+                # int(hi) is exact; the difference fits an int64 (|diff| <= 2**10)
+                diff = np.where(big, arr - hi.astype(arr.dtype) if kind == "i" else
+                                (arr.astype(np.uint64) - hi.astype(np.uint64)).view(np.int64),
+                                0)
+                return hi, diff.astype(np.float64), scalar
+        return hi, None, scalar
+    if kind == "b":
+        return arr.astype(np.float64), None, scalar
+    if kind in _ML_FLOAT_KINDS:
+        try:
+            return arr.astype(np.float64), None, scalar
+        except (TypeError, ValueError):
+            pass
+    raise TypeError(
+        f"expected real numbers (Python or NumPy floats/ints, ml_dtypes arrays), "
+        f"got dtype {arr.dtype} ({type(x).__name__})"
+    )
+
+
+def _finish(out_bits: np.ndarray, fl, shape, scalar, want_flags: bool, where: str):
+    out = out_bits.view(np.float64).reshape(shape)
+    if fl is not None:
+        fl = fl.reshape(shape)
+        if _flags.flags_active():
+            _flags.record(fl, where)
+    if scalar:
+        out = out[()]
+        if fl is not None:
+            fl = fl[()]
+    return (out, fl) if want_flags else out
+
+
+def _run(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want):
+    p = _params(fmt)
+    flat = np.ascontiguousarray(x64).reshape(-1)
+    n = flat.size
+    out = np.empty(n, dtype=np.uint64)
+    fl = np.empty(n, dtype=np.uint8) if want else None
+    bits = flat.view(np.uint64)
+    gen = default_rng(rng) if mode is Rounding.STOCHASTIC else None
+    for lo in range(0, n, CHUNK):
+        hi = min(n, lo + CHUNK)
+        r, f = _kernel(bits[lo:hi], p, mode, ovf, flush, daz, tin, gen, random_bits, want)
+        out[lo:hi] = r
+        if want:
+            fl[lo:hi] = f
+    return out, fl
+
+
+def round(  # noqa: A001 - the natural name, as numpy.round
+    x,
+    fmt: Format | str,
+    rounding: Rounding | str = "nearest_even",
+    *,
+    overflow: Overflow | str = "inf",
+    subnormals: Subnormals | str = "keep",
+    tininess: Tininess | str = "after",
+    rng: np.random.Generator | int | None = None,
+    random_bits: int | None = None,
+    flags: bool = False,
+):
+    """Round real values to the nearest representable values of ``fmt`` (one correct rounding).
+
+    Returns float64 values that ``fmt`` represents exactly (float64 holds every value of every
+    supported format, so nothing is rounded twice); a scalar for scalar input. With
+    ``flags=True`` returns ``(values, flags)``, ``flags`` a uint8 array of :class:`Flags` bits
+    per element (tininess detected ``after`` rounding by default, as x86 and Arm do).
+
+    - ``rounding``: ``nearest_even``, ``nearest_away``, ``toward_zero``, ``up``, ``down``,
+      ``odd``, ``stochastic`` (a :class:`Rounding` member works too). Stochastic rounding draws
+      the exact probability from 64-bit random integers of ``rng`` (a Generator or seed), or
+      only ``random_bits`` of them, as hardware does.
+    - ``overflow``: ``inf`` (IEEE: toward_zero / odd / the directed mode away from the overflow
+      give the largest finite value; formats without infinity give NaN) or ``saturate``.
+    - ``subnormals``: ``keep``, ``flush`` (tiny results become signed zero), ``daz`` (inputs
+      below 2**emin read as zero), ``flush_daz``.
+
+    >>> import fpsim
+    >>> float(fpsim.round(65519.0, "fp16")), float(fpsim.round(65520.0, "fp16"))
+    (65504.0, inf)
+    >>> float(fpsim.round(1/3, fpsim.BF16, "toward_zero"))
+    0.33203125
+    >>> v, f = fpsim.round(1e-8, "fp16", flags=True)
+    >>> float(v), fpsim.Flags(int(f))
+    (0.0, <Flags.INEXACT|UNDERFLOW: 3>)
+    """
+    fmt, mode, ovf, flush, daz, tin, random_bits = _prepare(
+        fmt, rounding, overflow, subnormals, tininess, random_bits)
+    hi, lo, scalar = as_float64(x)
+    if lo is not None:
+        return round_pair(hi, lo, fmt, mode, overflow=ovf, subnormals=subnormals,
+                          tininess=tin, rng=rng, random_bits=random_bits, flags=flags,
+                          _scalar=scalar)
+    want = bool(flags) or _flags.flags_active()
+    p = _params(fmt)
+    if p.identity and not daz and not flush:
+        out = np.array(hi, dtype=np.float64, copy=True)
+        fl = np.zeros(out.shape, np.uint8) if want else None
+        if want:
+            snan = np.isnan(out) & ((out.view(np.uint64) & QUIET) == ZERO)
+            fl[snan] = np.uint8(Flags.INVALID)
+        return _finish(out.view(np.uint64), fl, out.shape, scalar, bool(flags), "round")
+    out, fl = _run(hi, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want)
+    return _finish(out, fl, np.shape(hi), scalar, bool(flags), "round")
+
+
+def _odd_from_pair(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """hi + lo rounded to 53 bits with round-to-odd (exact for any later rounding to <= 51
+    bits). Requires hi = RN(hi + lo) or at least sign(lo) exact and |lo| < ulp(hi)."""
+    hb = hi.view(np.uint64)
+    sign = hb & SIGN
+    a = hb ^ sign
+    inexact = (lo != 0) & np.isfinite(hi)
+    toward_zero = inexact & (np.signbit(lo) != np.signbit(hi))
+    a = np.where(toward_zero, a - ONE, a)
+    a = np.where(inexact, a | ONE, a)
+    return (a | sign).view(np.float64)
+
+
+def round_pair(
+    hi,
+    lo,
+    fmt: Format | str,
+    rounding: Rounding | str = "nearest_even",
+    *,
+    overflow: Overflow | str = "inf",
+    subnormals: Subnormals | str = "keep",
+    tininess: Tininess | str = "after",
+    rng: np.random.Generator | int | None = None,
+    random_bits: int | None = None,
+    flags: bool = False,
+    _scalar: bool | None = None,
+):
+    """Round the exact value ``hi + lo`` (a float64 pair, ``hi`` the nearest float64 to the
+    sum, ``lo`` the remainder whose sign must be exact) once to ``fmt``.
+
+    This is how arithmetic is correctly rounded: an error-free transformation (TwoSum, exact
+    products, exact remainders) gives the pair; deterministic modes go through round-to-odd at
+    53 bits, which is exact for targets of at most 51 mantissa bits; stochastic rounding takes
+    its probability from ``hi + lo`` itself (float64 accuracy, 2**-53).
+
+    >>> import fpsim
+    >>> float(round_pair(1.0, 2.0**-60, "fp32", "up"))  # 1 + tiny rounds up in fp32
+    1.0000001192092896
+    """
+    fmt, mode, ovf, flush, daz, tin, random_bits = _prepare(
+        fmt, rounding, overflow, subnormals, tininess, random_bits)
+    if fmt.mantissa_bits > 51:
+        raise ValueError(f"round_pair needs a format of at most 51 mantissa bits, got {fmt.name}")
+    hi_a, _, scalar = as_float64(hi)
+    lo_a, _, _ = as_float64(lo)
+    hi_a, lo_a = np.broadcast_arrays(hi_a, lo_a)
+    if _scalar is not None:
+        scalar = _scalar
+    want = bool(flags) or _flags.flags_active()
+    shape = hi_a.shape
+    hi_a = np.ascontiguousarray(hi_a, dtype=np.float64).reshape(-1)
+    lo_a = np.ascontiguousarray(lo_a, dtype=np.float64).reshape(-1)
+    if daz:  # denormal operands were handled by the caller; here only the value matters
+        daz = False
+    if mode is not Rounding.STOCHASTIC:
+        v = _odd_from_pair(hi_a, lo_a)
+        out, fl = _run(v, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want)
+        return _finish(out, fl, shape, scalar, bool(flags), "round_pair")
+    # Stochastic: t0 = the value toward zero, ulp the quantum there; p = |exact - t0| / ulp.
+    v = _odd_from_pair(hi_a, lo_a)
+    t0, _ = _run(v, fmt, Rounding.TOWARD_ZERO, Overflow.SATURATE, False, False, tin, None,
+                 None, False)
+    t0 = t0.view(np.float64)
+    t0b = np.abs(t0).view(np.uint64)
+    e = np.maximum((t0b >> _U(52)).view(np.int64) - 1023, fmt.emin)
+    ulp = np.ldexp(1.0, e - fmt.mantissa_bits)
+    with np.errstate(invalid="ignore", over="ignore"):
+        prob = np.abs((hi_a - t0) + lo_a) / ulp
+    gen = default_rng(rng)
+    if random_bits is None:
+        up = gen.random(prob.shape) < prob
+    else:
+        scale = float(1 << random_bits)
+        up = gen.integers(0, 1 << random_bits, size=prob.shape) < np.floor(prob * scale)
+    res = np.where(up, t0 + np.copysign(ulp, hi_a), t0)
+    res = np.where(np.isfinite(hi_a), res, hi_a)
+    out, fl = _run(res, fmt, Rounding.NEAREST_EVEN, ovf, flush, False, tin, None, None, want)
+    if want:
+        inexact = ((hi_a != t0) | (lo_a != 0)) & np.isfinite(hi_a)
+        fl[inexact] |= np.uint8(Flags.INEXACT)
+        tiny = inexact & (np.abs(res) < fmt.smallest_normal)
+        fl[tiny] |= np.uint8(Flags.UNDERFLOW)
+    return _finish(out, fl, shape, scalar, bool(flags), "round_pair")
+
+
+def cast(
+    x,
+    fmt: Format | str,
+    rounding: Rounding | str = "nearest_even",
+    **kwargs,
+) -> np.ndarray:
+    """Round to ``fmt`` and return the values in the format's storage dtype (np.float16,
+    ml_dtypes.bfloat16 / float8, float32, ...): the real width, exact.
+
+    >>> import fpsim
+    >>> fpsim.cast([1.0, 1/3], "bf16").dtype.name
+    'bfloat16'
+    """
+    fmt = get_format(fmt)
+    out = round(x, fmt, rounding, **kwargs)
+    values = out[0] if kwargs.get("flags") else out
+    arr = np.asarray(values).astype(fmt.storage_dtype)
+    return (arr, out[1]) if kwargs.get("flags") else arr
