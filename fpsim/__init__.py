@@ -33,11 +33,21 @@ from .formats import (
     FP16,
     FP32,
     FP64,
+    INT4,
+    INT8,
+    INT16,
+    INT32,
+    INT_PRESETS,
     PRESETS,
     TF32,
+    UINT4,
+    UINT8,
     Format,
+    IntFormat,
     NaNEncoding,
+    get_float_format,
     get_format,
+    get_int_format,
     list_formats,
 )
 from .modes import Overflow, Rounding, Subnormals, Tininess
@@ -47,9 +57,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BF16", "FP4_E2M1", "FP6_E2M3", "FP6_E3M2", "FP8_E4M3", "FP8_E4M3FNUZ", "FP8_E5M2",
-    "FP8_E5M2FNUZ", "FP16", "FP32", "FP64", "PRESETS", "TF32", "Fields", "FlagContext", "Flags",
-    "FloatingPointTrap", "Format", "NaNEncoding", "Overflow", "Rounding", "Subnormals",
-    "Tininess", "all_values", "bit_string", "cast", "classify", "fields", "flag_context",
-    "from_bits", "get_format", "list_formats", "next_down", "next_up", "round", "round_pair",
-    "seed", "to_bits", "ulp", "__version__",
+    "FP8_E5M2FNUZ", "FP16", "FP32", "FP64", "INT4", "INT8", "INT16", "INT32", "INT_PRESETS",
+    "UINT4", "UINT8", "IntFormat", "get_float_format", "get_int_format", "PRESETS", "TF32",
+    "Fields", "FlagContext", "Flags", "FloatingPointTrap", "Format", "NaNEncoding", "Overflow",
+    "Rounding", "Subnormals", "Tininess", "all_values", "bit_string", "cast", "classify", "fields",
+    "flag_context", "from_bits", "get_format", "list_formats", "next_down", "next_up", "round",
+    "round_pair", "seed", "to_bits", "ulp", "__version__",
 ]

@@ -11,7 +11,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .formats import Format, NaNEncoding, get_format
+from .formats import Format, NaNEncoding
+from .formats import get_float_format as get_format
 from .modes import Rounding
 from .rounding import EXP_MASK, FRAC, HIDDEN, QUIET, SIGN, as_float64
 from .rounding import round as _round

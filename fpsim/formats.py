@@ -32,7 +32,17 @@ __all__ = [
     "FP6_E3M2",
     "FP4_E2M1",
     "PRESETS",
+    "IntFormat",
+    "INT4",
+    "UINT4",
+    "INT8",
+    "UINT8",
+    "INT16",
+    "INT32",
+    "INT_PRESETS",
     "get_format",
+    "get_float_format",
+    "get_int_format",
     "list_formats",
 ]
 
@@ -318,6 +328,72 @@ PRESETS: dict[str, Format] = {
               FP6_E2M3, FP6_E3M2, FP4_E2M1)
 }
 
+
+
+@dataclass(frozen=True)
+class IntFormat:
+    """A two's-complement (``signed=True``) or unsigned integer format of ``bits`` bits, with
+    properties named after ``numpy.iinfo``.
+
+    >>> import fpsim
+    >>> fpsim.INT8.min, fpsim.INT8.max, fpsim.UINT4.max
+    (-128, 127, 15)
+    """
+
+    bits: int
+    signed: bool = True
+    name: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.bits, bool) or not isinstance(self.bits, (int, np.integer)):
+            raise TypeError(f"IntFormat.bits must be an int, got {type(self.bits).__name__}")
+        if not 2 <= int(self.bits) <= 64:
+            raise ValueError(f"IntFormat.bits must lie in [2, 64], got {self.bits}")
+        object.__setattr__(self, "bits", int(self.bits))
+        if self.name is None:
+            object.__setattr__(self, "name", f"{'' if self.signed else 'u'}int{self.bits}")
+
+    @property
+    def min(self) -> int:
+        """Smallest value (numpy.iinfo ``min``)."""
+        return -(1 << (self.bits - 1)) if self.signed else 0
+
+    @property
+    def max(self) -> int:
+        """Largest value (numpy.iinfo ``max``)."""
+        return (1 << (self.bits - 1)) - 1 if self.signed else (1 << self.bits) - 1
+
+    @property
+    def kind(self) -> str:
+        """'i' for signed, 'u' for unsigned, as numpy.iinfo."""
+        return "i" if self.signed else "u"
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The NumPy / ml_dtypes dtype holding this format (int4 as ml_dtypes.int4)."""
+        return _INT_STORAGE.get((self.bits, self.signed)) or np.dtype(
+            f"{self.kind}{max(1, 1 << (max(self.bits, 8) - 1).bit_length()) // 8}"
+        )
+
+    storage_dtype = dtype
+
+    def __str__(self) -> str:
+        return self.name  # type: ignore[return-value]
+
+
+INT4 = IntFormat(4, True, name="int4")
+UINT4 = IntFormat(4, False, name="uint4")
+INT8 = IntFormat(8, True, name="int8")
+UINT8 = IntFormat(8, False, name="uint8")
+INT16 = IntFormat(16, True, name="int16")
+INT32 = IntFormat(32, True, name="int32")
+INT_PRESETS: dict[str, IntFormat] = {f.name: f for f in (INT4, UINT4, INT8, UINT8, INT16, INT32)}  # type: ignore[misc]
+_INT_STORAGE = {
+    (4, True): np.dtype(ml_dtypes.int4), (4, False): np.dtype(ml_dtypes.uint4),
+    (8, True): np.dtype(np.int8), (8, False): np.dtype(np.uint8),
+    (16, True): np.dtype(np.int16), (32, True): np.dtype(np.int32),
+}
+
 _ALIASES: dict[str, str] = {
     "float64": "fp64", "double": "fp64", "f64": "fp64", "binary64": "fp64",
     "float32": "fp32", "single": "fp32", "float": "fp32", "f32": "fp32", "binary32": "fp32",
@@ -358,9 +434,9 @@ def list_formats() -> list[str]:
     return list(PRESETS)
 
 
-def get_format(fmt: Format | str | np.dtype | type) -> Format:
-    """Look a format up by preset name, alias ("half", "bfloat16", "e4m3", ...) or NumPy /
-    ml_dtypes dtype; a :class:`Format` is returned unchanged.
+def get_format(fmt: Format | IntFormat | str | np.dtype | type) -> Format | IntFormat:
+    """Look a format up by preset name, alias ("half", "bfloat16", "e4m3", "int8", ...) or
+    NumPy / ml_dtypes dtype; a :class:`Format` or :class:`IntFormat` is returned unchanged.
 
     >>> import fpsim
     >>> fpsim.get_format("half") is fpsim.FP16
@@ -368,14 +444,16 @@ def get_format(fmt: Format | str | np.dtype | type) -> Format:
     >>> fpsim.get_format("E5M2").max
     57344.0
     """
-    if isinstance(fmt, Format):
+    if isinstance(fmt, (Format, IntFormat)):
         return fmt
     if isinstance(fmt, str):
         key = fmt.strip().lower().replace(" ", "")
         key = _ALIASES.get(key, key)
         if key in PRESETS:
             return PRESETS[key]
-        valid = ", ".join(list(PRESETS) + sorted(_ALIASES))
+        if key in INT_PRESETS:
+            return INT_PRESETS[key]
+        valid = ", ".join(list(PRESETS) + list(INT_PRESETS) + sorted(_ALIASES))
         raise ValueError(f"unknown format {fmt!r}; valid names: {valid}")
     try:
         dt = np.dtype(fmt)
@@ -386,7 +464,40 @@ def get_format(fmt: Format | str | np.dtype | type) -> Format:
     for key, storage in _STORAGE.items():
         if storage == dt:
             return next(f for f in PRESETS.values() if f._key() == key)
+    for (bits, signed), storage in _INT_STORAGE.items():
+        if storage == dt:
+            return next(f for f in INT_PRESETS.values() if (f.bits, f.signed) == (bits, signed))
     raise ValueError(
         f"dtype {dt} has no fpsim float format; valid: "
         f"{', '.join(str(d) for d in _STORAGE.values())}"
     )
+
+
+def get_float_format(fmt: Format | str | np.dtype | type) -> Format:
+    """:func:`get_format`, refusing integer formats with a TypeError (for float operations).
+
+    >>> get_float_format("bf16").name
+    'bf16'
+    """
+    f = get_format(fmt)
+    if isinstance(f, IntFormat):
+        raise TypeError(
+            f"{f.name} is an integer format; this operation needs a floating-point format "
+            f"({', '.join(PRESETS)}); use fpsim.integer for integer arithmetic"
+        )
+    return f
+
+
+def get_int_format(fmt: IntFormat | str | np.dtype | type) -> IntFormat:
+    """:func:`get_format`, refusing floating-point formats with a TypeError.
+
+    >>> get_int_format("int8").max
+    127
+    """
+    f = get_format(fmt)
+    if not isinstance(f, IntFormat):
+        raise TypeError(
+            f"{f.name} is a floating-point format; this operation needs an integer format "
+            f"({', '.join(INT_PRESETS)})"
+        )
+    return f

@@ -27,7 +27,8 @@ import numpy as np
 
 from . import flags as _flags
 from .flags import Flags
-from .formats import Format, NaNEncoding, get_format
+from .formats import Format, NaNEncoding
+from .formats import get_float_format as get_format
 from .modes import (
     Overflow,
     Rounding,
