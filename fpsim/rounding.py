@@ -156,35 +156,55 @@ def _increment_round(a, s, mode: Rounding, neg, rnd, random_bits):
 
 
 def _deep_round(a, s, mode: Rounding, neg, rnd, random_bits, qmin_bits):
-    """Magnitudes below half the smallest subnormal quantum (s >= 53): the result is 0 or the
-    smallest subnormal; decide with the integer significand M against 2**s (s capped at 63,
-    beyond which every deterministic decision is unchanged)."""
+    """Magnitudes whose quantum is the smallest subnormal and whose kept part is at most the
+    lowest bit (s >= 52): decide with the integer significand M against 2**s, capped at 63
+    (beyond which every deterministic decision is unchanged). The result is 0, 1 or 2 times
+    the smallest subnormal; the kept parity is that of M >> s, not of an exponent bit."""
     hidden = np.where((a >> _U(52)) != ZERO, HIDDEN, ZERO)
     sig = (a & FRAC) | hidden
     s = np.minimum(s, 63).astype(_U)
+    mask = (ONE << s) - ONE
+    kept = sig >> s
+    rem = sig & mask
     half = ONE << (s - ONE)
     if mode is Rounding.NEAREST_EVEN:
-        up = sig > half  # a tie keeps the even value 0
+        up = (rem > half) | ((rem == half) & ((kept & ONE) == ONE))
     elif mode is Rounding.NEAREST_AWAY:
-        up = sig >= half
+        up = rem >= half
     elif mode is Rounding.TOWARD_ZERO:
         up = np.zeros(a.shape, bool)
     elif mode is Rounding.UP:
-        up = (sig != ZERO) & (neg == ZERO)
+        up = (rem != ZERO) & (neg == ZERO)
     elif mode is Rounding.DOWN:
-        up = (sig != ZERO) & (neg == ONE)
+        up = (rem != ZERO) & (neg == ONE)
     elif mode is Rounding.ODD:
-        up = sig != ZERO
+        up = (rem != ZERO) & ((kept & ONE) == ZERO)
     else:
         if random_bits is None:
-            u = rnd >> (_U(64) - s)
-            up = u < sig
+            up = (rnd >> (_U(64) - s)) < rem
         else:
             r = int(random_bits)
             spread = np.maximum(s.astype(np.int64) - r, 0).astype(_U)
-            u = (rnd >> _U(64 - r)) << spread
-            up = (u + sig) >= (ONE << s)
-    return np.where(up, qmin_bits, ZERO)
+            up = ((rnd >> _U(64 - r)) << spread) + rem >= (ONE << s)
+    units = (kept + up.astype(_U)).astype(np.float64)  # 0, 1 or 2 smallest subnormals
+    return (units * qmin_bits.view(np.float64)).view(np.uint64)
+
+
+def _round_low(a, p: _Params, mode, neg, rnd, random_bits):
+    """Round magnitudes below 2**emin (subnormal results, deep underflow, zeros): the number
+    of dropped bits grows by one per binade below emin."""
+    ebits = (a >> _U(52)).view(np.int64)
+    if p.low_emin:
+        ebits = np.maximum(ebits, 1)  # float64 subnormals share the exponent of 2**-1022
+    s = np.maximum(p.k - ebits, p.c)
+    r = _increment_round(a, np.minimum(s, 52).astype(_U), mode, neg, rnd, random_bits)
+    # At s >= 52 the kept part is the hidden bit or nothing: its parity is not a pattern bit.
+    deep = (s >= max(52, p.c + 1)) & (a != ZERO)
+    if deep.any():
+        idx = np.nonzero(deep)
+        r[idx] = _deep_round(a[idx], s[idx], mode, neg[idx],
+                             None if rnd is None else rnd[idx], random_bits, p.qmin_bits)
+    return r
 
 
 def _kernel(b, p: _Params, mode, overflow, flush, daz, tininess, rng, random_bits, want_flags):
@@ -192,87 +212,75 @@ def _kernel(b, p: _Params, mode, overflow, flush, daz, tininess, rng, random_bit
     sign = b & SIGN
     a = b ^ sign
     neg = sign >> _U(63)
-    special = a >= EXP_MASK
-    any_special = bool(special.any())
-    if daz:
-        a = np.where(a < p.tiny_bits, ZERO, a)
-    ebits = (a >> _U(52)).view(np.int64)
-    if p.low_emin:
-        ebits = np.maximum(ebits, 1)  # float64 subnormals share the exponent of 2**-1022
-    s = p.k - ebits
-    np.maximum(s, p.c, out=s)
-    smax = int(s.max()) if s.size else p.c
+    amax = a.max() if a.size else ZERO
     rnd = None
     if mode is Rounding.STOCHASTIC:
         rnd = rng.integers(0, 1 << 64, size=a.shape, dtype=np.uint64, endpoint=False)
-    if smax == p.c:  # every element lands in the normal range: one scalar shift
-        r = _increment_round(a, _U(p.c), mode, neg, rnd, random_bits)
-        deep = None
-    else:
-        deep = s > 52
-        sc = np.minimum(s, 52).astype(_U)
-        r = _increment_round(a, sc, mode, neg, rnd, random_bits)
-        deep &= a != ZERO
-        if deep.any():
-            idx = np.nonzero(deep)
-            r[idx] = _deep_round(a[idx], s[idx], mode, neg[idx],
-                                 None if rnd is None else rnd[idx], random_bits, p.qmin_bits)
+    # Every element is first rounded as if its result were normal (one scalar shift); the
+    # few below 2**emin are redone with their own shift.
+    r = _increment_round(a, _U(p.c), mode, neg, rnd, random_bits)
+    low = a < p.tiny_bits
+    idx = np.nonzero(low) if low.any() else None
+    if idx is not None:
+        if daz:
+            a = a.copy()
+            a[idx] = ZERO  # denormals-are-zero: the input reads as a signed zero
+        r[idx] = _round_low(a[idx], p, mode, neg[idx], None if rnd is None else rnd[idx],
+                            random_bits)
     fl = None
     if want_flags:
         fl = np.where(r != a, np.uint8(Flags.INEXACT), np.uint8(0))
-    # Tininess: the exact value is below 2**emin ("before"), and (after rounding) so is the
-    # value rounded to full precision with an unbounded exponent.
-    need_tiny = want_flags or flush
-    if need_tiny:
-        cand = (a < p.tiny_bits) & (a != ZERO)
-        if tininess is Tininess.AFTER and cand.any():
-            idx = np.nonzero(cand)
+    if idx is not None and (want_flags or flush):
+        # Tininess: the exact value is below 2**emin ("before"); "after": so is the value
+        # rounded to full precision with an unbounded exponent (the scalar-shift result).
+        tiny = a[idx] != ZERO
+        if tininess is Tininess.AFTER:
             r_unb = _increment_round(a[idx], _U(p.c), mode, neg[idx],
                                      None if rnd is None else rnd[idx], random_bits)
-            cand[idx] = r_unb < p.tiny_bits
-        tiny = cand
+            tiny &= r_unb < p.tiny_bits
+        tidx = tuple(i[tiny] for i in idx)
         if flush:
-            r = np.where(tiny, ZERO, r)
+            r[tidx] = ZERO
             if want_flags:
-                fl[tiny] |= np.uint8(Flags.UNDERFLOW | Flags.INEXACT)
+                fl[tidx] |= np.uint8(Flags.UNDERFLOW | Flags.INEXACT)
         elif want_flags:
-            fl[tiny & (fl != 0)] |= np.uint8(Flags.UNDERFLOW)
-    ovf = r > p.max_bits
-    if any_special:
-        ovf &= ~special
-    if ovf.any():
-        if overflow is Overflow.SATURATE:
-            r = np.where(ovf, p.max_bits, r)
-        else:
-            if mode in (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY, Rounding.STOCHASTIC):
-                away = ovf
-            elif mode is Rounding.UP:
-                away = ovf & (neg == ZERO)
-            elif mode is Rounding.DOWN:
-                away = ovf & (neg == ONE)
-            else:  # toward zero and round-to-odd never round a finite value to infinity
-                away = np.zeros_like(ovf)
-            r = np.where(away, p.ovf_bits, np.where(ovf, p.max_bits, r))
-        if want_flags:
-            fl[ovf] |= np.uint8(Flags.OVERFLOW | Flags.INEXACT)
-    if any_special:
-        nan = a > EXP_MASK
-        inf = a == EXP_MASK
-        if p.enc is NaNEncoding.IEEE:
-            inf_out = EXP_MASK
-        elif p.enc is NaNEncoding.NONE or overflow is Overflow.SATURATE:
-            inf_out = p.max_bits
-        else:
-            inf_out = EXP_MASK | QUIET
-        r = np.where(nan, a | QUIET, np.where(inf, inf_out, r))
-        if want_flags:
-            fl[special] = 0
-            snan = nan & ((a & QUIET) == ZERO)
-            fl[snan] = np.uint8(Flags.INVALID)
-            if p.enc is NaNEncoding.NONE:
-                fl[nan] = np.uint8(Flags.INVALID)  # no NaN to deliver
-            if inf_out != EXP_MASK:
-                fl[inf] = np.uint8(Flags.INEXACT if inf_out == p.max_bits else Flags.INVALID)
+            fl[tidx] |= np.where(fl[tidx] != 0, np.uint8(Flags.UNDERFLOW), np.uint8(0))
+    if amax > p.max_bits:  # overflow or special values are present
+        special = a >= EXP_MASK
+        ovf = (r > p.max_bits) & ~special
+        if ovf.any():
+            if overflow is Overflow.SATURATE:
+                r = np.where(ovf, p.max_bits, r)
+            else:
+                if mode in (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY, Rounding.STOCHASTIC):
+                    away = ovf
+                elif mode is Rounding.UP:
+                    away = ovf & (neg == ZERO)
+                elif mode is Rounding.DOWN:
+                    away = ovf & (neg == ONE)
+                else:  # toward zero and round-to-odd never round a finite value to infinity
+                    away = np.zeros_like(ovf)
+                r = np.where(away, p.ovf_bits, np.where(ovf, p.max_bits, r))
+            if want_flags:
+                fl[ovf] |= np.uint8(Flags.OVERFLOW | Flags.INEXACT)
+        if special.any():
+            nan = a > EXP_MASK
+            inf = a == EXP_MASK
+            if p.enc is NaNEncoding.IEEE:
+                inf_out = EXP_MASK
+            elif p.enc is NaNEncoding.NONE or overflow is Overflow.SATURATE:
+                inf_out = p.max_bits
+            else:
+                inf_out = EXP_MASK | QUIET
+            r = np.where(nan, a | QUIET, np.where(inf, inf_out, r))
+            if want_flags:
+                fl[special] = 0
+                snan = nan & ((a & QUIET) == ZERO)
+                fl[snan] = np.uint8(Flags.INVALID)
+                if p.enc is NaNEncoding.NONE:
+                    fl[nan] = np.uint8(Flags.INVALID)  # no NaN to deliver
+                if inf_out != EXP_MASK:
+                    fl[inf] = np.uint8(Flags.INEXACT if inf_out == p.max_bits else Flags.INVALID)
     if p.enc is NaNEncoding.FNUZ:
         sign = np.where(r == ZERO, ZERO, sign)  # no negative zero: -0 is the NaN pattern
     return r | sign, fl
@@ -369,11 +377,17 @@ def _run(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bits, wan
     n = flat.size
     out = np.empty(n, dtype=np.uint64)
     fl = np.empty(n, dtype=np.uint8) if want else None
-    bits = flat.view(np.uint64)
+    narrow = flat.dtype != np.float64  # float16/32 input: widen chunk by chunk (exact)
+    bits = flat if narrow else flat.view(np.uint64)
     gen = default_rng(rng) if mode is Rounding.STOCHASTIC else None
     for lo in range(0, n, CHUNK):
         hi = min(n, lo + CHUNK)
-        r, f = _kernel(bits[lo:hi], p, mode, ovf, flush, daz, tin, gen, random_bits, want)
+        if narrow:
+            with np.errstate(invalid="ignore"):  # signalling NaNs are quieted by the widening
+                chunk = bits[lo:hi].astype(np.float64).view(np.uint64)
+        else:
+            chunk = bits[lo:hi]
+        r, f = _kernel(chunk, p, mode, ovf, flush, daz, tin, gen, random_bits, want)
         out[lo:hi] = r
         if want:
             fl[lo:hi] = f
@@ -419,7 +433,10 @@ def round(  # noqa: A001 - the natural name, as numpy.round
     """
     fmt, mode, ovf, flush, daz, tin, random_bits = _prepare(
         fmt, rounding, overflow, subnormals, tininess, random_bits)
-    hi, lo, scalar = as_float64(x)
+    if isinstance(x, np.ndarray) and x.dtype in (np.float32, np.float16):
+        hi, lo, scalar = x, None, x.ndim == 0  # widened to float64 chunk by chunk in _run
+    else:
+        hi, lo, scalar = as_float64(x)
     if lo is not None:
         return round_pair(hi, lo, fmt, mode, overflow=ovf, subnormals=subnormals,
                           tininess=tin, rng=rng, random_bits=random_bits, flags=flags,
@@ -427,7 +444,7 @@ def round(  # noqa: A001 - the natural name, as numpy.round
     want = bool(flags) or _flags.flags_active()
     p = _params(fmt)
     if p.identity and not daz and not flush:
-        out = np.array(hi, dtype=np.float64, copy=True)
+        out = np.array(hi, dtype=np.float64, copy=True)  # exact widening
         fl = np.zeros(out.shape, np.uint8) if want else None
         if want:
             snan = np.isnan(out) & ((out.view(np.uint64) & QUIET) == ZERO)

@@ -1,0 +1,67 @@
+"""Benchmark: fpsim.round to fp16 and bf16 in every mode against NumPy / ml_dtypes casts.
+
+Times, in one run, on float32 data (10**7 values by default):
+- normal-range data: N(0, 1);
+- wide-range data: N(0, 1) scaled by 2**k, k uniform in [-40, 40] (subnormals, flushes to zero
+  and overflows in fp16);
+and prints the time of each and its speed as a ratio to the native cast (ratio = native time /
+fpsim time; 1.0 means as fast as the cast, 0.5 means half as fast).
+
+    python benchmarks/bench_rounding.py [--n 10000000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import ml_dtypes
+import numpy as np
+
+import fpsim
+
+
+def best_time(fn, repeat: int) -> float:
+    """Best wall time of ``repeat`` calls of fn (the least disturbed by other load)."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def make_data(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """The two data sets: normal-range and wide-range float32 values."""
+    rng = np.random.default_rng(seed)
+    normal = rng.standard_normal(n).astype(np.float32)
+    wide = (rng.standard_normal(n) * np.ldexp(1.0, rng.integers(-40, 41, n))).astype(np.float32)
+    return {"normal N(0,1)": normal, "wide 2^[-40,40]": wide}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=10**7)
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args(argv)
+    natives = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16}
+    print(f"fpsim.round vs native casts, {args.n:.0e} float32 values, best of {args.repeat}")
+    print(f"{'data':18s} {'format':6s} {'mode':14s} {'fpsim ms':>9s} {'native ms':>9s} "
+          f"{'ratio':>6s}")
+    with np.errstate(over="ignore"):
+        for label, x in make_data(args.n).items():
+            for fname, dt in natives.items():
+                t_native = best_time(lambda: x.astype(dt), args.repeat)  # noqa: B023
+                for mode in fpsim.Rounding:
+                    kw = {"rng": 0} if mode is fpsim.Rounding.STOCHASTIC else {}
+                    t = best_time(lambda: fpsim.round(x, fname, mode, **kw), args.repeat)  # noqa: B023
+                    print(f"{label:18s} {fname:6s} {mode.value:14s} {t * 1e3:9.1f} "
+                          f"{t_native * 1e3:9.1f} {t_native / t:6.2f}")
+                kw = {"rng": 0, "random_bits": 8}
+                t = best_time(lambda: fpsim.round(x, fname, "stochastic", **kw), args.repeat)  # noqa: B023
+                print(f"{label:18s} {fname:6s} {'sr 8 bits':14s} {t * 1e3:9.1f} "
+                      f"{t_native * 1e3:9.1f} {t_native / t:6.2f}")
+
+
+if __name__ == "__main__":
+    main()
