@@ -138,6 +138,21 @@ _register("show", "show a value rounded to a format, bit by bit", _configure_sho
 _register("demo", "the main demonstration", lambda p: None, _cmd_demo)
 
 
+def _lazy(module: str, attr: str) -> Callable:
+    """A parser hook or handler from a module imported only when the command is used."""
+
+    def call(*args):
+        import importlib
+
+        return getattr(importlib.import_module(module), attr)(*args)
+
+    return call
+
+
+_register("memory", "ZeRO model-state memory per rank, communication, fits-on-GPU",
+          _lazy("fpsim.memory", "configure_parser"), _lazy("fpsim.memory", "run_cli"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``fpsim`` command.
 

@@ -1,0 +1,294 @@
+"""Memory arithmetic of training: ZeRO model states, activations per format, checkpointing.
+
+ZeRO (Rajbhandari et al., SC'20), mixed-precision Adam with ``Psi`` parameters: fp16
+parameters 2 Psi bytes, fp16 gradients 2 Psi, optimizer states K Psi (K = 12: fp32 master
+parameters, momentum and variance). Per data-parallel rank, ``N_d`` ranks:
+
+======  ==================  ==============================
+stage   partitioned         bytes per rank
+======  ==================  ==============================
+0       nothing (baseline)  (2 + 2 + K) Psi
+1       P_os                2 Psi + 2 Psi + K Psi / N_d
+2       P_os+g              2 Psi + (2 + K) Psi / N_d
+3       P_os+g+p            (2 + 2 + K) Psi / N_d
+======  ==================  ==============================
+
+Communication per step and rank: 2 Psi elements for stages 0-2 (reduce-scatter plus
+all-gather, the volume of one all-reduce), 3 Psi for stage 3 (parameters all-gathered in the
+forward and again in the backward pass, gradients reduce-scattered). GB is 10**9 bytes, as in
+the paper's Table 1; GiB is 2**30.
+
+Gradient checkpointing (Chen et al. 2016) with ``k`` segments of an ``n``-layer chain: the
+peak holds the ``k`` segment inputs plus the activations of the segment being recomputed,
+``k + ceil(n / k)`` layer activations (in units of one layer's output); the minimum over k is
+``ceil(2 sqrt(n))``, reached near ``k = sqrt(n)``; without checkpointing it is ``n``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import operator
+from collections.abc import Iterable, Sequence
+from fractions import Fraction
+
+import numpy as np
+
+from .formats import Format, IntFormat, get_format
+
+__all__ = [
+    "ZERO_STAGES",
+    "zero_model_state_bytes",
+    "zero_table",
+    "format_zero_table",
+    "zero_communication_volume",
+    "zero_communication_bytes",
+    "fits_on_gpu",
+    "activation_bytes",
+    "checkpoint_peak_activations",
+    "optimal_checkpoint_segments",
+    "memory_report",
+    "configure_parser",
+    "run_cli",
+]
+
+ZERO_STAGES = (0, 1, 2, 3)
+_STAGE_NAMES = {0: "baseline", 1: "P_os", 2: "P_os+g", 3: "P_os+g+p"}
+GB = 10**9
+GIB = 2**30
+
+
+def _positive_number(name: str, v) -> Fraction:
+    """``v`` as an exact Fraction (floats are exact binary fractions), checked > 0."""
+    if isinstance(v, bool):
+        raise TypeError(f"{name} must be a number, got {v!r}")
+    if isinstance(v, (int, Fraction)):
+        f = Fraction(v)
+    else:
+        try:
+            fv = float(v)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must be a number, got {v!r}") from None
+        if not math.isfinite(fv):
+            raise ValueError(f"{name} must be positive and finite, got {v!r}")
+        f = Fraction(fv)
+    if not f > 0:
+        raise ValueError(f"{name} must be positive and finite, got {v!r}")
+    return f
+
+
+def _positive_int(name: str, v) -> int:
+    if isinstance(v, bool):
+        raise TypeError(f"{name} must be an int, got {v!r}")
+    try:
+        n = operator.index(v)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {v!r}") from None
+    if n < 1:
+        raise ValueError(f"{name} must be >= 1, got {n}")
+    return n
+
+
+def _stage(stage) -> int:
+    if isinstance(stage, bool) or not isinstance(stage, (int, np.integer)) or \
+            stage not in ZERO_STAGES:
+        raise ValueError(f"unknown ZeRO stage {stage!r}; valid: 0 (baseline), 1 (P_os), "
+                         "2 (P_os+g), 3 (P_os+g+p)")
+    return int(stage)
+
+
+def _model_state_exact(psi: Fraction, stage: int, nd: int, k: Fraction) -> Fraction:
+    if stage == 0:
+        return (4 + k) * psi
+    if stage == 1:
+        return 4 * psi + k * psi / nd
+    if stage == 2:
+        return 2 * psi + (2 + k) * psi / nd
+    return (4 + k) * psi / nd
+
+
+def zero_model_state_bytes(num_params: float, stage: int, dp_degree: int, k: float = 12
+                           ) -> float:
+    """Model-state bytes per data-parallel rank under ZeRO ``stage`` (0 = plain data parallel).
+
+    >>> zero_model_state_bytes(7.5e9, 0, 64) / 1e9, zero_model_state_bytes(7.5e9, 3, 64) / 1e9
+    (120.0, 1.875)
+    """
+    psi = _positive_number("num_params", num_params)
+    kk = _positive_number("k", k) if k != 0 else Fraction(0)
+    return float(_model_state_exact(psi, _stage(stage), _positive_int("dp_degree", dp_degree),
+                                    kk))
+
+
+def zero_table(num_params_list: Iterable[float] = (7.5e9, 128e9, 1e12),
+               dp_degrees: Iterable[int] = (1, 4, 16, 64, 256, 1024), k: float = 12
+               ) -> dict[float, dict[int, tuple[float, float, float]]]:
+    """The ZeRO paper's Table 1: ``table[num_params][dp_degree] = (P_os, P_os+g, P_os+g+p)``
+    per-rank model-state memory in GB (10**9 bytes), unrounded.
+
+    >>> t = zero_table([7.5e9], [4])
+    >>> t[7.5e9][4]
+    (52.5, 41.25, 30.0)
+    """
+    table: dict[float, dict[int, tuple[float, float, float]]] = {}
+    for psi in num_params_list:
+        row = {}
+        for nd in dp_degrees:
+            row[int(nd)] = tuple(zero_model_state_bytes(psi, s, nd, k) / GB for s in (1, 2, 3))
+        table[psi] = row
+    return table
+
+
+def _fmt_params(n: float) -> str:
+    for unit, div in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
+        if n >= div:
+            return f"{n / div:g}{unit}"
+    return f"{n:g}"
+
+
+def format_zero_table(num_params_list: Sequence[float] = (7.5e9, 128e9, 1e12),
+                      dp_degrees: Sequence[int] = (1, 4, 16, 64, 256, 1024), k: float = 12
+                      ) -> str:
+    """Table 1 of the ZeRO paper as text (GB per rank, 6 significant digits).
+
+    >>> print(format_zero_table([7.5e9], [1, 64]))  # doctest: +NORMALIZE_WHITESPACE
+    N_d   7.5B P_os  7.5B P_os+g  7.5B P_os+g+p
+    1     120        120          120
+    64    31.4062    16.6406      1.875
+    """
+    t = zero_table(num_params_list, dp_degrees, k)
+    head = ["N_d"] + [f"{_fmt_params(p)} {_STAGE_NAMES[s]}" for p in num_params_list
+                      for s in (1, 2, 3)]
+    rows = [[str(nd)] + [f"{v:.6g}" for p in num_params_list for v in t[p][nd]]
+            for nd in dp_degrees]
+    widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                     for r in [head] + rows)
+
+
+def zero_communication_volume(num_params: float, stage: int) -> float:
+    """Elements communicated per rank and step: 2 Psi for stages 0-2, 3 Psi for stage 3.
+
+    >>> zero_communication_volume(1e9, 2), zero_communication_volume(1e9, 3)
+    (2000000000.0, 3000000000.0)
+    """
+    psi = _positive_number("num_params", num_params)
+    return float((3 if _stage(stage) == 3 else 2) * psi)
+
+
+def zero_communication_bytes(num_params: float, stage: int, bytes_per_element: float = 2
+                             ) -> float:
+    """Bytes communicated per rank and step (fp16 / bf16 elements: 2 bytes each).
+
+    >>> zero_communication_bytes(1e9, 3) / 1e9
+    6.0
+    """
+    return zero_communication_volume(num_params, stage) * float(bytes_per_element)
+
+
+def fits_on_gpu(num_params: float, stage: int, dp_degree: int, gpu_memory_gb: float = 80,
+                k: float = 12) -> bool:
+    """Whether the model states alone fit in ``gpu_memory_gb`` GB (10**9 bytes) per rank;
+    activations, buffers and fragmentation come on top.
+
+    >>> fits_on_gpu(7.5e9, 0, 64), fits_on_gpu(7.5e9, 1, 64)
+    (False, True)
+    """
+    cap = _positive_number("gpu_memory_gb", gpu_memory_gb)
+    return zero_model_state_bytes(num_params, stage, dp_degree, k) <= float(cap) * GB
+
+
+def _storage_bits(fmt: Format | IntFormat | str) -> int:
+    return get_format(fmt).bits
+
+
+def activation_bytes(shapes: Iterable[Sequence[int]], fmt: Format | IntFormat | str,
+                     packed: bool = False) -> int:
+    """Bytes to store activations of the given shapes in ``fmt``: each element takes the
+    format's width rounded up to whole bytes (how fp6 / fp4 / int4 sit in NumPy and ml_dtypes
+    arrays), or exactly its bits with ``packed=True`` (rounded up to a byte per tensor).
+
+    >>> activation_bytes([(32, 1024), (32, 4096)], "bf16"), activation_bytes([(8,)], "fp4")
+    (327680, 8)
+    >>> activation_bytes([(8,)], "fp4", packed=True)
+    4
+    """
+    bits = _storage_bits(fmt)
+    total = 0
+    for shp in shapes:
+        dims = tuple(shp)
+        if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in dims):
+            raise ValueError(f"a shape must be a sequence of non-negative ints, got {shp!r}")
+        n = math.prod(dims)
+        total += (n * bits + 7) // 8 if packed else n * ((bits + 7) // 8)
+    return total
+
+
+def checkpoint_peak_activations(n_layers: int, segments: int) -> int:
+    """Peak stored layer activations with ``segments`` checkpointed segments:
+    ``segments + ceil(n_layers / segments)`` (segment inputs kept, one segment recomputed).
+
+    >>> checkpoint_peak_activations(100, 10), checkpoint_peak_activations(100, 1)
+    (20, 101)
+    """
+    n = _positive_int("n_layers", n_layers)
+    k = _positive_int("segments", segments)
+    if k > n:
+        raise ValueError(f"segments must be in [1, n_layers={n}], got {k}")
+    return k + -(-n // k)
+
+
+def optimal_checkpoint_segments(n_layers: int) -> int:
+    """The segment count minimising :func:`checkpoint_peak_activations`; several counts
+    often tie (for 1000 layers every k in 28..36 gives 64), and the one nearest sqrt(n) is
+    returned (the smaller on a tie).
+
+    >>> optimal_checkpoint_segments(100), optimal_checkpoint_segments(1000)
+    (10, 32)
+    """
+    n = _positive_int("n_layers", n_layers)
+    root = math.sqrt(n)
+    return min(range(1, n + 1), key=lambda k: (k + -(-n // k), abs(k - root), k))
+
+
+# -- command line: fpsim memory -------------------------------------------------------------
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    """Arguments of ``fpsim memory``."""
+    p.add_argument("--params", type=float, required=True,
+                   help="number of parameters Psi, e.g. 7.5e9")
+    p.add_argument("--gpus", type=int, required=True, help="data-parallel degree N_d")
+    p.add_argument("--stage", type=int, default=None, choices=ZERO_STAGES,
+                   help="one ZeRO stage (default: all of 0-3)")
+    p.add_argument("--k", type=float, default=12,
+                   help="optimizer-state bytes per parameter K (Adam: 12)")
+    p.add_argument("--gpu-memory", type=float, default=80, dest="gpu_memory",
+                   help="GPU memory in GB (10**9 bytes) for the fits column (default 80)")
+
+
+def memory_report(num_params: float, gpus: int, stage: int | None = None, k: float = 12,
+                  gpu_memory_gb: float = 80) -> str:
+    """The text ``fpsim memory`` prints.
+
+    >>> print(memory_report(7.5e9, 64, stage=3).splitlines()[-1])
+    3      P_os+g+p       1.875      1.746           2.25e+10             45  yes
+    """
+    stages = ZERO_STAGES if stage is None else (_stage(stage),)
+    lines = [f"model states per rank: {num_params:g} parameters, {gpus} data-parallel ranks, "
+             f"K = {k:g} (mixed-precision Adam: 2 + 2 + K bytes per parameter)",
+             f"{'stage':6s} {'split':8s}  {'GB':>10s} {'GiB':>10s} {'comm/step (elems)':>18s} "
+             f"{'comm GB (fp16)':>14s}  fits {gpu_memory_gb:g} GB",
+             ]
+    for s in stages:
+        b = zero_model_state_bytes(num_params, s, gpus, k)
+        c = zero_communication_volume(num_params, s)
+        fits = "yes" if fits_on_gpu(num_params, s, gpus, gpu_memory_gb, k) else "no"
+        lines.append(f"{s:<6d} {_STAGE_NAMES[s]:8s}  {b / GB:10.4g} {b / GIB:10.4g} "
+                     f"{c:18.4g} {2 * c / GB:14.4g}  {fits}")
+    return "\n".join(lines)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Handler of ``fpsim memory``: prints :func:`memory_report`."""
+    print(memory_report(args.params, args.gpus, args.stage, args.k, args.gpu_memory))
+    return 0

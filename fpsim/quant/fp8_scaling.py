@@ -1,0 +1,153 @@
+"""FP8 per-tensor scaling as NVIDIA Transformer Engine's delayed scaling recipe does it.
+
+Follows Transformer Engine 1.x (``transformer_engine/pytorch/fp8.py``: ``_default_sf_compute``,
+``_default_get_amax_and_update_history``, ``_update_amax_history``), in float32:
+
+- scale = ``(fmt.max / amax) / 2**margin``; kept at the previous scale when amax is 0 or not
+  finite; ``float32 max`` when the quotient overflows (amax tiny). ``power_of_two=True`` gives
+  the older recipe (TE 0.x): ``2**(floor(log2(fmt.max / amax)) - margin)``, the exponent taken
+  from the float's bits.
+- the amax history holds ``amax_history_len`` values, slot 0 the current step's (the max of
+  every amax recorded in the step); an update takes ``max`` over the history (or its
+  ``most_recent`` slot 0), rolls it by one and zeroes slot 0, and sets the scale used by the
+  NEXT step: the scale always lags by one step.
+- quantization is the saturating cast of ``float32(x * scale)`` to the fp8 format (round to
+  nearest even; NaN stays NaN); dequantization multiplies by ``scale_inv = float32(1 / scale)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..formats import Format, get_float_format
+from ..rounding import cast
+
+__all__ = ["fp8_scale", "fp8_quantize", "fp8_dequantize", "DelayedScaling"]
+
+_FP32_MAX = np.float32(np.finfo(np.float32).max)
+
+
+def _fp8_format(fmt: Format | str) -> Format:
+    return get_float_format(fmt)
+
+
+def fp8_scale(amax, fmt: Format | str = "e4m3", margin: float = 0, prev_scale=1.0,
+              power_of_two: bool = False) -> np.ndarray:
+    """The scale that maps ``amax`` to the format's largest value (less ``margin`` binades).
+
+    >>> float(fp8_scale(2.0, "e4m3")), float(fp8_scale(2.0, "e5m2", margin=1))
+    (224.0, 14336.0)
+    >>> float(fp8_scale(0.0, "e4m3", prev_scale=4.0))  # nothing seen: keep the old scale
+    4.0
+    >>> float(fp8_scale(3.0, "e4m3", power_of_two=True))  # 2**floor(log2(448 / 3))
+    128.0
+    """
+    f = _fp8_format(fmt)
+    a = np.asarray(amax, dtype=np.float32)
+    prev = np.asarray(prev_scale, dtype=np.float32)
+    if not np.isfinite(float(margin)):
+        raise ValueError(f"margin must be finite, got {margin!r}")
+    fmax = np.float32(f.max)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        ratio = fmax / a
+        if power_of_two:
+            _, e = np.frexp(ratio.astype(np.float64))  # ratio = m * 2**e, 0.5 <= m < 1
+            exp = (e.astype(np.float64) - 1) - float(margin)
+            sf = np.power(np.float32(2.0), exp.astype(np.float32))
+        else:
+            sf = ratio / np.float32(2.0 ** float(margin))
+    ok = (a > 0) & np.isfinite(a)
+    sf = np.where(ok, sf, prev)
+    sf = np.where(np.isinf(sf), _FP32_MAX, sf)
+    return sf.astype(np.float32)
+
+
+def fp8_quantize(x, scale, fmt: Format | str = "e4m3") -> np.ndarray:
+    """The saturating cast of ``float32(x * scale)`` to ``fmt`` (an ml_dtypes float8 array for
+    the fp8 presets).
+
+    >>> fp8_quantize(np.array([1.0, 3.0, -1000.0], np.float32), 100.0).astype(np.float32)
+    array([  96.,  288., -448.], dtype=float32)
+
+    (100 is halfway between e4m3's 96 and 104 and rounds to the even 96.)
+    """
+    f = _fp8_format(fmt)
+    xs = np.asarray(x, dtype=np.float32) * np.asarray(scale, dtype=np.float32)
+    return cast(xs, f, overflow="saturate")
+
+
+def fp8_dequantize(q, scale) -> np.ndarray:
+    """float32 ``q * float32(1 / scale)`` (Transformer Engine's ``scale_inv``).
+
+    >>> fp8_dequantize(fp8_quantize(np.array([1.0, 3.0], np.float32), 100.0), 100.0)
+    array([0.96     , 2.8799999], dtype=float32)
+    """
+    s = np.asarray(scale, dtype=np.float32)
+    if not (np.isfinite(s).all() and (s > 0).all()):
+        raise ValueError(f"scale must be finite and positive, got {scale!r}")
+    scale_inv = np.float32(1.0) / s
+    return (np.asarray(q).astype(np.float32) * scale_inv).astype(np.float32)
+
+
+class DelayedScaling:
+    """Per-tensor delayed scaling: quantize with the current scale, record amax, update.
+
+    >>> ds = DelayedScaling("e4m3", amax_history_len=4)
+    >>> q = ds.quantize(np.array([0.5, -2.0], np.float32))  # step 1 uses scale 1.0
+    >>> float(ds.scale), ds.amax_history.tolist()
+    (1.0, [2.0, 0.0, 0.0, 0.0])
+    >>> ds.update(); float(ds.scale), ds.amax_history.tolist()
+    (224.0, [0.0, 0.0, 0.0, 2.0])
+    """
+
+    def __init__(self, fmt: Format | str = "e4m3", margin: float = 0,
+                 amax_history_len: int = 1024, amax_compute_algo: str = "max",
+                 power_of_two: bool = False) -> None:
+        self.fmt = _fp8_format(fmt)
+        if isinstance(amax_history_len, bool) or not isinstance(
+                amax_history_len, (int, np.integer)) or amax_history_len < 1:
+            raise ValueError(f"amax_history_len must be an int >= 1, got {amax_history_len!r}")
+        if amax_compute_algo not in ("max", "most_recent"):
+            raise ValueError(f"unknown amax_compute_algo {amax_compute_algo!r}; valid: 'max', "
+                             "'most_recent'")
+        self.margin = float(margin)
+        self.amax_compute_algo = amax_compute_algo
+        self.power_of_two = bool(power_of_two)
+        self.amax_history = np.zeros(int(amax_history_len), np.float32)
+        self.scale = np.float32(1.0)
+
+    @property
+    def scale_inv(self) -> np.float32:
+        """float32(1 / scale)."""
+        return np.float32(1.0) / self.scale
+
+    def record_amax(self, amax) -> None:
+        """Fold an amax into the current step's slot (the max of all recorded this step)."""
+        a = np.float32(amax)
+        if np.isnan(a):
+            self.amax_history[0] = np.float32(np.nan)
+        else:
+            self.amax_history[0] = max(self.amax_history[0], a)
+
+    def quantize(self, x) -> np.ndarray:
+        """Record ``max|x|`` and return ``x`` cast to fp8 with the current scale."""
+        arr = np.asarray(x, dtype=np.float32)
+        if arr.size:
+            self.record_amax(np.max(np.abs(arr)))
+        return fp8_quantize(arr, self.scale, self.fmt)
+
+    def dequantize(self, q) -> np.ndarray:
+        """float32 values of ``q`` cast with the current scale."""
+        return fp8_dequantize(q, self.scale)
+
+    def update(self) -> None:
+        """End of step: amax from the history, roll it, compute the next step's scale."""
+        if self.amax_compute_algo == "max":
+            amax = np.max(self.amax_history)
+        else:
+            amax = self.amax_history[0]
+        if self.amax_history.size > 1:
+            self.amax_history = np.roll(self.amax_history, -1)
+        self.amax_history[0] = 0.0
+        self.scale = np.float32(fp8_scale(amax, self.fmt, self.margin, self.scale,
+                                          self.power_of_two))

@@ -1,0 +1,333 @@
+"""fake_quantize / quantize / dequantize / LSQ / TensorRT against PyTorch's formulas written
+independently here: exact fractions.Fraction arithmetic, rounded to float32 with MPFR (gmpy2)
+at exactly the points where PyTorch's C++ kernel rounds, and Python's round() (half to even)
+for nearbyint."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import gmpy2
+import ml_dtypes
+import numpy as np
+import pytest
+
+from fpsim.quant import (
+    dequantize,
+    fake_quantize,
+    fake_quantize_per_channel,
+    fake_quantize_ste_mask,
+    lsq_grad,
+    lsq_grad_scale,
+    lsq_init_step,
+    quant_range,
+    quantize,
+    tensorrt_fake_quantize,
+    tensorrt_quantize,
+    tensorrt_scale,
+)
+
+
+def f32(v) -> Fraction:
+    """Round an exact rational to the nearest float32 (ties to even), as a Fraction."""
+    q = Fraction(v)
+    with gmpy2.ieee(32):
+        r = gmpy2.mpfr(gmpy2.mpq(q.numerator, q.denominator))
+    if gmpy2.is_infinite(r):
+        raise OverflowError
+    return Fraction(*(int(t) for t in r.as_integer_ratio()))
+
+
+def ref_fake_quant(x: float, scale: float, z: int, qmin: int, qmax: int):
+    """PyTorch's CPU kernel for float32 input, on exact rationals: returns (out, mask)."""
+    s = f32(Fraction(scale))  # `float sc`
+    inv = f32(1 / s)  # 1.0f / sc
+    t = f32(Fraction(float(x)) * inv)  # float * float
+    qf = f32(z + round(t))  # nearbyint (half even), then int64 + float in float
+    mask = qmin <= qf <= qmax
+    q = min(max(qf, qmin), qmax)
+    return f32((q - z) * s), mask
+
+
+def as_frac32(arr) -> list[Fraction]:
+    return [Fraction(float(v)) for v in np.asarray(arr, np.float32).reshape(-1)]
+
+
+# -- hand-checked cases ----------------------------------------------------------------------
+
+def test_ties_round_half_to_even():
+    # scale 0.5: x / s lands exactly on .5; half to even: 2.5 -> 2, 3.5 -> 4, -2.5 -> -2,
+    # -3.5 -> -4, 0.5 -> 0, 1.5 -> 2
+    x = np.array([1.25, 1.75, -1.25, -1.75, 0.25, 0.75], np.float32)
+    out = fake_quantize(x, 0.5, 0, -128, 127)
+    assert out.tolist() == [1.0, 2.0, -1.0, -2.0, 0.0, 1.0]
+    assert out.dtype == np.float32
+
+
+def test_clamping_and_mask_at_qmin_qmax():
+    s = 0.5
+    x = np.array([63.5, 63.75, 63.25, 64.0, 100.0, -64.0, -64.25, -64.5, -100.0], np.float32)
+    # x / s = 127, 127.5 (-> 128, clamped), 126.5 (-> 126), 128, 200, -128, -128.5 (-> -128),
+    # -129, -200
+    out = fake_quantize(x, s, 0, -128, 127)
+    assert out.tolist() == [63.5, 63.5, 63.0, 63.5, 63.5, -64.0, -64.0, -64.0, -64.0]
+    mask = fake_quantize_ste_mask(x, s, 0, -128, 127)
+    assert mask.tolist() == [True, False, True, False, False, True, True, False, False]
+
+
+def test_zero_point_affine_quint8():
+    s, z = 0.5, 3
+    x = np.array([-2.0, -1.5, -1.75, 0.0, 126.0, 127.0], np.float32)
+    # x / s + z = -1 (clamped to 0), 0, -0.5 -> 0 (even) + 3 = ... computed as z + rint(x/s):
+    # rint(-3.5) = -4 -> -1 -> clamp 0; rint(-3) + 3 = 0; 3; 255; 257 -> 255
+    out = fake_quantize(x, s, z, 0, 255)
+    assert out.tolist() == [-1.5, -1.5, -1.5, 0.0, 126.0, 126.0]
+    mask = fake_quantize_ste_mask(x, s, z, 0, 255)
+    assert mask.tolist() == [False, True, False, True, True, False]
+
+
+def test_reciprocal_not_division_fbgemm_example():
+    # FBGEMM's comment: x * (1/s) is 127.5 in float32 (-> 128), x / s is 127.49999 (-> 127)
+    x, s = np.float32(0.273939937), 0.00214854861
+    sf = f32(Fraction(s))
+    exact_div = Fraction(float(x)) / sf
+    assert round(f32(exact_div)) == 127  # what dividing would give
+    out = fake_quantize(np.array([x]), s, 0, 0, 255)
+    assert Fraction(float(out[0])) == f32(128 * sf)
+    assert int(quantize(x, s, 0, dtype="uint8")) == 128
+
+
+def test_nan_and_infinities_follow_the_kernel():
+    x = np.array([np.nan, np.inf, -np.inf], np.float32)
+    out = fake_quantize(x, 0.25, 2, -8, 7)
+    # fmax(NaN, qmin) = qmin: NaN -> (qmin - z) * s; inf clamps to qmax, -inf to qmin
+    assert out.tolist() == [(-8 - 2) * 0.25, (7 - 2) * 0.25, (-8 - 2) * 0.25]
+    assert fake_quantize_ste_mask(x, 0.25, 2, -8, 7).tolist() == [False, False, False]
+
+
+# -- random comparison with the exact reference --------------------------------------------
+
+def _random_cases(rng, n):
+    for _ in range(n):
+        qmin, qmax = [(-128, 127), (0, 255), (-8, 7), (0, 15), (-64, 63)][rng.integers(5)]
+        z = int(rng.integers(qmin, qmax + 1))
+        scale = float(np.exp(rng.uniform(-12, 3)))
+        yield qmin, qmax, z, scale
+
+
+def test_per_tensor_matches_reference_bitwise():
+    rng = np.random.default_rng(1)
+    for qmin, qmax, z, scale in _random_cases(rng, 40):
+        # values on and around the grid, ties included
+        k = rng.integers(qmin - z - 5, qmax - z + 6, 60).astype(np.float64)
+        x = np.concatenate([(k + rng.choice([0.0, 0.5, -0.5, 0.499, 0.501], 60)) * scale,
+                            rng.standard_normal(30) * scale * (qmax - qmin) / 2])
+        x = x.astype(np.float32)
+        out = fake_quantize(x, scale, z, qmin, qmax)
+        mask = fake_quantize_ste_mask(x, scale, z, qmin, qmax)
+        for xi, oi, mi in zip(x, out, mask, strict=True):
+            ro, rm = ref_fake_quant(float(xi), scale, z, qmin, qmax)
+            assert Fraction(float(oi)) == ro, (xi, scale, z, qmin, qmax)
+            assert bool(mi) == rm
+
+
+def test_qint32_range_rounds_twice_per_tensor_once_per_channel():
+    # beyond 2**24 the per-tensor kernel converts (q - z) to float before multiplying (two
+    # roundings); the per-channel kernel multiplies in double (one rounding)
+    rng = np.random.default_rng(9)
+    s, z, qmin, qmax = 0.001, 12345, -(2**31), 2**31 - 1
+    x = (rng.standard_normal(300) * 1e5).astype(np.float32)
+    out = fake_quantize(x, s, z, qmin, qmax)
+    out_c = fake_quantize_per_channel(x[None, :], [s], [z], 0, qmin, qmax)[0]
+    sf = f32(Fraction(s))
+    inv = f32(1 / sf)
+    twice = 0
+    for xi, oi, ci in zip(x, out, out_c, strict=True):
+        qf = f32(z + round(f32(Fraction(float(xi)) * inv)))
+        q = min(max(qf, qmin), qmax)
+        assert Fraction(float(oi)) == f32(f32(q - z) * sf)
+        assert Fraction(float(ci)) == f32((q - z) * sf)
+        twice += f32(f32(q - z) * sf) != f32((q - z) * sf)
+    assert twice > 0  # the data does reach the double rounding
+
+
+def test_float64_input_uses_double_product_and_float_output():
+    # the double kernel: x * inv_scale in double, output (q - z) * sc in float
+    s, z = 0.1, 0
+    x = np.array([0.25, 0.35, 0.15000000000000002, 1 / 3], np.float64)
+    out = fake_quantize(x, s, z, -128, 127)
+    assert out.dtype == np.float64
+    sf = f32(Fraction(s))
+    inv = f32(1 / sf)
+    for xi, oi in zip(x, out, strict=True):
+        t = Fraction(float(Fraction(xi) * inv))  # rounded to double
+        q = min(max(round(t) + z, -128), 127)
+        assert Fraction(float(oi)) == f32((q - z) * sf)
+
+
+def test_half_input_computes_in_float32():
+    x = np.array([0.3, -1.7, 2.5], np.float16)
+    out = fake_quantize(x, 0.5, 0, -128, 127)
+    assert out.dtype == np.float16
+    expect = [float(ref_fake_quant(float(v), 0.5, 0, -128, 127)[0]) for v in x.astype(np.float32)]
+    assert out.astype(np.float64).tolist() == expect
+    xb = np.array([0.3, -1.7], ml_dtypes.bfloat16)
+    assert fake_quantize(xb, 0.5, 0, -128, 127).dtype == xb.dtype
+
+
+def test_per_channel_matches_reference():
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((3, 4, 5)) * 2).astype(np.float32)
+    for axis in (0, 1, 2, -1):
+        n = x.shape[axis]
+        scales = np.exp(rng.uniform(-5, 0, n)).astype(np.float32)
+        zps = rng.integers(-3, 4, n)
+        out = fake_quantize_per_channel(x, scales, zps, axis, -8, 7)
+        mask = fake_quantize_ste_mask(x, scales, zps, -8, 7, axis=axis)
+        ax = axis % 3
+        for idx in np.ndindex(x.shape):
+            c = idx[ax]
+            ro, rm = ref_fake_quant(float(x[idx]), float(scales[c]), int(zps[c]), -8, 7)
+            assert Fraction(float(out[idx])) == ro
+            assert bool(mask[idx]) == rm
+
+
+def test_quantize_dequantize_reference():
+    rng = np.random.default_rng(3)
+    for qmin, qmax, z, scale in _random_cases(rng, 20):
+        dtype = "uint8" if qmin >= 0 else "int8"
+        x = (rng.standard_normal(50) * scale * 100).astype(np.float32)
+        q = quantize(x, scale, z, qmin, qmax, dtype)
+        assert q.dtype == (np.uint8 if dtype == "uint8" else np.int8)
+        sf = f32(Fraction(scale))
+        inv = f32(1 / sf)
+        for xi, qi in zip(x, q, strict=True):
+            r = z + round(f32(Fraction(float(xi)) * inv))
+            assert int(qi) == min(max(r, qmin), qmax)
+        d = dequantize(q, scale, z)
+        assert d.dtype == np.float32
+        for qi, di in zip(q, d, strict=True):
+            assert Fraction(float(di)) == f32((int(qi) - z) * sf)
+
+
+def test_quantize_per_channel_and_int32():
+    x = np.array([[1.0, -1.0], [1.0, -1.0]], np.float32)
+    q = quantize(x, [0.5, 0.25], [0, 1], axis=0)
+    assert q.tolist() == [[2, -2], [5, -3]]
+    assert dequantize(q, [0.5, 0.25], [0, 1], axis=0).tolist() == x.tolist()
+    big = quantize(np.float32(1e12), 1.0, 0, dtype="int32")
+    assert int(big) == 2**31 - 1
+
+
+# -- LSQ ------------------------------------------------------------------------------------
+
+def test_lsq_grad_exact_for_power_of_two_step():
+    s = 0.25
+    x = np.array([0.3, 0.1, -0.6, 1.2, -2.2, 1.9, 1.8625], np.float32)
+    mask, ds = lsq_grad(x, s, -8, 7)
+    for xi, mi, di in zip(x, mask, ds, strict=True):
+        v = Fraction(float(xi)) / Fraction(s)
+        r = round(v)
+        if -8 <= r <= 7:
+            assert mi and Fraction(float(di)) == r - v  # -v/s + round(v/s), exact here
+        else:
+            assert not mi and float(di) == (-8 if r < -8 else 7)
+
+
+def test_lsq_grad_close_to_formula_for_any_step():
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        s = float(np.exp(rng.uniform(-6, 2)))
+        x = (rng.standard_normal(200) * s * 6).astype(np.float32)
+        mask, ds = lsq_grad(x, s, -8, 7)
+        sf = f32(Fraction(s))
+        inv = f32(1 / sf)
+        for xi, mi, di in zip(x, mask, ds, strict=True):
+            q = round(f32(Fraction(float(xi)) * inv))
+            assert bool(mi) == (-8 <= q <= 7)
+            if mi:
+                v = Fraction(float(xi)) / sf
+                assert abs(float(di) - float(round(v) - v)) <= 8 * 2.0**-24 * max(1, abs(v))
+            else:
+                assert float(di) == (-8.0 if q < -8 else 7.0)
+
+
+def test_lsq_scales():
+    assert lsq_grad_scale(1000, 127) == 1 / math.sqrt(127000)
+    assert lsq_init_step([3.0, -1.0], 4) == 2.0  # 2 * mean(|v|) / sqrt(4) = 2 * 2 / 2
+    with pytest.raises(ValueError):
+        lsq_grad_scale(0, 127)
+    with pytest.raises(ValueError):
+        lsq_init_step([np.nan], 127)
+
+
+# -- TensorRT --------------------------------------------------------------------------------
+
+def test_tensorrt_hand_cases():
+    assert float(tensorrt_scale(127.0)) == 1.0
+    q = tensorrt_quantize(np.array([2.5, 3.5, -2.5, 200.0, -200.0, 127.4], np.float32), 127.0)
+    assert q.tolist() == [2, 4, -2, 127, -128, 127]
+    assert tensorrt_quantize(np.array([1.0, -3.0], np.float32), 0.0).tolist() == [0, 0]
+    assert tensorrt_quantize(np.array([-200.0], np.float32), 127.0, narrow_range=True)[0] == -127
+
+
+def test_tensorrt_matches_facts_formula_away_from_ties():
+    # facts: x_q = round_half_even(clip(x / s, -128, 127)), s = amax / 127, exactly
+    rng = np.random.default_rng(5)
+    for _ in range(10):
+        amax = float(np.float32(np.exp(rng.uniform(-4, 4))))
+        x = (rng.standard_normal(300) * amax * 0.7).astype(np.float32)
+        q = tensorrt_quantize(x, amax)
+        fq = tensorrt_fake_quantize(x, amax)
+        for xi, qi, fi in zip(x, q, fq, strict=True):
+            v = Fraction(float(xi)) * 127 / Fraction(amax)
+            if abs(v - math.floor(v) - Fraction(1, 2)) < Fraction(1, 10**4):
+                continue  # float32 rounding of the product may move a near-tie
+            expect = round(min(max(v, -128), 127))
+            assert int(qi) == expect
+            assert abs(float(fi) - expect * amax / 127) <= 2.0**-22 * amax
+
+
+# -- bad input -------------------------------------------------------------------------------
+
+def test_bad_arguments():
+    x = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="quant_min"):
+        fake_quantize(x, 0.1, 0, 5, 4)
+    with pytest.raises(ValueError, match="zero_point"):
+        fake_quantize(x, 0.1, 300, 0, 255)
+    with pytest.raises(ValueError, match="scale"):
+        fake_quantize(x, 0.0, 0, 0, 255)
+    with pytest.raises(ValueError, match="scale"):
+        fake_quantize(x, -1.0, 0, 0, 255)
+    with pytest.raises(ValueError, match="integer"):
+        fake_quantize(x, 0.1, 0.5, 0, 255)
+    with pytest.raises(ValueError, match="channels"):
+        fake_quantize_per_channel(np.ones((2, 3), np.float32), [1.0, 1.0], [0, 0], 1, 0, 255)
+    with pytest.raises(ValueError, match="axis"):
+        fake_quantize_per_channel(np.ones((2, 3), np.float32), [1.0, 1.0], [0, 0], 2, 0, 255)
+    with pytest.raises(ValueError, match="NaN"):
+        quantize(np.array([np.nan], np.float32), 0.1, 0)
+    with pytest.raises(ValueError, match="does not fit"):
+        quantize(x, 0.1, 0, -200, 127, "int8")
+    with pytest.raises(TypeError):
+        fake_quantize(np.array([1 + 2j]), 0.1, 0, 0, 255)
+    with pytest.raises(TypeError):
+        dequantize(np.ones(2, np.float32), 0.1, 0)
+
+
+@pytest.mark.parametrize("bits", [0, 1, 9, 12, 64])
+def test_unsupported_bit_widths(bits):
+    with pytest.raises(ValueError, match="valid: 2, 3, 4, 5, 6, 7, 8, 16, 32"):
+        quant_range(bits)
+    with pytest.raises(ValueError, match="valid"):
+        tensorrt_quantize(np.ones(2, np.float32), 1.0, num_bits=bits)
+
+
+def test_quant_range_values():
+    assert quant_range(8) == (-128, 127)
+    assert quant_range(8, signed=False) == (0, 255)
+    assert quant_range(4) == (-8, 7)
+    assert quant_range(8, narrow_range=True) == (-127, 127)
+    assert quant_range(2) == (-2, 1)
