@@ -71,7 +71,8 @@ def to_bits(
     ebits = (a >> _U(52)).astype(np.int64)
     e = np.maximum(ebits, 1) - 1023
     sig = (a & FRAC) | np.where(ebits > 0, HIDDEN, _U(0))
-    normal = (e >= fmt.emin) & (a < EXP_MASK)
+    # a float64 subnormal (ebits == 0) is a subnormal of a format whose emin is -1022 too
+    normal = (ebits > 0) & (e >= fmt.emin) & (a < EXP_MASK)
     with np.errstate(over="ignore"):
         shift = np.clip((52 - m) + (fmt.emin - e), 0, 63).astype(_U)
     exp_field = np.where(normal, e + fmt.bias, 0).astype(_U)

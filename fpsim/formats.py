@@ -229,8 +229,9 @@ class Format:
 
     @property
     def epsneg(self) -> float:
-        """Distance from 1 to the next smaller value."""
-        return _pow2(-self.mantissa_bits - 1)
+        """Distance from 1 to the next smaller value: 2**(-mantissa_bits - 1), or eps when 1 is
+        the smallest normal (emin = 0, as fp4 / fp6 e2m3), whose neighbour below is subnormal."""
+        return _pow2(self.negep)
 
     @property
     def machep(self) -> int:
@@ -239,8 +240,9 @@ class Format:
 
     @property
     def negep(self) -> int:
-        """Exponent of epsneg (numpy.finfo ``negep``)."""
-        return -self.mantissa_bits - 1
+        """Exponent of epsneg (numpy.finfo ``negep``): the spacing below 1 is that of the binade
+        [1/2, 1), or of the subnormals when that binade lies below 2**emin."""
+        return max(-1, self.emin) - self.mantissa_bits
 
     @property
     def unit_roundoff(self) -> float:

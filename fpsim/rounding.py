@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from . import flags as _flags
@@ -162,6 +163,7 @@ def _deep_round(a, s, mode: Rounding, neg, rnd, random_bits, qmin_bits):
     the smallest subnormal; the kept parity is that of M >> s, not of an exponent bit."""
     hidden = np.where((a >> _U(52)) != ZERO, HIDDEN, ZERO)
     sig = (a & FRAC) | hidden
+    s_true = np.asarray(s, dtype=np.int64)
     s = np.minimum(s, 63).astype(_U)
     mask = (ONE << s) - ONE
     kept = sig >> s
@@ -180,12 +182,15 @@ def _deep_round(a, s, mode: Rounding, neg, rnd, random_bits, qmin_bits):
     elif mode is Rounding.ODD:
         up = (rem != ZERO) & ((kept & ONE) == ZERO)
     else:
-        if random_bits is None:
-            up = (rnd >> (_U(64) - s)) < rem
-        else:
-            r = int(random_bits)
-            spread = np.maximum(s.astype(np.int64) - r, 0).astype(_U)
-            up = ((rnd >> _U(64 - r)) << spread) + rem >= (ONE << s)
+        # up with probability rem / 2**s_true: the cap at 63 must not apply here (it made
+        # deep underflow round up far too often). Of the 2**r values u of the random bits,
+        # floor(rem * 2**r / 2**s_true) round up.
+        r = 64 if random_bits is None else int(random_bits)
+        u = rnd if random_bits is None else rnd >> _U(64 - r)
+        sh = s_true - r
+        count = np.where(sh >= 0, rem >> np.clip(sh, 0, 63).astype(_U),
+                         rem << np.clip(-sh, 0, 63).astype(_U))
+        up = u < count
     units = (kept + up.astype(_U)).astype(np.float64)  # 0, 1 or 2 smallest subnormals
     return (units * qmin_bits.view(np.float64)).view(np.uint64)
 
@@ -235,9 +240,16 @@ def _kernel(b, p: _Params, mode, overflow, flush, daz, tininess, rng, random_bit
         # rounded to full precision with an unbounded exponent (the scalar-shift result).
         tiny = a[idx] != ZERO
         if tininess is Tininess.AFTER:
-            r_unb = _increment_round(a[idx], _U(p.c), mode, neg[idx],
+            al, lim = a[idx], p.tiny_bits
+            if p.low_emin and (al < HIDDEN).any():
+                # float64 subnormals lack the precision of the unbounded-exponent result:
+                # compare them scaled by 2**64 (exact; rounding commutes with the scaling)
+                sub64 = al < HIDDEN
+                al = np.where(sub64, (al.view(np.float64) * 2.0**64).view(_U), al)
+                lim = np.where(sub64, p.tiny_bits + _U(64 << 52), p.tiny_bits)
+            r_unb = _increment_round(al, _U(p.c), mode, neg[idx],
                                      None if rnd is None else rnd[idx], random_bits)
-            tiny &= r_unb < p.tiny_bits
+            tiny &= r_unb < lim
         tidx = tuple(i[tiny] for i in idx)
         if flush:
             r[tidx] = ZERO
@@ -304,6 +316,28 @@ def _prepare(fmt, rounding, overflow, subnormals, tininess, random_bits):
     return fmt, mode, ovf, flush, daz, tin, random_bits
 
 
+def _widen(arr: np.ndarray) -> np.ndarray:
+    """float16 / float32 / ml_dtypes floats to float64, exactly, NaN payloads included.
+
+    The hardware widening quiets a signalling NaN (and warns); IEEE conversions must signal
+    INVALID for it later, so such NaNs are rebuilt from their patterns, still signalling."""
+    with np.errstate(invalid="ignore"):
+        out = arr.astype(np.float64)
+    if arr.dtype == np.float16 or not arr.size:  # NumPy widens float16 NaNs bit-exactly
+        return out
+    nan = np.isnan(out)
+    if nan.any():
+        info = np.finfo(arr.dtype) if arr.dtype.kind == "f" else ml_dtypes.finfo(arr.dtype)
+        m = int(info.nmant)
+        src = arr[nan].view(f"u{arr.dtype.itemsize}").astype(np.uint64)
+        payload = src & _U((1 << m) - 1)
+        snan = (payload != ZERO) & ((payload >> _U(m - 1)) & ONE == ZERO)
+        pat = ((src >> _U(info.bits - 1)) << _U(63)) | EXP_MASK | (payload << _U(52 - m))
+        ob = out.view(np.uint64)
+        ob[nan] = np.where(snan, pat, ob[nan])
+    return out
+
+
 _ML_FLOAT_KINDS = "V"  # ml_dtypes' bfloat16 / float8 report kind 'V'
 
 
@@ -321,8 +355,16 @@ def as_float64(x) -> tuple[np.ndarray, np.ndarray | None, bool]:
     if isinstance(x, (complex, np.complexfloating)):
         raise TypeError("complex input is not supported: round the real and imaginary parts")
     if isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 1 << 63:
-        hi = float(x)
-        return np.array(hi), np.array(float(x - int(hi))), True
+        try:
+            hi = float(x)
+        except OverflowError:  # x rounds to inf in float64: pair it with the largest float64
+            hi = float(np.finfo(np.float64).max) * (1.0 if x > 0 else -1.0)
+        rem = x - int(hi)
+        rem = max(-(1 << 1000), min(rem, 1 << 1000))  # beyond 2**1024: any lo >= a spacing
+        lo = float(rem)  # truncated toward zero: keeps how rem compares with half a spacing
+        if abs(int(lo)) > abs(rem):
+            lo = float(np.nextafter(lo, 0.0))
+        return np.array(hi), np.array(lo), True
     arr = np.asarray(x)
     kind = arr.dtype.kind
     if kind == "c":
@@ -333,23 +375,28 @@ def as_float64(x) -> tuple[np.ndarray, np.ndarray | None, bool]:
             with np.errstate(invalid="ignore"):
                 lo = np.where(np.isfinite(hi), (arr - hi).astype(np.float64), 0.0)
             return hi, lo, scalar
-        return arr.astype(np.float64, copy=False), None, scalar
+        if arr.dtype.itemsize == 8:
+            return arr.astype(np.float64, copy=False), None, scalar
+        return _widen(arr), None, scalar
     if kind in "iu":
         hi = arr.astype(np.float64)
-        if arr.dtype.itemsize >= 8 and arr.size:
-            big = np.abs(hi) > 2.0**53
-            if big.any():
-                # int(hi) is exact; the difference fits an int64 (|diff| <= 2**10)
-                diff = np.where(big, arr - hi.astype(arr.dtype) if kind == "i" else
-                                (arr.astype(np.uint64) - hi.astype(np.uint64)).view(np.int64),
-                                0)
-                return hi, diff.astype(np.float64), scalar
+        if arr.dtype.itemsize >= 8 and arr.size and (np.abs(hi) >= 2.0**53).any():
+            # split exactly into a multiple of 2**11 (<= 53 significant bits) and the low 11
+            # bits, then TwoSum: hi = the nearest float64, lo the exact remainder. (Casting
+            # hi back to the integer type overflows at 2**63 / 2**64.)
+            top = ((arr >> 11).astype(np.float64)) * 2048.0
+            low = (arr & 2047).astype(np.float64)
+            hi = top + low
+            b = hi - top
+            lo = (top - (hi - b)) + (low - b)
+            if (lo != 0).any():
+                return hi, lo, scalar
         return hi, None, scalar
     if kind == "b":
         return arr.astype(np.float64), None, scalar
     if kind in _ML_FLOAT_KINDS:
         try:
-            return arr.astype(np.float64), None, scalar
+            return _widen(arr), None, scalar
         except (TypeError, ValueError):
             pass
     raise TypeError(
@@ -383,8 +430,7 @@ def _run(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bits, wan
     for lo in range(0, n, CHUNK):
         hi = min(n, lo + CHUNK)
         if narrow:
-            with np.errstate(invalid="ignore"):  # signalling NaNs are quieted by the widening
-                chunk = bits[lo:hi].astype(np.float64).view(np.uint64)
+            chunk = _widen(bits[lo:hi]).view(np.uint64)
         else:
             chunk = bits[lo:hi]
         r, f = _kernel(chunk, p, mode, ovf, flush, daz, tin, gen, random_bits, want)
@@ -467,6 +513,55 @@ def _odd_from_pair(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
     return (a | sign).view(np.float64)
 
 
+def _pair_to_float64(hi, lo, mode: Rounding, overflow: Overflow, flush: bool, rng,
+                     random_bits):
+    """Round hi + lo to float64 itself (hi the nearest float64, or the largest finite one for
+    a value beyond it; lo's sign exact): the result is hi or nb, hi's neighbour on lo's side."""
+    finite = np.isfinite(hi)
+    inexact = (lo != 0) & finite
+    with np.errstate(invalid="ignore", over="ignore"):
+        nb = np.nextafter(hi, np.where(lo > 0, np.inf, -np.inf))
+        gap = np.where(np.isinf(nb) & finite, 2.0**971, np.abs(nb - hi))  # spacing toward nb
+        twice = 2.0 * np.abs(lo)
+    odd = (hi.view(np.uint64) & ONE) == ONE
+    away = np.abs(nb) > np.abs(hi)
+    if mode is Rounding.NEAREST_EVEN:
+        take = (twice > gap) | ((twice == gap) & odd)
+    elif mode is Rounding.NEAREST_AWAY:
+        take = (twice > gap) | ((twice == gap) & away)
+    elif mode is Rounding.TOWARD_ZERO:
+        take = ~away
+    elif mode is Rounding.UP:
+        take = lo > 0
+    elif mode is Rounding.DOWN:
+        take = lo < 0
+    elif mode is Rounding.ODD:
+        take = ~odd
+    else:  # stochastic: nb with probability |lo| / gap (float64 accuracy)
+        gen = default_rng(rng)
+        with np.errstate(invalid="ignore"):
+            prob = np.abs(lo) / gap
+        if random_bits is None:
+            take = gen.random(hi.shape) < prob
+        else:
+            take = gen.integers(0, 1 << random_bits, size=hi.shape) < np.floor(
+                prob * float(1 << random_bits))
+    out = np.where(take & inexact, nb, hi)
+    fl = np.where(inexact, np.uint8(Flags.INEXACT), np.uint8(0))
+    ovf = (np.isinf(out) | (np.isinf(nb) & (np.abs(lo) >= gap))) & finite  # beyond 2**1024
+    fl[ovf] |= np.uint8(Flags.OVERFLOW)
+    if overflow is Overflow.SATURATE:
+        out = np.where(ovf, np.copysign(np.finfo(np.float64).max, out), out)
+    if flush:
+        tiny = (np.abs(out) < 2.0**-1022) & (out != 0)
+        fl[tiny] |= np.uint8(Flags.UNDERFLOW | Flags.INEXACT)
+        out = np.where(tiny, np.copysign(0.0, out), out)
+    snan = np.isnan(hi) & ((hi.view(np.uint64) & QUIET) == ZERO)
+    fl[snan] = np.uint8(Flags.INVALID)
+    out = np.where(np.isnan(hi), (hi.view(np.uint64) | QUIET).view(np.float64), out)
+    return out.view(np.uint64), fl
+
+
 def round_pair(
     hi,
     lo,
@@ -495,7 +590,8 @@ def round_pair(
     """
     fmt, mode, ovf, flush, daz, tin, random_bits = _prepare(
         fmt, rounding, overflow, subnormals, tininess, random_bits)
-    if fmt.mantissa_bits > 51:
+    identity = _params(fmt).identity
+    if fmt.mantissa_bits > 51 and not identity:
         raise ValueError(f"round_pair needs a format of at most 51 mantissa bits, got {fmt.name}")
     hi_a, _, scalar = as_float64(hi)
     lo_a, _, _ = as_float64(lo)
@@ -506,6 +602,9 @@ def round_pair(
     shape = hi_a.shape
     hi_a = np.ascontiguousarray(hi_a, dtype=np.float64).reshape(-1)
     lo_a = np.ascontiguousarray(lo_a, dtype=np.float64).reshape(-1)
+    if identity:  # fp64 itself (int64 / long double input): hi or its neighbour toward lo
+        out, fl = _pair_to_float64(hi_a, lo_a, mode, ovf, flush, rng, random_bits)
+        return _finish(out, fl if want else None, shape, scalar, bool(flags), "round_pair")
     if daz:  # denormal operands were handled by the caller; here only the value matters
         daz = False
     if mode is not Rounding.STOCHASTIC:

@@ -1,0 +1,35 @@
+"""Shared test configuration: hypothesis profiles and the reference-data location."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+# the references in tests/ (tests.exact) import alike under `pytest` and `python -m pytest`
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+DATA = Path(__file__).parent / "data"
+TESTFLOAT = DATA / "testfloat"
+
+# CI runs the same examples every time (derandomize), so a failure is reproducible; "dev"
+# explores new random examples: pytest --hypothesis-profile=dev
+settings.register_profile(
+    "ci", derandomize=True, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "dev", deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile("ci")
+
+
+@pytest.fixture(scope="session")
+def testfloat_dir() -> Path:
+    """Folder of the Berkeley TestFloat vectors copied into the repository."""
+    return TESTFLOAT

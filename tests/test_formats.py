@@ -1,0 +1,283 @@
+"""Format presets and lookup, against numpy.finfo / ml_dtypes.finfo / iinfo and the encoding
+definitions (tests/exact.py)."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fpsim
+from fpsim.formats import NaNEncoding
+from tests.exact import Spec
+
+# preset -> the NumPy / ml_dtypes dtype of the same format
+DTYPES = {
+    "fp64": np.float64,
+    "fp32": np.float32,
+    "fp16": np.float16,
+    "bf16": ml_dtypes.bfloat16,
+    "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+    "fp8_e5m2": ml_dtypes.float8_e5m2,
+    "fp8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
+    "fp8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
+    "fp6_e2m3": ml_dtypes.float6_e2m3fn,
+    "fp6_e3m2": ml_dtypes.float6_e3m2fn,
+    "fp4_e2m1": ml_dtypes.float4_e2m1fn,
+}
+FP8 = {"fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp8_e5m2fnuz"}
+
+
+def finfo(dtype):
+    return np.finfo(dtype) if np.dtype(dtype).kind == "f" else ml_dtypes.finfo(dtype)
+
+
+def test_every_preset_with_a_dtype_is_checked():
+    assert set(fpsim.PRESETS) == set(DTYPES) | {"tf32"}
+
+
+@pytest.mark.parametrize("name", sorted(DTYPES))
+def test_preset_matches_finfo(name):
+    fmt = fpsim.PRESETS[name]
+    fi = finfo(DTYPES[name])
+    assert fmt.dtype == np.dtype(DTYPES[name])
+    assert fmt.bits == fi.bits
+    assert fmt.nmant == fmt.mantissa_bits == fi.nmant
+    assert fmt.nexp == fmt.exponent_bits == fi.nexp
+    assert fmt.minexp == fmt.emin == fi.minexp
+    assert fmt.maxexp == fi.maxexp
+    assert fmt.machep == fi.machep
+    assert fmt.negep == fi.negep
+    for attr in ("eps", "epsneg", "max", "min", "tiny", "smallest_normal", "smallest_subnormal"):
+        got, want = getattr(fmt, attr), float(getattr(fi, attr))
+        assert got == want, (attr, got, want)
+        assert isinstance(got, float)
+    if name in FP8:
+        # ml_dtypes hard-codes precision 1 for every float8; fpsim uses numpy's definition
+        assert fmt.precision == math.floor(-math.log10(fmt.eps)) == 0
+        assert fmt.resolution == 1.0
+    else:
+        assert fmt.precision == fi.precision
+        # ml_dtypes stores the resolution rounded to the dtype itself
+        assert np.asarray(fmt.resolution).astype(DTYPES[name]) == fi.resolution
+
+
+@pytest.mark.parametrize("name", sorted(DTYPES))
+def test_preset_agrees_with_encoding_definition(name):
+    """max / tiny / subnormal / counts from decoding the patterns by the IEEE / OCP rules."""
+    fmt = fpsim.PRESETS[name]
+    spec = Spec.of(fmt)
+    assert Fraction(fmt.max) == spec.max == fmt.exact_max()
+    assert Fraction(fmt.smallest_normal) == spec.tiny
+    assert fmt.unit_roundoff == fmt.eps / 2
+    assert fmt.precision_bits == fmt.mantissa_bits + 1
+    assert fmt.has_infinity == (fmt.nan_encoding is NaNEncoding.IEEE)
+    assert fmt.has_nan == (fmt.nan_encoding is not NaNEncoding.NONE)
+    assert fmt.has_negative_zero == (fmt.nan_encoding is not NaNEncoding.FNUZ)
+    if fmt.bits <= 16:
+        pats = np.arange(1 << fmt.bits, dtype=np.uint16 if fmt.bits > 8 else np.uint8)
+        with np.errstate(invalid="ignore"):  # the signalling NaN patterns
+            ref = pats.view(DTYPES[name]).astype(np.float64)  # fp6, fp4: one byte each
+        assert fmt.num_finite == int(np.isfinite(ref).sum())
+        assert fmt.smallest_subnormal == ref[ref > 0].min()
+        assert fmt.max == ref[np.isfinite(ref)].max()
+
+
+def test_num_finite_small_formats():
+    # fp6 / fp4 have no NaN or infinity: every pattern is finite
+    assert fpsim.FP6_E2M3.num_finite == 64
+    assert fpsim.FP4_E2M1.num_finite == 16
+    assert fpsim.FP8_E4M3FNUZ.num_finite == 255
+    assert fpsim.FP8_E4M3.num_finite == 254
+
+
+def test_tf32_against_its_definition():
+    # NVIDIA TF32: fp32's 8-bit exponent with fp16's 10-bit mantissa, 19 bits
+    f = fpsim.TF32
+    spec = Spec.of(f)
+    assert (f.bits, f.exponent_bits, f.mantissa_bits, f.bias) == (19, 8, 10, 127)
+    assert f.max == float(spec.max) == (2 - 2.0**-10) * 2.0**127
+    assert f.smallest_normal == np.finfo(np.float32).tiny
+    assert f.smallest_subnormal == 2.0**-136
+    assert f.eps == np.finfo(np.float16).eps
+    assert f.dtype is None
+    assert f.storage_dtype == np.float32
+
+
+def test_custom_format_defaults():
+    f = fpsim.Format(exponent_bits=5, mantissa_bits=6)
+    assert f.name == "e5m6"
+    assert f.bias == 15
+    assert f.nan_encoding is NaNEncoding.IEEE
+    assert f.dtype is None
+    assert f.storage_dtype == np.float32
+    assert fpsim.Format(4, 3, nan_encoding="fn").name == "e4m3fn"
+    assert fpsim.Format(4, 3, nan_encoding="fnuz").bias == 7  # bias is only defaulted
+    assert fpsim.Format(4, 3, bias=8, nan_encoding="fnuz").name == "e4m3fnuz"
+    assert fpsim.Format(8, 7).bias == 127
+    assert fpsim.Format(11, 30).storage_dtype == np.float64  # fp32 lacks the range
+    assert fpsim.Format(5, 30).storage_dtype == np.float64  # fp32 lacks the precision
+
+
+def test_custom_format_equality_and_hash():
+    # name does not take part in equality: the same layout is the same format
+    a = fpsim.Format(5, 10, name="mine")
+    assert a == fpsim.FP16
+    assert hash(a) == hash(fpsim.FP16)
+    assert a.dtype == np.float16
+    with pytest.raises(AttributeError):
+        a.mantissa_bits = 3  # type: ignore[misc]
+    assert fpsim.Format(5, 10, bias=14) != fpsim.FP16
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(exponent_bits=5, mantissa_bits=6, bias=3),
+        dict(exponent_bits=3, mantissa_bits=4, nan_encoding="fn"),
+        dict(exponent_bits=3, mantissa_bits=2, nan_encoding="fnuz", bias=4),
+        dict(exponent_bits=4, mantissa_bits=0, nan_encoding="none"),
+        dict(exponent_bits=11, mantissa_bits=20),
+        dict(exponent_bits=6, mantissa_bits=5, subnormals=False),
+    ],
+)
+def test_custom_format_derived_properties(kwargs):
+    f = fpsim.Format(**kwargs)
+    spec = Spec.of(f)
+    assert Fraction(f.max) == spec.max
+    assert f.min == -f.max
+    assert Fraction(f.tiny) == spec.tiny
+    values = spec.values() if f.bits <= 12 else None
+    if values is not None:
+        pos = [v for v in values if v > 0]
+        assert Fraction(f.smallest_subnormal) == pos[0]
+        assert max(values) == spec.max
+        assert Fraction(f.max) == max(values)
+        if Fraction(1) in values:
+            i = values.index(Fraction(1))
+            assert Fraction(f.epsneg) == 1 - values[i - 1]
+            assert f.epsneg == 2.0**f.negep
+
+
+def test_small_format_epsneg():
+    """epsneg is 1 minus the value below 1; when 1 is the smallest normal (emin = 0) that value
+    is subnormal and the gap is eps (regression: fpsim once said eps / 2, ml_dtypes agrees)."""
+    assert fpsim.FP4_E2M1.epsneg == 0.5 and fpsim.FP4_E2M1.negep == -1
+    assert fpsim.FP6_E2M3.epsneg == 0.125 and fpsim.FP6_E2M3.negep == -3
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(exponent_bits=8, mantissa_bits=53), "52"),
+        (dict(exponent_bits=12, mantissa_bits=10), "float64"),
+        (dict(exponent_bits=11, mantissa_bits=10, bias=1000), "float64"),
+        (dict(exponent_bits=11, mantissa_bits=10, bias=1030), "float64"),
+        (dict(exponent_bits=11, mantissa_bits=52, bias=1022), "float64"),
+        (dict(exponent_bits=0, mantissa_bits=3), "exponent"),
+        (dict(exponent_bits=4, mantissa_bits=-1), "mantissa"),
+        (dict(exponent_bits=1, mantissa_bits=3), "IEEE"),
+        (dict(exponent_bits=4, mantissa_bits=3, nan_encoding="bogus"), "ieee"),
+    ],
+)
+def test_format_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        fpsim.Format(**kwargs)
+
+
+def test_format_at_float64_limits_accepted():
+    assert fpsim.Format(11, 52) == fpsim.FP64
+    f = fpsim.Format(11, 10)
+    assert f.emin == -1022 and f.emax == 1023
+
+
+def test_format_field_types():
+    with pytest.raises(TypeError, match="int"):
+        fpsim.Format(5.0, 10)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="int"):
+        fpsim.Format(True, 10)  # type: ignore[arg-type]
+    assert fpsim.Format(np.int64(5), np.int32(10)) == fpsim.FP16
+
+
+@pytest.mark.parametrize(
+    "name, preset",
+    [
+        ("fp16", "fp16"), ("half", "fp16"), ("float16", "fp16"), ("binary16", "fp16"),
+        ("FP16", "fp16"), (" bf16 ", "bf16"), ("bfloat16", "bf16"), ("float32", "fp32"),
+        ("single", "fp32"), ("double", "fp64"), ("tf32", "tf32"), ("TensorFloat-32", "tf32"),
+        ("e4m3", "fp8_e4m3"), ("float8_e4m3fn", "fp8_e4m3"), ("fp8", "fp8_e4m3"),
+        ("E5M2", "fp8_e5m2"), ("e4m3fnuz", "fp8_e4m3fnuz"), ("float8_e5m2fnuz", "fp8_e5m2fnuz"),
+        ("e2m3", "fp6_e2m3"), ("float6_e3m2fn", "fp6_e3m2"), ("fp4", "fp4_e2m1"),
+    ],
+)
+def test_get_format_names(name, preset):
+    assert fpsim.get_format(name) is fpsim.PRESETS[preset]
+
+
+@pytest.mark.parametrize("name", sorted(DTYPES))
+def test_get_format_dtypes(name):
+    dt = DTYPES[name]
+    assert fpsim.get_format(dt) is fpsim.PRESETS[name]
+    assert fpsim.get_format(np.dtype(dt)) is fpsim.PRESETS[name]
+    assert fpsim.get_float_format(np.dtype(dt)).dtype == np.dtype(dt)
+
+
+def test_get_format_passthrough_and_lists():
+    f = fpsim.Format(3, 3)
+    assert fpsim.get_format(f) is f
+    assert fpsim.get_format(fpsim.INT8) is fpsim.INT8
+    assert fpsim.list_formats() == list(fpsim.PRESETS)
+    for name, fmt in fpsim.PRESETS.items():
+        assert fpsim.get_format(name) is fmt
+        assert str(fmt) == name
+        assert name in fmt.describe()
+
+
+def test_get_format_unknown_name_lists_valid():
+    with pytest.raises(ValueError) as err:
+        fpsim.get_format("fp12")
+    msg = str(err.value)
+    assert "fp12" in msg
+    for valid in ("fp16", "bf16", "fp8_e4m3", "tf32", "int8", "half"):
+        assert valid in msg
+
+
+def test_get_format_bad_types():
+    with pytest.raises(ValueError, match="float16"):
+        fpsim.get_format(np.complex64)
+    with pytest.raises(TypeError):
+        fpsim.get_format(3.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="integer format"):
+        fpsim.get_float_format("int8")
+    with pytest.raises(TypeError, match="floating-point format"):
+        fpsim.get_int_format("fp16")
+
+
+INT_DTYPES = {"int4": ml_dtypes.int4, "uint4": ml_dtypes.uint4, "int8": np.int8,
+              "uint8": np.uint8, "int16": np.int16, "int32": np.int32}
+
+
+@pytest.mark.parametrize("name", sorted(INT_DTYPES))
+def test_int_presets_match_iinfo(name):
+    fmt = fpsim.INT_PRESETS[name]
+    dt = INT_DTYPES[name]
+    ii = ml_dtypes.iinfo(dt) if dt in (ml_dtypes.int4, ml_dtypes.uint4) else np.iinfo(dt)
+    assert (fmt.min, fmt.max, fmt.bits, fmt.kind) == (ii.min, ii.max, ii.bits, ii.kind)
+    assert fmt.dtype == np.dtype(dt)
+    assert fpsim.get_format(name) is fmt
+    assert fpsim.get_int_format(dt) is fmt
+
+
+def test_int_format_custom_and_refused():
+    f = fpsim.IntFormat(12, signed=False)
+    assert (f.name, f.min, f.max, f.dtype) == ("uint12", 0, 4095, np.dtype(np.uint16))
+    assert fpsim.IntFormat(64).dtype == np.dtype(np.int64)
+    with pytest.raises(ValueError, match="bits"):
+        fpsim.IntFormat(1)
+    with pytest.raises(ValueError, match="bits"):
+        fpsim.IntFormat(65)
+    with pytest.raises(TypeError):
+        fpsim.IntFormat(8.0)  # type: ignore[arg-type]

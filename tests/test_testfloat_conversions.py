@@ -1,0 +1,121 @@
+"""Conversions between binary formats against Berkeley TestFloat 3e vectors (results from
+Berkeley SoftFloat 3e): result bits and IEEE flags, every case, all six rounding modes.
+
+The files (tests/data/testfloat/<in>_to_<out>__<mode>.txt.gz, copied from TestFloat's
+testfloat_gen, see the README and LICENSE there) hold one case a line: input pattern, result
+pattern, flags, in hexadecimal. Tininess is detected after rounding (SoftFloat's default).
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fpsim
+from fpsim.flags import Flags
+
+DATA = Path(__file__).parent / "data" / "testfloat"
+
+FORMATS = {"f16": fpsim.FP16, "bf16": fpsim.BF16, "f32": fpsim.FP32, "f64": fpsim.FP64}
+# TestFloat's rounding names -> fpsim's modes (each is also an accepted alias)
+MODES = {
+    "rnear_even": fpsim.Rounding.NEAREST_EVEN,
+    "rnear_maxMag": fpsim.Rounding.NEAREST_AWAY,
+    "rminMag": fpsim.Rounding.TOWARD_ZERO,
+    "rmin": fpsim.Rounding.DOWN,
+    "rmax": fpsim.Rounding.UP,
+    "rodd": fpsim.Rounding.ODD,
+}
+CONVERSIONS = ["f32_to_f16", "f64_to_f16", "f64_to_f32", "f32_to_bf16", "f16_to_f32",
+               "bf16_to_f32"]
+CASES = [(conv, mode) for conv in CONVERSIONS for mode in MODES]
+
+_HEX = np.full(256, 255, dtype=np.uint8)
+_HEX[np.frombuffer(b"0123456789", np.uint8)] = np.arange(10)
+_HEX[np.frombuffer(b"ABCDEF", np.uint8)] = np.arange(10, 16)
+_HEX[np.frombuffer(b"abcdef", np.uint8)] = np.arange(10, 16)
+
+
+def load_vectors(path: Path) -> list[np.ndarray]:
+    """The hexadecimal columns of a TestFloat file as uint64 arrays, parsed without a Python
+    loop over cases: every line of a file has the same layout, so the text is a 2-D array of
+    characters."""
+    raw = gzip.decompress(path.read_bytes())
+    width = raw.index(b"\n") + 1
+    assert len(raw) % width == 0, f"{path.name}: lines of different lengths"
+    chars = np.frombuffer(raw, np.uint8).reshape(-1, width)
+    first = raw[: width - 1].decode()
+    columns, start = [], 0
+    for token in first.split(" "):
+        end = start + len(token)
+        digits = _HEX[chars[:, start:end]]
+        assert (digits < 16).all(), f"{path.name}: not hexadecimal in column {start}:{end}"
+        weights = np.uint64(16) ** np.arange(end - start - 1, -1, -1, dtype=np.uint64)
+        columns.append((digits.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64))
+        if end < width - 1:
+            assert (chars[:, end] == ord(" ")).all(), f"{path.name}: layout differs"
+        start = end + 1
+    assert (chars[:, -1] == ord("\n")).all()
+    return columns
+
+
+def test_every_conversion_file_is_present():
+    found = {p.name.split(".")[0] for p in DATA.glob("*_to_*.txt.gz")
+             if p.name.split("__")[0] in CONVERSIONS}
+    assert found == {f"{c}__{m}" for c, m in CASES}
+
+
+def test_rounding_names_are_fpsim_aliases():
+    for name, mode in MODES.items():
+        assert fpsim.modes.as_rounding(name) is mode
+
+
+@pytest.mark.parametrize("conv, mode", CASES, ids=[f"{c}-{m}" for c, m in CASES])
+def test_testfloat_conversion(conv, mode):
+    src_name, dst_name = conv.split("_to_")
+    src, dst = FORMATS[src_name], FORMATS[dst_name]
+    operand, result, want_flags = load_vectors(DATA / f"{conv}__{mode}.txt.gz")
+    assert operand.size > 2000
+    # from_bits keeps signalling NaNs signalling (a hardware widening would quiet them)
+    x = fpsim.from_bits(operand, src)
+    got, flags = fpsim.round(x, dst, MODES[mode], flags=True)
+    want = fpsim.from_bits(result, dst)
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan, err_msg="NaN results differ")
+    bits = fpsim.to_bits(x, dst, MODES[mode])
+    bad = np.nonzero(bits[~nan] != result[~nan])[0]
+    assert bad.size == 0, (
+        f"{bad.size} results differ, first: input {int(operand[~nan][bad[0]]):#x} gave "
+        f"{int(bits[~nan][bad[0]]):#x}, TestFloat {int(result[~nan][bad[0]]):#x}")
+    bad = np.nonzero(flags != want_flags)[0]
+    assert bad.size == 0, (
+        f"{bad.size} flags differ, first: input {int(operand[bad[0]]):#x} raised "
+        f"{Flags(int(flags[bad[0]]))!r}, TestFloat {Flags(int(want_flags[bad[0]]))!r}")
+
+
+@pytest.mark.parametrize("conv", ["f32_to_f16", "f32_to_bf16"])
+def test_testfloat_inputs_as_float32_arrays(conv):
+    """The same cases given as a float32 array (the widening inside fpsim must keep
+    signalling NaNs signalling too)."""
+    src_name, dst_name = conv.split("_to_")
+    operand, result, want_flags = load_vectors(DATA / f"{conv}__rnear_even.txt.gz")
+    x32 = operand.astype(np.uint32).view(np.float32)
+    got, flags = fpsim.round(x32, FORMATS[dst_name], flags=True)
+    want = fpsim.from_bits(result, FORMATS[dst_name])
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan], want[~nan])
+    np.testing.assert_array_equal(np.signbit(got[~nan]), np.signbit(want[~nan]))
+    np.testing.assert_array_equal(flags, want_flags)
+
+
+def test_parser_reads_known_lines(tmp_path):
+    p = tmp_path / "x.txt.gz"
+    p.write_bytes(gzip.compress(b"8683F7FF 8000 03\n00000000 0000 00\nC07F3FFF C3FA 01\n"))
+    a, b, c = load_vectors(p)
+    assert a.tolist() == [0x8683F7FF, 0, 0xC07F3FFF]
+    assert b.tolist() == [0x8000, 0, 0xC3FA]
+    assert c.tolist() == [3, 0, 1]
