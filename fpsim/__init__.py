@@ -50,8 +50,21 @@ from .formats import (
     get_int_format,
     list_formats,
 )
+from .integer import IntOverflow, round_to_integral, to_int
 from .modes import Overflow, Rounding, Subnormals, Tininess
 from .rounding import cast, round, round_pair, seed
+
+# Higher layers load on first use (``fpsim.tensorcore``, ``fpsim.viz``, ...), so that
+# ``import fpsim`` stays light and never pulls matplotlib in by itself.
+_SUBMODULES = ("amp", "datasets", "integer", "memory", "quant", "tensorcore", "viz")
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'fpsim' has no attribute {name!r}")
 
 __version__ = "0.1.0"
 
@@ -60,7 +73,8 @@ __all__ = [
     "FP8_E5M2FNUZ", "FP16", "FP32", "FP64", "INT4", "INT8", "INT16", "INT32", "INT_PRESETS",
     "UINT4", "UINT8", "IntFormat", "get_float_format", "get_int_format", "PRESETS", "TF32",
     "Fields", "FlagContext", "Flags", "FloatingPointTrap", "Format", "NaNEncoding", "Overflow",
-    "Rounding", "Subnormals", "Tininess", "all_values", "bit_string", "cast", "classify", "fields",
-    "flag_context", "from_bits", "get_format", "list_formats", "next_down", "next_up", "round",
-    "round_pair", "seed", "to_bits", "ulp", "__version__",
+    "Rounding", "Subnormals", "Tininess", "IntOverflow", "round_to_integral", "to_int",
+    "all_values", "bit_string", "cast", "classify", "fields", "flag_context", "from_bits",
+    "get_format", "list_formats", "next_down", "next_up", "round", "round_pair", "seed", "to_bits",
+    "ulp", "__version__",
 ]
