@@ -149,6 +149,8 @@ def _lazy(module: str, attr: str) -> Callable:
     return call
 
 
+_register("check-hardware", "compare the tensor-core model with measured GPU results",
+          _lazy("fpsim.tensorcore", "configure_parser"), _lazy("fpsim.tensorcore", "run_cli"))
 _register("figures", "render the README figures to PNG files",
           _lazy("fpsim.viz.gallery", "configure_parser"), _lazy("fpsim.viz.gallery", "run_cli"))
 _register("memory", "ZeRO model-state memory per rank, communication, fits-on-GPU",

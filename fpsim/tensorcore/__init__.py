@@ -1,0 +1,48 @@
+"""Bit-exact model of NVIDIA tensor-core matrix multiply-accumulate, checked against real GPUs.
+
+``matmul(A, B, C, gpu="A100", input_format="fp16", output_format="fp32")`` returns, bit for
+bit, what the tensor cores of the named GPU compute (the block-FMA model of Khattak &
+Mikaitis 2025: blocks of n exact products aligned to the largest exponent with a few extra
+bits, truncated, added exactly, rounded once; blocks chained in ascending k). Every row of the
+measured results in ``tests/data/tensorcore/`` (V100 to B200; fp16, bf16, tf32, fp8) is
+reproduced. ``dot(..., explain=True)`` shows the steps; :class:`BlockFMA` describes a custom
+unit ("what if the accumulator kept 3 extra bits?").
+
+>>> import fpsim.tensorcore as tc
+>>> # 1 - (1 - 2**-24): V100 aligns without an extra bit and loses the last one
+>>> [float(tc.dot([1.0], [1.0], -(1 - 2.0**-24), gpu=g)) for g in ("V100", "A100", "H100")]
+[1.1920928955078125e-07, 5.960464477539063e-08, 5.960464477539063e-08]
+"""
+
+from .explain import BlockStep, DotExplanation, ErrorVsK, TermStep, error_vs_k
+from .gpus import (
+    GPUS,
+    BlockFMA,
+    GpuModel,
+    get_gpu,
+    list_gpus,
+    resolve_unit,
+    support_matrix,
+)
+from .hardware import (
+    FileReport,
+    HardwareFile,
+    HardwareReport,
+    Mismatch,
+    check_hardware,
+    configure_parser,
+    load_hardware_file,
+    model_results,
+    parse_file_name,
+    run_cli,
+    write_hardware_file,
+)
+from .model import CHUNK_ELEMENTS, convert_input, dot, matmul
+
+__all__ = [
+    "matmul", "dot", "convert_input", "BlockFMA", "GpuModel", "GPUS", "get_gpu", "list_gpus",
+    "resolve_unit", "support_matrix", "DotExplanation", "BlockStep", "TermStep",
+    "error_vs_k", "ErrorVsK", "HardwareFile", "load_hardware_file", "write_hardware_file",
+    "parse_file_name", "model_results", "check_hardware", "HardwareReport", "FileReport",
+    "Mismatch", "configure_parser", "run_cli", "CHUNK_ELEMENTS",
+]

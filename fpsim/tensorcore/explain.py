@@ -1,0 +1,296 @@
+"""Teaching views of the tensor-core model: a step-by-step record of one dot product, and the
+error of tensor-core dot products against the exact value as K grows.
+
+>>> import fpsim.tensorcore as tc
+>>> d, rec = tc.dot([1.0, 1.0], [1.0, -2.0**-24], -1 + 2.0**-24, gpu="V100", explain=True)
+>>> rec.blocks[0].max_exponent, rec.blocks[0].exact_sum, float(d)
+(0, 1, 1.1920928955078125e-07)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from ..formats import FP32, Format
+from ..rounding import round as fp_round
+from .gpus import C_MIN_EXPONENT, BlockFMA, resolve_unit
+
+__all__ = ["TermStep", "BlockStep", "DotExplanation", "build_explanation", "error_vs_k",
+           "ErrorVsK"]
+
+
+def _exponent(x: Fraction, emin: int) -> int:
+    """max(floor(log2|x|), emin) for x != 0, with integer arithmetic."""
+    x = abs(x)
+    e = x.numerator.bit_length() - x.denominator.bit_length()
+    if Fraction(2) ** e > x:  # bit lengths can overestimate floor(log2) by one
+        e -= 1
+    return max(e, emin)
+
+
+def _binary(x: Fraction, frac_bits: int) -> str:
+    """|x| (a multiple of 2**-frac_bits) in binary with a point: '1.0110'."""
+    n = int(abs(x) * 2**frac_bits)
+    s = format(n, "b").rjust(frac_bits + 1, "0")
+    return s[:-frac_bits] + "." + s[-frac_bits:] if frac_bits else s
+
+
+def _fmt(x: float | Fraction) -> str:
+    return repr(float(x))  # every value here is dyadic with at most 53 significant bits
+
+
+@dataclass
+class TermStep:
+    """One term of a block: a product ``a*b`` or the accumulator input ``c``."""
+
+    label: str  # "a3*b3" or "c"
+    value: Fraction  # exact value of the term
+    significand: Fraction  # in [0, 4) for products, [0, 2) for c
+    exponent: int | None  # None for a zero term (it takes no part in the alignment)
+    significand_bits: int  # fraction bits of the significand, for display
+    aligned: int  # signed integer with F fraction bits below 2**maxE (magnitude truncated)
+    truncated: Fraction  # |value| - |aligned| * 2**(maxE - F) >= 0: what the alignment dropped
+
+
+@dataclass
+class BlockStep:
+    """One block FMA: its terms, alignment, exact integer sum and rounding."""
+
+    index: int
+    k_start: int
+    k_stop: int
+    c: float
+    terms: list[TermStep]
+    largest_exponent: int | None  # of the terms; None if all are zero
+    min_exponent: int | None  # the unit's floor mel
+    max_exponent: int  # maxE = max(largest, mel)
+    fraction_bits: int  # F
+    exact_sum: int  # sum of the aligned integers
+    value: Fraction  # exact_sum * 2**(maxE - F)
+    rounding: str
+    result_format: str
+    result: float
+
+
+@dataclass
+class DotExplanation:
+    """Step-by-step record of a tensor-core dot product; ``str()`` prints it as tables."""
+
+    gpu: str
+    unit: BlockFMA
+    input_format: str
+    output_format: str
+    a: list[float]
+    b: list[float]
+    c: float
+    result: float
+    blocks: list[BlockStep] = field(default_factory=list)
+    special: str | None = None  # why the result is NaN / inf, when it is a special value
+
+    def __str__(self) -> str:
+        u = self.unit
+        out = [f"Tensor-core dot product d = c + sum a_k*b_k on {self.gpu}",
+               f"  unit: {u.describe()}",
+               f"  inputs {self.input_format} (K = {len(self.a)}), c and d {self.output_format}"]
+        if self.special:
+            out.append(f"  special values: {self.special} -> d = {self.result!r}")
+            return "\n".join(out)
+        for blk in self.blocks:
+            out.append("")
+            out.append(f"Block {blk.index + 1}: k = {blk.k_start}..{blk.k_stop - 1}, "
+                       f"c = {blk.c!r}")
+            floor = "none" if blk.min_exponent is None else f"2^{blk.min_exponent}"
+            largest = "none (all zero)" if blk.largest_exponent is None else \
+                f"2^{blk.largest_exponent}"
+            out.append(f"  alignment exponent maxE = {blk.max_exponent} (largest term {largest}"
+                       f", floor {floor}); each term -> integer with F = {blk.fraction_bits} "
+                       f"fraction bits below 2^{blk.max_exponent}, magnitude truncated")
+            rows = [("term", "value", "significand x 2^exp", "aligned integer", "dropped")]
+            for t in blk.terms:
+                sig = "0 (zero: not aligned)" if t.exponent is None else \
+                    f"{_binary(t.significand, t.significand_bits)} x 2^{t.exponent}"
+                rows.append((t.label, _fmt(t.value), sig, str(t.aligned),
+                             "0" if t.truncated == 0 else f"{float(t.truncated):.6g}"))
+            widths = [max(len(r[i]) for r in rows) for i in range(5)]
+            for j, r in enumerate(rows):
+                out.append("  " + "  ".join(s.ljust(w) if i != 3 else s.rjust(w)
+                                            for i, (s, w) in enumerate(zip(r, widths,
+                                                                          strict=True))))
+                if j == 0:
+                    out.append("  " + "  ".join("-" * w for w in widths))
+            out.append(f"  exact integer sum = {blk.exact_sum} -> value = {blk.exact_sum} x "
+                       f"2^{blk.max_exponent - blk.fraction_bits} = {_fmt(blk.value)}")
+            if blk.value != 0:
+                e = _exponent(blk.value, -100000)
+                sig = abs(blk.value) / Fraction(2) ** e
+                nb = max(1, (sig.denominator.bit_length() - 1))
+                sign = "-" if blk.value < 0 else ""
+                out.append(f"  normalised: {sign}{_binary(sig, nb)} x 2^{e}")
+            out.append(f"  rounded ({blk.rounding}) to {blk.result_format}: {blk.result!r}")
+        out.append("")
+        out.append(f"d = {self.result!r}")
+        return "\n".join(out)
+
+
+def _special_reason(a: np.ndarray, b: np.ndarray, c: float) -> str | None:
+    if np.isfinite(a).all() and np.isfinite(b).all() and np.isfinite(c):
+        return None
+    with np.errstate(invalid="ignore"):
+        p = a * b
+    if np.isnan(a).any() or np.isnan(b).any() or np.isnan(c):
+        return "a NaN input gives NaN"
+    if np.isnan(p).any():
+        return "0 x inf gives NaN"
+    terms = np.append(p, c)
+    if (terms == np.inf).any() and (terms == -np.inf).any():
+        return "+inf together with -inf gives NaN"
+    return "an infinite term gives that infinity"
+
+
+def build_explanation(a: np.ndarray, b: np.ndarray, c: float, d: float, unit: BlockFMA,
+                      fi: Format, fo: Format, label: str, trace: list) -> DotExplanation:
+    """The record of one dot product, from the converted inputs and the kernel's trace.
+
+    The per-term details (significands, aligned integers, dropped bits) are recomputed here
+    with Python integers and checked against the kernel's exact sums."""
+    rec = DotExplanation(label, unit, fi.name, fo.name, a.tolist(), b.tolist(), c, d)
+    rec.special = _special_reason(a, b, c)
+    if rec.special:
+        return rec
+    F = unit.fraction_bits
+    m_in = fi.mantissa_bits
+    rfmt = unit.result_format(fo)
+    for i, step in enumerate(trace):
+        k0, k1 = step["k0"], step["k1"]
+        cin = float(step["c"].reshape(-1)[0])
+        mx = int(step["max_exponent"].reshape(-1)[0])
+        terms = []
+        largest = None
+        for k in range(k0, k1):
+            x, y = Fraction(float(a[k])), Fraction(float(b[k]))
+            v = x * y
+            if v == 0:
+                terms.append(TermStep(f"a{k}*b{k}", v, Fraction(0), None, 2 * m_in, 0,
+                                      Fraction(0)))
+                continue
+            ex, ey = _exponent(x, fi.emin), _exponent(y, fi.emin)
+            e = ex + ey
+            largest = e if largest is None else max(largest, e)
+            terms.append(TermStep(f"a{k}*b{k}", v, abs(v) / Fraction(2) ** e, e, 2 * m_in, 0,
+                                  Fraction(0)))
+        cv = Fraction(cin)
+        if cv != 0:
+            ec = _exponent(cv, C_MIN_EXPONENT)
+            largest = ec if largest is None else max(largest, ec)
+            terms.append(TermStep("c", cv, abs(cv) / Fraction(2) ** ec, ec,
+                                  fo.mantissa_bits, 0, Fraction(0)))
+        else:
+            terms.append(TermStep("c", cv, Fraction(0), None, fo.mantissa_bits, 0, Fraction(0)))
+        for t in terms:
+            if t.exponent is None:
+                continue
+            q = abs(t.value) * Fraction(2) ** (F - mx)
+            mag = q.numerator // q.denominator
+            t.aligned = -mag if t.value < 0 else mag
+            t.truncated = abs(t.value) - mag * Fraction(2) ** (mx - F)
+        total = sum(t.aligned for t in terms)
+        s = int(step["sum"].reshape(-1)[0])
+        if total != s:
+            raise RuntimeError(f"internal error: explanation sum {total} != kernel sum {s}")
+        rec.blocks.append(BlockStep(
+            i, k0, k1, cin, terms, largest, unit.min_exponent, mx, F, s,
+            s * Fraction(2) ** (mx - F), unit.output_rounding.value, rfmt.name,
+            float(step["result"].reshape(-1)[0])))
+    return rec
+
+
+# -- error versus K --------------------------------------------------------------------------
+
+@dataclass
+class ErrorVsK:
+    """Relative errors |d - exact| / |exact| of dot products of length K (mean and max over
+    the trials), per method: one entry per GPU plus the fp32 baselines."""
+
+    ks: list[int]
+    mean: dict[str, np.ndarray]
+    max: dict[str, np.ndarray]
+    input_format: str
+    distribution: str
+    trials: int
+
+    def __str__(self) -> str:
+        names = list(self.mean)
+        w = max(12, *(len(n) for n in names))
+        out = [f"mean relative error of dot products, {self.input_format} inputs "
+               f"({self.distribution}), {self.trials} trials per K",
+               "K".rjust(7) + "".join(n.rjust(w + 2) for n in names)]
+        for i, k in enumerate(self.ks):
+            out.append(f"{k:7d}" + "".join(f"{self.mean[n][i]:{w + 2}.3e}" for n in names))
+        return "\n".join(out)
+
+
+def _sequential_fp32(p: np.ndarray) -> np.ndarray:
+    s = np.zeros(p.shape[0], dtype=np.float32)
+    for k in range(p.shape[1]):
+        s = s + p[:, k]  # float32 + float32: IEEE round to nearest even
+    return s.astype(np.float64)
+
+
+def _pairwise_fp32(p: np.ndarray) -> np.ndarray:
+    s = p
+    while s.shape[1] > 1:
+        if s.shape[1] % 2:
+            s = np.concatenate([s, np.zeros((s.shape[0], 1), dtype=np.float32)], axis=1)
+        s = s[:, 0::2] + s[:, 1::2]
+    return s[:, 0].astype(np.float64)
+
+
+def error_vs_k(ks=(16, 64, 256, 1024, 4096), gpus=("V100", "A100", "H100"), *,
+               input_format: Format | str = "fp16", trials: int = 20,
+               distribution: str = "uniform", seed: int = 0,
+               baselines: bool = True) -> ErrorVsK:
+    """How the error of a tensor-core dot product grows with K, per GPU (fp32 output).
+
+    Inputs are drawn from ``distribution`` ("uniform" on [0, 1): errors accumulate, the
+    classic worst case; or "normal") and converted to ``input_format``. The exact value is
+    ``math.fsum`` of the exact products (correct to float64). With ``baselines`` the same
+    products are also summed in fp32 sequentially and pairwise (round to nearest even).
+
+    >>> r = error_vs_k(ks=(64, 1024), gpus=("V100", "H100"), trials=4)
+    >>> bool(r.mean["V100"][1] > r.mean["H100"][1])  # more blocks, fewer bits: larger error
+    True
+    """
+    if distribution not in ("uniform", "normal"):
+        raise ValueError(f"distribution must be 'uniform' or 'normal', got {distribution!r}")
+    from .model import _dot_rows, convert_input
+
+    rng = np.random.default_rng(seed)
+    units = [(g if isinstance(g, str) else getattr(g, "name", "custom"),
+              resolve_unit(g, input_format, FP32)) for g in gpus]
+    fi = units[0][1][1] if units else resolve_unit("A100", input_format, FP32)[1]
+    names = [n for n, _ in units] + (["fp32 sequential", "fp32 pairwise"] if baselines else [])
+    mean = {n: np.zeros(len(ks)) for n in names}
+    mx = {n: np.zeros(len(ks)) for n in names}
+    for i, k in enumerate(ks):
+        draw = rng.random if distribution == "uniform" else rng.standard_normal
+        a = convert_input(draw((trials, k)), fi)
+        b = convert_input(draw((trials, k)), fi)
+        prod = a * b  # exact in float64: at most 24-bit significands
+        exact = np.array([math.fsum(r) for r in prod])
+        denom = np.where(exact == 0, 1.0, np.abs(exact))
+        results = {}
+        for name, (unit, ufi, ufo, _) in units:
+            results[name] = _dot_rows(a, b, np.zeros(trials), unit, ufi, ufo)
+        if baselines:
+            p32 = np.asarray(fp_round(prod, FP32), dtype=np.float64).astype(np.float32)
+            results["fp32 sequential"] = _sequential_fp32(p32)
+            results["fp32 pairwise"] = _pairwise_fp32(p32)
+        for name, d in results.items():
+            err = np.abs(d - exact) / denom
+            mean[name][i] = err.mean()
+            mx[name][i] = err.max()
+    return ErrorVsK(list(ks), mean, mx, fi.name, distribution, trials)

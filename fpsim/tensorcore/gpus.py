@@ -1,0 +1,354 @@
+"""The block-FMA unit and the measured parameters of NVIDIA GPUs.
+
+A tensor core computes ``d = c + a_1 b_1 + ... + a_n b_n`` for one block of ``n`` products at
+a time (the *block FMA*); a longer K chains blocks in ascending k. A :class:`BlockFMA` holds the
+few parameters that describe one such unit (Khattak & Mikaitis 2025, see
+``docs/tensorcore-model.md``): block size ``n``, extra alignment bits ``neab``, output rounding
+and the floor ``mel`` of the alignment exponent. A :class:`GpuModel` maps the (input, output)
+format pairs a GPU supports to its units. Any :class:`BlockFMA` can be used as ``gpu=`` to ask
+"what if the accumulator kept 3 extra bits?".
+
+>>> from fpsim.tensorcore import get_gpu, BlockFMA
+>>> get_gpu("a100").unit_for("fp16", "fp32")
+BlockFMA(block_size=8, extra_bits=1, output_rounding='toward_zero', min_exponent=-132)
+>>> BlockFMA(block_size=8, extra_bits=3).fraction_bits
+26
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..formats import BF16, FP8_E4M3, FP8_E5M2, FP16, FP32, TF32, Format, get_float_format
+from ..modes import Rounding, as_rounding
+
+__all__ = [
+    "BlockFMA",
+    "GpuModel",
+    "GPUS",
+    "get_gpu",
+    "list_gpus",
+    "resolve_unit",
+    "ACCUMULATOR_FRACTION_BITS",
+    "C_MIN_EXPONENT",
+    "MAX_INT_BITS",
+]
+
+#: Fraction bits of the fp32-based accumulator before the extra alignment bits: every term is
+#: an integer with ``23 + extra_bits`` fraction bits below 2**maxE.
+ACCUMULATOR_FRACTION_BITS = 23
+#: The exponent of a subnormal fp32 ``c`` (c joins the alignment with max(floor(log2|c|), -126)).
+C_MIN_EXPONENT = -126
+#: The exact integer sum must stay below 2**MAX_INT_BITS: every term is below 2**(F + 2) (a
+#: product's significand is below 4, c's below 2), so (n + 1) * 2**(F + 2) <= 2**53 keeps the
+#: sum (integers carried in float64) exact.
+MAX_INT_BITS = 53
+
+_OVERFLOW_POLICIES = ("inf", "ieee")
+
+
+@dataclass(frozen=True)
+class BlockFMA:
+    """One block-FMA unit: ``d = c + sum of block_size products``, rounded once.
+
+    - ``block_size`` (n): products per block; a longer K chains blocks in ascending k, each
+      block's rounded result being the next block's ``c``.
+    - ``extra_bits`` (neab): every term (products and c) is aligned to the largest exponent and
+      its magnitude truncated to ``23 + extra_bits`` fraction bits below it (a term shifted past
+      its bits becomes 0; the hardware's "more than 31 places" rule is this for neab <= 2).
+      Negative values (the fp8 units) also shorten the fp32 result to ``23 + extra_bits``
+      fraction bits.
+    - ``output_rounding``: how the exact sum is rounded to the output format (the GPUs use
+      ``toward_zero`` for fp32 and ``nearest_even`` for fp16 output).
+    - ``min_exponent`` (mel): a floor for the alignment exponent, or None for no floor.
+    - ``output_fraction_bits``: fraction bits the result keeps; None means the output format's,
+      less ``-extra_bits`` when ``extra_bits`` is negative.
+    - ``overflow``: ``"inf"`` (the published model: an exact sum whose exponent exceeds the
+      output format's emax gives +-inf even when rounding toward zero) or ``"ieee"``
+      (round-toward-zero overflows to the largest finite value).
+    - ``name``: a label for reports.
+
+    >>> u = BlockFMA(block_size=16, extra_bits=3, output_rounding="rz", min_exponent=-133)
+    >>> u.output_rounding, u.fraction_bits
+    (<Rounding.TOWARD_ZERO: 'toward_zero'>, 26)
+    """
+
+    block_size: int
+    extra_bits: int = 0
+    output_rounding: Rounding | str = Rounding.TOWARD_ZERO
+    min_exponent: int | None = None
+    output_fraction_bits: int | None = None
+    overflow: str = "inf"
+    name: str = field(default="custom", compare=False)
+
+    def __post_init__(self) -> None:
+        for fname in ("block_size", "extra_bits"):
+            v = getattr(self, fname)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"BlockFMA.{fname} must be an int, got {v!r}")
+        if self.block_size < 1:
+            raise ValueError(f"BlockFMA.block_size must be >= 1, got {self.block_size}")
+        f = ACCUMULATOR_FRACTION_BITS + self.extra_bits
+        if f < 1:
+            raise ValueError(
+                f"BlockFMA.extra_bits must be >= {1 - ACCUMULATOR_FRACTION_BITS} (at least one "
+                f"fraction bit), got {self.extra_bits}")
+        # (n + 1) terms below 2**(F + 2) each: the exact sum must stay below 2**53.
+        if (self.block_size + 1) << (f + 2) > 1 << MAX_INT_BITS:
+            raise ValueError(
+                f"BlockFMA(block_size={self.block_size}, extra_bits={self.extra_bits}): the "
+                f"exact sum of {self.block_size + 1} terms of {f + 2} bits could exceed "
+                f"2**{MAX_INT_BITS}; use fewer extra bits or a smaller block")
+        object.__setattr__(self, "output_rounding", as_rounding(self.output_rounding))
+        if self.output_rounding is Rounding.STOCHASTIC:
+            raise ValueError("BlockFMA.output_rounding must be deterministic, not stochastic")
+        if self.min_exponent is not None:
+            if isinstance(self.min_exponent, bool) or not isinstance(self.min_exponent, int):
+                raise TypeError(f"BlockFMA.min_exponent must be an int or None, "
+                                f"got {self.min_exponent!r}")
+            if not -600 <= self.min_exponent <= 300:
+                raise ValueError(f"BlockFMA.min_exponent must lie in [-600, 300], "
+                                 f"got {self.min_exponent}")
+        if self.output_fraction_bits is not None and (
+                isinstance(self.output_fraction_bits, bool)
+                or not isinstance(self.output_fraction_bits, int)
+                or not 0 <= self.output_fraction_bits <= 23):
+            raise ValueError(f"BlockFMA.output_fraction_bits must be None or an int in [0, 23], "
+                             f"got {self.output_fraction_bits!r}")
+        if self.overflow not in _OVERFLOW_POLICIES:
+            raise ValueError(f"BlockFMA.overflow must be one of {_OVERFLOW_POLICIES}, "
+                             f"got {self.overflow!r}")
+
+    @property
+    def fraction_bits(self) -> int:
+        """F = 23 + extra_bits: fraction bits of every aligned term below 2**maxE."""
+        return ACCUMULATOR_FRACTION_BITS + self.extra_bits
+
+    def result_format(self, output_format: Format) -> Format:
+        """The format block results are rounded to: ``output_format``, or the same exponent
+        range with fewer fraction bits for negative ``extra_bits`` (the fp8 units).
+
+        >>> BlockFMA(16, -10).result_format(FP32).mantissa_bits
+        13
+        """
+        m = self.output_fraction_bits
+        if m is None:
+            m = output_format.mantissa_bits + min(self.extra_bits, 0)
+        m = max(0, min(m, output_format.mantissa_bits))
+        if m == output_format.mantissa_bits:
+            return output_format
+        return Format(output_format.exponent_bits, m, bias=output_format.bias,
+                      nan_encoding=output_format.nan_encoding,
+                      name=f"{output_format.name}[{m} fraction bits]")
+
+    def describe(self) -> str:
+        """One line: the parameters in words.
+
+        >>> print(BlockFMA(8, 1, "rz", -132).describe())
+        block of 8 products, 24 fraction bits (1 extra), round toward_zero, alignment floor 2^-132
+        """
+        floor = "no alignment floor" if self.min_exponent is None else \
+            f"alignment floor 2^{self.min_exponent}"
+        return (f"block of {self.block_size} products, {self.fraction_bits} fraction bits "
+                f"({self.extra_bits} extra), round {self.output_rounding.value}, {floor}")
+
+    def __repr__(self) -> str:
+        extra = ""
+        if self.output_fraction_bits is not None:
+            extra += f", output_fraction_bits={self.output_fraction_bits}"
+        if self.overflow != "inf":
+            extra += f", overflow={self.overflow!r}"
+        return (f"BlockFMA(block_size={self.block_size}, extra_bits={self.extra_bits}, "
+                f"output_rounding={self.output_rounding.value!r}, "
+                f"min_exponent={self.min_exponent}{extra})")
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """A GPU: its name, aliases and one :class:`BlockFMA` per supported (input, output) pair
+    (format names as ``fpsim.get_format`` returns them, e.g. ``("fp16", "fp32")``).
+
+    >>> get_gpu("H100").supported()
+    ['fp16->fp32', 'fp16->fp16', 'bf16->fp32', 'tf32->fp32', 'fp8_e4m3->fp32', 'fp8_e5m2->fp32']
+    """
+
+    name: str
+    architecture: str
+    units: Mapping[tuple[str, str], BlockFMA]
+    aliases: tuple[str, ...] = ()
+    notes: str = ""
+
+    def supported(self) -> list[str]:
+        """The supported pairs as ``"input->output"`` strings."""
+        return [f"{i}->{o}" for i, o in self.units]
+
+    def unit_for(self, input_format: Format | str, output_format: Format | str) -> BlockFMA:
+        """The unit for one pair; ValueError naming the GPUs that support it otherwise."""
+        fi = get_float_format(input_format)
+        fo = get_float_format(output_format)
+        key = (fi.name, fo.name)
+        if key in self.units:
+            return self.units[key]
+        others = [g.name for g in _UNIQUE if key in g.units]
+        msg = (f"{self.name} has no tensor-core mode {fi.name} inputs -> {fo.name} output; "
+               f"{self.name} supports {', '.join(self.supported())}")
+        if others:
+            msg += f"; {fi.name}->{fo.name} is supported on {', '.join(others)}"
+        else:
+            msg += f"; no modelled GPU supports {fi.name}->{fo.name}"
+        if self.notes:
+            msg += f" ({self.notes})"
+        msg += ". Support matrix: " + support_matrix()
+        raise ValueError(msg)
+
+
+def _units(n16: int, neab: int, mel32: int | None, mel16: int | None, n_tf32: int | None,
+           fp8: tuple[int, int] | None, label: str) -> dict[tuple[str, str], BlockFMA]:
+    rz, rne = Rounding.TOWARD_ZERO, Rounding.NEAREST_EVEN
+    u = {("fp16", "fp32"): BlockFMA(n16, neab, rz, mel32, name=f"{label} fp16->fp32"),
+         ("fp16", "fp16"): BlockFMA(n16, neab, rne, mel16, name=f"{label} fp16->fp16")}
+    if n_tf32 is not None:
+        u[("bf16", "fp32")] = BlockFMA(n16, neab, rz, mel32, name=f"{label} bf16->fp32")
+        u[("tf32", "fp32")] = BlockFMA(n_tf32, neab, rz, mel32, name=f"{label} tf32->fp32")
+    if fp8 is not None:
+        n8, neab8 = fp8
+        for f in ("fp8_e4m3", "fp8_e5m2"):
+            u[(f, "fp32")] = BlockFMA(n8, neab8, rz, mel32, name=f"{label} {f}->fp32")
+    return u
+
+
+_VOLTA = _units(4, 0, None, -19, None, None, "Volta")
+_AMPERE = _units(8, 1, -132, -20, 4, None, "Ampere")
+_ADA = _units(8, 1, -132, -20, 4, (16, -10), "Ada")
+_HOPPER = _units(16, 2, -133, -21, 8, (32, -10), "Hopper")
+_BLACKWELL = _units(16, 2, -133, -21, 8, None, "Blackwell")
+#: The published B200 fp8 parameters (block 32, 2 extra bits, RZ): they miss about a third of
+#: the measured rows (tests/data/tensorcore/open/), so they are only available by this name.
+_B200_FP8_PUBLISHED = {
+    (f, "fp32"): BlockFMA(32, 2, Rounding.TOWARD_ZERO, -133, name=f"B200 published {f}->fp32")
+    for f in ("fp8_e4m3", "fp8_e5m2")}
+
+#: A variant found by fitting the measured B200 fp8 rows: one rounding per block of 32 products,
+#: to NEAREST EVEN, with at least 7 extra alignment bits. It reproduces all 6000 rows; so does
+#: every extra_bits from 7 up to the exact sum (the rows' exponent spread cannot tell them
+#: apart), while 6 extra bits miss 1 row, RZ at least 36% and blocks of 16 about 18%. 7, the
+#: smallest value the data allows, is used; tools/record_tensorcore.py has cases to pin it.
+_B200_FP8_VARIANT = {
+    (f, "fp32"): BlockFMA(32, 7, Rounding.NEAREST_EVEN, -133, name=f"B200 variant {f}->fp32")
+    for f in ("fp8_e4m3", "fp8_e5m2")}
+
+_B200_NOTE = ("B200 fp8 is not modelled by default: the published parameters (block 32, 2 extra "
+              "bits, RZ) miss about 36% of the measured rows; gpu='B200-fp8-variant' (block 32, "
+              "round to nearest even, 7 extra bits: all measured rows) or "
+              "gpu='B200-fp8-published' use fitted or published parameters")
+
+_UNIQUE: tuple[GpuModel, ...] = (
+    GpuModel("V100", "Volta", _VOLTA, ("volta", "teslav100", "v100s")),
+    GpuModel("A100", "Ampere", _AMPERE, ("ampere",)),
+    GpuModel("A30", "Ampere", _AMPERE),
+    GpuModel("A2", "Ampere", _AMPERE),
+    GpuModel("Ada", "Ada Lovelace", _ADA,
+             ("adalovelace", "rtx40", "rtx4090", "rtx4080", "rtx4070", "rtx4060",
+              "rtx6000ada", "l4")),
+    GpuModel("L40S", "Ada Lovelace", _ADA, ("l40",)),
+    GpuModel("H100", "Hopper", _HOPPER, ("hopper",)),
+    GpuModel("H200", "Hopper", _HOPPER),
+    GpuModel("B200", "Blackwell", _BLACKWELL, ("blackwell",), notes=_B200_NOTE),
+    GpuModel("B200-fp8-published", "Blackwell", {**_BLACKWELL, **_B200_FP8_PUBLISHED},
+             notes="the published B200 fp8 parameters, unverified: ~64% of measured rows"),
+    GpuModel("B200-fp8-variant", "Blackwell", {**_BLACKWELL, **_B200_FP8_VARIANT},
+             notes="B200 with fp8 fitted to the measured rows: block 32, RNE, 7 extra bits"),
+)
+
+#: name -> GpuModel, for every modelled GPU.
+GPUS: dict[str, GpuModel] = {g.name: g for g in _UNIQUE}
+
+
+def _key(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+_LOOKUP: dict[str, GpuModel] = {}
+for _g in _UNIQUE:
+    _LOOKUP[_key(_g.name)] = _g
+    for _a in _g.aliases:
+        _LOOKUP[_key(_a)] = _g
+
+
+def list_gpus() -> list[str]:
+    """Names of the modelled GPUs.
+
+    >>> list_gpus()[:3]
+    ['V100', 'A100', 'A30']
+    """
+    return list(GPUS)
+
+
+def support_matrix() -> str:
+    """Which GPUs support which input -> output pairs, in one line.
+
+    >>> "tf32->fp32: A100" in support_matrix()
+    True
+    """
+    pairs: dict[str, list[str]] = {}
+    for g in _UNIQUE:
+        if g.name.startswith("B200-"):
+            continue
+        for p in g.supported():
+            pairs.setdefault(p, []).append(g.name)
+    return "; ".join(f"{p}: {', '.join(names)}" for p, names in pairs.items())
+
+
+def get_gpu(gpu: str | GpuModel) -> GpuModel:
+    """Look a GPU up by name or alias, case and punctuation insensitive ("a100", "RTX 4090",
+    "h-100"); a :class:`GpuModel` is returned unchanged.
+
+    >>> get_gpu("RTX 4090").name, get_gpu("h200").architecture
+    ('Ada', 'Hopper')
+    """
+    if isinstance(gpu, GpuModel):
+        return gpu
+    if not isinstance(gpu, str):
+        raise TypeError(f"gpu must be a GPU name, a GpuModel or a BlockFMA, got {gpu!r}")
+    g = _LOOKUP.get(_key(gpu))
+    if g is None:
+        aliases = sorted({a for x in _UNIQUE for a in x.aliases})
+        raise ValueError(f"unknown GPU {gpu!r}; valid: {', '.join(GPUS)} "
+                         f"(aliases: {', '.join(aliases)}), or a BlockFMA(...) for a custom unit")
+    return g
+
+
+_INPUT_FORMATS = {f.name: f for f in (FP16, BF16, TF32, FP8_E4M3, FP8_E5M2)}
+_OUTPUT_FORMATS = {f.name: f for f in (FP32, FP16)}
+
+
+def _check_custom_format(fmt: Format, role: str) -> None:
+    if fmt.mantissa_bits > 23 or fmt.emax > 127 or fmt.emin < -126:
+        raise ValueError(
+            f"{role} format {fmt.name} is outside what the block-FMA model handles (at most 23 "
+            f"mantissa bits, exponents within fp32's [-126, 127])")
+
+
+def resolve_unit(gpu: str | GpuModel | BlockFMA, input_format: Format | str,
+                 output_format: Format | str) -> tuple[BlockFMA, Format, Format, str]:
+    """(unit, input Format, output Format, label) for a GPU name / model / custom unit.
+
+    >>> u, fi, fo, label = resolve_unit("V100", "half", "fp32")
+    >>> u.block_size, fi.name, fo.name, label
+    (4, 'fp16', 'fp32', 'V100')
+    """
+    fi = get_float_format(input_format)
+    fo = get_float_format(output_format)
+    if isinstance(gpu, BlockFMA):
+        _check_custom_format(fi, "input")
+        _check_custom_format(fo, "output")
+        return gpu, fi, fo, gpu.name
+    g = get_gpu(gpu)
+    if fi.name not in _INPUT_FORMATS:
+        raise ValueError(f"{g.name} tensor cores take inputs in {', '.join(_INPUT_FORMATS)}, "
+                         f"not {fi.name} (a BlockFMA(...) unit accepts other formats)")
+    if fo.name not in _OUTPUT_FORMATS:
+        raise ValueError(f"{g.name} tensor cores produce {', '.join(_OUTPUT_FORMATS)}, "
+                         f"not {fo.name} (a BlockFMA(...) unit accepts other formats)")
+    return g.unit_for(fi, fo), fi, fo, g.name

@@ -1,0 +1,396 @@
+"""Bit-exact model of NVIDIA tensor-core GEMM: ``D = A @ B + C`` one block FMA at a time.
+
+One block (``docs/tensorcore-model.md``): products are exact; each product's exponent is
+``e_a + e_b`` with ``e = max(floor(log2|x|), emin_in)`` (significands in [0, 4), not
+normalised); ``c`` joins with ``max(floor(log2|c|), -126)``; zero terms take no part. With
+``maxE = max(largest exponent, mel)`` every term becomes an integer with ``F = 23 + neab``
+fraction bits below ``2**maxE``, its magnitude truncated; the integers are added exactly and
+the sum is rounded once to the output format (RZ for fp32, RNE for fp16, subnormals kept).
+Blocks chain in ascending k, each block's rounded result being the next ``c``.
+
+How it is computed, exactly and vectorised over M, N and the k of a block (one work array
+per block: row 0 holds c, rows 1..n the products, so one max, one scaling, one truncation and
+one sum handle every term):
+
+- the product ``a*b`` of two inputs (at most 24-bit significands) is exact in float64;
+- alignment multiplies by ``2**(F - maxE)``, built from its exponent bits (exact: a power of
+  two, far from float64's range limits since every exponent lies in [-600, 300]);
+- ``np.trunc`` truncates each aligned term toward zero: the hardware's sign-magnitude
+  truncation. Every term is now an integer; terms shifted beyond their ``F + 2`` bits become 0
+  (the hardware's "more than 31 places" rule, implied for the GPUs' F <= 25);
+- the integer terms are summed exactly. They are integers carried in float64, not int64: the
+  float64 -> int64 conversion costs more than the whole rest of a block, and float64 adds
+  integers exactly below 2**53. Bound: a term is below ``2**(F + 2)`` (a product's significand
+  is below 4, c's below 2), so every partial sum of the ``n + 1`` terms is below
+  ``(n + 1) * 2**(F + 2)``: 33 bits for the largest GPU unit (n = 32, F = 25).
+  :class:`~fpsim.tensorcore.gpus.BlockFMA` refuses parameters whose sum could reach 2**53,
+  so ``sum * 2**(maxE - F)`` is the exact block value, rounded once to the output format
+  (bit operations in the normal range, :func:`fpsim.round` otherwise).
+
+Memory stays bounded: the (k, m, n) temporaries are built for chunks of about
+``CHUNK_ELEMENTS`` elements; Python loops run only over chunks and the K / n blocks.
+
+>>> import numpy as np, fpsim.tensorcore as tc
+>>> float(tc.dot([1.0, 1.0], [1.0, -2.0**-24], -1 + 2.0**-24, gpu="V100"))  # probe D3
+1.1920928955078125e-07
+>>> float(tc.dot([1.0, 1.0], [1.0, -2.0**-24], -1 + 2.0**-24, gpu="A100"))
+0.0
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ..formats import FP32, TF32, Format
+from ..modes import Rounding
+from ..rounding import SIGN, as_float64
+from ..rounding import round as fp_round
+from .gpus import C_MIN_EXPONENT, BlockFMA, GpuModel, resolve_unit
+
+__all__ = ["matmul", "dot", "convert_input", "CHUNK_ELEMENTS"]
+
+#: Elements of the (k, m, n) temporaries per chunk: small enough to stay in cache.
+CHUNK_ELEMENTS = 1 << 17
+_ZERO_EXP = -20000  # exponent of a zero term: below every real one, and 2x fits int32
+_NO_FLOOR = -600  # "no mel": below every real term exponent (>= -2 * 126 - 2 * 23)
+_TF32_DROP = np.uint32((1 << (FP32.mantissa_bits - TF32.mantissa_bits)) - 1)
+_U = np.uint64
+
+
+# -- inputs ------------------------------------------------------------------------------------
+
+def convert_input(x: npt.ArrayLike, input_format: Format | str) -> np.ndarray:
+    """Real values -> exact values of a tensor-core input format (float64 array).
+
+    fp16, bf16 and fp8 round to nearest even (:func:`fpsim.round`; an out-of-range e4m3 value
+    becomes NaN, as e4m3 has no infinity). tf32 does what the hardware does with an fp32
+    operand: the low 13 bits of the fp32 pattern are dropped (truncation); values that are
+    not fp32 already (float64 input) are first rounded to fp32 with round to nearest even.
+
+    >>> import fpsim.tensorcore as tc
+    >>> float(tc.convert_input(1 - 2.0**-24, "tf32")), float(tc.convert_input(0.1, "fp16"))
+    (0.99951171875, 0.0999755859375)
+    """
+    from ..formats import get_float_format
+
+    fmt = get_float_format(input_format)
+    if fmt == TF32:
+        x32 = np.asarray(fp_round(x, FP32), dtype=np.float64).astype(np.float32)
+        bits = np.atleast_1d(x32).view(np.uint32) & ~_TF32_DROP
+        out = bits.view(np.float32).astype(np.float64).reshape(np.shape(x32))
+        return out
+    return np.asarray(fp_round(x, fmt), dtype=np.float64)
+
+
+def _split(values: np.ndarray, fmt: Format, bias: int) -> tuple[np.ndarray, np.ndarray]:
+    """(finite values with non-finite set to 0, int32 exponents max(floor(log2|x|), emin) +
+    bias, with zeros and non-finite at _ZERO_EXP)."""
+    fin = np.isfinite(values)
+    vals = np.where(fin, values, 0.0)
+    bits = np.ascontiguousarray(vals).view(_U)
+    e = ((bits >> _U(52)) & _U(0x7FF)).astype(np.int32) - 1023
+    np.maximum(e, fmt.emin, out=e)
+    e += bias
+    e[vals == 0] = _ZERO_EXP
+    return vals, e
+
+
+def _c_table(floor: int) -> np.ndarray:
+    """Biased float64 exponent field of c -> the biased exponent c joins the alignment with,
+    the floor mel folded in: max(field, 1023 - 126, mel + 1023); a zero c (field 0) gives
+    only the floor; an infinite c (field 2047, an overflowed block) stays on top."""
+    t = np.maximum(np.arange(2048, dtype=np.int32), 1023 + C_MIN_EXPONENT)
+    t[0] = 0
+    return np.maximum(t, floor + 1023).astype(np.int32)
+
+
+# -- output rounding -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _OutParams:
+    shift: np.uint64
+    keep: np.uint64  # mask keeping sign, exponent and the format's fraction bits
+    half_m1: np.uint64
+    tiny_m1: np.uint64  # bits of 2**emin, minus one
+    ovf: np.uint64  # bits of 2**(emax + 1): the first exponent that overflows
+    ovf_value: float
+
+
+@functools.cache
+def _out_params(fmt: Format) -> _OutParams:
+    s = 52 - fmt.mantissa_bits
+    tiny = np.array(fmt.smallest_normal).view(_U)[()]
+    ovf_value = float(np.ldexp(1.0, fmt.emax + 1))
+    return _OutParams(_U(s), ~_U((1 << s) - 1), _U((1 << (s - 1)) - 1), tiny - _U(1),
+                      np.array(ovf_value).view(_U)[()], ovf_value)
+
+
+def _round_out(v: np.ndarray, fmt: Format, mode: Rounding, overflow: str,
+               out: np.ndarray) -> np.ndarray:
+    """Round exact float64 block values into ``out`` (float64, same shape), overflow per the
+    unit's policy; returns the magnitude bit patterns of the results."""
+    p = _out_params(fmt)
+    b = v.view(_U)
+    a = b & ~SIGN
+    ob = out.view(_U)
+    if a.size and mode in (Rounding.TOWARD_ZERO, Rounding.NEAREST_EVEN):
+        # Fast path: every non-zero value in the normal range (zero wraps to the maximum).
+        if (a - _U(1)).min() >= p.tiny_m1 and a.max() < p.ovf:
+            if mode is Rounding.TOWARD_ZERO:
+                np.bitwise_and(b, p.keep, out=ob)
+                return a  # truncation keeps the exponent field
+            r = (a + p.half_m1 + ((a >> p.shift) & _U(1))) & p.keep
+            if r.max() < p.ovf:
+                np.bitwise_or(r, b & SIGN, out=ob)
+                return r
+    r = np.asarray(fp_round(v, fmt, mode), dtype=np.float64)
+    if overflow == "inf":
+        big = np.abs(v) >= p.ovf_value
+        if big.any():
+            r = np.where(big, np.copysign(np.inf, v), r)
+    out[...] = r
+    return ob & ~SIGN
+
+
+# -- the kernel ------------------------------------------------------------------------------
+
+def _specials(araw, braw, c, step: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Special values over the whole dot product: (mask, value) or None if there are none.
+
+    Any NaN (0 * inf included) gives NaN; +inf with -inf gives NaN; else an inf gives it."""
+    nan = np.isnan(c)
+    pos = c == np.inf
+    neg = c == -np.inf
+    K = araw.shape[0]
+    with np.errstate(invalid="ignore", over="ignore"):
+        for k0 in range(0, K, step):
+            p = araw[k0:k0 + step] * braw[k0:k0 + step]
+            nan = nan | np.isnan(p).any(axis=0)
+            pos = pos | (p == np.inf).any(axis=0)
+            neg = neg | (p == -np.inf).any(axis=0)
+    nan = nan | (pos & neg)
+    mask = nan | pos | neg
+    if not mask.any():
+        return None
+    val = np.where(nan, np.nan, np.where(pos, np.inf, -np.inf))
+    return mask, val
+
+
+def _chain(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple,
+           trace: list | None = None) -> np.ndarray:
+    """Chained block FMAs over the first axis of av/bv (broadcast to (K, *out_shape)).
+
+    ``ae`` holds exponents biased by 1023, ``be`` unbiased ones, so that a product's
+    ``ae + be`` compares directly with the biased exponent field of c's float64 pattern.
+    Row 0 of the work arrays is c (the previous block's result), rows 1..w the products:
+    one max, one scaling, one truncation and one sum handle every term of a block."""
+    K = av.shape[0]
+    n = unit.block_size
+    F = unit.fraction_bits
+    floor = _NO_FLOOR if unit.min_exponent is None else unit.min_exponent
+    table = _c_table(floor)
+    mode, overflow = unit.output_rounding, unit.overflow
+    w0 = max(0, min(n, K))
+    P = np.empty((w0 + 1, *out_shape))
+    E = np.empty((w0 + 1, *out_shape), dtype=np.int32)
+    P[0] = c
+    np.take(table, (P[0].view(_U) >> _U(52)) & _U(0x7FF), out=E[0])
+    scale_base = np.int64(F + 2 * 1023)  # biased exponent of 2**(F - maxE) is this - maxE'
+    for k0 in range(0, max(K, 1), n):
+        k1 = min(K, k0 + n)
+        w = k1 - k0
+        if w > 0:
+            np.multiply(av[k0:k1], bv[k0:k1], out=P[1:w + 1])
+            np.add(ae[k0:k1], be[k0:k1], out=E[1:w + 1])
+        p = P[:w + 1]
+        cin = P[0].copy() if trace is not None else None
+        mx = E[:w + 1].max(axis=0)  # maxE + 1023, the floor included through c's row
+        scale = ((scale_base - mx) << 52).view(np.float64)  # 2**(F - maxE), exactly
+        np.multiply(p, scale, out=p)
+        np.trunc(p, out=p)  # each term's magnitude truncated: integers below 2**(F + 2)
+        s = p.sum(axis=0)  # exact: every partial sum is an integer below 2**53
+        s += 0.0  # an exactly zero sum is +0 (-0 + -0 would stay -0)
+        v = s / scale  # the block's exact value
+        mag = _round_out(v, rfmt, mode, overflow, P[0])
+        np.take(table, mag >> _U(52), out=E[0])
+        if trace is not None:
+            trace.append({"k0": k0, "k1": k1, "c": cin, "max_exponent": mx - 1023,
+                          "sum": s.copy(), "value": v.copy(), "result": P[0].copy()})
+    return P[0].copy()
+
+
+def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
+         outer: bool, trace: list | None = None) -> np.ndarray:
+    """Evaluate chained block FMAs for k-first operands.
+
+    outer=True: aT_raw (K, M), b_raw (K, N), c (M, N) -> (M, N) (a matrix product).
+    outer=False: aT_raw (K, R), b_raw (K, R), c (R,) -> (R,) (independent dot products)."""
+    K = aT_raw.shape[0]
+    n = unit.block_size
+    av, ae = _split(aT_raw, fi, 1023)
+    bv, be = _split(b_raw, fi, 0)
+    a_bad = ~np.isfinite(aT_raw).all(axis=0)
+    b_bad = ~np.isfinite(b_raw).all(axis=0)
+    c_fin = np.where(np.isfinite(c_raw), c_raw, 0.0)
+    c_bad = ~np.isfinite(c_raw)
+    per_k = max(1, min(n, K))
+    if outer:
+        M, N = aT_raw.shape[1], b_raw.shape[1]
+        out = np.empty((M, N))
+        nc = N if per_k * N <= CHUNK_ELEMENTS else max(1, CHUNK_ELEMENTS // per_k)
+        mc = max(1, CHUNK_ELEMENTS // (per_k * nc))
+        for m0 in range(0, M, mc):
+            m1 = min(M, m0 + mc)
+            for n0 in range(0, N, nc):
+                n1 = min(N, n0 + nc)
+                shape = (m1 - m0, n1 - n0)
+                cc = c_fin[m0:m1, n0:n1]
+                res = _chain(av[:, m0:m1, None], ae[:, m0:m1, None], bv[:, None, n0:n1],
+                             be[:, None, n0:n1], cc, unit, rfmt, shape, trace)
+                if a_bad[m0:m1].any() or b_bad[n0:n1].any() or c_bad[m0:m1, n0:n1].any():
+                    sp = _specials(aT_raw[:, m0:m1, None], b_raw[:, None, n0:n1],
+                                   c_raw[m0:m1, n0:n1], per_k)
+                    if sp is not None:
+                        res = np.where(sp[0], sp[1], res)
+                out[m0:m1, n0:n1] = res
+        return out
+    R = aT_raw.shape[1]
+    out = np.empty(R)
+    rc = max(1, CHUNK_ELEMENTS // per_k)
+    for r0 in range(0, R, rc):
+        r1 = min(R, r0 + rc)
+        res = _chain(av[:, r0:r1], ae[:, r0:r1], bv[:, r0:r1], be[:, r0:r1], c_fin[r0:r1],
+                     unit, rfmt, (r1 - r0,), trace)
+        if a_bad[r0:r1].any() or b_bad[r0:r1].any() or c_bad[r0:r1].any():
+            sp = _specials(aT_raw[:, r0:r1], b_raw[:, r0:r1], c_raw[r0:r1], per_k)
+            if sp is not None:
+                res = np.where(sp[0], sp[1], res)
+        out[r0:r1] = res
+    return out
+
+
+def _as_real(x, what: str) -> np.ndarray:
+    try:
+        as_float64(x)
+    except TypeError as exc:
+        raise TypeError(f"{what}: {exc}") from None
+    return x
+
+
+# -- public API ------------------------------------------------------------------------------
+
+def matmul(A: npt.ArrayLike, B: npt.ArrayLike, C: npt.ArrayLike | None = None, *,
+           gpu: str | GpuModel | BlockFMA = "A100",
+           input_format: Format | str = "fp16",
+           output_format: Format | str = "fp32") -> np.ndarray:
+    """``D = A @ B + C`` as the tensor cores of ``gpu`` compute it, bit for bit.
+
+    ``A`` (M x K) and ``B`` (K x N) hold real values (floats, NumPy or ml_dtypes arrays); they
+    are first converted to ``input_format`` (see :func:`convert_input`: round to nearest even,
+    tf32 by truncating the fp32 pattern). ``C`` (broadcastable to M x N, None for zeros) is
+    rounded to ``output_format`` (nearest even). ``gpu`` is a name ("V100", "A100", "H100",
+    "RTX 4090", ... see :func:`~fpsim.tensorcore.list_gpus`) or a
+    :class:`~fpsim.tensorcore.BlockFMA` for a custom unit. Returns an M x N float64 array of
+    exact ``output_format`` values.
+
+    >>> import numpy as np, fpsim.tensorcore as tc
+    >>> A = np.full((1, 4), 1.0); B = np.full((4, 1), 2.0**-24)
+    >>> tc.matmul(A, B, [[1 - 2.0**-24]], gpu="V100")  # probe D5: 1 + 2**-23, not 1
+    array([[1.00000012]])
+    >>> tc.matmul(A, B, [[1 - 2.0**-24]], gpu=tc.BlockFMA(4, extra_bits=-1))
+    array([[0.99999988]])
+    """
+    unit, fi, fo, _ = resolve_unit(gpu, input_format, output_format)
+    _as_real(A, "A")
+    _as_real(B, "B")
+    Ar = convert_input(A, fi)
+    Br = convert_input(B, fi)
+    if Ar.ndim != 2 or Br.ndim != 2:
+        raise ValueError(f"matmul needs a 2-D A (M x K) and a 2-D B (K x N), got shapes "
+                         f"{Ar.shape} and {Br.shape}; use dot() for vectors")
+    M, K = Ar.shape
+    if Br.shape[0] != K:
+        raise ValueError(f"inner dimensions differ: A is {M} x {K}, B is "
+                         f"{Br.shape[0]} x {Br.shape[1]}")
+    N = Br.shape[1]
+    if C is None:
+        Cr = np.zeros((M, N))
+    else:
+        _as_real(C, "C")
+        Cr = np.asarray(fp_round(C, fo), dtype=np.float64)
+        try:
+            Cr = np.array(np.broadcast_to(Cr, (M, N)))
+        except ValueError:
+            raise ValueError(f"C of shape {Cr.shape} does not broadcast to the {M} x {N} "
+                             f"result") from None
+    if M == 0 or N == 0:
+        return np.zeros((M, N))
+    return _run(np.ascontiguousarray(Ar.T), np.ascontiguousarray(Br), Cr, unit, fi,
+                unit.result_format(fo), outer=True)
+
+
+def _dot_rows(a_raw: np.ndarray, b_raw: np.ndarray, c_raw: np.ndarray, unit: BlockFMA,
+              fi: Format, fo: Format, trace: list | None = None) -> np.ndarray:
+    """Independent dot products of converted rows a_raw, b_raw (R x K) and c_raw (R,)."""
+    return _run(np.ascontiguousarray(a_raw.T), np.ascontiguousarray(b_raw.T),
+                np.ascontiguousarray(c_raw, dtype=np.float64), unit, fi,
+                unit.result_format(fo), outer=False, trace=trace)
+
+
+def dot(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike = 0.0, *,
+        gpu: str | GpuModel | BlockFMA = "A100",
+        input_format: Format | str = "fp16", output_format: Format | str = "fp32",
+        explain: bool = False) -> np.floating | np.ndarray | tuple:
+    """One tensor-core dot product ``d = c + sum_k a_k b_k`` (a row of A, a column of B).
+
+    ``a`` and ``b`` have length K (or shapes (..., K) that broadcast, giving a batch of
+    independent dot products, ``c`` broadcasting to the batch); conversions and ``gpu`` as
+    :func:`matmul`. With ``explain=True`` (1-D input only) returns ``(d, record)``: a
+    :class:`~fpsim.tensorcore.explain.DotExplanation` whose ``str()`` is a step-by-step table.
+
+    >>> import fpsim.tensorcore as tc
+    >>> float(tc.dot([1, 1, 1, 1], [1, 1, 1, 1], 1 + 2**-22 + 2**-23, gpu="A100"))  # D4c
+    5.0
+    >>> d, rec = tc.dot([1.0], [1.0], -(1 - 2.0**-24), gpu="A100", explain=True)
+    >>> float(d), rec.blocks[0].exact_sum
+    (5.960464477539063e-08, 1)
+    """
+    unit, fi, fo, label = resolve_unit(gpu, input_format, output_format)
+    _as_real(a, "a")
+    _as_real(b, "b")
+    _as_real(c, "c")
+    ar = convert_input(a, fi)
+    br = convert_input(b, fi)
+    if ar.ndim == 0 or br.ndim == 0:
+        raise ValueError(f"dot needs vectors of length K, got shapes {ar.shape} and {br.shape}")
+    try:
+        ar, br = np.broadcast_arrays(ar, br)
+    except ValueError:
+        raise ValueError(f"a and b shapes {np.shape(ar)} and {np.shape(br)} do not "
+                         f"broadcast") from None
+    batch = ar.shape[:-1]
+    cr = np.asarray(fp_round(c, fo), dtype=np.float64)
+    try:
+        cr = np.broadcast_to(cr, batch)
+    except ValueError:
+        raise ValueError(f"c of shape {cr.shape} does not broadcast to the batch shape "
+                         f"{batch}") from None
+    K = ar.shape[-1]
+    a2 = ar.reshape(-1, K)
+    b2 = br.reshape(-1, K)
+    if explain and batch:
+        raise ValueError("explain=True needs one dot product (1-D a and b)")
+    trace: list | None = [] if explain else None
+    d = _dot_rows(a2, b2, cr.reshape(-1), unit, fi, fo, trace)
+    d = d.reshape(batch)
+    if not batch:
+        d = d[()]
+    if explain:
+        from .explain import build_explanation
+
+        return d, build_explanation(ar, br, float(cr), float(d), unit, fi, fo, label, trace)
+    return d

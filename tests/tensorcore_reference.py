@@ -1,0 +1,167 @@
+"""A slow, exact, scalar reference of the tensor-core block-FMA model, on fractions.Fraction.
+
+Written straight from docs/tensorcore-model.md ("One block FMA" steps 1-7 and "A longer K"),
+one block and one term at a time, independently of fpsim.tensorcore's vectorised kernel:
+exponents by integer bit lengths, alignment and truncation on exact rationals, the final
+rounding by its own floor / tie rule (not fpsim.round). Step 4's "if neab < 0 the term first
+loses -neab low bits" is done literally (two truncations), which the kernel folds into one.
+
+Parameters are a plain :class:`Unit`; inputs are exact values already in the input format.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+
+def pow2(k: int) -> Fraction:
+    """2**k exactly."""
+    return Fraction(1 << k) if k >= 0 else Fraction(1, 1 << -k)
+
+
+def floor_log2(x: Fraction) -> int:
+    """floor(log2(x)) for x > 0, exactly."""
+    e = x.numerator.bit_length() - x.denominator.bit_length()
+    while pow2(e) > x:
+        e -= 1
+    while pow2(e + 1) <= x:
+        e += 1
+    return e
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Block size n, extra bits neab, 'rz' or 'rne', the floor mel (None: none), the input
+    format's emin, and the output format (mantissa bits, emin, emax)."""
+
+    n: int
+    neab: int
+    rounding: str
+    mel: int | None
+    in_emin: int
+    out_mant: int = 23
+    out_emin: int = -126
+    out_emax: int = 127
+
+
+# (in_emin of the input formats) and the doc's parameter table
+IN_EMIN = {"fp16": -14, "bf16": -126, "tf32": -126, "fp8_e4m3": -6, "fp8_e5m2": -14}
+FP32_OUT = (23, -126, 127)
+FP16_OUT = (10, -14, 15)
+
+
+def unit_for(gpu: str, fin: str, fout: str) -> Unit:
+    """The doc's table, typed in again (not read from fpsim)."""
+    out = FP32_OUT if fout == "fp32" else FP16_OUT
+    rz = "rz" if fout == "fp32" else "rne"
+    fp8 = fin.startswith("fp8")
+    if gpu == "V100":
+        n, neab, mel = 4, 0, (None if fout == "fp32" else -19)
+    elif gpu in ("A100", "A30", "A2", "Ada", "L40S"):
+        n, neab, mel = (4 if fin == "tf32" else 8), 1, (-132 if fout == "fp32" else -20)
+        if fp8:
+            n, neab = 16, -10
+    elif gpu in ("H100", "H200", "B200"):
+        n, neab, mel = (8 if fin == "tf32" else 16), 2, (-133 if fout == "fp32" else -21)
+        if fp8:
+            n, neab = 32, -10
+    else:
+        raise ValueError(gpu)
+    return Unit(n, neab, rz, mel, IN_EMIN[fin], *out)
+
+
+def round_to(x: Fraction, mant: int, emin: int, emax: int, mode: str) -> float:
+    """x rounded to a binary format (subnormals kept); an exact value whose exponent exceeds
+    emax, or a rounding up to 2**(emax+1), gives +-inf (the model's overflow rule)."""
+    if x == 0:
+        return 0.0
+    sign = -1 if x < 0 else 1
+    ax = abs(x)
+    e_true = floor_log2(ax)
+    if e_true > emax:
+        return sign * math.inf
+    e = max(e_true, emin)
+    t = ax / pow2(e - mant)
+    n = t.numerator // t.denominator
+    if mode == "rne":
+        rem = t - n
+        if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and n % 2 == 1):
+            n += 1
+    elif mode != "rz":
+        raise ValueError(mode)
+    r = n * pow2(e - mant)
+    if r >= pow2(emax + 1):
+        return sign * math.inf
+    return sign * float(r)  # r is representable: float() is exact
+
+
+def block_fma(a: list, b: list, c: float, u: Unit) -> float:
+    """d = c + sum a_i b_i for one block of finite values (steps 1-6)."""
+    F = 23 + u.neab
+    terms = []  # (exact value, exponent, fraction bits of its own significand)
+    for x, y in zip(a, b, strict=True):
+        x, y = Fraction(x), Fraction(y)
+        if x == 0 or y == 0:
+            continue  # zero products take no part in the alignment
+        ex = max(floor_log2(abs(x)), u.in_emin)
+        ey = max(floor_log2(abs(y)), u.in_emin)
+        terms.append((x * y, ex + ey))
+    cf = Fraction(c)
+    if cf != 0:
+        terms.append((cf, max(floor_log2(abs(cf)), -126)))
+    if not terms:
+        return 0.0
+    max_e = max(e for _, e in terms)
+    if u.mel is not None:
+        max_e = max(max_e, u.mel)
+    total = 0
+    for v, e in terms:
+        mag = abs(v)
+        if u.neab < 0:  # first lose -neab low bits of the term's own 23-bit fraction
+            q = mag * pow2(23 + u.neab - e)
+            mag = (q.numerator // q.denominator) * pow2(e - 23 - u.neab)
+        q = mag * pow2(F - max_e)
+        t = q.numerator // q.denominator  # truncate the magnitude
+        total += t if v > 0 else -t
+    if total == 0:
+        return 0.0  # exactly zero: +0
+    mant = u.out_mant + min(u.neab, 0)
+    return round_to(total * pow2(max_e - F), mant, u.out_emin, u.out_emax,
+                    "rz" if u.rounding == "rz" else "rne")
+
+
+def dot(a: list, b: list, c: float, u: Unit) -> float:
+    """Chained blocks over K (step 7 first: special values over the whole dot product)."""
+    nan = math.isnan(c) or any(math.isnan(x) for x in a) or any(math.isnan(y) for y in b)
+    pos = c == math.inf
+    neg = c == -math.inf
+    for x, y in zip(a, b, strict=True):
+        if math.isinf(x) or math.isinf(y):
+            if x == 0 or y == 0:
+                nan = True
+            elif (x > 0) == (y > 0):
+                pos = True
+            else:
+                neg = True
+    if nan or (pos and neg):
+        return math.nan
+    if pos:
+        return math.inf
+    if neg:
+        return -math.inf
+    d = c
+    k = len(a)
+    for k0 in range(0, max(k, 1), u.n):
+        if math.isinf(d):
+            break  # an overflowed block result stays infinite
+        d = block_fma(list(a[k0:k0 + u.n]), list(b[k0:k0 + u.n]), d, u)
+    return d
+
+
+def matmul(A, B, C, u: Unit) -> list[list[float]]:
+    """D[i][j] = dot(row i of A, column j of B, C[i][j])."""
+    M, K, N = len(A), len(B), len(B[0])
+    return [[dot([A[i][k] for k in range(K)], [B[k][j] for k in range(K)], C[i][j], u)
+             for j in range(N)] for i in range(M)]

@@ -1,0 +1,532 @@
+#!/usr/bin/env python
+"""Record tensor-core results on a real NVIDIA GPU for the cases no public data covers.
+
+The published measurements (tests/data/tensorcore/) are single blocks of random values near 1.
+This script generates the cases they miss, runs them on the GPU one dot product per warp (row 0
+of A, column 0 of B and C[0, 0] non-zero, as the published methodology), and writes files in
+the same format, ``<GPU>_<in>_to_<out>_<group>.txt.gz``:
+
+- ``negative_c``: c negative, cancelling most of the products;
+- ``overflow``: exact sums past the largest finite value (does round-toward-zero give +-inf, as
+  the published model says, or the largest finite value, as IEEE would?), fp16 sums around
+  65504 / 65520, c = +-FLT_MAX plus products;
+- ``specials``: NaN, 0 x inf, +inf with -inf, inf and NaN in c, e4m3 NaN, e5m2 inf;
+- ``signed_zero``: -0 inputs, exact cancellation with c = -0 or +0 (the sign of zero);
+- ``subnormal``: fp32 and fp16 subnormal results, subnormal inputs, tiny products near the
+  alignment floor mel;
+- ``extra_bits``: a tie at the output precision plus one tiny term 2**-j below it, for j = 1..40:
+  the first j at which the tie is no longer broken measures the extra alignment bits (fp16
+  output, B200 fp8 with round to nearest) - the published data cannot pin these;
+- ``multiblock``: K = 8 GPU calls (random, and large and small terms alternating), fp32 and
+  fp16 output: the chaining order and the rounding between blocks.
+
+Run on a GPU machine (PyTorch with CUDA and a compiler for its extensions; fpsim installed from
+this repository with ``pip install -e .``)::
+
+    python tools/record_tensorcore.py --out results/            # all pairs the GPU supports
+    python tools/record_tensorcore.py --out results/ --pairs fp16:fp16,e4m3:fp32 --rows 400
+    fpsim check-hardware results/*.txt.gz                        # compare with the model
+
+The CUDA code (compiled once with ``torch.utils.cpp_extension.load_inline``) uses ``wmma``
+16x16x16 for fp16 / bf16 (16x16x8 for tf32, whose fp32 operands are passed unconverted so the
+GPU drops their low bits itself) and ``mma.sync m16n8k32`` for fp8 (sm_89 and later); K longer
+than one call chains calls through the accumulator. c is converted to fp16 on the GPU (round to
+nearest even) for fp16 output. Nothing here has been run on a GPU yet: check a few rows of
+``multiblock`` against the published data's single blocks first.
+
+Without a GPU, ``--dry-run --model H100`` writes the same inputs with the model's predictions
+(the CPU test of the case generation and file writing; tests/test_tensorcore_tools.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+import fpsim
+import fpsim.tensorcore as tc
+
+# Values of one GPU call along K: wmma 16x16x16, tf32 16x16x8, fp8 mma m16n8k32.
+TILE = {"fp16": 16, "bf16": 16, "tf32": 8, "fp8_e4m3": 32, "fp8_e5m2": 32}
+ALL_PAIRS = [("fp16", "fp32"), ("fp16", "fp16"), ("bf16", "fp32"), ("tf32", "fp32"),
+             ("fp8_e4m3", "fp32"), ("fp8_e5m2", "fp32")]
+_FILE_IN = {"fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}
+
+Case = tuple[np.ndarray, np.ndarray, np.ndarray]  # a (R, K), b (R, K), c (R,): exact values
+
+
+def _fmt(name: str) -> fpsim.Format:
+    return fpsim.get_float_format(name)
+
+
+def _inputs(x, fin: str) -> np.ndarray:
+    return tc.convert_input(np.asarray(x, dtype=np.float64), fin)
+
+
+def _c(x) -> np.ndarray:
+    return np.asarray(fpsim.round(np.asarray(x, dtype=np.float64), "fp32"), dtype=np.float64)
+
+
+def _big(fin: str) -> float:
+    """A large input value of the format (its largest power of two)."""
+    return float(2.0 ** _fmt(fin).emax)
+
+
+# -- case groups -----------------------------------------------------------------------------
+
+def negative_c(rng, fin, fout, rows, k) -> Case:
+    a = _inputs(rng.standard_normal((rows, k)), fin)
+    b = _inputs(rng.standard_normal((rows, k)), fin)
+    exact = (a * b).sum(axis=1)
+    jitter = 1 + rng.standard_normal(rows) * np.exp2(-rng.integers(8, 30, rows))
+    c = _c(-np.abs(exact) * jitter)  # negative, cancelling
+    c[::3] = _c(-np.abs(rng.standard_normal(len(c[::3]))) * 4)
+    return a, b, c
+
+
+def overflow(rng, fin, fout, rows, k) -> Case:
+    a = np.zeros((rows, k))
+    b = np.zeros((rows, k))
+    c = np.zeros(rows)
+    fmax32 = float(np.finfo(np.float32).max)
+    big = _big(fin)
+    for r in range(rows):
+        kind = r % 6
+        sign = -1.0 if (r // 6) % 2 else 1.0
+        if fout == "fp16":  # sums around 65504 / 65520, one power of two per product
+            target = [65504, 65512, 65519, 65520, 65535, 70000][kind]
+            bits = [i for i in range(17) if target >> i & 1]
+            for j, i in enumerate(bits):
+                a[r, j] = sign * 2.0 ** min(i, 15)
+                b[r, j] = 2.0 ** (i - min(i, 15))
+        elif kind < 3 and _fmt(fin).emax >= 64:  # bf16 / tf32: products past 2**128
+            a[r, :kind + 2] = sign * big * (1 + kind / 4)
+            b[r, :kind + 2] = 2.0
+        else:  # c = +-FLT_MAX plus products: RZ keeps the maximum or overflows?
+            c[r] = sign * fmax32
+            a[r, :kind + 1] = sign * min(big, 2.0**6)
+            b[r, :kind + 1] = min(big, 2.0**6)
+    return _inputs(a, fin), _inputs(b, fin), _c(c)
+
+
+def specials(rng, fin, fout, rows, k) -> Case:
+    fmt = _fmt(fin)
+    a = _inputs(rng.standard_normal((rows, k)), fin)
+    b = _inputs(rng.standard_normal((rows, k)), fin)
+    c = _c(rng.standard_normal(rows))
+    inf = np.inf if fmt.has_infinity else np.nan  # e4m3 has no infinity: NaN instead
+    for r in range(rows):
+        j = int(rng.integers(0, k))
+        kind = r % 7
+        if kind == 0:
+            a[r, j] = np.nan
+        elif kind == 1:
+            a[r, j], b[r, j] = inf, 0.0  # 0 x inf
+        elif kind == 2:
+            a[r, j], b[r, j] = inf, 1.0
+            j2 = (j + 1) % k
+            a[r, j2], b[r, j2] = -inf, 1.0  # +inf with -inf
+        elif kind == 3:
+            c[r] = np.inf
+        elif kind == 4:
+            c[r] = np.nan
+        elif kind == 5:
+            a[r, j], b[r, j] = inf, -2.0
+        else:
+            c[r] = -np.inf
+            a[r, j], b[r, j] = inf, 1.0
+    return a, b, c
+
+
+def signed_zero(rng, fin, fout, rows, k) -> Case:
+    a = np.zeros((rows, k))
+    b = np.zeros((rows, k))
+    c = np.zeros(rows)
+    for r in range(rows):
+        kind = r % 4
+        if kind == 0:  # all zero, c = -0, -0 inputs
+            a[r, ::2] = -0.0
+            c[r] = -0.0
+        elif kind == 1:  # x - x = 0 exactly, c = -0
+            x = float(_inputs(rng.standard_normal(), fin))
+            a[r, :2] = [x, x]
+            b[r, :2] = [1.0, -1.0]
+            c[r] = -0.0
+        elif kind == 2:  # products cancel c exactly
+            x = float(_inputs(rng.uniform(1, 2), fin))
+            a[r, 0], b[r, 0] = x, 1.0
+            c[r] = -x
+        else:  # one tiny negative product (lost in fp16-output alignment), c = -0
+            a[r, 0] = -float(_fmt(fin).smallest_subnormal)
+            b[r, 0] = float(_fmt(fin).smallest_subnormal)
+            c[r] = -0.0
+    return _inputs(a, fin), _inputs(b, fin), _c(c)
+
+
+def subnormal(rng, fin, fout, rows, k) -> Case:
+    fmt = _fmt(fin)
+    out_e = -14 if fout == "fp16" else -126
+    out_tiny = 2.0**out_e
+    # product exponents around the output's subnormal range, as far as the inputs reach
+    lowest = 2 * (fmt.emin - fmt.mantissa_bits)
+    hi_e = max(min(out_e + 2, 2 * fmt.emax), lowest + 12)
+    lo_e = max(lowest, hi_e - 32)
+    e = rng.integers(lo_e, hi_e, size=(rows, k))
+    ea = e // 2
+    a = _inputs(rng.uniform(1, 2, (rows, k)) * np.exp2(ea) * rng.choice([-1, 1], (rows, k)), fin)
+    b = _inputs(rng.uniform(1, 2, (rows, k)) * np.exp2(e - ea), fin)
+    c = _c(rng.uniform(-1, 1, rows) * out_tiny)
+    c[::2] = 0.0
+    if fout == "fp16":
+        c = np.asarray(fpsim.round(c, "fp16"), dtype=np.float64)
+    return a, b, c
+
+
+def extra_bits(rng, fin, fout, rows, k) -> Case:
+    """A large term L plus a term at the output precision plus one tiny term t = 2**-j below
+    it, j = 1..40 (rows cycle through j in groups of 40):
+
+    - tie rows: L + half an ulp + t: round to nearest breaks the tie upwards only while t
+      survives the alignment (j <= F - p - 1 for F = 23 + extra bits, p fraction bits kept);
+    - ulp rows: L + one ulp - t: round toward zero gives L while t survives, L + ulp when the
+      alignment truncates t away.
+
+    Both with positive and negative signs. The published rows cannot pin the extra bits of
+    fp16-output units or of B200 fp8; these can."""
+    fmt = _fmt(fin)
+    a = np.zeros((rows, k))
+    b = np.zeros((rows, k))
+    c = np.zeros(rows)
+    p = 10 if fout == "fp16" else 23
+    top = 2.0 ** min(6, fmt.emax)  # the large term: top * top
+    big_e = 2 * int(np.log2(top))
+    for r in range(rows):
+        j = r % 40 + 1
+        kind = (r // 40) % 4
+        sign = -1.0 if kind % 2 else 1.0
+        a[r, 0], b[r, 0] = sign * top, top
+        mid_e = big_e - p - 1 if kind < 2 else big_e - p  # half an ulp, or one ulp
+        a[r, 1], b[r, 1] = sign * 2.0 ** (mid_e // 2), 2.0 ** (mid_e - mid_e // 2)
+        tiny = 2.0 ** (big_e - p - 1 - j)
+        c[r] = sign * tiny if kind < 2 else -sign * tiny  # c carries the tiny term
+    a, b = _inputs(a, fin), _inputs(b, fin)
+    c = _c(c)
+    if fout == "fp16":
+        c = np.asarray(fpsim.round(c, "fp16"), dtype=np.float64)
+    return a, b, c
+
+
+def multiblock(rng, fin, fout, rows, k) -> Case:
+    a = np.abs(rng.standard_normal((rows, k)))
+    b = np.abs(rng.standard_normal((rows, k))) * (0.25 if fout == "fp16" else 1.0)
+    alt = slice(1, rows, 2)  # large and small terms alternating, mixed signs
+    scale = np.where(np.arange(k) % 2 == 0, 1.0, 2.0**-12)
+    a[alt] = a[alt] * scale * rng.choice([-1, 1], a[alt].shape)
+    c = _c(rng.standard_normal(rows))
+    if fout == "fp16":
+        c = np.asarray(fpsim.round(c, "fp16"), dtype=np.float64)
+    return _inputs(a, fin), _inputs(b, fin), c
+
+
+GROUPS: dict[str, tuple[Callable, int]] = {  # name -> (generator, GPU calls along K)
+    "negative_c": (negative_c, 1),
+    "overflow": (overflow, 1),
+    "specials": (specials, 1),
+    "signed_zero": (signed_zero, 1),
+    "subnormal": (subnormal, 1),
+    "extra_bits": (extra_bits, 1),
+    "multiblock": (multiblock, 8),
+}
+
+
+def make_cases(group: str, fin: str, fout: str, rows: int, seed: int = 0) -> Case:
+    """The inputs of one group for one (input, output) pair: exact values, K a multiple of
+    the GPU call's K."""
+    gen, calls = GROUPS[group]
+    rng = np.random.default_rng([seed, sum(map(ord, group + fin + fout))])
+    k = TILE[fin] * calls
+    a, b, c = gen(rng, fin, fout, rows, k)
+    return a, b, c
+
+
+def to_patterns(a, b, c, fin: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bit patterns as the files store them (tf32 inputs as fp32 patterns, c as fp32)."""
+    pat = "fp32" if fin == "tf32" else fin
+    return (np.asarray(fpsim.to_bits(a, pat)).astype(np.uint64),
+            np.asarray(fpsim.to_bits(b, pat)).astype(np.uint64),
+            np.asarray(fpsim.to_bits(c, "fp32")).astype(np.uint64))
+
+
+# -- running ---------------------------------------------------------------------------------
+
+def model_patterns(a_bits, b_bits, c_bits, fin, fout, model: str) -> np.ndarray:
+    """What the fpsim model predicts for the patterns (the dry run)."""
+    pat = "fp32" if fin == "tf32" else fin
+    a = fpsim.from_bits(a_bits, pat)
+    b = fpsim.from_bits(b_bits, pat)
+    c = fpsim.round(fpsim.from_bits(c_bits, "fp32"), fout)  # fp16 output: c rounded (RNE)
+    d = tc.dot(a, b, c, gpu=model, input_format=fin, output_format=fout)
+    return np.asarray(fpsim.to_bits(d, fout)).astype(np.uint64)
+
+
+CUDA_SRC = r"""
+#include <torch/extension.h>
+#include <mma.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cstdint>
+#include <type_traits>
+using namespace nvcuda;
+
+// bf16 / tf32 wmma need sm_80, fp8 mma sm_89: other GPUs write this pattern instead.
+#define UNSUPPORTED 0xFFFFFFFFu
+
+// One warp per case: A row 0 = a, B column 0 = b, C[0][0] = c; everything else zero.
+// In: a, b as raw patterns (uint16 for fp16/bf16, uint32 for tf32), c as fp32 patterns.
+template <typename TFrag, typename TPrec, typename TRaw, int KT, bool HALF_ACC>
+__global__ void wmma_cases(const TRaw* a, const TRaw* b, const uint32_t* c, uint32_t* d, int K) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  constexpr bool supported = std::is_same<TPrec, __half>::value;
+#else
+  constexpr bool supported = true;
+#endif
+  const int cs = blockIdx.x;
+  if constexpr (!supported) {
+    if (threadIdx.x == 0) d[cs] = UNSUPPORTED;
+  } else {
+    __shared__ __align__(32) TRaw As[16 * KT];   // row-major 16 x KT
+    __shared__ __align__(32) TRaw Bs[KT * 16];   // col-major KT x 16: column 0 is Bs[0..KT)
+    __shared__ __align__(32) float Cf[16 * 16];
+    __shared__ __align__(32) __half Ch[16 * 16];
+    using TAcc = typename std::conditional<HALF_ACC, __half, float>::type;
+    wmma::fragment<wmma::accumulator, 16, 16, KT, TAcc> acc;
+    for (int i = threadIdx.x; i < 256; i += 32) {
+      const float cv = i == 0 ? __uint_as_float(c[cs]) : 0.f;
+      Cf[i] = cv;
+      Ch[i] = __float2half_rn(cv);   // fp16 output: c rounded to nearest even on the GPU
+    }
+    __syncwarp();
+    if constexpr (HALF_ACC) wmma::load_matrix_sync(acc, Ch, 16, wmma::mem_row_major);
+    else wmma::load_matrix_sync(acc, Cf, 16, wmma::mem_row_major);
+    for (int k0 = 0; k0 < K; k0 += KT) {
+      for (int i = threadIdx.x; i < 16 * KT; i += 32) {
+        const int row = i / KT, col = i % KT;
+        As[i] = row == 0 ? a[(size_t)cs * K + k0 + col] : (TRaw)0;
+        Bs[i] = i < KT ? b[(size_t)cs * K + k0 + i] : (TRaw)0;
+      }
+      __syncwarp();
+      wmma::fragment<wmma::matrix_a, 16, 16, KT, TPrec, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, KT, TPrec, wmma::col_major> fb;
+      wmma::load_matrix_sync(fa, reinterpret_cast<const TFrag*>(As), KT);
+      wmma::load_matrix_sync(fb, reinterpret_cast<const TFrag*>(Bs), KT);
+      // tf32: no __float_to_tf32 on purpose; the GPU drops the low 13 bits itself.
+      wmma::mma_sync(acc, fa, fb, acc);
+      __syncwarp();
+    }
+    if constexpr (HALF_ACC) {
+      wmma::store_matrix_sync(Ch, acc, 16, wmma::mem_row_major);
+      __syncwarp();
+      if (threadIdx.x == 0) d[cs] = (uint32_t)__half_as_ushort(Ch[0]);
+    } else {
+      wmma::store_matrix_sync(Cf, acc, 16, wmma::mem_row_major);
+      __syncwarp();
+      if (threadIdx.x == 0) d[cs] = __float_as_uint(Cf[0]);
+    }
+  }
+}
+
+// fp8: mma.sync m16n8k32, f32 accumulate. Lanes 0..3 (groupID 0) hold row 0 of A
+// (a0: k = 4*lane + 0..3, a2: k = 16 + 4*lane + 0..3) and column 0 of B (b0, b1 alike);
+// lane 0's c0 / d0 is element (0, 0).
+template <bool E5M2>
+__global__ void mma_fp8_cases(const uint8_t* a, const uint8_t* b, const uint32_t* c,
+                              uint32_t* d, int K) {
+  const int cs = blockIdx.x, lane = threadIdx.x;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  if (lane == 0) acc[0] = __uint_as_float(c[cs]);
+  for (int k0 = 0; k0 < K; k0 += 32) {
+    uint32_t ra[4] = {0, 0, 0, 0}, rb[2] = {0, 0};
+    if (lane < 4) {
+      const uint8_t* pa = a + (size_t)cs * K + k0;
+      const uint8_t* pb = b + (size_t)cs * K + k0;
+      for (int i = 0; i < 4; i++) {
+        ra[0] |= (uint32_t)pa[4 * lane + i] << (8 * i);
+        ra[2] |= (uint32_t)pa[16 + 4 * lane + i] << (8 * i);
+        rb[0] |= (uint32_t)pb[4 * lane + i] << (8 * i);
+        rb[1] |= (uint32_t)pb[16 + 4 * lane + i] << (8 * i);
+      }
+    }
+    float out[4];
+    if (E5M2) {
+      asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 "
+                   "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+                   : "=f"(out[0]), "=f"(out[1]), "=f"(out[2]), "=f"(out[3])
+                   : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]),
+                     "f"(acc[0]), "f"(acc[1]), "f"(acc[2]), "f"(acc[3]));
+    } else {
+      asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+                   "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+                   : "=f"(out[0]), "=f"(out[1]), "=f"(out[2]), "=f"(out[3])
+                   : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]),
+                     "f"(acc[0]), "f"(acc[1]), "f"(acc[2]), "f"(acc[3]));
+    }
+    for (int i = 0; i < 4; i++) acc[i] = out[i];
+  }
+  if (lane == 0) d[cs] = __float_as_uint(acc[0]);
+#else
+  if (lane == 0) d[cs] = UNSUPPORTED;
+#endif
+}
+
+torch::Tensor run_cases(torch::Tensor a, torch::Tensor b, torch::Tensor c, int64_t mode) {
+  const int rows = a.size(0), K = a.size(1);
+  auto d = torch::zeros({rows}, torch::dtype(torch::kInt32).device(a.device()));
+  auto cp = (const uint32_t*)c.data_ptr();
+  auto dp = (uint32_t*)d.data_ptr();
+  switch (mode) {
+    case 0: wmma_cases<__half, __half, uint16_t, 16, false><<<rows, 32>>>(
+        (const uint16_t*)a.data_ptr(), (const uint16_t*)b.data_ptr(), cp, dp, K); break;
+    case 1: wmma_cases<__half, __half, uint16_t, 16, true><<<rows, 32>>>(
+        (const uint16_t*)a.data_ptr(), (const uint16_t*)b.data_ptr(), cp, dp, K); break;
+    case 2: wmma_cases<__nv_bfloat16, __nv_bfloat16, uint16_t, 16, false><<<rows, 32>>>(
+        (const uint16_t*)a.data_ptr(), (const uint16_t*)b.data_ptr(), cp, dp, K); break;
+    case 3: wmma_cases<float, wmma::precision::tf32, uint32_t, 8, false><<<rows, 32>>>(
+        (const uint32_t*)a.data_ptr(), (const uint32_t*)b.data_ptr(), cp, dp, K); break;
+    case 4: mma_fp8_cases<false><<<rows, 32>>>(
+        (const uint8_t*)a.data_ptr(), (const uint8_t*)b.data_ptr(), cp, dp, K); break;
+    case 5: mma_fp8_cases<true><<<rows, 32>>>(
+        (const uint8_t*)a.data_ptr(), (const uint8_t*)b.data_ptr(), cp, dp, K); break;
+    default: TORCH_CHECK(false, "unknown mode");
+  }
+  return d;
+}
+"""
+CPP_SRC = "torch::Tensor run_cases(torch::Tensor a, torch::Tensor b, torch::Tensor c, " \
+          "int64_t mode);"
+MODES = {("fp16", "fp32"): 0, ("fp16", "fp16"): 1, ("bf16", "fp32"): 2, ("tf32", "fp32"): 3,
+         ("fp8_e4m3", "fp32"): 4, ("fp8_e5m2", "fp32"): 5}
+
+
+def gpu_patterns(a_bits, b_bits, c_bits, fin, fout, _cache={}) -> np.ndarray:  # noqa: B006
+    """Run the cases on the GPU (PyTorch + a small CUDA extension)."""
+    import torch
+    from torch.utils.cpp_extension import load_inline
+
+    if "mod" not in _cache:
+        _cache["mod"] = load_inline("fpsim_tc_record", cpp_sources=CPP_SRC,
+                                    cuda_sources=CUDA_SRC, functions=["run_cases"],
+                                    extra_cuda_cflags=["-O2"], verbose=False)
+    mod = _cache["mod"]
+    cap = torch.cuda.get_device_capability()
+    need = (8, 9) if fin.startswith("fp8") else (8, 0) if fin in ("bf16", "tf32") else (7, 0)
+    if cap < need:
+        raise RuntimeError(f"{fin} tensor-core inputs need compute capability "
+                           f"{need[0]}.{need[1]}, this GPU has {cap[0]}.{cap[1]}")
+    raw = {"fp16": np.int16, "bf16": np.int16, "tf32": np.int32, "fp8_e4m3": np.uint8,
+           "fp8_e5m2": np.uint8}[fin]
+    wide = {np.int16: np.uint16, np.int32: np.uint32, np.uint8: np.uint8}[raw]
+    ta = torch.from_numpy(np.ascontiguousarray(a_bits.astype(wide).view(raw))).cuda()
+    tb = torch.from_numpy(np.ascontiguousarray(b_bits.astype(wide).view(raw))).cuda()
+    tcs = torch.from_numpy(c_bits.astype(np.uint32).view(np.int32)).cuda()
+    d = mod.run_cases(ta, tb, tcs, MODES[(fin, fout)])
+    torch.cuda.synchronize()
+    return d.cpu().numpy().view(np.uint32).astype(np.uint64)
+
+
+def detect_gpu_name() -> str:
+    """A short label from torch.cuda.get_device_name (e.g. 'H100'), for the file names."""
+    import torch
+
+    name = torch.cuda.get_device_name().upper()
+    for label in ("V100", "A100", "A30", "A10", "A2", "L40S", "L40", "L4", "H100", "H200",
+                  "B200", "T4"):
+        if label in name:
+            return label
+    if "RTX" in name and "40" in name:
+        return "Ada"
+    return "".join(ch for ch in name if ch.isalnum())[:16] or "GPU"
+
+
+def record(out: Path, pairs, groups, rows: int, seed: int, label: str,
+           model: str | None) -> list[Path]:
+    """Generate, run (GPU, or the model when ``model`` is given) and write every file."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fin, fout in pairs:
+        if model is not None:
+            try:
+                tc.resolve_unit(model, fin, fout)
+            except ValueError as exc:
+                print(f"skip {fin}->{fout}: {exc.args[0].split(';')[0]}", file=sys.stderr)
+                continue
+        for group in groups:
+            a, b, c = make_cases(group, fin, fout, rows, seed)
+            ab, bb, cb = to_patterns(a, b, c, fin)
+            if model is not None:
+                db = model_patterns(ab, bb, cb, fin, fout, model)
+            else:
+                try:
+                    db = gpu_patterns(ab, bb, cb, fin, fout)
+                except RuntimeError as exc:
+                    print(f"skip {fin}->{fout}: {exc}", file=sys.stderr)
+                    break
+            name = f"{label}_{_FILE_IN.get(fin, fin)}_to_{fout}_{group.replace('_', '-')}.txt.gz"
+            written.append(tc.write_hardware_file(out / name, label, fin, fout, ab, bb, cb, db))
+    return written
+
+
+def _pairs(text: str):
+    out = []
+    for item in text.split(","):
+        fin, _, fout = item.partition(":")
+        fin = fpsim.get_float_format(fin.strip()).name
+        fout = fpsim.get_float_format((fout or "fp32").strip()).name
+        if (fin, fout) not in MODES:
+            raise argparse.ArgumentTypeError(
+                f"unsupported pair {item!r}; valid: "
+                + ", ".join(f"{_FILE_IN.get(i, i)}:{o}" for i, o in MODES))
+        out.append((fin, fout))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True, help="folder for the result files")
+    p.add_argument("--pairs", type=_pairs, default=ALL_PAIRS,
+                   help="input:output pairs, e.g. fp16:fp32,fp16:fp16,bf16:fp32,tf32:fp32,"
+                        "e4m3:fp32,e5m2:fp32 (default: all)")
+    p.add_argument("--groups", default="all",
+                   help="comma-separated case groups: " + ", ".join(GROUPS) + " (default all)")
+    p.add_argument("--rows", type=int, default=240, help="cases per group and pair")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gpu-name", default=None,
+                   help="label for the files (default: from the GPU, or --model)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="no GPU: write the model's predictions (needs --model)")
+    p.add_argument("--model", default=None, help="fpsim GPU model for --dry-run, e.g. H100")
+    args = p.parse_args(argv)
+    groups = list(GROUPS) if args.groups == "all" else [g.strip() for g in args.groups.split(",")]
+    bad = [g for g in groups if g not in GROUPS]
+    if bad:
+        p.error(f"unknown group(s) {bad}; valid: {', '.join(GROUPS)}")
+    if args.dry_run:
+        if args.model is None:
+            p.error("--dry-run needs --model (e.g. --model H100)")
+        label = args.gpu_name or tc.get_gpu(args.model).name
+        files = record(args.out, args.pairs, groups, args.rows, args.seed, label, args.model)
+    else:
+        label = args.gpu_name or detect_gpu_name()
+        files = record(args.out, args.pairs, groups, args.rows, args.seed, label, None)
+    for f in files:
+        print(f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
