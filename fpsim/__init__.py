@@ -8,6 +8,7 @@ else (arithmetic, the tensor-core model, autograd and mixed-precision training) 
 0.0999755859375
 """
 
+from .arithmetic import add, div, fma, mul, sqrt, sub
 from .encoding import (
     Fields,
     all_values,
@@ -52,6 +53,7 @@ from .formats import (
 )
 from .integer import IntOverflow, round_to_integral, to_int
 from .modes import Overflow, Rounding, Subnormals, Tininess
+from .reductions import Order, dot, sum
 from .rounding import cast, round, round_pair, seed
 
 # Higher layers load on first use (``fpsim.tensorcore``, ``fpsim.viz``, ...), so that
@@ -73,8 +75,8 @@ __all__ = [
     "FP8_E5M2FNUZ", "FP16", "FP32", "FP64", "INT4", "INT8", "INT16", "INT32", "INT_PRESETS",
     "UINT4", "UINT8", "IntFormat", "get_float_format", "get_int_format", "PRESETS", "TF32",
     "Fields", "FlagContext", "Flags", "FloatingPointTrap", "Format", "NaNEncoding", "Overflow",
-    "Rounding", "Subnormals", "Tininess", "IntOverflow", "round_to_integral", "to_int",
-    "all_values", "bit_string", "cast", "classify", "fields", "flag_context", "from_bits",
-    "get_format", "list_formats", "next_down", "next_up", "round", "round_pair", "seed", "to_bits",
-    "ulp", "__version__",
+    "Rounding", "Subnormals", "Tininess", "add", "sub", "mul", "div", "sqrt", "fma", "sum", "dot",
+    "Order", "IntOverflow", "round_to_integral", "to_int", "all_values", "bit_string", "cast",
+    "classify", "fields", "flag_context", "from_bits", "get_format", "list_formats", "next_down",
+    "next_up", "round", "round_pair", "seed", "to_bits", "ulp", "__version__",
 ]

@@ -581,7 +581,7 @@ def round_pair(
 
     This is how arithmetic is correctly rounded: an error-free transformation (TwoSum, exact
     products, exact remainders) gives the pair; deterministic modes go through round-to-odd at
-    53 bits, which is exact for targets of at most 51 mantissa bits; stochastic rounding takes
+    53 bits, which is exact for targets of at most 50 mantissa bits; stochastic rounding takes
     its probability from ``hi + lo`` itself (float64 accuracy, 2**-53).
 
     >>> import fpsim
@@ -591,8 +591,9 @@ def round_pair(
     fmt, mode, ovf, flush, daz, tin, random_bits = _prepare(
         fmt, rounding, overflow, subnormals, tininess, random_bits)
     identity = _params(fmt).identity
-    if fmt.mantissa_bits > 51 and not identity:
-        raise ValueError(f"round_pair needs a format of at most 51 mantissa bits, got {fmt.name}")
+    if fmt.mantissa_bits > 50 and not identity:
+        # round-to-odd at 53 bits is exact before a second rounding to p <= 51 bits (m <= 50)
+        raise ValueError(f"round_pair needs a format of at most 50 mantissa bits, got {fmt.name}")
     hi_a, _, scalar = as_float64(hi)
     lo_a, _, _ = as_float64(lo)
     hi_a, lo_a = np.broadcast_arrays(hi_a, lo_a)

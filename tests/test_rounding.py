@@ -948,8 +948,12 @@ def test_round_pair_stochastic_uses_the_pair():
 
 
 def test_round_pair_refuses_wide_formats():
-    with pytest.raises(ValueError, match="51"):
+    with pytest.raises(ValueError, match="50"):
         fpsim.round_pair(1.0, 2.0**-60, fpsim.Format(10, 52))
+    # 51 mantissa bits: round-to-odd at 53 bits would not be exact (1 + 2**-52 + tiny must
+    # round up to 1 + 2**-51), so it is refused too
+    with pytest.raises(ValueError, match="50"):
+        fpsim.round_pair(1.0 + 2.0**-52, 2.0**-80, fpsim.Format(11, 51), "up")
 
 
 def test_exact_reference_sanity():

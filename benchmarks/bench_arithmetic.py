@@ -1,0 +1,71 @@
+"""Benchmark: fpsim's correctly rounded add, mul and fma in fp16 and fp32, every rounding mode.
+
+Operands are arrays of the format's own dtype (np.float16 / np.float32; N(0, 1) values, 10**6
+by default). Prints, for each operation, mode and format, the best time, the rate in millions
+of operations per second, and the ratio to NumPy's own float16 arithmetic (a + b, a * b on
+np.float16 arrays; for fma: a * b + c, two NumPy operations) measured in the same run
+(ratio = NumPy time / fpsim time: 1.0 is as fast as NumPy, 0.1 ten times slower).
+
+    python benchmarks/bench_arithmetic.py [--n 1000000] [--repeat 5] [--flags]
+
+Targets: fp16 add/mul round-to-nearest-even >= 20 M ops/s; fp32 fma >= 5 M ops/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from fpsim import arithmetic
+
+MODES = ["nearest_even", "nearest_away", "toward_zero", "up", "down", "odd", "stochastic"]
+
+
+def best_time(fn, repeat: int) -> float:
+    """Best wall time of ``repeat`` calls of fn (the least disturbed by other load)."""
+    fn()  # warm-up: caches, first-call imports
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=10**6)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--flags", action="store_true", help="also compute the IEEE flags")
+    args = p.parse_args(argv)
+    rng = np.random.default_rng(0)
+    data = {dt: [rng.standard_normal(args.n).astype(dt) for _ in range(3)]
+            for dt in (np.float16, np.float32)}
+    a16, b16, c16 = data[np.float16]
+    native = {
+        "add": best_time(lambda: a16 + b16, args.repeat),
+        "mul": best_time(lambda: a16 * b16, args.repeat),
+        "fma": best_time(lambda: a16 * b16 + c16, args.repeat),
+    }
+    print(f"fpsim arithmetic, {args.n:.0e} elements, best of {args.repeat}"
+          f"{', with flags' if args.flags else ''}")
+    print("NumPy float16: " + ", ".join(f"{k} {args.n / t / 1e6:.0f} M ops/s"
+                                        for k, t in native.items()))
+    print(f"{'op':4s} {'format':6s} {'mode':13s} {'ms':>8s} {'M ops/s':>8s} {'vs np16':>8s}")
+    ops = {"add": arithmetic.add, "mul": arithmetic.mul, "fma": arithmetic.fma}
+    for name, op in ops.items():
+        for fmt, dt in (("fp16", np.float16), ("fp32", np.float32)):
+            a, b, c = data[dt]
+            operands = (a, b, c) if name == "fma" else (a, b)
+            for mode in MODES:
+                t = best_time(lambda op=op, operands=operands, fmt=fmt, mode=mode:
+                              op(*operands, fmt, mode, flags=args.flags, rng=1
+                                 if mode == "stochastic" else None), args.repeat)
+                print(f"{name:4s} {fmt:6s} {mode:13s} {t * 1e3:8.2f} {args.n / t / 1e6:8.1f} "
+                      f"{native[name] / t:8.3f}")
+
+
+if __name__ == "__main__":
+    main()

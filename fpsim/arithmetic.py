@@ -1,0 +1,717 @@
+"""Correctly rounded arithmetic in any floating-point :class:`~fpsim.formats.Format`.
+
+``add``, ``sub``, ``mul``, ``div``, ``sqrt`` and the fused ``fma`` round the *exact* result once
+to the format, in every rounding mode (stochastic rounding draws its probability from the exact
+result), with the five IEEE exception flags. They are elementwise with NumPy broadcasting.
+
+How (error-free transformations in float64, then one call of the rounding core):
+
+- the exact result is written as a float64 pair ``hi + lo`` (``hi`` the float64 nearest to it,
+  ``lo`` the remainder, its sign exact) and rounded once by :func:`fpsim.round_pair`:
+  ``add``/``sub``: TwoSum; ``mul``: the product of two values of at most 26 bits is exact in
+  float64 (Dekker's TwoProduct above that); ``div``: ``q = a / b`` and the exact remainder
+  ``r = a - q*b`` (TwoProduct with Veltkamp splitting; NumPy has no fused multiply-add) give
+  ``lo = r / b``; ``sqrt``: ``s = sqrt(a)``, ``r = a - s*s`` exactly, ``lo = r / (2s)``;
+  ``fma``: TwoSum of the exact product and ``c``.
+- for the common formats (fp32, tf32, fp16, bf16, fp8, ...) every intermediate value is exact
+  in float64. For formats with a float64-sized exponent range the operands are first split
+  into significand and exponent (``frexp``), the pair is formed on significands, and the
+  rounding runs on a copy of the format shifted by a power of two, so that nothing overflows
+  or underflows on the way.
+
+Conventions:
+
+- operands not exactly representable in ``fmt`` are first converted to it with
+  round-to-nearest-even, like :func:`fpsim.cast` (honouring ``overflow``; ``subnormals="daz"``
+  or ``"flush_daz"`` also reads subnormal operands as zero). That conversion is silent: the
+  flags describe the operation on the converted operands.
+- results are float64 arrays (np.float64 for scalar operands) holding values of ``fmt``
+  exactly, as :func:`fpsim.round` returns; NaN results are quiet NaNs.
+- IEEE 754 special cases: ``x + (-x)`` is +0 in every mode but ``down`` (-0); products and
+  quotients take the XOR of the signs; ``sqrt(-0) = -0``. INVALID: a signalling NaN operand,
+  inf - inf, 0 * inf, 0 / 0, inf / inf, sqrt of a negative number, fma(0, inf, c) (even for a
+  quiet NaN ``c``, as Berkeley SoftFloat does). DIVBYZERO: a finite nonzero number divided by
+  zero. Underflow is detected after rounding unless ``tininess="before"``.
+- formats of up to 50 mantissa bits are supported (``fma``: up to 25, products must be exact
+  in float64); float64 arithmetic itself is NumPy's.
+
+>>> import fpsim
+>>> from fpsim.arithmetic import add, div
+>>> float(add(1.0, 2.0**-11, "fp16"))  # a tie: rounds to even
+1.0
+>>> float(add(1.0, 2.0**-11, "fp16", "up"))
+1.0009765625
+>>> v, f = div(1.0, 0.0, "bf16", flags=True)
+>>> float(v), fpsim.Flags(int(f))
+(inf, <Flags.DIVBYZERO: 8>)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import flags as _flags
+from .flags import Flags
+from .formats import Format, get_float_format
+from .modes import (
+    Overflow,
+    Rounding,
+    Subnormals,
+    Tininess,
+    as_overflow,
+    as_rounding,
+    as_subnormals,
+    as_tininess,
+)
+from .rounding import as_float64, default_rng
+from .rounding import round as _round
+from .rounding import round_pair as _round_pair
+
+__all__ = ["add", "sub", "mul", "div", "sqrt", "fma"]
+
+_U = np.uint64
+_QUIET = _U(1 << 51)
+_EXP = _U(0x7FF << 52)
+_SPLIT = 134217729.0  # 2**27 + 1: Veltkamp's constant, splits a float64 into 26 + 26 bits
+_STICKY = 2.0**-200  # stands for an operand far below the other's last bit (sign kept)
+_LO_FLOOR = 2.0**-114  # smallest |lo| kept relative to hi in [1/2, 1): below every decision
+_MAX_MANTISSA = 50  # round_pair rounds to odd at 53 bits: exact for targets of <= 51 bits
+_MAX_FMA_PRECISION = 26  # fma needs the product exact in float64
+
+# Tests set this to run the general (frexp-scaled) path on every format.
+_FORCE_GENERAL = False
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Hide the active flag contexts from the rounding core: an operation computes its flags
+    itself (conversions, several roundings) and records them once."""
+    with _flags.suspended():
+        yield
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    """An operation's validated options."""
+
+    fmt: Format
+    mode: Rounding
+    overflow: Overflow
+    result_subnormals: Subnormals  # what the result rounding gets: keep or flush
+    daz: bool
+    tininess: Tininess
+    rng: np.random.Generator | None
+    random_bits: int | None
+    want: bool  # compute flags (flags=True or a flag context is active)
+
+
+def _context(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
+             *, what: str) -> _Ctx:
+    fmt = get_float_format(fmt)
+    if fmt.mantissa_bits > _MAX_MANTISSA:
+        raise ValueError(
+            f"{what} supports formats of at most {_MAX_MANTISSA} mantissa bits, got {fmt.name} "
+            f"with {fmt.mantissa_bits}; for fp64 use NumPy's float64 arithmetic"
+        )
+    mode = as_rounding(rounding)
+    sub = as_subnormals(subnormals)
+    if random_bits is not None:
+        if mode is not Rounding.STOCHASTIC:
+            raise ValueError("random_bits only applies to rounding='stochastic'")
+        if isinstance(random_bits, bool) or not isinstance(random_bits, (int, np.integer)) or \
+                not 1 <= int(random_bits) <= 63:
+            raise ValueError(f"random_bits must be an int in [1, 63], got {random_bits!r}")
+        random_bits = int(random_bits)
+    flush = sub in (Subnormals.FLUSH, Subnormals.FLUSH_DAZ)
+    return _Ctx(
+        fmt=fmt,
+        mode=mode,
+        overflow=as_overflow(overflow),
+        result_subnormals=Subnormals.FLUSH if flush else Subnormals.KEEP,
+        daz=sub in (Subnormals.DAZ, Subnormals.FLUSH_DAZ),
+        tininess=as_tininess(tininess),
+        rng=default_rng(rng) if mode is Rounding.STOCHASTIC else None,
+        random_bits=random_bits,
+        want=bool(flags) or _flags.flags_active(),
+    )
+
+
+# -- which formats keep every intermediate exact in float64 ----------------------------------
+
+@dataclass(frozen=True)
+class _Window:
+    """Normalised result exponents [lo, hi] rounded to ``fmt`` = the format scaled by 2**-shift."""
+
+    lo: int
+    hi: int
+    shift: int
+    fmt: Format
+
+
+@dataclass(frozen=True)
+class _Plan:
+    add_exact: bool  # a + b itself is exact in float64
+    add_fast: bool  # TwoSum on the operands cannot overflow
+    mul_fast: bool  # a * b is exact in float64
+    div_fast: bool  # q, the remainder and r / b neither overflow nor underflow
+    sqrt_fast: bool
+    fma_fast: bool
+    e_lo: int  # the general path's clamps of the normalised exponent
+    e_hi: int
+    windows: tuple[_Window, ...]
+
+
+def _shifted(fmt: Format, exponent_bits: int, emin: int | None, emax: int | None) -> Format:
+    """A format with fmt's mantissa, NaN encoding and subnormal policy whose emin (or emax)
+    is the given one."""
+    if emin is not None:
+        bias = 1 - emin
+    else:
+        top = Format(exponent_bits, fmt.mantissa_bits, 0, fmt.nan_encoding, fmt.subnormals).emax
+        bias = top - emax
+    return Format(exponent_bits, fmt.mantissa_bits, bias, fmt.nan_encoding, fmt.subnormals,
+                  name=f"{fmt.name}>>{bias - fmt.bias}")
+
+
+@functools.cache
+def _plan(fmt: Format) -> _Plan:
+    m, p = fmt.mantissa_bits, fmt.precision_bits
+    emax = fmt.emax
+    elo = fmt.emin - m  # exponent of the smallest subnormal
+    e_lo, e_hi = elo - 60, emax + 3
+    # Normalised values h in [1/2, 1), |lo| >= 2**-114: exact after ldexp by k in [-908, 1020].
+    if e_lo >= -908 and e_hi <= 1020:
+        windows = (_Window(e_lo, e_hi, 0, fmt),)
+    elif e_hi - e_lo <= 1900:
+        s = e_hi - 1020 if e_hi > 1020 else e_lo + 908
+        windows = (_Window(e_lo, e_hi, s, Format(fmt.exponent_bits, m, fmt.bias + s,
+                                                   fmt.nan_encoding, fmt.subnormals)),)
+    else:  # float64-wide exponent range: unscaled middle, shifted bottom and top
+        wins = [_Window(max(e_lo, -908), min(e_hi, 1020), 0, fmt)]
+        if e_lo < -908:
+            wins.append(_Window(e_lo, -909, -600, _shifted(fmt, 10, fmt.emin + 600, None)))
+        if e_hi > 1020:
+            wins.append(_Window(1021, e_hi, 600, _shifted(fmt, 10, None, emax - 600)))
+        windows = tuple(wins)
+    return _Plan(
+        add_exact=(emax + 2) - elo <= 53,
+        add_fast=emax <= 1021,
+        mul_fast=p <= _MAX_FMA_PRECISION and 2 * (emax + 1) <= 1022 and 2 * elo >= -1074,
+        div_fast=(emax + 1 - elo <= 990 and 2 * elo - emax - 53 >= -1074
+                  and 2 * elo - 2 * emax - 56 >= -1074),
+        sqrt_fast=elo >= -960 and emax <= 1000,
+        fma_fast=p <= _MAX_FMA_PRECISION and 2 * (emax + 1) <= 1020 and 2 * elo >= -1074,
+        e_lo=e_lo,
+        e_hi=e_hi,
+        windows=windows,
+    )
+
+
+# -- error-free transformations ---------------------------------------------------------------
+
+def _two_sum_err(a, b, s):
+    """The exact error of s = fl(a + b) (Knuth's TwoSum, any magnitudes)."""
+    bb = s - a
+    return (a - (s - bb)) + (b - bb)
+
+
+def _split(x):
+    t = _SPLIT * x
+    hi = t - (t - x)
+    return hi, x - hi
+
+
+def _two_prod(a, b):
+    """p = fl(a * b) and the exact error (Dekker), assuming no overflow or underflow."""
+    p = a * b
+    ah, al = _split(a)
+    bh, bl = _split(b)
+    err = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    return p, err
+
+
+def _finite_or_zero(x):
+    return np.where(np.isfinite(x), x, 0.0)
+
+
+# -- operands ---------------------------------------------------------------------------------
+
+_SNAN_VIEW = {  # dtype -> (unsigned view, exponent mask, quiet bit)
+    np.dtype(np.float64): (np.uint64, 0x7FF << 52, 1 << 51),
+    np.dtype(np.float32): (np.uint32, 0xFF << 23, 1 << 22),
+    np.dtype(np.float16): (np.uint16, 0x1F << 10, 1 << 9),
+}
+
+
+def _snan_mask(arr: np.ndarray) -> np.ndarray | None:
+    """Signalling NaNs of an IEEE-style input array (None when it holds none)."""
+    spec = _SNAN_VIEW.get(arr.dtype)
+    if spec is None:
+        if arr.dtype.name != "bfloat16":
+            return None
+        spec = (np.uint16, 0xFF << 7, 1 << 6)
+    view, exp, quiet = spec
+    bits = np.ascontiguousarray(arr).view(view)
+    mag = bits & view((1 << (8 * arr.dtype.itemsize - 1)) - 1)
+    snan = (mag > view(exp)) & ((bits & view(quiet)) == 0)
+    return snan if snan.any() else None
+
+
+def _operand(x, c: _Ctx) -> tuple[np.ndarray, np.ndarray | None]:
+    """x converted (RNE, silently) to fmt as float64, and its signalling-NaN mask."""
+    with np.errstate(invalid="ignore"):  # widening a signalling NaN
+        return _convert(x, c)
+
+
+def _convert(x, c: _Ctx) -> tuple[np.ndarray, np.ndarray | None]:
+    arr = np.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else None
+    if arr is not None and c.fmt.dtype is not None and arr.dtype == c.fmt.dtype:
+        v = arr.astype(np.float64)  # already values of fmt
+        snan = _snan_mask(arr) if np.isnan(v).any() else None
+        if c.daz:
+            v = np.where(np.abs(v) < c.fmt.smallest_normal, np.copysign(0.0, v), v)
+        return v, snan
+    hi, lo, _ = as_float64(x if arr is None else arr)
+    snan = None
+    if hi.dtype.kind == "f" and np.isnan(hi).any():  # the sNaN bit as the input holds it
+        snan = _snan_mask(arr if arr is not None else hi)
+    sub = Subnormals.DAZ if c.daz else Subnormals.KEEP
+    if lo is not None:
+        v = _round_pair(hi, lo, c.fmt, Rounding.NEAREST_EVEN, overflow=c.overflow,
+                        subnormals=sub)
+    else:
+        v = _round(hi, c.fmt, Rounding.NEAREST_EVEN, overflow=c.overflow, subnormals=sub)
+    return np.asarray(v, dtype=np.float64), snan
+
+
+def _operands(args, c: _Ctx):
+    """Convert and broadcast the operands: flat float64 arrays, the OR of their sNaN masks,
+    the broadcast shape and whether every operand was a scalar."""
+    shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+    scalar = all(np.ndim(a) == 0 for a in args)
+    vals, snan = [], None
+    for a in args:
+        v, s = _operand(a, c)
+        vals.append(np.ascontiguousarray(np.broadcast_to(v, shape)).reshape(-1))
+        if s is not None:
+            s = np.broadcast_to(s, shape).reshape(-1)
+            snan = s if snan is None else (snan | s)
+    return vals, snan, shape, scalar
+
+
+# -- rounding the exact pair ------------------------------------------------------------------
+
+def _round_hl(hi, lo, c: _Ctx, fmt: Format | None = None):
+    """Round hi (+ lo) once to fmt; returns (values, flags or None)."""
+    fmt = c.fmt if fmt is None else fmt
+    kw = dict(overflow=c.overflow, subnormals=c.result_subnormals, tininess=c.tininess,
+              rng=c.rng, random_bits=c.random_bits, flags=c.want)
+    if lo is None:
+        out = _round(hi, fmt, c.mode, **kw)
+    else:
+        out = _round_pair(hi, lo, fmt, c.mode, **kw)
+    return out if c.want else (out, None)
+
+
+def _round_general(h, l, E, c: _Ctx):
+    """Round (h + l) * 2**E once to fmt, for any integer exponents E: h, l float64 with h the
+    nearest float64 to h + l (or 0 for an exact zero, then l = 0), sign of l exact."""
+    plan = _plan(c.fmt)
+    mh, eh = np.frexp(h)
+    l = np.ldexp(l, -eh)
+    E = E + eh
+    # |l| only decides the direction (and, far below 2**-53, nothing of the probability)
+    l = np.where((l != 0) & (np.abs(l) < _LO_FLOOR), np.copysign(_LO_FLOOR, l), l)
+    low = (E < plan.e_lo) & (mh != 0)  # far below half the smallest subnormal: only the sign
+    if low.any():
+        mh = np.where(low, np.copysign(0.5, mh), mh)
+        l = np.where(low, 0.0, l)
+    E = np.clip(E, plan.e_lo, plan.e_hi)  # above: an overflow in every mode anyway
+    out = np.empty(h.shape)
+    fl = np.zeros(h.shape, np.uint8) if c.want else None
+    for w in plan.windows:
+        sel = (E >= w.lo) & (E <= w.hi) if len(plan.windows) > 1 else slice(None)
+        k = E[sel] - w.shift
+        r, f = _round_hl(np.ldexp(mh[sel], k), np.ldexp(l[sel], k), c, w.fmt)
+        out[sel] = np.ldexp(r, w.shift) if w.shift else r
+        if c.want:
+            fl[sel] = f
+    return out, fl
+
+
+def _scaled(m, d):
+    """m * 2**d for d <= 0; an operand more than 200 binades below the other only counts
+    through its sign (a sticky bit)."""
+    return np.where(d < -200, np.copysign(_STICKY, m), np.ldexp(m, np.maximum(d, -200)))
+
+
+def _zero_sign(s, x, y, mode: Rounding):
+    """IEEE sign of an exact zero sum s = x + y: -0 in mode down unless both are +0; float64
+    (round to nearest) already gives the other modes."""
+    if mode is not Rounding.DOWN:
+        return s
+    return np.where(s == 0, np.where(np.signbit(x) | np.signbit(y), -0.0, 0.0), s)
+
+
+def _merge(sp, out_sp, fl_sp, reg, out_reg, fl_reg, n, want):
+    out = np.empty(n)
+    out[sp] = out_sp
+    out[reg] = out_reg
+    fl = None
+    if want:
+        fl = np.empty(n, np.uint8)
+        fl[sp] = fl_sp
+        fl[reg] = fl_reg
+    return out, fl
+
+
+# -- the operations on flat float64 arrays of fmt values --------------------------------------
+
+def _add_flat(a, b, c: _Ctx, exact_operands: bool = True):
+    """(rounded a + b, flags or None, INVALID mask or None) for flat arrays of fmt values (any
+    float64 values with ``exact_operands=False``)."""
+    plan = _plan(c.fmt)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = a + b
+        inv = (np.isnan(s) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
+        if plan.add_fast and not _FORCE_GENERAL:
+            lo = None if plan.add_exact and exact_operands else _two_sum_err(a, b, s)
+            if lo is not None and not lo.any():
+                lo = None
+            out, fl = _round_hl(_zero_sign(s, a, b, c.mode), lo, c)
+            return out, fl, inv
+        reg = np.isfinite(a) & np.isfinite(b) & (a != 0) & (b != 0)
+        sp = ~reg
+        o_sp, f_sp = _round_hl(_zero_sign(s[sp], a[sp], b[sp], c.mode), None, c)
+        ma, ea = np.frexp(a[reg])
+        mb, eb = np.frexp(b[reg])
+        E = np.maximum(ea, eb)
+        x, y = _scaled(ma, ea - E), _scaled(mb, eb - E)
+        h = x + y
+        lo = _two_sum_err(x, y, h)
+        h = _zero_sign(h, x, y, c.mode)
+        o_r, f_r = _round_general(h, lo, E, c)
+    out, fl = _merge(sp, o_sp, f_sp, reg, o_r, f_r, a.size, c.want)
+    return out, fl, inv
+
+
+def _mul_flat(a, b, c: _Ctx):
+    plan = _plan(c.fmt)
+    with np.errstate(invalid="ignore", over="ignore"):
+        prod = a * b
+        inv = (np.isnan(prod) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
+        if plan.mul_fast and not _FORCE_GENERAL:
+            out, fl = _round_hl(prod, None, c)
+            return out, fl, inv
+        reg = np.isfinite(a) & np.isfinite(b) & (a != 0) & (b != 0)
+        sp = ~reg
+        o_sp, f_sp = _round_hl(prod[sp], None, c)  # zeros, infinities, NaN: exact
+        ma, ea = np.frexp(a[reg])
+        mb, eb = np.frexp(b[reg])
+        if c.fmt.precision_bits <= _MAX_FMA_PRECISION:
+            h, lo = ma * mb, np.zeros(ma.shape)
+        else:
+            h, lo = _two_prod(ma, mb)
+        o_r, f_r = _round_general(h, lo, ea + eb, c)
+    out, fl = _merge(sp, o_sp, f_sp, reg, o_r, f_r, a.size, c.want)
+    return out, fl, inv
+
+
+def _div_pair(a, b):
+    """q = fl(a / b) and lo = r / b with the exact remainder r = a - q*b."""
+    q = a / b
+    ph, pl = _two_prod(q, b)
+    r = (a - ph) - pl
+    return q, r / b
+
+
+def _div_flat(a, b, c: _Ctx):
+    plan = _plan(c.fmt)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        if plan.div_fast and not _FORCE_GENERAL:
+            q, lo = _div_pair(a, b)
+            inv = (np.isnan(q) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
+            out, fl = _round_hl(q, _finite_or_zero(lo), c)
+            return out, fl, inv
+        q = a / b
+        inv = (np.isnan(q) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
+        reg = np.isfinite(a) & np.isfinite(b) & (a != 0) & (b != 0)
+        sp = ~reg
+        o_sp, f_sp = _round_hl(q[sp], None, c)  # x/0, 0/x, x/inf, inf/x, NaN: exact
+        ma, ea = np.frexp(a[reg])
+        mb, eb = np.frexp(b[reg])
+        h, lo = _div_pair(ma, mb)
+        o_r, f_r = _round_general(h, lo, ea - eb, c)
+    out, fl = _merge(sp, o_sp, f_sp, reg, o_r, f_r, a.size, c.want)
+    return out, fl, inv
+
+
+def _sqrt_pair(a):
+    s = np.sqrt(a)
+    ph, pl = _two_prod(s, s)
+    r = (a - ph) - pl
+    return s, r / (2.0 * s)
+
+
+def _sqrt_flat(a, c: _Ctx):
+    plan = _plan(c.fmt)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        if plan.sqrt_fast and not _FORCE_GENERAL:
+            s, lo = _sqrt_pair(a)
+            inv = (np.isnan(s) & ~np.isnan(a)) if c.want else None
+            out, fl = _round_hl(s, _finite_or_zero(lo), c)
+            return out, fl, inv
+        s = np.sqrt(a)
+        inv = (np.isnan(s) & ~np.isnan(a)) if c.want else None
+        reg = np.isfinite(a) & (a > 0)
+        sp = ~reg
+        o_sp, f_sp = _round_hl(s[sp], None, c)  # +-0, +inf, negative, NaN
+        ma, ea = np.frexp(a[reg])
+        odd = (ea & 1) == 1
+        ma = np.where(odd, 2.0 * ma, ma)  # an even exponent halves exactly
+        ea = ea - odd
+        h, lo = _sqrt_pair(ma)
+        o_r, f_r = _round_general(h, lo, ea // 2, c)
+    out, fl = _merge(sp, o_sp, f_sp, reg, o_r, f_r, a.size, c.want)
+    return out, fl, inv
+
+
+def _fma_flat(a, b, d, c: _Ctx):
+    plan = _plan(c.fmt)
+    with np.errstate(invalid="ignore", over="ignore"):
+        prod = a * b
+        nan_in = np.isnan(a) | np.isnan(b) | np.isnan(d)
+        inv = None
+        if c.want:  # 0 * inf is invalid whatever c is (SoftFloat: even a quiet NaN c)
+            inv = ((a == 0) & np.isinf(b)) | (np.isinf(a) & (b == 0))
+        if plan.fma_fast and not _FORCE_GENERAL:
+            s = prod + d
+            if c.want:
+                inv |= np.isnan(s) & ~nan_in
+            lo = _two_sum_err(prod, d, s)
+            if not lo.any():
+                lo = None
+            out, fl = _round_hl(_zero_sign(s, prod, d, c.mode), lo, c)
+            return out, fl, inv
+        reg = np.isfinite(a) & np.isfinite(b) & np.isfinite(d) & (a != 0) & (b != 0)
+        sp = ~reg
+        # here a*b is exact (a zero) or irrelevant (c or the product infinite / NaN)
+        p_sp = prod[sp]
+        p_sp = np.where(np.isinf(p_sp) & np.isfinite(a[sp]) & np.isfinite(b[sp]),
+                        np.copysign(1.0, p_sp), p_sp)
+        s_sp = p_sp + d[sp]
+        if c.want:
+            inv[sp] |= np.isnan(s_sp) & ~nan_in[sp]
+        o_sp, f_sp = _round_hl(_zero_sign(s_sp, p_sp, d[sp], c.mode), None, c)
+        ma, ea = np.frexp(a[reg])
+        mb, eb = np.frexp(b[reg])
+        pm, ep = ma * mb, ea + eb  # exact: two significands of <= 26 bits
+        mc, ec = np.frexp(d[reg])
+        zero_c = mc == 0
+        E = np.where(zero_c, ep, np.maximum(ep, ec))
+        x = _scaled(pm, ep - E)
+        y = np.where(zero_c, 0.0, _scaled(mc, ec - E))
+        h = x + y
+        lo = _two_sum_err(x, y, h)
+        h = _zero_sign(h, x, y, c.mode)
+        o_r, f_r = _round_general(h, lo, E, c)
+    out, fl = _merge(sp, o_sp, f_sp, reg, o_r, f_r, a.size, c.want)
+    return out, fl, inv
+
+
+# -- public functions -------------------------------------------------------------------------
+
+def _apply(name: str, kernel, args, fmt, rounding, overflow, subnormals, tininess, rng,
+           random_bits, flags):
+    c = _context(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
+                 what=name)
+    if name == "fma" and c.fmt.precision_bits > _MAX_FMA_PRECISION:
+        raise ValueError(
+            f"fma supports formats of at most {_MAX_FMA_PRECISION} precision bits (the product "
+            f"must be exact in float64), got {c.fmt.name} with {c.fmt.precision_bits}"
+        )
+    with _quiet():
+        vals, snan, shape, scalar = _operands(args, c)
+        out, fl, inv = kernel(*vals, c)
+    if c.want:
+        if inv is not None and inv.any():
+            fl[inv] = np.uint8(Flags.INVALID)
+        if snan is not None:
+            fl[snan] = np.uint8(Flags.INVALID)
+        if name == "div":
+            a, b = vals
+            dz = (b == 0) & np.isfinite(a) & (a != 0)
+            if dz.any():
+                fl[dz] |= np.uint8(Flags.DIVBYZERO)
+        fl = fl.reshape(shape)
+        if _flags.flags_active():
+            _flags.record(fl, name)
+    out = out.reshape(shape)
+    if scalar:
+        out = out[()]
+        fl = fl[()] if fl is not None else None
+    return (out, fl) if flags else out
+
+
+def add(
+    a,
+    b,
+    fmt: Format | str,
+    rounding: Rounding | str = "nearest_even",
+    *,
+    overflow: Overflow | str = "inf",
+    subnormals: Subnormals | str = "keep",
+    tininess: Tininess | str = "after",
+    rng: np.random.Generator | int | None = None,
+    random_bits: int | None = None,
+    flags: bool = False,
+):
+    """``a + b`` correctly rounded to ``fmt`` (elementwise, broadcasting).
+
+    Options as :func:`fpsim.round`; ``flags=True`` returns ``(result, flags)`` with the IEEE
+    flags of each element. Operands are first converted to ``fmt`` (round to nearest even).
+
+    >>> from fpsim.arithmetic import add
+    >>> float(add(256.0, 1.0, "bf16"))  # 257 is not a bf16 number: ties to even
+    256.0
+    >>> float(add(1.0, -1.0, "fp16", "down"))
+    -0.0
+    """
+    return _apply("add", _add_flat, (a, b), fmt, rounding, overflow, subnormals, tininess,
+                  rng, random_bits, flags)
+
+
+def _sub_flat(a, b, c):
+    return _add_flat(a, -b, c)
+
+
+def sub(
+    a,
+    b,
+    fmt: Format | str,
+    rounding: Rounding | str = "nearest_even",
+    *,
+    overflow: Overflow | str = "inf",
+    subnormals: Subnormals | str = "keep",
+    tininess: Tininess | str = "after",
+    rng: np.random.Generator | int | None = None,
+    random_bits: int | None = None,
+    flags: bool = False,
+):
+    """``a - b`` correctly rounded to ``fmt`` (elementwise, broadcasting); see :func:`add`.
+
+    >>> from fpsim.arithmetic import sub
+    >>> float(sub(1.0, 2.0**-25, "fp32", "toward_zero"))
+    0.9999999403953552
+    """
+    return _apply("sub", _sub_flat, (a, b), fmt, rounding, overflow, subnormals, tininess,
+                  rng, random_bits, flags)
+
+
+def mul(
+    a,
+    b,
+    fmt: Format | str,
+    rounding: Rounding | str = "nearest_even",
+    *,
+    overflow: Overflow | str = "inf",
+    subnormals: Subnormals | str = "keep",
+    tininess: Tininess | str = "after",
+    rng: np.random.Generator | int | None = None,
+    random_bits: int | None = None,
+    flags: bool = False,
+):
+    """``a * b`` correctly rounded to ``fmt`` (elementwise, broadcasting); see :func:`add`.
+
+    >>> import fpsim
+    >>> from fpsim.arithmetic import mul
+    >>> v, f = mul(300.0, 300.0, "fp16", flags=True)  # 90000 > 65504
+    >>> float(v), fpsim.Flags(int(f))
+    (inf, <Flags.INEXACT|OVERFLOW: 5>)
+    >>> float(mul(300.0, 300.0, "fp16", overflow="saturate"))
+    65504.0
+    """
+    return _apply("mul", _mul_flat, (a, b), fmt, rounding, overflow, subnormals, tininess,
+                  rng, random_bits, flags)
+
+
+def div(
+    a,
+    b,
+    fmt: Format | str,
+    rounding: Rounding | str = "nearest_even",
+    *,
+    overflow: Overflow | str = "inf",
+    subnormals: Subnormals | str = "keep",
+    tininess: Tininess | str = "after",
+    rng: np.random.Generator | int | None = None,
+    random_bits: int | None = None,
+    flags: bool = False,
+):
+    """``a / b`` correctly rounded to ``fmt`` (elementwise, broadcasting); see :func:`add`.
+
+    A finite nonzero ``a`` over zero gives a signed infinity and DIVBYZERO; ``0/0`` and
+    ``inf/inf`` give NaN and INVALID.
+
+    >>> from fpsim.arithmetic import div
+    >>> float(div(1.0, 3.0, "bf16")), float(div(1.0, 3.0, "bf16", "up"))
+    (0.333984375, 0.333984375)
+    >>> float(div(1.0, 3.0, "bf16", "down"))
+    0.33203125
+    """
+    return _apply("div", _div_flat, (a, b), fmt, rounding, overflow, subnormals, tininess,
+                  rng, random_bits, flags)
+
+
+def sqrt(
+    a,
+    fmt: Format | str,
+    rounding: Rounding | str = "nearest_even",
+    *,
+    overflow: Overflow | str = "inf",
+    subnormals: Subnormals | str = "keep",
+    tininess: Tininess | str = "after",
+    rng: np.random.Generator | int | None = None,
+    random_bits: int | None = None,
+    flags: bool = False,
+):
+    """The square root of ``a`` correctly rounded to ``fmt``; ``sqrt(-0) = -0``, a negative
+    number gives NaN and INVALID. See :func:`add` for the options.
+
+    >>> from fpsim.arithmetic import sqrt
+    >>> float(sqrt(2.0, "fp16")), float(sqrt(-0.0, "fp16"))
+    (1.4140625, -0.0)
+    """
+    return _apply("sqrt", _sqrt_flat, (a,), fmt, rounding, overflow, subnormals, tininess,
+                  rng, random_bits, flags)
+
+
+def fma(
+    a,
+    b,
+    c,
+    fmt: Format | str,
+    rounding: Rounding | str = "nearest_even",
+    *,
+    overflow: Overflow | str = "inf",
+    subnormals: Subnormals | str = "keep",
+    tininess: Tininess | str = "after",
+    rng: np.random.Generator | int | None = None,
+    random_bits: int | None = None,
+    flags: bool = False,
+):
+    """The fused multiply-add ``a * b + c`` rounded once to ``fmt`` (elementwise,
+    broadcasting); formats of at most 26 precision bits. See :func:`add` for the options.
+
+    >>> from fpsim.arithmetic import fma, mul, sub
+    >>> x = 1.0 + 3 * 2.0**-10  # x*x - 1 = 6*2**-10 + 9*2**-20: only fused keeps the tail
+    >>> float(fma(x, x, -1.0, "fp16")), float(sub(mul(x, x, "fp16"), 1.0, "fp16"))
+    (0.00586700439453125, 0.005859375)
+    """
+    return _apply("fma", _fma_flat, (a, b, c), fmt, rounding, overflow, subnormals,
+                  tininess, rng, random_bits, flags)

@@ -1,0 +1,406 @@
+"""Sums and dot products in a low-precision format, with the accumulation order made explicit.
+
+Every addition (and, for :func:`dot`, every product) is one correctly rounded operation of
+:mod:`fpsim.arithmetic`, so the classic effects of low-precision accumulation show bit for bit:
+summing 1.0 ten thousand times in bf16 stops at 256 (256 + 1 is a tie that rounds back to 256).
+
+Orders (the accumulation model; ``x`` the values along the reduced axis, converted to ``fmt``):
+
+- ``"sequential"``: ``s = x[0]; s = fl(s + x[k])`` for k = 1, 2, ..., every add rounded in fmt.
+- ``"pairwise"``: NumPy's blocked pairwise summation, the same tree as ``np.add.reduce`` on a
+  contiguous float32 axis, every add rounded in fmt: a run of ``n < 8`` values is summed
+  sequentially; ``8 <= n <= 128`` values go into eight strided partial sums
+  ``r[j] = x[j] + x[j+8] + x[j+16] + ...`` (each sequential, over the largest multiple of 8),
+  combined as ``((r0+r1) + (r2+r3)) + ((r4+r5) + (r6+r7))``, then the ``n % 8`` leftover values
+  are added one by one; ``n > 128`` splits at ``n2 = n//2 - (n//2) % 8`` and adds the sums of
+  the two halves. (NumPy starts a run shorter than 8 from +0.0, which differs only in the sign
+  of a zero sum.)
+- ``"kahan"``: compensated summation, ``y = x[k] - c; t = s + y; c = (t - s) - y; s = t``, every
+  operation rounded in fmt.
+- ``"wide"``: a wider accumulator: each value (for :func:`dot` the *exact* product) is added
+  to an accumulator of format ``accumulator`` (default fp32) with one rounding per add, in
+  sequential order, and the accumulator is rounded once to ``fmt`` at the end. When every
+  partial sum is exactly representable in the accumulator (e.g. short fp8 sums in fp32), the
+  adds are exact and the sum is taken in float64 directly; ``accumulator="fp64"`` accumulates
+  in NumPy float64 (round to nearest even only).
+
+The rounding mode and policies apply to every operation (the accumulator's adds too); with
+``flags=True`` the result comes with the OR of the IEEE flags of every operation that produced
+each output element.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+try:
+    from numpy.lib.array_utils import normalize_axis_tuple
+except ImportError:  # NumPy < 2
+    from numpy.core.numeric import normalize_axis_tuple
+
+from . import flags as _flags
+from .arithmetic import (
+    _add_flat,
+    _context,
+    _Ctx,
+    _mul_flat,
+    _operand,
+    _plan,
+    _quiet,
+    _round_hl,
+)
+from .flags import Flags
+from .formats import FP64, Format, get_float_format
+from .modes import Overflow, Rounding, Subnormals, Tininess
+
+__all__ = ["Order", "sum", "dot"]
+
+
+class Order(str, enum.Enum):
+    """Accumulation order of :func:`sum` and :func:`dot`."""
+
+    SEQUENTIAL = "sequential"
+    PAIRWISE = "pairwise"
+    KAHAN = "kahan"
+    WIDE = "wide"
+
+
+def _as_order(order: Order | str) -> Order:
+    try:
+        return Order(order.lower() if isinstance(order, str) else order)
+    except ValueError:
+        valid = ", ".join(repr(o.value) for o in Order)
+        raise ValueError(f"unknown order {order!r}; valid: {valid}") from None
+
+
+class _Acc:
+    """Runs rounded operations on arrays of any shape and ORs their flags per output row."""
+
+    def __init__(self, c: _Ctx, rows: int):
+        self.c = c
+        self.fl = np.zeros(rows, np.uint8) if c.want else None
+
+    def _note(self, fl, inv, shape, rows_of):
+        if self.fl is None:
+            return
+        if inv is not None and inv.any():
+            fl[inv] = np.uint8(Flags.INVALID)
+        per_row = np.bitwise_or.reduce(fl.reshape(shape).reshape(shape[0], -1), axis=1)
+        self.fl[rows_of] |= per_row
+
+    def add(self, a, b, rows_of=slice(None), exact_operands=True):
+        """fl(a + b) elementwise; arrays of shape (rows, ...)."""
+        shape = a.shape
+        out, fl, inv = _add_flat(a.reshape(-1), b.reshape(-1), self.c,
+                                 exact_operands=exact_operands)
+        self._note(fl, inv, shape, rows_of)
+        return out.reshape(shape)
+
+    def sub(self, a, b, rows_of=slice(None)):
+        return self.add(a, -b, rows_of)
+
+
+def _sequential(X, acc: _Acc):
+    s = X[:, 0].copy()
+    for k in range(1, X.shape[1]):
+        s = acc.add(s, X[:, k])
+    return s
+
+
+def _kahan(X, acc: _Acc):
+    s = X[:, 0].copy()
+    comp = np.zeros_like(s)
+    for k in range(1, X.shape[1]):
+        y = acc.sub(X[:, k], comp)
+        t = acc.add(s, y)
+        comp = acc.sub(acc.sub(t, s), y)
+        s = t
+    return s
+
+
+def _pairwise_tree(n: int):
+    """NumPy's recursion as (leaves [(start, length)], internal nodes [(left, right)] in
+    children-first order; node ids: leaves first, then internal nodes)."""
+    leaves: list[tuple[int, int]] = []
+    nodes: list[tuple[int, int]] = []
+    pending: list[tuple[int, int]] = []
+
+    def build(start: int, m: int) -> tuple[str, int]:
+        if m <= 128:
+            leaves.append((start, m))
+            return ("leaf", len(leaves) - 1)
+        m2 = m // 2
+        m2 -= m2 % 8
+        left = build(start, m2)
+        right = build(start + m2, m - m2)
+        pending.append((left, right))
+        return ("node", len(pending) - 1)
+
+    build(0, n)
+    nl = len(leaves)
+    for left, right in pending:
+        ids = [i if kind == "leaf" else nl + i for kind, i in (left, right)]
+        nodes.append((ids[0], ids[1]))
+    return leaves, nodes
+
+
+def _pairwise(X, acc: _Acc):
+    rows, n = X.shape
+    if n < 8:
+        return _sequential(X, acc)
+    leaves, nodes = _pairwise_tree(n)
+    start = np.array([s for s, _ in leaves])
+    length = np.array([m for _, m in leaves])
+    body = length - length % 8
+    j = np.arange(8)
+    r = X[:, start[:, None] + j]  # (rows, leaves, 8): the eight strided partial sums
+    for t in range(1, int(body.max()) // 8):
+        act = np.flatnonzero(body > 8 * t)
+        r[:, act] = acc.add(r[:, act], X[:, start[act, None] + 8 * t + j])
+    while r.shape[2] > 1:  # ((r0+r1) + (r2+r3)) + ((r4+r5) + (r6+r7))
+        r = acc.add(np.ascontiguousarray(r[:, :, 0::2]), np.ascontiguousarray(r[:, :, 1::2]))
+    val = np.empty((rows, len(leaves) + len(nodes)))
+    val[:, :len(leaves)] = r[:, :, 0]
+    for i in range(7):  # the n % 8 leftovers, one by one
+        act = np.flatnonzero(length % 8 > i)
+        if act.size:
+            val[:, act] = acc.add(val[:, act], X[:, start[act] + body[act] + i])
+    # internal nodes level by level (children first): one vectorised add per tree height
+    height = np.zeros(len(leaves) + len(nodes), np.int64)
+    for k, (left, right) in enumerate(nodes):
+        height[len(leaves) + k] = max(height[left], height[right]) + 1
+    lr = np.array(nodes, dtype=np.int64).reshape(-1, 2)
+    for h in range(1, int(height.max()) + 1):
+        ids = np.flatnonzero(height == h)
+        kids = lr[ids - len(leaves)]
+        val[:, ids] = acc.add(val[:, kids[:, 0]], val[:, kids[:, 1]])
+    return val[:, -1] if nodes else val[:, 0]
+
+
+def _wide_exact(span: tuple[int, int], acc_fmt: Format, n: int) -> bool:
+    """Every partial sum of n terms that are multiples of 2**bottom below 2**top (span) is a
+    number of the accumulator: the accumulator's adds are then exact."""
+    bottom, top = span
+    top += max(n - 1, 1).bit_length()
+    return (top - bottom <= acc_fmt.precision_bits and top <= acc_fmt.emax
+            and acc_fmt.emin - acc_fmt.mantissa_bits <= bottom and acc_fmt.subnormals)
+
+
+def _wide(X, acc: _Acc, c: _Ctx, acc_fmt: Format, span: tuple[int, int]):
+    """Accumulate the exact terms X (float64, exact, within span) in acc_fmt, round once to
+    c.fmt."""
+    rows, n = X.shape
+    exact = _wide_exact(span, acc_fmt, n)
+    if acc_fmt == FP64 and not exact and c.mode is not Rounding.NEAREST_EVEN:
+        raise ValueError("accumulator='fp64' accumulates in NumPy float64: "
+                         "rounding='nearest_even' only")
+    if acc_fmt == FP64 or exact:
+        # the adds are exact (or float64's own): plain float64 sums
+        s = X[:, 0].copy()
+        with np.errstate(invalid="ignore", over="ignore"):
+            for k in range(1, n):
+                s = s + X[:, k]
+        if acc.fl is not None:
+            inv = np.isnan(s) & ~np.isnan(X).any(axis=1)  # inf - inf on the way
+            acc.fl[inv] |= np.uint8(Flags.INVALID)
+    else:
+        ca = _Ctx(fmt=acc_fmt, mode=c.mode, overflow=c.overflow,
+                  result_subnormals=c.result_subnormals, daz=False, tininess=c.tininess,
+                  rng=c.rng, random_bits=c.random_bits, want=c.want)
+        wacc = _Acc(ca, rows)
+        s, f0 = _round_hl(X[:, 0], None, ca)
+        if f0 is not None:
+            wacc.fl |= f0
+        for k in range(1, n):
+            s = wacc.add(s, X[:, k], exact_operands=False)
+        if acc.fl is not None:
+            acc.fl |= wacc.fl
+    out, fl = _round_hl(s, None, c)
+    if acc.fl is not None:
+        acc.fl |= fl
+    return out
+
+
+def _reduce(X, c: _Ctx, order: Order, acc_fmt, span):
+    rows, n = X.shape
+    acc = _Acc(c, rows)
+    if n == 0 or rows == 0:
+        return np.zeros(rows), acc.fl
+    if order is Order.SEQUENTIAL:
+        out = _sequential(X, acc)
+    elif order is Order.PAIRWISE:
+        out = _pairwise(X, acc)
+    elif order is Order.KAHAN:
+        out = _kahan(X, acc)
+    else:
+        out = _wide(X, acc, c, acc_fmt, span)
+    return out, acc.fl
+
+
+def _accumulator(order: Order, accumulator) -> Format | None:
+    if order is not Order.WIDE:
+        if accumulator is not None:
+            raise ValueError("accumulator only applies to order='wide'")
+        return None
+    fmt = get_float_format("fp32" if accumulator is None else accumulator)
+    if fmt != FP64 and fmt.mantissa_bits > 50:
+        raise ValueError(f"accumulator {fmt.name}: at most 50 mantissa bits, or 'fp64'")
+    return fmt
+
+
+def _finish(name, out, fl, snan_rows, out_shape, c: _Ctx, flags: bool):
+    if c.want:
+        if snan_rows is not None:
+            fl[snan_rows] |= np.uint8(Flags.INVALID)
+        fl = fl.reshape(out_shape)
+        if _flags.flags_active():
+            _flags.record(fl, name)
+    out = out.reshape(out_shape)
+    if out_shape == ():
+        out = out[()]
+        fl = fl[()] if fl is not None else None
+    return (out, fl) if flags else out
+
+
+def _to_rows(v: np.ndarray, axis, keepdims: bool):
+    """Move the reduced axes last: (rows, n) array and the output shape."""
+    if axis is None:
+        axes = tuple(range(v.ndim))
+    else:
+        axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+        axes = tuple(normalize_axis_tuple(axes, v.ndim)) if axes else ()
+    keep = [i for i in range(v.ndim) if i not in axes]
+    moved = np.transpose(v, keep + list(axes))
+    kept_shape = tuple(v.shape[i] for i in keep)
+    n = int(np.prod([v.shape[i] for i in axes], dtype=np.int64))
+    X = np.ascontiguousarray(moved).reshape(int(np.prod(kept_shape, dtype=np.int64)), n)
+    out_shape = tuple(1 if i in axes else v.shape[i] for i in range(v.ndim)) if keepdims \
+        else kept_shape
+    return X, out_shape
+
+
+def sum(  # noqa: A001 - the natural name, as numpy.sum
+    x,
+    fmt: Format | str,
+    *,
+    axis: int | tuple[int, ...] | None = None,
+    order: Order | str = "sequential",
+    accumulator: Format | str | None = None,
+    rounding: Rounding | str = "nearest_even",
+    overflow: Overflow | str = "inf",
+    subnormals: Subnormals | str = "keep",
+    tininess: Tininess | str = "after",
+    rng: np.random.Generator | int | None = None,
+    random_bits: int | None = None,
+    flags: bool = False,
+    keepdims: bool = False,
+):
+    """Sum ``x`` over ``axis`` (all axes by default) in ``fmt`` with the accumulation order
+    ``order`` (see the module docstring for the exact models); vectorised over the other axes.
+
+    Values are first converted to ``fmt`` (round to nearest even). Returns float64 values of
+    ``fmt`` (a scalar for a full reduction); ``flags=True`` adds the OR of the flags of every
+    operation per output element.
+
+    >>> import numpy as np
+    >>> from fpsim.reductions import sum
+    >>> ones = np.ones(1000)
+    >>> [float(sum(ones, "bf16", order=o)) for o in ("sequential", "pairwise", "kahan", "wide")]
+    [256.0, 1000.0, 1000.0, 1000.0]
+    >>> sum(np.ones((2, 3)), "fp16", axis=1)
+    array([3., 3.])
+    """
+    c = _context(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
+                 what="sum")
+    order = _as_order(order)
+    acc_fmt = _accumulator(order, accumulator)
+    with _quiet():
+        v, snan = _operand(x, c)
+        X, out_shape = _to_rows(np.asarray(v), axis, keepdims)
+        snan_rows = None
+        if snan is not None and c.want:
+            S, _ = _to_rows(np.broadcast_to(snan, np.shape(v)), axis, keepdims)
+            snan_rows = S.any(axis=1)
+        span = (c.fmt.emin - c.fmt.mantissa_bits, c.fmt.emax + 1)
+        out, fl = _reduce(X, c, order, acc_fmt, span)
+    return _finish("sum", out, fl, snan_rows, out_shape, c, flags)
+
+
+def dot(
+    a,
+    b,
+    fmt: Format | str,
+    *,
+    axis: int = -1,
+    order: Order | str = "sequential",
+    accumulator: Format | str | None = None,
+    rounding: Rounding | str = "nearest_even",
+    overflow: Overflow | str = "inf",
+    subnormals: Subnormals | str = "keep",
+    tininess: Tininess | str = "after",
+    rng: np.random.Generator | int | None = None,
+    random_bits: int | None = None,
+    flags: bool = False,
+):
+    """Inner products ``sum(a * b)`` along ``axis`` (the last by default; the other axes
+    broadcast), in ``fmt``.
+
+    ``sequential``, ``pairwise`` and ``kahan`` round every product to ``fmt`` and sum the
+    products in that order; ``wide`` keeps every product exact and accumulates in
+    ``accumulator`` (default fp32, one rounding per add, as a fused multiply-add into the
+    accumulator), rounding once to ``fmt`` at the end.
+
+    >>> import numpy as np
+    >>> from fpsim.reductions import dot
+    >>> a = np.full(4, 1 + 2.0**-7)  # bf16: a*a = 1 + 2**-6 + 2**-14 is rounded per product
+    >>> float(dot(a, a, "bf16")), float(dot(a, a, "bf16", order="wide"))
+    (4.0625, 4.0625)
+    >>> float(dot(a, a, "bf16", rounding="up")), float(dot(a, a, "bf16", order="wide",
+    ...                                                   rounding="up"))
+    (4.125, 4.09375)
+    """
+    c = _context(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
+                 what="dot")
+    order = _as_order(order)
+    acc_fmt = _accumulator(order, accumulator)
+    if order is Order.WIDE and not _plan(c.fmt).mul_fast:
+        raise ValueError(f"order='wide' needs exact products in float64; {c.fmt.name} has "
+                         f"{c.fmt.precision_bits} precision bits or too wide a range")
+    with _quiet():
+        va, sa = _operand(a, c)
+        vb, sb = _operand(b, c)
+        shape = np.broadcast_shapes(np.shape(va), np.shape(vb))
+        if len(shape) == 0:
+            raise ValueError("dot needs arrays with at least one axis")
+        va, vb = np.broadcast_to(va, shape), np.broadcast_to(vb, shape)
+        A, out_shape = _to_rows(va, axis, False)
+        B, _ = _to_rows(vb, axis, False)
+        snan_rows = None
+        if c.want and (sa is not None or sb is not None):
+            s = np.zeros(shape, bool)
+            for m in (sa, sb):
+                if m is not None:
+                    s |= np.broadcast_to(m, shape)
+            S, _ = _to_rows(s, axis, False)
+            snan_rows = S.any(axis=1)
+        rows, n = A.shape
+        acc = _Acc(c, rows)
+        if order is Order.WIDE:
+            with np.errstate(invalid="ignore", over="ignore"):
+                P = A * B  # exact
+            if c.want:
+                inv = ((A == 0) & np.isinf(B)) | (np.isinf(A) & (B == 0))
+                acc.fl[inv.any(axis=1)] |= np.uint8(Flags.INVALID)
+            span = (2 * (c.fmt.emin - c.fmt.mantissa_bits), 2 * (c.fmt.emax + 1))
+            out, fl = _reduce(P, c, order, acc_fmt, span)
+            if acc.fl is not None:
+                fl |= acc.fl
+        else:
+            pr, pfl, inv = _mul_flat(A.reshape(-1), B.reshape(-1), c)
+            acc._note(pfl, inv, (rows, n), slice(None))
+            out, fl = _reduce(pr.reshape(rows, n), c, order, None, None)
+            if acc.fl is not None:
+                fl |= acc.fl
+    return _finish("dot", out, fl, snan_rows, out_shape, c, flags)
