@@ -8,7 +8,17 @@ else (arithmetic, the tensor-core model, autograd and mixed-precision training) 
 0.0999755859375
 """
 
+from . import autograd, functional, nn, optim
 from .arithmetic import add, div, fma, mul, sqrt, sub
+from .autograd import (
+    Tensor,
+    enable_grad,
+    is_grad_enabled,
+    manual_seed,
+    matmul_accumulation,
+    no_grad,
+    set_grad_enabled,
+)
 from .encoding import (
     Fields,
     all_values,
@@ -75,8 +85,10 @@ __all__ = [
     "FP8_E5M2FNUZ", "FP16", "FP32", "FP64", "INT4", "INT8", "INT16", "INT32", "INT_PRESETS",
     "UINT4", "UINT8", "IntFormat", "get_float_format", "get_int_format", "PRESETS", "TF32",
     "Fields", "FlagContext", "Flags", "FloatingPointTrap", "Format", "NaNEncoding", "Overflow",
-    "Rounding", "Subnormals", "Tininess", "add", "sub", "mul", "div", "sqrt", "fma", "sum", "dot",
-    "Order", "IntOverflow", "round_to_integral", "to_int", "all_values", "bit_string", "cast",
-    "classify", "fields", "flag_context", "from_bits", "get_format", "list_formats", "next_down",
-    "next_up", "round", "round_pair", "seed", "to_bits", "ulp", "__version__",
+    "Rounding", "Subnormals", "Tininess", "Tensor", "autograd", "enable_grad", "functional",
+    "is_grad_enabled", "manual_seed", "matmul_accumulation", "nn", "no_grad", "optim",
+    "set_grad_enabled", "add", "sub", "mul", "div", "sqrt", "fma", "sum", "dot", "Order",
+    "IntOverflow", "round_to_integral", "to_int", "all_values", "bit_string", "cast", "classify",
+    "fields", "flag_context", "from_bits", "get_format", "list_formats", "next_down", "next_up",
+    "round", "round_pair", "seed", "to_bits", "ulp", "__version__",
 ]

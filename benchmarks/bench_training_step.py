@@ -1,0 +1,189 @@
+"""One training step (forward, backward, optimizer step) in fpsim against plain NumPy.
+
+Models: an MLP 64-256-256-10 (ReLU) and a small CNN (1x8x8 input, conv 8 channels 3x3 padding
+1, ReLU, 2x2 max pool, linear 128 -> 10), batch 128, cross-entropy loss, SGD with momentum 0.9.
+
+Variants, timed in the same run:
+
+- ``numpy fp32``: hand-written NumPy float32 forward / backward / update (the baseline);
+- ``fpsim fp32``: fpsim tensors in fp32;
+- ``fpsim fp16+master``: model and input in fp16, fp32 master weights in the optimizer, "fp32"
+  matmul accumulation (float64 products and sums, rounded to fp32, then to fp16).
+
+The ratios printed are time / numpy-fp32 time. Target: fp16+master <= 3x. Where it goes: the
+"fp32" model accumulates in float64 (BLAS dgemm, ~2.3x sgemm: for the MLP the GEMMs alone cost
+~1.6x the whole NumPy step), and every fp16 tensor is rounded (fpsim.autograd.fastcast, ~2-3 ns
+per element) and widened (a table lookup, ~1.5 ns per element) once per use. On a busy machine
+BLAS threads make the timings noisy; ``OPENBLAS_NUM_THREADS=1`` gives steadier ratios.
+
+    python benchmarks/bench_training_step.py [--repeat 7] [--steps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+import fpsim.autograd.functional as F
+from fpsim import nn, optim
+from fpsim.autograd import Tensor
+from fpsim.formats import FP16, FP32
+
+BATCH = 128
+
+
+# --------------------------------------------------------------------- NumPy baseline
+class NumpyMLP:
+    """64-256-256-10 MLP, float32, SGD momentum: the same maths written directly."""
+
+    def __init__(self, params: list[np.ndarray]) -> None:
+        self.p = [a.astype(np.float32) for a in params]  # W1, b1, W2, b2, W3, b3
+        self.buf = [np.zeros_like(a) for a in self.p]
+
+    def step(self, x: np.ndarray, y: np.ndarray, lr: float = 0.01, mom: float = 0.9) -> float:
+        w1, b1, w2, b2, w3, b3 = self.p
+        h1 = x @ w1.T + b1
+        a1 = np.maximum(h1, 0)
+        h2 = a1 @ w2.T + b2
+        a2 = np.maximum(h2, 0)
+        z = a2 @ w3.T + b3
+        zmax = z.max(axis=1, keepdims=True)
+        e = np.exp(z - zmax)
+        s = e.sum(axis=1, keepdims=True)
+        logp = z - zmax - np.log(s)
+        n = x.shape[0]
+        loss = -logp[np.arange(n), y].mean()
+        dz = e / s
+        dz[np.arange(n), y] -= 1
+        dz /= n
+        gw3 = dz.T @ a2
+        gb3 = dz.sum(0)
+        da2 = dz @ w3
+        dh2 = da2 * (h2 > 0)
+        gw2 = dh2.T @ a1
+        gb2 = dh2.sum(0)
+        da1 = dh2 @ w2
+        dh1 = da1 * (h1 > 0)
+        gw1 = dh1.T @ x
+        gb1 = dh1.sum(0)
+        for i, g in enumerate((gw1, gb1, gw2, gb2, gw3, gb3)):
+            self.buf[i] = mom * self.buf[i] + g
+            self.p[i] -= lr * self.buf[i]
+        return float(loss)
+
+
+class NumpyCNN:
+    """conv 1->8 3x3 pad 1, ReLU, max pool 2, linear 128->10, float32, SGD momentum."""
+
+    def __init__(self, params: list[np.ndarray]) -> None:
+        self.p = [a.astype(np.float32) for a in params]  # Wc, bc, W, b
+        self.buf = [np.zeros_like(a) for a in self.p]
+
+    def step(self, x: np.ndarray, y: np.ndarray, lr: float = 0.01, mom: float = 0.9) -> float:
+        wc, bc, w, b = self.p
+        n = x.shape[0]
+        xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+        cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(n * 64, 9)
+        conv = (cols @ wc.reshape(8, 9).T + bc).reshape(n, 8, 8, 8).transpose(0, 3, 1, 2)
+        act = np.maximum(conv, 0)
+        blocks = act.reshape(n, 8, 4, 2, 4, 2)
+        pooled = blocks.max(axis=(3, 5))
+        flat = pooled.reshape(n, 128)
+        z = flat @ w.T + b
+        zmax = z.max(axis=1, keepdims=True)
+        e = np.exp(z - zmax)
+        s = e.sum(axis=1, keepdims=True)
+        loss = -(z - zmax - np.log(s))[np.arange(n), y].mean()
+        dz = e / s
+        dz[np.arange(n), y] -= 1
+        dz /= n
+        gw = dz.T @ flat
+        gb = dz.sum(0)
+        dpool = (dz @ w).reshape(n, 8, 4, 1, 4, 1)
+        mask = blocks == pooled.reshape(n, 8, 4, 1, 4, 1)
+        dact = (mask * dpool).reshape(n, 8, 8, 8)
+        dconv = dact * (conv > 0)
+        g2 = dconv.transpose(0, 2, 3, 1).reshape(-1, 8)
+        gwc = (g2.T @ cols).reshape(8, 1, 3, 3)
+        gbc = g2.sum(0)
+        for i, g in enumerate((gwc, gbc, gw, gb)):
+            self.buf[i] = mom * self.buf[i] + g
+            self.p[i] -= lr * self.buf[i]
+        return float(loss)
+
+
+# ------------------------------------------------------------------------- fpsim models
+def mlp(seed: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(64, 256, rng=seed), nn.ReLU(),
+                         nn.Linear(256, 256, rng=seed + 1), nn.ReLU(),
+                         nn.Linear(256, 10, rng=seed + 2))
+
+
+def cnn(seed: int) -> nn.Module:
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1, rng=seed), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(128, 10, rng=seed + 1))
+
+
+def fpsim_stepper(model: nn.Module, fmt, master: bool):
+    model.to(fmt)
+    opt = optim.SGD(model.parameters(), lr=0.01, momentum=0.9, master_weights=master)
+
+    def step(x: Tensor, y: np.ndarray) -> float:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    return step
+
+
+def bench(variants: dict, steps: int, repeat: int) -> dict:
+    """Best over ``repeat`` rounds of the mean time of ``steps`` calls (seconds) per variant;
+    the variants take turns within each round, so a change of machine load hits them alike."""
+    for fn, args in variants.values():
+        fn(*args)  # warm up
+    best = dict.fromkeys(variants, float("inf"))
+    for _ in range(repeat):
+        for label, (fn, args) in variants.items():
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                fn(*args)
+            best[label] = min(best[label], (time.perf_counter() - t0) / steps)
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--steps", type=int, default=20)
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 10, BATCH)
+    cases = {
+        "MLP 64-256-256-10": (mlp, NumpyMLP, rng.standard_normal((BATCH, 64))),
+        "CNN 1x8x8 conv8-pool-fc": (cnn, NumpyCNN, rng.standard_normal((BATCH, 1, 8, 8))),
+    }
+    print(f"one training step, batch {BATCH}, SGD momentum 0.9 "
+          f"(best of {args.repeat} x {args.steps} steps)")
+    print(f"{'model':26s} {'variant':20s} {'ms/step':>9s} {'x numpy':>8s}")
+    summary = []
+    for name, (build, numpy_cls, x) in cases.items():
+        ref = numpy_cls([p.numpy(np.float64) for p in build(0).parameters()])
+        variants = {"numpy fp32": (ref.step, (x.astype(np.float32), y))}
+        for label, fmt, master in (("fpsim fp32", FP32, False),
+                                   ("fpsim fp16+master", FP16, True)):
+            variants[label] = (fpsim_stepper(build(0), fmt, master), (Tensor(x, fmt), y))
+        times = bench(variants, args.steps, args.repeat)
+        for label, t in times.items():
+            print(f"{name:26s} {label:20s} {t * 1e3:9.3f} {t / times['numpy fp32']:8.2f}")
+        summary.append(f"{name}: {times['fpsim fp16+master'] / times['numpy fp32']:.2f}x")
+    print("fp16+master / numpy fp32 (target <= 3x): " + ", ".join(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

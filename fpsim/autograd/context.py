@@ -1,0 +1,324 @@
+"""Settings of the autograd engine and the one rounding step every operation goes through.
+
+- :func:`rounding`: the rounding mode (and generator, overflow and subnormal policies) with
+  which op results and gradients are rounded to their formats; default ``nearest_even``.
+- :func:`matmul_accumulation`: how matmul / linear / conv2d accumulate their dot products
+  (see :mod:`fpsim.autograd.accumulate`); default ``"fp32"``.
+- :func:`promote_formats`: the format of an op mixing formats (PyTorch promotes fp16 + fp32 to
+  fp32; here "wider" is defined for every :class:`~fpsim.Format`, see :func:`contains`).
+- :func:`round_to`: computed values -> the storage array of a format, rounded once.
+
+Settings are read when an op runs: the forward ops when they are called, the backward ops when
+``backward()`` runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..formats import (
+    BF16,
+    FP8_E4M3,
+    FP8_E4M3FNUZ,
+    FP8_E5M2,
+    FP8_E5M2FNUZ,
+    FP16,
+    FP32,
+    FP64,
+    Format,
+    get_float_format,
+)
+from ..modes import Overflow, Rounding, Subnormals, as_overflow, as_rounding, as_subnormals
+from ..rounding import cast
+from .fastcast import f32_to_f16, f64_to_f16
+
+__all__ = [
+    "Accumulation",
+    "as_accumulation",
+    "contains",
+    "get_accumulation",
+    "get_rounding",
+    "matmul_accumulation",
+    "promote_formats",
+    "round_to",
+    "rounding",
+    "widen",
+]
+
+# Formats whose native NumPy / ml_dtypes cast from float64 and float32 rounds to nearest even
+# exactly as fpsim.round does (overflow to inf / NaN, gradual underflow); proved by
+# tests/test_autograd_formats.py::test_native_cast_equals_fpsim_round.
+NATIVE_RNE: frozenset[Format] = frozenset(
+    {FP32, FP16, BF16, FP8_E4M3, FP8_E5M2, FP8_E4M3FNUZ, FP8_E5M2FNUZ})
+# Formats into which an op may compute in float32 and round with one native cast (inputs in the
+# format, RNE): float32 has p = 24 >= 2q + 2 bits, so by Figueroa's theorem rounding the float32
+# result of + - * / sqrt again to fp16 (q = 11) equals rounding the exact result once, and fp16
+# operands' results never leave float32's normal range. fp32 results are exact IEEE operations.
+F32_SAFE: frozenset[Format] = frozenset({FP32, FP16})
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """A matmul accumulation model: ``kind`` in ``fp32``, ``exact``, ``sequential``,
+    ``pairwise``, ``tensorcore``; ``fmt`` the accumulator format of sequential / pairwise;
+    ``gpu`` the GPU of the tensor-core model.
+
+    >>> as_accumulation(("sequential", "bf16"))
+    Accumulation(kind='sequential', fmt='bf16', gpu=None)
+    """
+
+    kind: str
+    fmt: Format | None = None
+    gpu: str | None = None
+
+    def __repr__(self) -> str:
+        fmt = None if self.fmt is None else self.fmt.name
+        return f"Accumulation(kind={self.kind!r}, fmt={fmt!r}, gpu={self.gpu!r})"
+
+
+_KINDS = ("fp32", "exact", "sequential", "pairwise", "tensorcore")
+_VALID = ('"fp32", "exact", ("sequential", fmt), ("pairwise", fmt), ("tensorcore", gpu) '
+          'or an Accumulation')
+
+
+def as_accumulation(spec: Accumulation | str | tuple) -> Accumulation:
+    """Parse an accumulation model: ``"fp32"``, ``"exact"``, ``("sequential", fmt)``,
+    ``("pairwise", fmt)`` or ``("tensorcore", gpu_name)``.
+
+    >>> as_accumulation("exact").kind
+    'exact'
+    >>> as_accumulation(("tensorcore", "A100")).gpu
+    'A100'
+    """
+    if isinstance(spec, Accumulation):
+        return spec
+    if isinstance(spec, str):
+        key = spec.strip().lower()
+        if key in ("fp32", "exact"):
+            return Accumulation(key)
+        if key in _KINDS:
+            raise ValueError(f"accumulation {spec!r} needs a second element: use {_VALID}")
+        raise ValueError(f"unknown accumulation model {spec!r}; valid: {_VALID}")
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], str):
+        key = spec[0].strip().lower()
+        if key in ("sequential", "pairwise"):
+            return Accumulation(key, fmt=get_float_format(spec[1]))
+        if key == "tensorcore":
+            if not isinstance(spec[1], str):
+                raise TypeError(f"the tensor-core model takes a GPU name, got {spec[1]!r}")
+            return Accumulation("tensorcore", gpu=spec[1])
+    raise ValueError(f"unknown accumulation model {spec!r}; valid: {_VALID}")
+
+
+class _Settings:
+    __slots__ = ("mode", "rng", "overflow", "subnormals", "plain", "accumulation")
+
+    def __init__(self, mode: Rounding, rng, overflow: Overflow, subnormals: Subnormals,
+                 accumulation: Accumulation) -> None:
+        self.mode = mode
+        self.rng = rng
+        self.overflow = overflow
+        self.subnormals = subnormals
+        # plain: IEEE policies and round to nearest even, where native casts are exact
+        self.plain = (mode is Rounding.NEAREST_EVEN and overflow is Overflow.INF
+                      and subnormals is Subnormals.KEEP)
+        self.accumulation = accumulation
+
+    def replace(self, **kw) -> _Settings:
+        d = {k: getattr(self, k) for k in ("mode", "rng", "overflow", "subnormals",
+                                           "accumulation")}
+        d.update(kw)
+        return _Settings(**d)
+
+
+_current = _Settings(Rounding.NEAREST_EVEN, None, Overflow.INF, Subnormals.KEEP,
+                     Accumulation("fp32"))
+
+
+def settings() -> _Settings:
+    """The active settings object (internal; read by the ops)."""
+    return _current
+
+
+@contextlib.contextmanager
+def _use(new: _Settings) -> Iterator[_Settings]:
+    global _current
+    old = _current
+    _current = new
+    try:
+        yield new
+    finally:
+        _current = old
+
+
+def rounding(mode: Rounding | str = "nearest_even", rng: np.random.Generator | int | None = None,
+             *, overflow: Overflow | str = "inf", subnormals: Subnormals | str = "keep"):
+    """Context manager: round op results and gradients with ``mode`` (any :class:`fpsim.Rounding`
+    name; ``stochastic`` draws from ``rng``, a Generator or seed, else fpsim's default
+    generator), ``overflow`` (``inf`` | ``saturate``) and ``subnormals`` (``keep`` | ``flush``
+    | ``daz`` | ``flush_daz``). Tensor construction always rounds to nearest even.
+
+    >>> import fpsim
+    >>> from fpsim.autograd import Tensor, rounding
+    >>> x = Tensor([1.0], fpsim.FP16)
+    >>> with rounding("up"):
+    ...     y = x + 2.0**-20
+    >>> float(y.item()) == 1 + 2.0**-10
+    True
+    """
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        rng = np.random.default_rng(int(rng))
+    elif rng is not None and not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator, an int seed or None, got {rng!r}")
+    return _use(_current.replace(mode=as_rounding(mode), rng=rng,
+                                 overflow=as_overflow(overflow),
+                                 subnormals=as_subnormals(subnormals)))
+
+
+def matmul_accumulation(model: Accumulation | str | tuple):
+    """Context manager: the accumulation model of matmul, linear and conv2d (see
+    :mod:`fpsim.autograd.accumulate`).
+
+    >>> import fpsim
+    >>> from fpsim.autograd import Tensor, matmul_accumulation
+    >>> a = Tensor([[1.0, 2.0**-11, 2.0**-11]], fpsim.FP16)
+    >>> b = Tensor([[1.0], [1.0], [1.0]], fpsim.FP16)
+    >>> with matmul_accumulation(("sequential", "fp16")):
+    ...     float((a @ b).item())  # 1 + 2**-11 is a tie in fp16: each add rounds to even
+    1.0
+    >>> float((a @ b).item())  # fp32 accumulation keeps both
+    1.0009765625
+    """
+    return _use(_current.replace(accumulation=as_accumulation(model)))
+
+
+def get_rounding() -> Rounding:
+    """The active rounding mode of op results.
+
+    >>> get_rounding()
+    <Rounding.NEAREST_EVEN: 'nearest_even'>
+    """
+    return _current.mode
+
+
+def get_accumulation() -> Accumulation:
+    """The active matmul accumulation model.
+
+    >>> get_accumulation().kind
+    'fp32'
+    """
+    return _current.accumulation
+
+
+# ---------------------------------------------------------------------------- promotion
+def contains(a: Format, b: Format) -> bool:
+    """True when every finite value of ``b`` is a value of ``a`` ("a is at least as wide").
+
+    Precision, the top of the range and the finest quantum must all be covered; special values
+    (inf, NaN, -0 of fnuz formats) are not compared.
+
+    >>> import fpsim
+    >>> contains(fpsim.FP32, fpsim.BF16), contains(fpsim.FP16, fpsim.BF16)
+    (True, False)
+    >>> contains(fpsim.FP16, fpsim.FP8_E4M3)
+    True
+    """
+    if a is b or a == b:
+        return True
+    if a.precision_bits < b.precision_bits or a.max < b.max:
+        return False
+    # b's finest quantum 2**(b.emin - b.m) must be on a's grid there
+    quantum_b = b.emin - b.mantissa_bits
+    if max(b.emin, a.emin) - a.mantissa_bits > quantum_b:
+        return False
+    if not a.subnormals and b.smallest_subnormal < a.smallest_normal:
+        return False
+    return True
+
+
+_COMMON = (FP16, BF16, FP32, FP64)
+
+
+def promote_formats(*fmts: Format) -> Format:
+    """The result format of an op mixing formats: the one that contains the others (see
+    :func:`contains`), else the narrowest of fp16, bf16, fp32, fp64 containing all (fp16 + bf16
+    -> fp32, as PyTorch; e4m3 + e5m2 -> fp16).
+
+    >>> import fpsim
+    >>> promote_formats(fpsim.FP16, fpsim.FP32).name, promote_formats(fpsim.FP16, fpsim.BF16).name
+    ('fp32', 'fp32')
+    """
+    out = fmts[0]
+    for f in fmts[1:]:
+        if f == out or contains(out, f):
+            continue
+        if contains(f, out):
+            out = f
+            continue
+        out = next(c for c in _COMMON if contains(c, out) and contains(c, f))
+    return out
+
+
+# ------------------------------------------------------------------------------ rounding
+def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.ndarray:
+    """Round computed values ``x`` once to ``fmt``, returning the format's storage array.
+
+    ``x`` is float64 (values computed exactly or in float64), or an array already holding values
+    of ``fmt`` (returned unchanged), or float32 values whose rounding is innocuous (an op may
+    pass float32 only under the :data:`F32_SAFE` rule). ``mode`` overrides the context's mode
+    (construction always uses nearest even).
+
+    >>> import fpsim
+    >>> round_to(np.array([0.1]), fpsim.FP16).dtype
+    dtype('float16')
+    """
+    sd = fmt.storage_dtype
+    if x.dtype == sd and fmt.dtype is not None:
+        return x  # values already of the format
+    s = _current
+    if mode is None or mode is s.mode:
+        mode, plain = s.mode, s.plain
+    else:
+        plain = (mode is Rounding.NEAREST_EVEN and s.overflow is Overflow.INF
+                 and s.subnormals is Subnormals.KEEP)
+    kind = x.dtype.kind
+    if (kind == "f" and x.dtype.itemsize <= 8) or kind == "V":  # ints, long double: cast below
+        if x.dtype != np.float64 and x.dtype != np.float32:
+            x = widen(x)
+        if plain:
+            if fmt is FP16 or fmt == FP16:  # NumPy's cast is ~30x slower on fp16 subnormals
+                return f64_to_f16(x) if x.dtype == np.float64 else f32_to_f16(x)
+            if fmt in NATIVE_RNE:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    return x.astype(sd)
+            if fmt == FP64:
+                return x.astype(np.float64)
+        if fmt == FP64 and x.dtype == np.float64 and s.subnormals is Subnormals.KEEP:
+            return x  # float64 values are fp64 values in every mode
+    return cast(x, fmt, mode, rng=s.rng, overflow=s.overflow, subnormals=s.subnormals)
+
+
+_F16_TO_F64 = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)
+with np.errstate(invalid="ignore"):
+    _F16_TO_F32 = _F16_TO_F64.astype(np.float32)
+
+
+def widen(x: np.ndarray, dtype=np.float64) -> np.ndarray:
+    """Exact conversion of stored values to float64 (or float32 for formats it holds); float16
+    goes through a 65536-entry table (NumPy's cast is slow on fp16 subnormals).
+
+    >>> widen(np.array([2.0**-24], dtype=np.float16))
+    array([5.96046448e-08])
+    """
+    if x.dtype == dtype:
+        return x
+    if x.dtype == np.float16:
+        table = _F16_TO_F64 if dtype == np.float64 else _F16_TO_F32
+        return table[x.view(np.uint16)]
+    if x.dtype.kind not in "fV":
+        raise TypeError(f"expected floating-point values, got dtype {x.dtype}")
+    return x.astype(dtype)

@@ -1,0 +1,1363 @@
+"""Differentiable operations, each in one place with its forward and its backward; the names and
+defaults of ``torch`` / ``torch.nn.functional`` (exported as :mod:`fpsim.functional`).
+
+Precision rules
+===============
+
+Every op computes its result exactly, or in float64 where that is exact enough, and rounds it
+ONCE to the output format, with the mode of :func:`fpsim.autograd.rounding` (default nearest
+even). Its backward computes each input's gradient the same way, from the incoming gradient and
+the saved tensors PyTorch's derivative formulas use (e.g. ``exp`` reuses its rounded output),
+and rounds it once to that input's ``grad_fmt``. Ops mixing formats output the promoted format
+(:func:`fpsim.autograd.context.promote_formats`: the format containing the others, e.g. fp16 +
+fp32 -> fp32, fp16 + bf16 -> fp32). A Python scalar does not change the format (as PyTorch's
+wrapped numbers) and enters as float64.
+
+=============================  ============  ==============================================
+op                             output        forward / backward computation
+=============================  ============  ==============================================
+add, sub, mul, div, sqrt       promoted      Round to nearest even: fp32 / fp16 results by
+                                             the IEEE float32 operation (+ one native cast
+                                             for fp16: float32 has 24 >= 2*11+2 bits, so by
+                                             Figueroa's theorem this is one correct
+                                             rounding); other formats in float64, one
+                                             rounding (correct for operands of <= 24 bits:
+                                             53 >= 2*24+2). Other modes (directed,
+                                             stochastic): float64 plus the exact error term
+                                             (TwoSum, Dekker's TwoProduct, the exact
+                                             remainder of / and sqrt), rounded once by
+                                             fpsim.round_pair; so too a Python scalar that
+                                             is not a value of the output format (it enters
+                                             as its exact float64 value). fp64 results:
+                                             float64. Backward: float64, one rounding;
+                                             broadcast dims summed in float64.
+pow                            promoted      float64 ``**``, one rounding; backward float64.
+neg, abs, relu, max, reshape,  input         exact (values are moved, not computed); no
+view, flatten, (un)squeeze,    (cat, stack:  rounding except into a promoted format. Backward
+transpose, permute, T,         promoted)     exact; repeated indices / overlapping pooling
+getitem, cat, stack, clone,                  windows add their gradients in float64 and round
+max_pool2d                                   once.
+exp, log, tanh, sigmoid,       input         float64 (NumPy libm; erf after Cody 1969), one
+gelu                                         rounding (float64 accuracy: ~1 ulp of float64
+                                             before it). Backward: float64 formula on the
+                                             saved rounded tensors, one rounding.
+sum, mean                      input         float64 (pairwise) sum, one rounding (exact for
+                                             fp16 / fp8 terms up to 2**13 of them); backward
+                                             sum: the gradient broadcast (exact); mean: g / n
+                                             in float64, one rounding.
+softmax, log_softmax           input         float64, one rounding; backward float64 using the
+                                             rounded output (as PyTorch).
+nll_loss, mse_loss             input         float64, one rounding; backward float64.
+cross_entropy                  input         log_softmax then nll_loss: two ops, two
+                                             roundings, as PyTorch.
+matmul, linear, conv2d         promoted      the matmul accumulation model
+                                             (:mod:`fpsim.autograd.accumulate`, default
+                                             "fp32"); both gradients use the model active at
+                                             backward time. A bias joins the accumulator;
+                                             its gradient is a float64 sum, one rounding.
+layer_norm, batch_norm         promoted      float64 (normalisation and affine fused), one
+                                             rounding; running statistics updated in float64
+                                             and rounded once to the buffers' format.
+                                             Backward float64, one rounding per input.
+dropout                        input         x * mask / (1 - p) in float64, one rounding;
+                                             backward the same on the gradient.
+Tensor.to / cast_to            target        one rounding with the given mode; the gradient
+                                             passes back, rounded to the source's format.
+=============================  ============  ==============================================
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections import namedtuple
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..formats import FP32, Format, get_format
+from ..modes import Rounding, as_rounding
+from ..rounding import round as fpsim_round
+from ..rounding import round_pair
+from . import accumulate as _acc
+from .context import (
+    F32_SAFE,
+    Accumulation,
+    as_accumulation,
+    promote_formats,
+    round_to,
+    settings,
+    widen,
+)
+from .generator import get_generator
+from .special import erfc
+from .tensor import Tensor, as_format, make_result
+
+__all__ = [
+    "add", "sub", "mul", "div", "neg", "pow", "abs", "matmul", "linear",
+    "sum", "mean", "max", "reshape", "flatten", "transpose", "permute", "unsqueeze", "squeeze",
+    "getitem", "cat", "stack", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu",
+    "softmax", "log_softmax", "nll_loss", "cross_entropy", "mse_loss", "dropout", "layer_norm",
+    "batch_norm", "conv2d", "max_pool2d", "cast_to",
+]
+
+_F64 = np.float64
+_F32 = np.float32
+_SQRT1_2 = 0.7071067811865476  # 1/sqrt(2)
+_INV_SQRT_2PI = 0.3989422804014327  # 1/sqrt(2 pi)
+_SQRT_2_PI = 0.7978845608028654  # sqrt(2/pi)
+
+MaxResult = namedtuple("max", ["values", "indices"])
+
+
+# ---------------------------------------------------------------------- operand helpers
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating))
+
+
+def _as_tensor(x, int_fmt: Format = FP32) -> Tensor:
+    """Tensors pass; arrays become tensors of their dtype's format (integers: ``int_fmt``)."""
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, (int, float, np.integer, np.floating)):
+        return Tensor(x, int_fmt)
+    arr = np.asarray(x)
+    if arr.dtype.kind in "iub":
+        return Tensor(arr, int_fmt)
+    if arr.dtype.kind in "fV":
+        return Tensor(arr, as_format(get_format(arr.dtype)))
+    raise TypeError(f"expected a Tensor, a number or a real array, got {type(x).__name__}")
+
+
+def _operands(input, other, op: str):
+    """(x, y, fmt): Tensors, or Python floats for scalars, and the result format."""
+    if isinstance(input, Tensor):
+        if isinstance(other, Tensor):
+            fmt = input.fmt if input.fmt is other.fmt else promote_formats(input.fmt, other.fmt)
+            return input, other, fmt
+        if _is_number(other):
+            return input, float(other), input.fmt
+        other = _as_tensor(other, input.fmt)
+        return input, other, promote_formats(input.fmt, other.fmt)
+    if isinstance(other, Tensor):
+        if _is_number(input):
+            return float(input), other, other.fmt
+        input = _as_tensor(input, other.fmt)
+        return input, other, promote_formats(input.fmt, other.fmt)
+    raise TypeError(f"{op} needs at least one Tensor operand")
+
+
+def _shape(v) -> tuple:
+    return v._data.shape if isinstance(v, Tensor) else ()
+
+
+def _check_broadcast(x, y, op: str) -> tuple:
+    try:
+        return np.broadcast_shapes(_shape(x), _shape(y))
+    except ValueError:
+        raise ValueError(f"{op}: shapes {_shape(x)} and {_shape(y)} cannot be broadcast "
+                         "together") from None
+
+
+def _val(v, dtype=_F64):
+    """Compute values of a Tensor (exact widening) or a scalar."""
+    return widen(v._data, dtype) if isinstance(v, Tensor) else v
+
+
+def _representable(v: float, fmt: Format) -> bool:
+    """Is the Python scalar ``v`` a value of ``fmt``?"""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if fmt.dtype is not None:
+            return float(fmt.dtype.type(v)) == v
+        return float(fpsim_round(v, fmt)) == v
+
+
+def _float32_ok(fmt: Format, *vals) -> bool:
+    """May + - * / of these operands run in float32 and round with one cast (see table)?"""
+    if not settings().plain or fmt not in F32_SAFE:
+        return False
+    return all(isinstance(v, Tensor) or _representable(v, fmt) for v in vals)
+
+
+def _two_prod(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dekker's TwoProduct with Veltkamp splitting: p + e == a * b exactly (finite, no
+    overflow or underflow)."""
+    p = a * b
+    ca, cb = 134217729.0 * a, 134217729.0 * b  # 2**27 + 1
+    ah = ca - (ca - a)
+    bh = cb - (cb - b)
+    al, bl = a - ah, b - bh
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _error_term(op: str, a, b, r: np.ndarray) -> np.ndarray:
+    """A float64 ``lo`` with ``r + lo`` the exact result of ``a op b`` (add, sub, mul), or with
+    the exact sign of the remainder (div: (a - r b) / b; sqrt: (a - r r) / 2r)."""
+    if op in ("add", "sub"):
+        b = b if op == "add" else -b
+        bb = r - a
+        return (a - (r - bb)) + (b - bb)
+    if op == "mul":
+        return _two_prod(np.asarray(a, dtype=_F64), np.asarray(b, dtype=_F64))[1]
+    if op == "div":
+        p, e = _two_prod(r, np.asarray(b, dtype=_F64))
+        return ((a - p) - e) / b
+    p, e = _two_prod(r, r)  # sqrt
+    return ((a - p) - e) / (2.0 * r)
+
+
+_ARITH = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+
+
+def _arith(op: str, x, y, fmt: Format) -> np.ndarray:
+    """``x op y`` (Tensors or scalars; ``sqrt`` takes only x) rounded ONCE to ``fmt``: the
+    float32 IEEE operation where exact enough (see the table); else float64, which round to
+    nearest makes exact (Figueroa); other modes round the exact value hi + lo given by an
+    error-free transformation (fpsim.round_pair), so directed and stochastic rounding see the
+    exact result."""
+    if op == "sqrt":
+        if _float32_ok(fmt):
+            return round_to(np.sqrt(_val(x, _F32)), fmt)
+        a = _val(x)
+        r = np.sqrt(a)
+        b = None
+    else:
+        if _float32_ok(fmt, x, y):
+            return round_to(np.asarray(_ARITH[op](_val(x, _F32), _val(y, _F32))), fmt)
+        a, b = _val(x), _val(y)
+        r = np.asarray(_ARITH[op](a, b))
+    st = settings()
+    if fmt.mantissa_bits > 51 or (st.mode is Rounding.NEAREST_EVEN and all(
+            isinstance(v, Tensor) or _representable(v, fmt) for v in (x, y) if v is not None)):
+        return round_to(r, fmt)  # float64 then one rounding to nearest is exact (Figueroa)
+    a, r = np.broadcast_arrays(a, r)
+    lo = np.where(np.isfinite(r) & (r != 0), _error_term(op, a, b, r), 0.0)
+    lo = np.where(np.isfinite(lo), lo, 0.0)
+    vals = round_pair(r, lo, fmt, st.mode, rng=st.rng, overflow=st.overflow,
+                      subnormals=st.subnormals)
+    return np.asarray(vals).astype(fmt.storage_dtype)
+
+
+def _sum_to(g: np.ndarray, shape: tuple) -> np.ndarray:
+    """Gradient of a broadcast: sum over the broadcast dims (float64)."""
+    if g.shape == shape:
+        return g
+    g = widen(g)
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        i + lead for i, n in enumerate(shape) if n == 1 and g.shape[i + lead] != 1)
+    return g.sum(axis=axes, keepdims=True).reshape(shape)
+
+
+def _result2(out, fmt, x, y, grad_x, grad_y, op: str) -> Tensor:
+    """Record a binary op whose operands may be scalars; grad_x / grad_y map g to a gradient."""
+    parents, fns = [], []
+    if isinstance(x, Tensor):
+        parents.append(x)
+        fns.append(grad_x)
+    if isinstance(y, Tensor):
+        parents.append(y)
+        fns.append(grad_y)
+
+    def backward(g):
+        with np.errstate(all="ignore"):
+            return tuple(f(g) if p._requires_grad else None
+                         for f, p in zip(fns, parents, strict=True))
+
+    return make_result(out, fmt, parents, backward, op)
+
+
+def _axes(dim, ndim: int) -> tuple[int, ...]:
+    if dim is None:
+        return tuple(range(ndim))
+    dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+    out = []
+    for d in dims:
+        d = int(d)
+        lo, hi = -builtins.max(ndim, 1), builtins.max(ndim, 1) - 1
+        if not lo <= d <= hi:
+            raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], "
+                             f"but got {d})")
+        out.append(d % builtins.max(ndim, 1))
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------ arithmetic
+def add(input, other) -> Tensor:
+    """``input + other`` with broadcasting.
+
+    >>> import fpsim
+    >>> (Tensor([1.0, 2.0], fpsim.FP16) + Tensor([0.5], fpsim.FP32)).fmt.name
+    'fp32'
+    """
+    x, y, fmt = _operands(input, other, "add")
+    _check_broadcast(x, y, "add")
+    with np.errstate(all="ignore"):
+        out = _arith("add", x, y, fmt)
+    return _result2(out, fmt, x, y, lambda g: _sum_to(g, x.shape),
+                    lambda g: _sum_to(g, y.shape), "add")
+
+
+def sub(input, other) -> Tensor:
+    """``input - other`` with broadcasting.
+
+    >>> float((Tensor([3.0]) - 1).item())
+    2.0
+    """
+    x, y, fmt = _operands(input, other, "sub")
+    _check_broadcast(x, y, "sub")
+    with np.errstate(all="ignore"):
+        out = _arith("sub", x, y, fmt)
+    return _result2(out, fmt, x, y, lambda g: _sum_to(g, x.shape),
+                    lambda g: _sum_to(-widen(g), y.shape), "sub")
+
+
+def mul(input, other) -> Tensor:
+    """``input * other`` with broadcasting.
+
+    >>> float((Tensor([3.0]) * 0.5).item())
+    1.5
+    """
+    x, y, fmt = _operands(input, other, "mul")
+    _check_broadcast(x, y, "mul")
+    with np.errstate(all="ignore"):
+        out = _arith("mul", x, y, fmt)
+    return _result2(out, fmt, x, y, lambda g: _sum_to(widen(g) * _val(y), x.shape),
+                    lambda g: _sum_to(widen(g) * _val(x), y.shape), "mul")
+
+
+def div(input, other) -> Tensor:
+    """``input / other`` with broadcasting (IEEE: x/0 is inf or NaN, no error).
+
+    >>> import fpsim
+    >>> Tensor([1.0], fpsim.FP16) / 3
+    Tensor([0.33325195], fmt=fp16)
+    """
+    x, y, fmt = _operands(input, other, "div")
+    _check_broadcast(x, y, "div")
+    with np.errstate(all="ignore"):
+        out = _arith("div", x, y, fmt)
+    return _result2(out, fmt, x, y, lambda g: _sum_to(widen(g) / _val(y), x.shape),
+                    lambda g: _sum_to(-widen(g) * _val(x) / (_val(y) * _val(y)), y.shape),
+                    "div")
+
+
+def neg(input: Tensor) -> Tensor:
+    """``-input`` (exact).
+
+    >>> float(neg(Tensor([2.0])).item())
+    -2.0
+    """
+    x = _as_tensor(input)
+    out = np.negative(x._data)
+    return make_result(out, x.fmt, (x,), lambda g: (np.negative(g),), "neg")
+
+
+def abs(input: Tensor) -> Tensor:  # noqa: A001 - torch.abs
+    """``|input|`` (exact); the gradient is sign(x) * g (0 at 0, as PyTorch).
+
+    >>> abs(Tensor([-2.0])).item()
+    2.0
+    """
+    x = _as_tensor(input)
+    out = np.abs(x._data)
+
+    def backward(g):
+        return (np.sign(widen(x._data)) * widen(g),)
+
+    return make_result(out, x.fmt, (x,), backward, "abs")
+
+
+def pow(input, exponent) -> Tensor:  # noqa: A001 - torch.pow
+    """``input ** exponent``: float64 power, one rounding. A tensor exponent gets the gradient
+    g * out * log(base) (0 where the base is 0, as PyTorch).
+
+    >>> float(pow(Tensor([3.0]), 2).item())
+    9.0
+    """
+    x, y, fmt = _operands(input, exponent, "pow")
+    _check_broadcast(x, y, "pow")
+    with np.errstate(all="ignore"):
+        out = round_to(np.asarray(np.power(_val(x), _val(y))), fmt)
+
+    def grad_base(g):
+        e = _val(y)
+        d = np.where(e == 0, 0.0, e * np.power(_val(x), e - 1.0))
+        return _sum_to(widen(g) * d, x.shape)
+
+    def grad_exp(g):
+        b = _val(x)
+        d = np.where((b == 0) & (_val(y) >= 0), 0.0, widen(out) * np.log(b))
+        return _sum_to(widen(g) * d, y.shape)
+
+    return _result2(out, fmt, x, y, grad_base, grad_exp, "pow")
+
+
+# --------------------------------------------------------------------------- matmul
+def _model(accumulation) -> Accumulation:
+    return settings().accumulation if accumulation is None else as_accumulation(accumulation)
+
+
+def _swap(a: np.ndarray) -> np.ndarray:
+    return np.swapaxes(a, -1, -2)
+
+
+def matmul(input: Tensor, other: Tensor, *, accumulation=None) -> Tensor:
+    """Matrix product with NumPy / PyTorch semantics (1-D operands, batch broadcasting),
+    accumulated per ``accumulation`` (default: the :func:`matmul_accumulation` context).
+
+    >>> import fpsim
+    >>> a = Tensor([[1.0, 2.0]], fpsim.FP16); b = Tensor([[3.0], [4.0]], fpsim.FP16)
+    >>> (a @ b).item()
+    11.0
+    """
+    a, b = _as_tensor(input), _as_tensor(other)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: both arguments need at least 1 dimension, got shapes "
+                         f"{a.shape} and {b.shape}")
+    fmt = a.fmt if a.fmt is b.fmt else promote_formats(a.fmt, b.fmt)
+    model = _model(accumulation)
+    a64, b64 = widen(a._data), widen(b._data)
+    a2 = a64 if a.ndim > 1 else a64[None, :]
+    b2 = b64 if b.ndim > 1 else b64[:, None]
+    try:
+        if a2.shape[-1] != b2.shape[-2]:
+            raise ValueError
+        np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    except ValueError:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} cannot be multiplied "
+                         f"({a2.shape[-1]} != {b2.shape[-2]} or batch dims mismatch)") from None
+    out2 = _acc.gemm(a2, b2, fmt, model, fmt)
+    out2_shape = out2.shape
+    out = out2
+    if a.ndim == 1:
+        out = out[..., 0, :]
+    if b.ndim == 1:
+        out = out[..., 0]
+
+    def backward(g):
+        m = _model(accumulation)
+        g2 = widen(g).reshape(out2_shape)
+        gfmt = fmt  # the output's gradient format
+        ga = gb = None
+        if a._requires_grad:
+            acc = _acc.gemm_acc(g2, _swap(b2), m, promote_formats(gfmt, b.fmt))
+            ga = _acc.finish(_sum_to(acc, a2.shape), a.grad_fmt, m).reshape(a.shape)
+        if b._requires_grad:
+            acc = _acc.gemm_acc(_swap(a2), g2, m, promote_formats(a.fmt, gfmt))
+            gb = _acc.finish(_sum_to(acc, b2.shape), b.grad_fmt, m).reshape(b.shape)
+        return ga, gb
+
+    return make_result(out, fmt, (a, b), backward, "matmul")
+
+
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *,
+           accumulation=None) -> Tensor:
+    """``input @ weight.T + bias`` as one op: the bias joins the accumulator before the single
+    rounding (a GEMM epilogue), so the result is rounded once.
+
+    >>> import fpsim
+    >>> linear(Tensor([[1.0, 1.0]]), Tensor([[2.0, 3.0]]), Tensor([0.5])).tolist()
+    [[5.5]]
+    """
+    x, w = _as_tensor(input), _as_tensor(weight)
+    if w.ndim != 2 or x.ndim == 0 or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"linear: input shape {x.shape} and weight shape {w.shape} do not "
+                         f"match (need input (..., {w.shape[-1] if w.ndim else '?'}) and weight "
+                         "(out_features, in_features))")
+    parents = [x, w]
+    fmt = x.fmt if x.fmt is w.fmt else promote_formats(x.fmt, w.fmt)
+    b64 = None
+    if bias is not None:
+        b = _as_tensor(bias)
+        if b.shape != (w.shape[0],):
+            raise ValueError(f"linear: bias shape {b.shape} does not match weight shape "
+                             f"{w.shape} (need ({w.shape[0]},))")
+        parents.append(b)
+        fmt = fmt if b.fmt is fmt else promote_formats(fmt, b.fmt)
+        b64 = widen(b._data)
+    model = _model(accumulation)
+    x2 = widen(x._data).reshape(-1, w.shape[1])
+    w64 = widen(w._data)
+    out = _acc.gemm(x2, w64.T, fmt, model, fmt, b64).reshape(x.shape[:-1] + (w.shape[0],))
+
+    def backward(g):
+        m = _model(accumulation)
+        g2 = widen(g).reshape(-1, w.shape[0])
+        grads = [None, None, None]
+        if x._requires_grad:
+            acc = _acc.gemm_acc(g2, w64, m, promote_formats(fmt, w.fmt))
+            grads[0] = _acc.finish(acc, x.grad_fmt, m).reshape(x.shape)
+        if w._requires_grad:
+            acc = _acc.gemm_acc(g2.T, x2, m, promote_formats(fmt, x.fmt))
+            grads[1] = _acc.finish(acc, w.grad_fmt, m)
+        if bias is not None and parents[2]._requires_grad:
+            grads[2] = g2.sum(axis=0)
+        return tuple(grads[:len(parents)])
+
+    return make_result(out, fmt, parents, backward, "linear")
+
+
+# ------------------------------------------------------------------------ reductions
+def sum(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001 - torch.sum
+    """Sum over ``dim`` (int, tuple, or None for all): float64 sum, one rounding.
+
+    >>> import fpsim
+    >>> sum(Tensor([[1.0, 2.0], [3.0, 4.0]], fpsim.FP16), dim=0).tolist()
+    [4.0, 6.0]
+    """
+    x = _as_tensor(input)
+    axes = _axes(dim, x.ndim)
+    out = round_to(np.asarray(widen(x._data).sum(axis=axes, keepdims=keepdim)), x.fmt)
+
+    def backward(g):
+        if not keepdim:
+            g = np.expand_dims(g, axes)
+        return (np.broadcast_to(g, x.shape),)
+
+    return make_result(out, x.fmt, (x,), backward, "sum")
+
+
+def mean(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    """Mean over ``dim``: float64 sum / n, one rounding.
+
+    >>> mean(Tensor([1.0, 2.0])).item()
+    1.5
+    """
+    x = _as_tensor(input)
+    axes = _axes(dim, x.ndim)
+    n = int(np.prod([x.shape[a] for a in axes])) if x.ndim else 1
+    with np.errstate(all="ignore"):
+        out = round_to(np.asarray(widen(x._data).sum(axis=axes, keepdims=keepdim) / n), x.fmt)
+
+    def backward(g):
+        g64 = widen(g) / n
+        if not keepdim:
+            g64 = np.expand_dims(g64, axes)
+        return (np.broadcast_to(g64, x.shape),)
+
+    return make_result(out, x.fmt, (x,), backward, "mean")
+
+
+def max(input: Tensor, dim: int | None = None, keepdim: bool = False):  # noqa: A001
+    """The largest value; with ``dim``, a named tuple ``(values, indices)`` (indices an int64
+    array) as ``torch.max``. The gradient goes to the selected index (with ``dim``) or is
+    shared evenly among equal maxima (without), as PyTorch.
+
+    >>> r = max(Tensor([[1.0, 5.0], [7.0, 2.0]]), dim=1)
+    >>> r.values.tolist(), r.indices.tolist()
+    ([5.0, 7.0], [1, 0])
+    """
+    x = _as_tensor(input)
+    x64 = widen(x._data)
+    if dim is None:
+        m = x64.max()
+        out = round_to(np.asarray(m), x.fmt)
+
+        def backward_all(g):
+            mask = (x64 == m) | (np.isnan(x64) & np.isnan(m))
+            return (mask * (widen(g) / mask.sum()),)
+
+        return make_result(out, x.fmt, (x,), backward_all, "max")
+    (d,) = _axes(dim, x.ndim)
+    idx = np.expand_dims(np.argmax(x64, axis=d), d)
+    vals = np.take_along_axis(x._data, idx, axis=d)
+    if not keepdim:
+        vals, idx_out = np.squeeze(vals, d), np.squeeze(idx, d)
+    else:
+        idx_out = idx
+
+    def backward(g):
+        gx = np.zeros(x.shape, dtype=g.dtype)
+        np.put_along_axis(gx, idx, g if keepdim else np.expand_dims(g, d), axis=d)
+        return (gx,)
+
+    return MaxResult(make_result(vals, x.fmt, (x,), backward, "max"), idx_out)
+
+
+# ------------------------------------------------------------------ shape and indexing
+def reshape(input: Tensor, shape: Sequence[int]) -> Tensor:
+    """The same values in a new shape (-1 infers one dimension).
+
+    >>> reshape(Tensor([1.0, 2.0, 3.0, 4.0]), (2, 2)).shape
+    (2, 2)
+    """
+    x = _as_tensor(input)
+    try:
+        out = x._data.reshape(tuple(shape))
+    except ValueError:
+        raise ValueError(f"reshape: shape {tuple(shape)} is invalid for input of shape "
+                         f"{x.shape} ({x._data.size} elements)") from None
+    return make_result(out, x.fmt, (x,), lambda g: (g.reshape(x.shape),), "reshape")
+
+
+def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """Merge dims ``start_dim..end_dim``.
+
+    >>> flatten(Tensor(np.zeros((2, 3, 4))), 1).shape
+    (2, 12)
+    """
+    x = _as_tensor(input)
+    if x.ndim == 0:
+        return reshape(x, (1,))
+    s, e = _axes((start_dim, end_dim), x.ndim)
+    shape = x.shape[:s] + (int(np.prod(x.shape[s:e + 1])),) + x.shape[e + 1:]
+    return reshape(x, shape)
+
+
+def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:
+    """Swap two dimensions.
+
+    >>> transpose(Tensor(np.zeros((2, 3))), 0, 1).shape
+    (3, 2)
+    """
+    x = _as_tensor(input)
+    d0, d1 = _axes((dim0, dim1), x.ndim)
+    out = np.swapaxes(x._data, d0, d1)
+    return make_result(out, x.fmt, (x,), lambda g: (np.swapaxes(g, d0, d1),), "transpose")
+
+
+def permute(input: Tensor, dims: Sequence[int]) -> Tensor:
+    """Reorder the dimensions.
+
+    >>> permute(Tensor(np.zeros((2, 3, 4))), (2, 0, 1)).shape
+    (4, 2, 3)
+    """
+    x = _as_tensor(input)
+    dims = _axes(tuple(dims), x.ndim)
+    if sorted(dims) != list(range(x.ndim)):
+        raise ValueError(f"permute: dims {dims} are not a permutation of the {x.ndim} "
+                         f"dimensions of shape {x.shape}")
+    inverse = tuple(np.argsort(dims))
+    out = np.transpose(x._data, dims)
+    return make_result(out, x.fmt, (x,), lambda g: (np.transpose(g, inverse),), "permute")
+
+
+def unsqueeze(input: Tensor, dim: int) -> Tensor:
+    """Insert a dimension of size 1 at ``dim``.
+
+    >>> unsqueeze(Tensor([1.0, 2.0]), 0).shape
+    (1, 2)
+    """
+    x = _as_tensor(input)
+    (d,) = _axes(dim, x.ndim + 1)
+    return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
+
+
+def squeeze(input: Tensor, dim: int | None = None) -> Tensor:
+    """Drop dimensions of size 1 (only ``dim`` when given).
+
+    >>> squeeze(Tensor(np.zeros((1, 2, 1)))).shape
+    (2,)
+    """
+    x = _as_tensor(input)
+    if dim is None:
+        shape = tuple(n for n in x.shape if n != 1)
+    else:
+        (d,) = _axes(dim, x.ndim)
+        shape = x.shape[:d] + x.shape[d + 1:] if x.shape[d] == 1 else x.shape
+    return reshape(x, shape)
+
+
+def _index_arg(index):
+    if isinstance(index, Tensor):
+        return index._data.astype(np.int64)
+    if isinstance(index, tuple):
+        return tuple(_index_arg(i) for i in index)
+    return index
+
+
+def _is_basic(index) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return builtins.all(
+        i is None or i is Ellipsis or isinstance(i, (slice, int, np.integer)) for i in items)
+
+
+def getitem(input: Tensor, index) -> Tensor:
+    """``input[index]`` with NumPy indexing (ints, slices, None, Ellipsis, integer and boolean
+    arrays). The backward scatters the gradient; repeated indices add in float64.
+
+    >>> Tensor([1.0, 2.0, 3.0])[1:].tolist()
+    [2.0, 3.0]
+    """
+    x = _as_tensor(input)
+    index = _index_arg(index)
+    out = x._data[index]
+    basic = _is_basic(index)
+
+    def backward(g):
+        if basic:
+            gx = np.zeros(x.shape, dtype=g.dtype)
+            gx[index] = g
+            return (gx,)
+        pos = np.arange(x._data.size).reshape(x.shape)[index]
+        flat = np.bincount(pos.ravel(), weights=widen(g).ravel(), minlength=x._data.size)
+        return (flat.reshape(x.shape),)
+
+    return make_result(np.asarray(out), x.fmt, (x,), backward, "getitem")
+
+
+def _convert(data: np.ndarray, fmt: Format) -> np.ndarray:
+    return round_to(widen(data) if data.dtype != fmt.storage_dtype else data, fmt)
+
+
+def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    """Concatenate along ``dim`` in the promoted format (exact: every input format is contained
+    in it).
+
+    >>> import fpsim
+    >>> cat([Tensor([1.0], fpsim.FP16), Tensor([2.0], fpsim.BF16)]).fmt.name
+    'fp32'
+    """
+    ts = [_as_tensor(t) for t in tensors]
+    if not ts:
+        raise ValueError("cat: expected a non-empty sequence of tensors")
+    fmt = promote_formats(*[t.fmt for t in ts])
+    (d,) = _axes(dim, ts[0].ndim)
+    try:
+        out = np.concatenate([_convert(t._data, fmt) for t in ts], axis=d)
+    except ValueError:
+        raise ValueError(f"cat: shapes {[t.shape for t in ts]} do not match outside dim "
+                         f"{dim}") from None
+    bounds = np.cumsum([t.shape[d] for t in ts])[:-1]
+
+    def backward(g):
+        return tuple(np.split(g, bounds, axis=d))
+
+    return make_result(out, fmt, ts, backward, "cat")
+
+
+def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    """Stack along a new dimension ``dim``.
+
+    >>> stack([Tensor([1.0, 2.0]), Tensor([3.0, 4.0])]).shape
+    (2, 2)
+    """
+    return cat([unsqueeze(_as_tensor(t), dim) for t in tensors], dim)
+
+
+def _identity(input: Tensor, copy: bool = True) -> Tensor:
+    x = _as_tensor(input)
+    return make_result(x._data.copy() if copy else x._data, x.fmt, (x,), lambda g: (g,),
+                       "clone")
+
+
+def cast_to(input: Tensor, fmt: Format | str,
+            rounding: Rounding | str = "nearest_even") -> Tensor:
+    """Differentiable cast (``Tensor.to``): one rounding with ``rounding``; the gradient passes
+    back and is rounded to the input's gradient format.
+
+    >>> import fpsim
+    >>> cast_to(Tensor([0.1]), "bf16", "toward_zero").item()
+    0.099609375
+    """
+    x = _as_tensor(input)
+    fmt = as_format(fmt)
+    mode = as_rounding(rounding)
+    if fmt == x.fmt:
+        return x
+    out = round_to(widen(x._data), fmt, mode)
+    return make_result(out, fmt, (x,), lambda g: (g,), f"to({fmt.name})")
+
+
+# ---------------------------------------------------------------------- elementwise
+def _unary(x: Tensor, forward, backward_of, op: str) -> Tensor:
+    """A float64 elementwise op: ``forward(x64)`` rounded once; ``backward_of(x64, out, g64)``
+    the float64 gradient (out: the rounded output)."""
+    x64 = widen(x._data)
+    with np.errstate(all="ignore"):
+        out = round_to(np.asarray(forward(x64)), x.fmt)
+
+    def backward(g):
+        with np.errstate(all="ignore"):
+            return (backward_of(x64, out, widen(g)),)
+
+    return make_result(out, x.fmt, (x,), backward, op)
+
+
+def exp(input: Tensor) -> Tensor:
+    """Elementwise e**x; gradient g * out.
+
+    >>> exp(Tensor([0.0])).item()
+    1.0
+    """
+    return _unary(_as_tensor(input), np.exp, lambda x, o, g: g * widen(o), "exp")
+
+
+def log(input: Tensor) -> Tensor:
+    """Natural logarithm; gradient g / x.
+
+    >>> log(Tensor([1.0])).item()
+    0.0
+    """
+    return _unary(_as_tensor(input), np.log, lambda x, o, g: g / x, "log")
+
+
+def sqrt(input: Tensor) -> Tensor:
+    """Square root; gradient g / (2 out).
+
+    >>> sqrt(Tensor([4.0])).item()
+    2.0
+    """
+    x = _as_tensor(input)
+    with np.errstate(all="ignore"):
+        out = _arith("sqrt", x, None, x.fmt)
+
+    def backward(g):
+        with np.errstate(all="ignore"):
+            return (widen(g) / (2.0 * widen(out)),)
+
+    return make_result(out, x.fmt, (x,), backward, "sqrt")
+
+
+def tanh(input: Tensor) -> Tensor:
+    """Hyperbolic tangent; gradient g (1 - out**2).
+
+    >>> tanh(Tensor([0.0])).item()
+    0.0
+    """
+    def grad(x, o, g):
+        o = widen(o)
+        return g * (1.0 - o * o)
+
+    return _unary(_as_tensor(input), np.tanh, grad, "tanh")
+
+
+def _sigmoid64(x: np.ndarray) -> np.ndarray:
+    e = np.exp(-np.abs(x))  # never overflows
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def sigmoid(input: Tensor) -> Tensor:
+    """Logistic sigmoid 1 / (1 + e**-x); gradient g out (1 - out).
+
+    >>> sigmoid(Tensor([0.0])).item()
+    0.5
+    """
+    def grad(x, o, g):
+        o = widen(o)
+        return g * o * (1.0 - o)
+
+    return _unary(_as_tensor(input), _sigmoid64, grad, "sigmoid")
+
+
+_INT_OF_SIZE = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
+_INF_BITS16 = {np.dtype(np.float16): 0x7C00}
+try:  # bfloat16 shares fp16's 16-bit sign-magnitude layout with its own infinity pattern
+    import ml_dtypes as _ml
+
+    _INF_BITS16[np.dtype(_ml.bfloat16)] = 0x7F80
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency
+    pass
+
+
+def _masked(a: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``a`` where ``mask`` else +0, by AND-ing the bit patterns (np.where is slow on 2-byte
+    floats)."""
+    it = _INT_OF_SIZE[a.dtype.itemsize]
+    return (a.view(it) & -mask.astype(it)).view(a.dtype)
+
+
+def relu(input: Tensor) -> Tensor:
+    """max(x, 0), exact (NaN propagates); the gradient passes where the output is > 0.
+
+    >>> relu(Tensor([-1.0, 2.0])).tolist()
+    [0.0, 2.0]
+    """
+    x = _as_tensor(input)
+    data = x._data
+    inf = _INF_BITS16.get(data.dtype)
+    if inf is not None:  # decide on the bit patterns: float16 comparisons are slow in NumPy
+        b = data.view(np.int16)
+        pos = (b > 0) & (b <= inf)
+        keep = pos | ((b & 0x7FFF) > inf)
+    else:
+        v = widen(data, _F64 if data.dtype == _F64 else _F32)
+        pos = v > 0
+        keep = pos | np.isnan(v)
+    out = _masked(data, keep)
+    return make_result(out, x.fmt, (x,), lambda g: (_masked(g, pos),), "relu")
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
+    """GELU: x * Phi(x) with the exact normal CDF Phi(x) = erfc(-x / sqrt 2) / 2
+    (``approximate="none"``), or the tanh form (``approximate="tanh"``), as PyTorch.
+
+    >>> round(gelu(Tensor([1.0], "fp64")).item(), 12)
+    0.841344746069
+    """
+    x = _as_tensor(input)
+    if approximate == "none":
+        def fwd(v):
+            return v * (0.5 * erfc(-v * _SQRT1_2))
+
+        def grad(v, o, g):
+            cdf = 0.5 * erfc(-v * _SQRT1_2)
+            return g * (cdf + v * _INV_SQRT_2PI * np.exp(-0.5 * v * v))
+    elif approximate == "tanh":
+        def fwd(v):
+            return 0.5 * v * (1.0 + np.tanh(_SQRT_2_PI * (v + 0.044715 * v ** 3)))
+
+        def grad(v, o, g):
+            t = np.tanh(_SQRT_2_PI * (v + 0.044715 * v ** 3))
+            dt = (1.0 - t * t) * _SQRT_2_PI * (1.0 + 3 * 0.044715 * v * v)
+            return g * (0.5 * (1.0 + t) + 0.5 * v * dt)
+    else:
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _unary(x, fwd, grad, "gelu")
+
+
+def _need_dim(dim, op: str) -> int:
+    if dim is None:
+        raise TypeError(f"{op}: pass dim explicitly (PyTorch's implicit choice is deprecated)")
+    return dim
+
+
+def softmax(input: Tensor, dim: int | None = None) -> Tensor:
+    """exp(x) / sum(exp(x)) along ``dim`` in float64, one rounding; backward uses the rounded
+    output: out * (g - sum(g * out)).
+
+    >>> softmax(Tensor([0.0, 0.0]), dim=0).tolist()
+    [0.5, 0.5]
+    """
+    x = _as_tensor(input)
+    (d,) = _axes(_need_dim(dim, "softmax"), x.ndim)
+    x64 = widen(x._data)
+    with np.errstate(all="ignore"):
+        e = np.exp(x64 - x64.max(axis=d, keepdims=True))
+        out = round_to(e / e.sum(axis=d, keepdims=True), x.fmt)
+
+    def backward(g):
+        y, g64 = widen(out), widen(g)
+        return (y * (g64 - (g64 * y).sum(axis=d, keepdims=True)),)
+
+    return make_result(out, x.fmt, (x,), backward, "softmax")
+
+
+def log_softmax(input: Tensor, dim: int | None = None) -> Tensor:
+    """x - max - log(sum(exp(x - max))) along ``dim`` in float64, one rounding; backward
+    g - exp(out) * sum(g) (the rounded output, as PyTorch).
+
+    >>> round(log_softmax(Tensor([0.0, 0.0], "fp64"), dim=0).tolist()[0], 12)
+    -0.69314718056
+    """
+    x = _as_tensor(input)
+    (d,) = _axes(_need_dim(dim, "log_softmax"), x.ndim)
+    x64 = widen(x._data)
+    with np.errstate(all="ignore"):
+        z = x64 - x64.max(axis=d, keepdims=True)
+        out = round_to(z - np.log(np.exp(z).sum(axis=d, keepdims=True)), x.fmt)
+
+    def backward(g):
+        g64 = widen(g)
+        with np.errstate(all="ignore"):
+            return (g64 - np.exp(widen(out)) * g64.sum(axis=d, keepdims=True),)
+
+    return make_result(out, x.fmt, (x,), backward, "log_softmax")
+
+
+# ---------------------------------------------------------------------------- losses
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _check_reduction(reduction: str) -> None:
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{reduction!r} is not a valid value for reduction; valid: "
+                         f"{', '.join(_REDUCTIONS)}")
+
+
+def nll_loss(input: Tensor, target, weight=None, ignore_index: int = -100,
+             reduction: str = "mean") -> Tensor:
+    """Negative log-likelihood of integer class targets: input (N, C) or (C,) log-probabilities,
+    target (N,) or a scalar; ``weight`` (C,) rescales classes; ``mean`` divides by the summed
+    weights of the non-ignored targets (PyTorch's rule).
+
+    >>> nll_loss(Tensor([[-1.0, -2.0]]), [1]).item()
+    2.0
+    """
+    _check_reduction(reduction)
+    x = _as_tensor(input)
+    t = np.asarray(target._data if isinstance(target, Tensor) else target)
+    if t.dtype.kind not in "iu":
+        if t.dtype.kind == "f" and np.array_equal(t, np.round(t)) and t.shape == x.shape[:1]:
+            t = t.astype(np.int64)
+        else:
+            raise TypeError(f"nll_loss / cross_entropy take integer class targets, got dtype "
+                            f"{t.dtype} with shape {t.shape}")
+    squeeze_out = x.ndim == 1
+    x2 = x._data[None, :] if squeeze_out else x._data
+    t1 = t.reshape(1) if squeeze_out else t
+    if x2.ndim != 2:
+        raise ValueError(f"nll_loss: input must be (N, C) or (C,), got shape {x.shape}")
+    n, c = x2.shape
+    if t1.shape != (n,):
+        raise ValueError(f"nll_loss: expected target shape ({n},) for input shape {x.shape}, "
+                         f"got target shape {t.shape}")
+    valid = t1 != ignore_index
+    bad = valid & ((t1 < 0) | (t1 >= c))
+    if bad.any():
+        raise IndexError(f"Target {int(t1[bad][0])} is out of bounds for {c} classes")
+    tc = np.where(valid, t1, 0)
+    w = np.ones(c) if weight is None else widen(_as_tensor(weight)._data).reshape(c)
+    wt = np.where(valid, w[tc], 0.0)
+    picked = widen(x2)[np.arange(n), tc]
+    with np.errstate(all="ignore"):
+        losses = -wt * np.where(valid, picked, 0.0)
+        if reduction == "none":
+            val = losses[0] if squeeze_out else losses
+        elif reduction == "sum":
+            val = losses.sum()
+        else:
+            val = losses.sum() / wt.sum()
+    out = round_to(np.asarray(val), x.fmt)
+
+    def backward(g):
+        g64 = widen(g)
+        if reduction == "none":
+            coef = g64.reshape(n)
+        elif reduction == "sum":
+            coef = np.full(n, float(g64))
+        else:
+            coef = np.full(n, float(g64) / wt.sum())
+        gx = np.zeros((n, c))
+        gx[np.arange(n), tc] = -wt * coef
+        return (gx.reshape(x.shape),)
+
+    return make_result(out, x.fmt, (x,), backward, "nll_loss")
+
+
+def cross_entropy(input: Tensor, target, weight=None, ignore_index: int = -100,
+                  reduction: str = "mean") -> Tensor:
+    """``nll_loss(log_softmax(input, 1), target, ...)``: two ops with a rounding each, as
+    PyTorch computes it. Integer class targets only.
+
+    >>> round(cross_entropy(Tensor([[0.0, 0.0]], "fp64"), [0]).item(), 12)
+    0.69314718056
+    """
+    x = _as_tensor(input)
+    return nll_loss(log_softmax(x, dim=0 if x.ndim == 1 else 1), target, weight, ignore_index,
+                    reduction)
+
+
+def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:
+    """Mean (or summed, or elementwise) squared error; input and target of the same shape. A
+    target that is not a Tensor is converted to the input's format (nearest even).
+
+    >>> mse_loss(Tensor([1.0, 3.0]), [0.0, 1.0]).item()
+    2.5
+    """
+    _check_reduction(reduction)
+    x = _as_tensor(input)
+    t = target if isinstance(target, Tensor) else Tensor(target, x.fmt)
+    if t.shape != x.shape:
+        raise ValueError(f"mse_loss: input shape {x.shape} and target shape {t.shape} differ")
+    fmt = x.fmt if x.fmt is t.fmt else promote_formats(x.fmt, t.fmt)
+    d = widen(x._data) - widen(t._data)
+    n = builtins.max(d.size, 1)
+    with np.errstate(all="ignore"):
+        sq = d * d
+        val = sq if reduction == "none" else (sq.sum() if reduction == "sum" else sq.sum() / n)
+    out = round_to(np.asarray(val), fmt)
+
+    def backward(g):
+        g64 = widen(g)
+        scale = 2.0 / n if reduction == "mean" else 2.0
+        gx = d * (g64 * scale)
+        return gx, -gx
+
+    return make_result(out, fmt, (x, t), backward, "mse_loss")
+
+
+# ------------------------------------------------------------------- regularisation
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False, *,
+            rng: np.random.Generator | int | None = None) -> Tensor:
+    """Zero each element with probability ``p`` and scale the rest by 1 / (1 - p) (float64, one
+    rounding); identity when not training. ``rng``: a Generator or seed, else the generator of
+    :func:`fpsim.autograd.manual_seed`. ``inplace`` is accepted for PyTorch compatibility and
+    ignored (a new tensor is returned).
+
+    >>> dropout(Tensor([1.0, 1.0]), 0.5, training=False).tolist()
+    [1.0, 1.0]
+    """
+    x = _as_tensor(input)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return x
+    keep = get_generator(rng).random(x.shape) >= p
+    scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
+    factor = keep * scale
+    out = round_to(widen(x._data) * factor, x.fmt)
+    return make_result(out, x.fmt, (x,), lambda g: (widen(g) * factor,), "dropout")
+
+
+# ----------------------------------------------------------------------- normalisation
+def _affine_parts(x: Tensor, weight, bias, shape: tuple):
+    parents, fmt = [x], x.fmt
+    w64 = b64 = None
+    wt = bt = None
+    if weight is not None:
+        wt = _as_tensor(weight)
+        if wt.shape != shape:
+            raise ValueError(f"weight shape {wt.shape} does not match the normalized shape "
+                             f"{shape}")
+        parents.append(wt)
+        fmt = promote_formats(fmt, wt.fmt)
+        w64 = widen(wt._data)
+    if bias is not None:
+        bt = _as_tensor(bias)
+        if bt.shape != shape:
+            raise ValueError(f"bias shape {bt.shape} does not match the normalized shape {shape}")
+        parents.append(bt)
+        fmt = promote_formats(fmt, bt.fmt)
+        b64 = widen(bt._data)
+    return parents, fmt, wt, w64, bt, b64
+
+
+def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None,
+               eps: float = 1e-5) -> Tensor:
+    """(x - mean) / sqrt(var + eps) * weight + bias over the trailing ``normalized_shape`` dims
+    (biased variance), in float64 with one rounding.
+
+    >>> layer_norm(Tensor([[1.0, 3.0]], "fp64"), 2).tolist()[0][1] > 0.99
+    True
+    """
+    x = _as_tensor(input)
+    ns = (normalized_shape,) if isinstance(normalized_shape, (int, np.integer)) else tuple(
+        normalized_shape)
+    k = len(ns)
+    if x.shape[x.ndim - k:] != ns or k > x.ndim:
+        raise ValueError(f"layer_norm: normalized_shape {ns} does not match the last "
+                         f"dimensions of input shape {x.shape}")
+    parents, fmt, wt, w64, bt, b64 = _affine_parts(x, weight, bias, ns)
+    axes = tuple(range(x.ndim - k, x.ndim))
+    x64 = widen(x._data)
+    mu = x64.mean(axis=axes, keepdims=True)
+    var = ((x64 - mu) ** 2).mean(axis=axes, keepdims=True)
+    rstd = 1.0 / np.sqrt(var + eps)
+    xhat = (x64 - mu) * rstd
+    y = xhat if w64 is None else xhat * w64
+    if b64 is not None:
+        y = y + b64
+    out = round_to(y, fmt)
+    n = int(np.prod(ns))
+    lead = tuple(range(x.ndim - k))
+
+    def backward(g):
+        g64 = widen(g)
+        grads = []
+        gxhat = g64 if w64 is None else g64 * w64
+        if x._requires_grad:
+            gx = rstd / n * (n * gxhat - gxhat.sum(axis=axes, keepdims=True)
+                             - xhat * (gxhat * xhat).sum(axis=axes, keepdims=True))
+            grads.append(gx)
+        else:
+            grads.append(None)
+        if wt is not None:
+            grads.append((g64 * xhat).sum(axis=lead) if wt._requires_grad else None)
+        if bt is not None:
+            grads.append(g64.sum(axis=lead) if bt._requires_grad else None)
+        return tuple(grads)
+
+    return make_result(out, fmt, parents, backward, "layer_norm")
+
+
+def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
+               weight=None, bias=None, training: bool = False, momentum: float = 0.1,
+               eps: float = 1e-5) -> Tensor:
+    """Batch normalisation over all dims but 1 (input (N, C) or (N, C, ...)). Training: batch
+    statistics (biased variance to normalise), and the running buffers, when given, become
+    (1 - momentum) * running + momentum * batch statistic (unbiased variance), computed in
+    float64 and rounded once to each buffer's format. Eval: the running statistics.
+
+    >>> x = Tensor([[1.0], [3.0]], "fp64")
+    >>> batch_norm(x, None, None, training=True).tolist()[1][0] > 0.99
+    True
+    """
+    x = _as_tensor(input)
+    if x.ndim < 2:
+        raise ValueError(f"batch_norm: expected input of shape (N, C, ...), got {x.shape}")
+    c = x.shape[1]
+    parents, fmt, wt, w64, bt, b64 = _affine_parts(x, weight, bias, (c,))
+    axes = (0,) + tuple(range(2, x.ndim))
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    x64 = widen(x._data)
+    n = x._data.size // builtins.max(c, 1)
+    use_batch = training or running_mean is None or running_var is None
+    if use_batch:
+        if training and n <= 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got input "
+                             f"size {x.shape}")
+        mu = x64.mean(axis=axes)
+        var = ((x64 - mu.reshape(bshape)) ** 2).mean(axis=axes)
+        if training:
+            for buf, stat in ((running_mean, mu), (running_var, var * n / builtins.max(n - 1, 1))):
+                if buf is not None:
+                    if buf.shape != (c,):
+                        raise ValueError(f"batch_norm: running statistic shape {buf.shape} "
+                                         f"does not match {c} channels")
+                    buf._data = round_to((1.0 - momentum) * widen(buf._data) + momentum * stat,
+                                         buf.fmt)
+    else:
+        mu, var = widen(running_mean._data), widen(running_var._data)
+    rstd = (1.0 / np.sqrt(var + eps)).reshape(bshape)
+    xhat = (x64 - mu.reshape(bshape)) * rstd
+    y = xhat if w64 is None else xhat * w64.reshape(bshape)
+    if b64 is not None:
+        y = y + b64.reshape(bshape)
+    out = round_to(y, fmt)
+
+    def backward(g):
+        g64 = widen(g)
+        gxhat = g64 if w64 is None else g64 * w64.reshape(bshape)
+        grads = []
+        if x._requires_grad:
+            if use_batch:
+                gx = rstd / n * (n * gxhat - gxhat.sum(axis=axes, keepdims=True)
+                                 - xhat * (gxhat * xhat).sum(axis=axes, keepdims=True))
+            else:
+                gx = gxhat * rstd
+            grads.append(gx)
+        else:
+            grads.append(None)
+        if wt is not None:
+            grads.append((g64 * xhat).sum(axis=axes) if wt._requires_grad else None)
+        if bt is not None:
+            grads.append(g64.sum(axis=axes) if bt._requires_grad else None)
+        return tuple(grads)
+
+    return make_result(out, fmt, parents, backward, "batch_norm")
+
+
+# --------------------------------------------------------------------- convolution
+def _pair(v, name: str) -> tuple[int, int]:
+    if isinstance(v, (int, np.integer)):
+        return int(v), int(v)
+    t = tuple(int(i) for i in v)
+    if len(t) != 2:
+        raise ValueError(f"{name} must be an int or a pair, got {v!r}")
+    return t
+
+
+def _windows(x64: np.ndarray, kh: int, kw: int, sh: int, sw: int, ph: int, pw: int,
+             fill: float = 0.0) -> np.ndarray:
+    """(N, C, OH, OW, kh, kw) view of the (padded) input's sliding windows."""
+    if ph or pw:
+        x64 = np.pad(x64, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=fill)
+    win = np.lib.stride_tricks.sliding_window_view(x64, (kh, kw), axis=(2, 3))
+    return win[:, :, ::sh, ::sw]
+
+
+def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
+           dilation=1, groups: int = 1, *, accumulation=None) -> Tensor:
+    """2-D cross-correlation (PyTorch's conv2d) by im2col and one matmul under the accumulation
+    model: input (N, C, H, W) or (C, H, W), weight (C_out, C, kh, kw). ``dilation`` and
+    ``groups`` must be 1.
+
+    >>> conv2d(Tensor(np.ones((1, 1, 3, 3))), Tensor(np.ones((1, 1, 2, 2)))).shape
+    (1, 1, 2, 2)
+    """
+    x, w = _as_tensor(input), _as_tensor(weight)
+    if x.ndim == 3:
+        return squeeze(conv2d(unsqueeze(x, 0), w, bias, stride, padding, dilation, groups,
+                              accumulation=accumulation), 0)
+    if _pair(dilation, "dilation") != (1, 1) or groups != 1:
+        raise ValueError("conv2d here supports dilation=1 and groups=1 only")
+    if x.ndim != 4 or w.ndim != 4 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"conv2d: input shape {x.shape} and weight shape {w.shape} do not "
+                         "match (need (N, C, H, W) and (C_out, C, kh, kw))")
+    sh, sw = _pair(stride, "stride")
+    ph, pw = _pair(padding, "padding")
+    n, c, h, wd = x.shape
+    cout, _, kh, kw = w.shape
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (wd + 2 * pw - kw) // sw + 1
+    if oh <= 0 or ow <= 0:
+        raise ValueError(f"conv2d: kernel {(kh, kw)} is larger than the padded input "
+                         f"{(h + 2 * ph, wd + 2 * pw)}")
+    parents = [x, w]
+    fmt = x.fmt if x.fmt is w.fmt else promote_formats(x.fmt, w.fmt)
+    b64 = None
+    if bias is not None:
+        bt = _as_tensor(bias)
+        if bt.shape != (cout,):
+            raise ValueError(f"conv2d: bias shape {bt.shape} does not match {cout} output "
+                             "channels")
+        parents.append(bt)
+        fmt = promote_formats(fmt, bt.fmt)
+        b64 = widen(bt._data)
+    model = _model(accumulation)
+    cols = _windows(widen(x._data), kh, kw, sh, sw, ph, pw).transpose(0, 2, 3, 1, 4, 5)
+    cols = cols.reshape(n * oh * ow, c * kh * kw)
+    wmat = widen(w._data).reshape(cout, -1)
+    out = _acc.gemm(cols, wmat.T, fmt, model, fmt, b64)
+    out = np.ascontiguousarray(out.reshape(n, oh, ow, cout).transpose(0, 3, 1, 2))
+
+    def backward(g):
+        m = _model(accumulation)
+        g2 = widen(g).transpose(0, 2, 3, 1).reshape(-1, cout)
+        grads = [None] * len(parents)
+        if x._requires_grad:
+            gcols = _acc.gemm_acc(g2, wmat, m, promote_formats(fmt, w.fmt))
+            gcols = gcols.reshape(n, oh, ow, c, kh, kw)
+            gxp = np.zeros((n, c, h + 2 * ph, wd + 2 * pw))
+            for i in range(kh):  # col2im: a loop over the kernel taps only
+                for j in range(kw):
+                    gxp[:, :, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw] += \
+                        gcols[:, :, :, :, i, j].transpose(0, 3, 1, 2)
+            grads[0] = _acc.finish(gxp[:, :, ph:ph + h, pw:pw + wd], x.grad_fmt, m)
+        if w._requires_grad:
+            acc = _acc.gemm_acc(g2.T, cols, m, promote_formats(fmt, x.fmt))
+            grads[1] = _acc.finish(acc, w.grad_fmt, m).reshape(w.shape)
+        if bias is not None and parents[2]._requires_grad:
+            grads[2] = g2.sum(axis=0)
+        return tuple(grads)
+
+    return make_result(out, fmt, parents, backward, "conv2d")
+
+
+def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
+               ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+    """2-D max pooling (exact): input (N, C, H, W) or (C, H, W); ``stride`` defaults to the
+    kernel size; padding is -inf. The gradient goes to the first maximum of each window.
+    ``dilation=1``, ``ceil_mode=False``, ``return_indices=False`` only.
+
+    >>> max_pool2d(Tensor(np.arange(16.0).reshape(1, 1, 4, 4)), 2).tolist()
+    [[[[5.0, 7.0], [13.0, 15.0]]]]
+    """
+    x = _as_tensor(input)
+    if x.ndim == 3:
+        return squeeze(max_pool2d(unsqueeze(x, 0), kernel_size, stride, padding, dilation,
+                                  ceil_mode, return_indices), 0)
+    if _pair(dilation, "dilation") != (1, 1) or ceil_mode or return_indices:
+        raise ValueError("max_pool2d here supports dilation=1, ceil_mode=False and "
+                         "return_indices=False only")
+    if x.ndim != 4:
+        raise ValueError(f"max_pool2d: expected input (N, C, H, W), got shape {x.shape}")
+    kh, kw = _pair(kernel_size, "kernel_size")
+    sh, sw = _pair(kernel_size if stride is None else stride, "stride")
+    ph, pw = _pair(padding, "padding")
+    if ph > kh // 2 or pw > kw // 2:
+        raise ValueError(f"max_pool2d: padding {(ph, pw)} should be at most half of the kernel "
+                         f"size {(kh, kw)}")
+    n, c, h, wd = x.shape
+    hp, wp = h + 2 * ph, wd + 2 * pw
+    win = _windows(widen(x._data), kh, kw, sh, sw, ph, pw, fill=-np.inf)
+    oh, ow = win.shape[2], win.shape[3]
+    arg = np.argmax(win.reshape(n, c, oh, ow, kh * kw), axis=-1)
+    rows = np.arange(oh)[:, None] * sh + arg // kw
+    colsi = np.arange(ow)[None, :] * sw + arg % kw
+    flat = (np.arange(n * c).reshape(n, c, 1, 1) * hp + rows) * wp + colsi  # padded positions
+    xp = x._data if not (ph or pw) else np.pad(
+        x._data, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    out = xp.reshape(-1)[flat]
+
+    overlap = sh < kh or sw < kw
+
+    def backward(g):
+        if overlap:  # a position may win several windows: add in float64, round once
+            gp = np.bincount(flat.ravel(), weights=widen(g).ravel(), minlength=n * c * hp * wp)
+        else:  # every position receives at most one gradient: an exact scatter
+            gp = np.zeros(n * c * hp * wp, dtype=g.dtype)
+            gp[flat.ravel()] = g.ravel()
+        return (gp.reshape(n, c, hp, wp)[:, :, ph:ph + h, pw:pw + wd],)
+
+    return make_result(out, x.fmt, (x,), backward, "max_pool2d")

@@ -1,0 +1,47 @@
+"""The random generator of parameter initialisation and dropout (``manual_seed``, as PyTorch's).
+
+An explicit ``rng`` argument (a :class:`numpy.random.Generator` or an int seed) always wins;
+without one, :mod:`fpsim.nn` initialisers and :func:`fpsim.functional.dropout` draw from this
+module's generator.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..rounding import seed as _seed_rounding
+
+__all__ = ["manual_seed", "get_generator"]
+
+_generator = np.random.default_rng()
+
+
+def manual_seed(seed: int) -> np.random.Generator:
+    """Reseed the generator of initialisation and dropout, and (with the same seed) the one of
+    stochastic rounding (:func:`fpsim.seed`); returns the new generator.
+
+    >>> a = manual_seed(0).random(); b = manual_seed(0).random()
+    >>> a == b
+    True
+    """
+    global _generator
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"manual_seed takes an int, got {seed!r}")
+    _generator = np.random.default_rng(int(seed))
+    _seed_rounding(int(seed))
+    return _generator
+
+
+def get_generator(rng: np.random.Generator | int | None = None) -> np.random.Generator:
+    """``rng`` itself, a new generator for an int seed, or the module's generator for None.
+
+    >>> isinstance(get_generator(3), np.random.Generator)
+    True
+    """
+    if rng is None:
+        return _generator
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        return np.random.default_rng(int(rng))
+    raise TypeError(f"rng must be a numpy.random.Generator, an int seed or None, got {rng!r}")

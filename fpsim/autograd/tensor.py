@@ -1,0 +1,792 @@
+"""The :class:`Tensor` of the autograd engine, gradient mode, and the backward pass.
+
+A tensor holds its values in its format's real width (``fmt.storage_dtype``: ``np.float16``,
+``ml_dtypes.bfloat16`` / float8, ``float32``; formats without a NumPy type in float32 or
+float64). An operation computes its result exactly or in float64 and rounds it once to the
+output format (see :mod:`fpsim.autograd.functional` for the table), and records a closure that
+maps the output's gradient to its inputs' gradients. ``backward()`` visits the graph in reverse
+topological order; every gradient is rounded to the gradient format of the tensor it belongs to
+(by default the tensor's own format, so fp16 gradients underflow as on a GPU).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..formats import FP32, Format, get_float_format
+from ..modes import Rounding
+from .context import round_to
+
+__all__ = [
+    "Tensor",
+    "no_grad",
+    "enable_grad",
+    "set_grad_enabled",
+    "is_grad_enabled",
+    "as_format",
+]
+
+_grad_enabled = True
+# Objects notified by the engine (the memory meter, checkpointing): ``on_op(out, parents, op)``
+# after every operation result (recorded or not), ``on_release(node)`` after a node's backward
+# has run and its closure was freed.
+_observers: list = []
+
+
+def is_grad_enabled() -> bool:
+    """Whether operations record the graph (False inside :class:`no_grad`).
+
+    >>> is_grad_enabled()
+    True
+    """
+    return _grad_enabled
+
+
+class set_grad_enabled:  # noqa: N801 - named as in PyTorch
+    """Turn graph recording on or off: as a call, or as a context manager restoring the
+    previous state.
+
+    >>> with set_grad_enabled(False):
+    ...     is_grad_enabled()
+    False
+    """
+
+    def __init__(self, mode: bool) -> None:
+        global _grad_enabled
+        self.prev = _grad_enabled
+        _grad_enabled = bool(mode)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        global _grad_enabled
+        _grad_enabled = self.prev
+
+
+class no_grad:  # noqa: N801 - named as in PyTorch
+    """Context manager (or decorator): operations inside record no graph.
+
+    >>> from fpsim.autograd import Tensor
+    >>> w = Tensor([1.0], requires_grad=True)
+    >>> with no_grad():
+    ...     y = w * 2
+    >>> y.requires_grad
+    False
+    """
+
+    _mode = False
+
+    def __enter__(self) -> None:
+        global _grad_enabled
+        self.prev = _grad_enabled
+        _grad_enabled = self._mode
+
+    def __exit__(self, *exc) -> None:
+        global _grad_enabled
+        _grad_enabled = self.prev
+
+    def __call__(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with type(self)():
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+class enable_grad(no_grad):  # noqa: N801 - named as in PyTorch
+    """Context manager (or decorator): record the graph, also inside :class:`no_grad`.
+
+    >>> with no_grad():
+    ...     with enable_grad():
+    ...         is_grad_enabled()
+    True
+    """
+
+    _mode = True
+
+
+def as_format(fmt: Format | str) -> Format:
+    """A float :class:`~fpsim.Format` from a Format, name or dtype (ValueError / TypeError for
+    unknown names or integer formats).
+
+    >>> as_format("half").name
+    'fp16'
+    """
+    if isinstance(fmt, Format):
+        return fmt
+    return get_float_format(fmt)
+
+
+def _freed(g):
+    raise RuntimeError(
+        "Trying to backward through the graph a second time (or directly access saved tensors "
+        "after they have already been freed). Specify retain_graph=True if you need to "
+        "backward through the graph a second time.")
+
+
+class Tensor:
+    """An array of values of one floating-point format, with reverse-mode autodiff.
+
+    - ``data``: the stored array, in ``fmt.storage_dtype`` (rounded on construction to nearest
+      even with :func:`fpsim.cast`).
+    - ``grad``: None or a NumPy array in the gradient format (``grad_fmt``, default ``fmt``).
+    - ``numpy()``: the stored array itself (shares memory, real width); ``numpy(np.float64)``
+      gives an exact float64 copy.
+
+    >>> import fpsim
+    >>> x = Tensor([0.1, 2.0], fpsim.FP16, requires_grad=True)
+    >>> x.data
+    array([0.1, 2. ], dtype=float16)
+    >>> y = (x * x).sum()
+    >>> y.backward()
+    >>> x.grad
+    array([0.2, 4. ], dtype=float16)
+    """
+
+    __slots__ = ("_data", "fmt", "_requires_grad", "_grad", "_grad_fmt", "_parents",
+                 "_backward", "_op", "_retains_grad", "__weakref__")
+    __array_ufunc__ = None  # NumPy defers `ndarray + Tensor` to Tensor.__radd__
+
+    def __init__(self, data, fmt: Format | str = FP32, requires_grad: bool = False, *,
+                 grad_fmt: Format | str | None = None) -> None:
+        fmt = as_format(fmt)
+        if isinstance(data, Tensor):
+            data = data._data
+        src = np.asarray(data)
+        if src.dtype == fmt.storage_dtype and fmt.dtype is not None:
+            arr = src.copy()
+        else:
+            arr = round_to(src, fmt, Rounding.NEAREST_EVEN)
+            if arr is src or not arr.flags.owndata or not arr.flags.writeable:
+                arr = arr.copy()
+        self._data = arr
+        self.fmt = fmt
+        self._grad = None
+        self._grad_fmt = None if grad_fmt is None else as_format(grad_fmt)
+        self._parents = None
+        self._backward = None
+        self._op = ""
+        self._retains_grad = False
+        self._requires_grad = False
+        self.requires_grad = requires_grad
+
+    @classmethod
+    def _wrap(cls, arr: np.ndarray, fmt: Format) -> Tensor:
+        """A tensor around an array already holding values of ``fmt`` (no copy, no check)."""
+        t = object.__new__(cls)
+        t._data = arr
+        t.fmt = fmt
+        t._requires_grad = False
+        t._grad = None
+        t._grad_fmt = None
+        t._parents = None
+        t._backward = None
+        t._op = ""
+        t._retains_grad = False
+        return t
+
+    # ------------------------------------------------------------------ attributes
+    @property
+    def data(self) -> np.ndarray:
+        """The stored array (``fmt.storage_dtype``). Assigning rounds to ``fmt`` (nearest
+        even)."""
+        return self._data
+
+    @data.setter
+    def data(self, value) -> None:
+        if isinstance(value, Tensor):
+            value = value._data
+        self._data = Tensor(value, self.fmt)._data
+
+    @property
+    def grad_fmt(self) -> Format:
+        """The format gradients of this tensor are rounded to (default: ``fmt``)."""
+        return self._grad_fmt if self._grad_fmt is not None else self.fmt
+
+    @grad_fmt.setter
+    def grad_fmt(self, fmt: Format | str | None) -> None:
+        self._grad_fmt = None if fmt is None else as_format(fmt)
+        if self._grad is not None:
+            self._grad = round_to(self._grad, self.grad_fmt)
+
+    @property
+    def grad(self) -> np.ndarray | None:
+        """The accumulated gradient (None until a backward pass reaches this leaf)."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value) -> None:
+        if value is None:
+            self._grad = None
+            return
+        if isinstance(value, Tensor):
+            value = value._data
+        arr = np.asarray(value)
+        if arr.shape != self.shape:
+            raise ValueError(f"assigned grad has shape {arr.shape}, but the tensor has shape "
+                             f"{self.shape}")
+        self._grad = Tensor(arr, self.grad_fmt)._data
+
+    @property
+    def requires_grad(self) -> bool:
+        """Whether gradients flow to this tensor."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        if self._parents is not None and not value:
+            raise RuntimeError("you can only change requires_grad flags of leaf variables; "
+                               "use detach() for a non-differentiable copy")
+        self._requires_grad = bool(value)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Set ``requires_grad`` in place and return self.
+
+        >>> Tensor([1.0]).requires_grad_().requires_grad
+        True
+        """
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        """True for tensors not produced by a recorded operation."""
+        return self._parents is None
+
+    def retain_grad(self) -> None:
+        """Keep ``.grad`` of this non-leaf tensor after backward (as PyTorch).
+
+        >>> x = Tensor([1.0], requires_grad=True); y = x * 2; y.retain_grad()
+        >>> (y * 3).sum().backward(); y.grad.tolist()
+        [3.0]
+        """
+        if not self._requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        self._retains_grad = True
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape, as a tuple."""
+        return self._data.shape
+
+    @property
+    def ndim(self) -> int:
+        """The number of dimensions."""
+        return self._data.ndim
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The storage dtype of the values."""
+        return self._data.dtype
+
+    def size(self, dim: int | None = None):
+        """The shape, or one of its entries (as PyTorch's ``size``).
+
+        >>> Tensor(np.zeros((2, 3))).size(1)
+        3
+        """
+        return self.shape if dim is None else self.shape[dim]
+
+    def numel(self) -> int:
+        """The number of elements.
+
+        >>> Tensor(np.zeros((2, 3))).numel()
+        6
+        """
+        return int(self._data.size)
+
+    def dim(self) -> int:
+        """The number of dimensions (PyTorch's name).
+
+        >>> Tensor(np.zeros((2, 3))).dim()
+        2
+        """
+        return self._data.ndim
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self) -> str:
+        body = np.array2string(self._data.astype(np.float64), separator=", ", prefix="Tensor(")
+        extra = ", requires_grad=True" if self._requires_grad else ""
+        if self._op:
+            extra += f", op={self._op}"
+        return f"Tensor({body}, fmt={self.fmt.name}{extra})"
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        if dtype is None:
+            return self._data
+        return self._data.astype(dtype)
+
+    def __bool__(self) -> bool:
+        if self._data.size != 1:
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self._data.astype(np.float64).reshape(()))
+
+    def __float__(self) -> float:
+        return self.item()
+
+    __hash__ = object.__hash__
+
+    # ---------------------------------------------------------------- conversions
+    def numpy(self, dtype=None) -> np.ndarray:
+        """The stored array itself (shares memory, dtype ``fmt.storage_dtype``), or a copy
+        converted to ``dtype`` (``numpy(np.float64)``: the exact values as float64).
+
+        >>> import fpsim
+        >>> Tensor([1/3], fpsim.BF16).numpy(np.float64)
+        array([0.33398438])
+        """
+        if dtype is None:
+            return self._data
+        return self._data.astype(dtype)
+
+    def item(self) -> float:
+        """The value of a one-element tensor as a Python float.
+
+        >>> Tensor([0.1], "fp16").item()
+        0.0999755859375
+        """
+        if self._data.size != 1:
+            raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+        return float(self._data.astype(np.float64).reshape(()))
+
+    def tolist(self):
+        """Values as (nested) Python floats.
+
+        >>> Tensor([[1.0, 2.0]]).tolist()
+        [[1.0, 2.0]]
+        """
+        return self._data.astype(np.float64).tolist()
+
+    def _cast_(self, fmt: Format) -> None:
+        """Move this tensor's values (and gradient) to ``fmt`` in place, rounding to nearest even
+        (what ``Module.to`` does to parameters)."""
+        fmt = as_format(fmt)
+        if fmt == self.fmt:
+            return
+        follow = self._grad_fmt is None
+        self._data = Tensor(self._data, fmt)._data
+        self.fmt = fmt
+        if self._grad is not None and follow:
+            self._grad = Tensor(self._grad, fmt)._data
+
+    def detach(self) -> Tensor:
+        """A tensor sharing the values, cut from the graph.
+
+        >>> (Tensor([1.0], requires_grad=True) * 2).detach().requires_grad
+        False
+        """
+        return Tensor._wrap(self._data, self.fmt)
+
+    def clone(self) -> Tensor:
+        """A copy of the values that stays in the graph (gradient passes through).
+
+        >>> Tensor([1.0], requires_grad=True).clone().requires_grad
+        True
+        """
+        from . import functional as F
+        return F._identity(self, copy=True)
+
+    def to(self, fmt: Format | str, rounding: Rounding | str = "nearest_even") -> Tensor:
+        """Differentiable cast to ``fmt`` with ``rounding``; the gradient flows back rounded to
+        this tensor's gradient format. Returns self when the format is unchanged.
+
+        >>> import fpsim
+        >>> Tensor([1/3]).to("bf16").data.dtype.name
+        'bfloat16'
+        """
+        from . import functional as F
+        return F.cast_to(self, fmt, rounding)
+
+    # --------------------------------------------------------------------- backward
+    def backward(self, gradient=None, retain_graph: bool = False) -> None:
+        """Accumulate d(self)/d(leaf) * gradient into ``.grad`` of every leaf that requires it.
+
+        ``gradient`` may be omitted only for a one-element tensor (PyTorch's rule). Gradients
+        are rounded to each tensor's gradient format, in the active :func:`rounding` mode.
+        ``retain_graph=True`` keeps the graph for another backward pass.
+
+        >>> x = Tensor([2.0], requires_grad=True)
+        >>> (x * x).backward(np.array([1.0])); x.grad.tolist()
+        [4.0]
+        """
+        if not self._requires_grad:
+            raise RuntimeError("element 0 of tensors does not require grad and does not have a "
+                               "grad_fn")
+        if gradient is None:
+            if self._data.size != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            g = np.ones(self.shape, dtype=self.grad_fmt.storage_dtype)
+        else:
+            if isinstance(gradient, Tensor):
+                gradient = gradient._data
+            g = np.asarray(gradient)
+            if g.shape != self.shape:
+                raise ValueError(f"Mismatch in shape: gradient has a shape of {g.shape} and the "
+                                 f"output has a shape of {self.shape}")
+            g = Tensor(g, self.grad_fmt)._data
+        _run_backward(self, g, retain_graph)
+
+    # ------------------------------------------------------- operators and methods
+    # Thin aliases of fpsim.autograd.functional (the one place of each op's forward and
+    # backward, and of its precision rule).
+    def __add__(self, other) -> Tensor:
+        return _F.add(self, other)
+
+    def __radd__(self, other) -> Tensor:
+        return _F.add(other, self)
+
+    def __sub__(self, other) -> Tensor:
+        return _F.sub(self, other)
+
+    def __rsub__(self, other) -> Tensor:
+        return _F.sub(other, self)
+
+    def __mul__(self, other) -> Tensor:
+        return _F.mul(self, other)
+
+    def __rmul__(self, other) -> Tensor:
+        return _F.mul(other, self)
+
+    def __truediv__(self, other) -> Tensor:
+        return _F.div(self, other)
+
+    def __rtruediv__(self, other) -> Tensor:
+        return _F.div(other, self)
+
+    def __neg__(self) -> Tensor:
+        return _F.neg(self)
+
+    def __pos__(self) -> Tensor:
+        return self
+
+    def __pow__(self, exponent) -> Tensor:
+        return _F.pow(self, exponent)
+
+    def __rpow__(self, base) -> Tensor:
+        return _F.pow(base, self)
+
+    def __matmul__(self, other) -> Tensor:
+        return _F.matmul(self, other)
+
+    def __rmatmul__(self, other) -> Tensor:
+        return _F.matmul(other, self)
+
+    def __getitem__(self, index) -> Tensor:
+        return _F.getitem(self, index)
+
+    def add(self, other) -> Tensor:
+        """``self + other`` (:func:`fpsim.autograd.functional.add`).
+
+        >>> Tensor([1.0]).add(2).item()
+        3.0
+        """
+        return _F.add(self, other)
+
+    def sub(self, other) -> Tensor:
+        """``self - other``.
+
+        >>> Tensor([1.0]).sub(2).item()
+        -1.0
+        """
+        return _F.sub(self, other)
+
+    def mul(self, other) -> Tensor:
+        """``self * other``.
+
+        >>> Tensor([3.0]).mul(2).item()
+        6.0
+        """
+        return _F.mul(self, other)
+
+    def div(self, other) -> Tensor:
+        """``self / other``.
+
+        >>> Tensor([3.0]).div(2).item()
+        1.5
+        """
+        return _F.div(self, other)
+
+    def neg(self) -> Tensor:
+        """``-self``.
+
+        >>> Tensor([3.0]).neg().item()
+        -3.0
+        """
+        return _F.neg(self)
+
+    def pow(self, exponent) -> Tensor:
+        """``self ** exponent``.
+
+        >>> Tensor([3.0]).pow(2).item()
+        9.0
+        """
+        return _F.pow(self, exponent)
+
+    def matmul(self, other) -> Tensor:
+        """``self @ other`` under the active accumulation model.
+
+        >>> Tensor([[1.0, 2.0]]).matmul(Tensor([[3.0], [4.0]])).item()
+        11.0
+        """
+        return _F.matmul(self, other)
+
+    def sum(self, dim=None, keepdim: bool = False) -> Tensor:
+        """Sum over ``dim`` (int, tuple or None for all).
+
+        >>> Tensor([[1.0, 2.0], [3.0, 4.0]]).sum(1).tolist()
+        [3.0, 7.0]
+        """
+        return _F.sum(self, dim, keepdim)
+
+    def mean(self, dim=None, keepdim: bool = False) -> Tensor:
+        """Mean over ``dim`` (int, tuple or None for all).
+
+        >>> Tensor([[1.0, 2.0], [3.0, 4.0]]).mean().item()
+        2.5
+        """
+        return _F.mean(self, dim, keepdim)
+
+    def max(self, dim: int | None = None, keepdim: bool = False):
+        """The maximum; with ``dim``, a ``(values, indices)`` named tuple as PyTorch.
+
+        >>> Tensor([[1.0, 5.0], [7.0, 2.0]]).max(dim=0).indices.tolist()
+        [1, 0]
+        """
+        return _F.max(self, dim, keepdim)
+
+    def reshape(self, *shape) -> Tensor:
+        """Same values, new shape (-1 infers one dimension).
+
+        >>> Tensor([1.0, 2.0, 3.0, 4.0]).reshape(2, -1).shape
+        (2, 2)
+        """
+        return _F.reshape(self, _shape_arg(shape))
+
+    def view(self, *shape) -> Tensor:
+        """Alias of :meth:`reshape`.
+
+        >>> Tensor([1.0, 2.0]).view(2, 1).shape
+        (2, 1)
+        """
+        return _F.reshape(self, _shape_arg(shape))
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Merge dims ``start_dim..end_dim`` into one.
+
+        >>> Tensor(np.zeros((2, 3, 4))).flatten(1).shape
+        (2, 12)
+        """
+        return _F.flatten(self, start_dim, end_dim)
+
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
+        """Swap two dimensions.
+
+        >>> Tensor(np.zeros((2, 3))).transpose(0, 1).shape
+        (3, 2)
+        """
+        return _F.transpose(self, dim0, dim1)
+
+    def permute(self, *dims) -> Tensor:
+        """Reorder the dimensions.
+
+        >>> Tensor(np.zeros((2, 3, 4))).permute(2, 0, 1).shape
+        (4, 2, 3)
+        """
+        return _F.permute(self, _shape_arg(dims))
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        """Insert a dimension of size 1.
+
+        >>> Tensor([1.0]).unsqueeze(0).shape
+        (1, 1)
+        """
+        return _F.unsqueeze(self, dim)
+
+    def squeeze(self, dim: int | None = None) -> Tensor:
+        """Drop dimensions of size 1.
+
+        >>> Tensor([[1.0]]).squeeze().shape
+        ()
+        """
+        return _F.squeeze(self, dim)
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802 - PyTorch's name
+        """The dimensions reversed (the transpose of a matrix).
+
+        >>> Tensor(np.zeros((2, 3))).T.shape
+        (3, 2)
+        """
+        return _F.permute(self, tuple(range(self.ndim - 1, -1, -1)))
+
+    def exp(self) -> Tensor:
+        """Elementwise exp.
+
+        >>> Tensor([0.0]).exp().item()
+        1.0
+        """
+        return _F.exp(self)
+
+    def log(self) -> Tensor:
+        """Elementwise natural log.
+
+        >>> Tensor([1.0]).log().item()
+        0.0
+        """
+        return _F.log(self)
+
+    def sqrt(self) -> Tensor:
+        """Elementwise square root.
+
+        >>> Tensor([4.0]).sqrt().item()
+        2.0
+        """
+        return _F.sqrt(self)
+
+    def tanh(self) -> Tensor:
+        """Elementwise tanh.
+
+        >>> Tensor([0.0]).tanh().item()
+        0.0
+        """
+        return _F.tanh(self)
+
+    def sigmoid(self) -> Tensor:
+        """Elementwise logistic sigmoid.
+
+        >>> Tensor([0.0]).sigmoid().item()
+        0.5
+        """
+        return _F.sigmoid(self)
+
+    def relu(self) -> Tensor:
+        """Elementwise max(x, 0).
+
+        >>> Tensor([-1.0, 2.0]).relu().tolist()
+        [0.0, 2.0]
+        """
+        return _F.relu(self)
+
+    def abs(self) -> Tensor:
+        """Elementwise absolute value.
+
+        >>> Tensor([-1.5]).abs().item()
+        1.5
+        """
+        return _F.abs(self)
+
+    def softmax(self, dim: int) -> Tensor:
+        """Softmax along ``dim``.
+
+        >>> Tensor([0.0, 0.0]).softmax(0).tolist()
+        [0.5, 0.5]
+        """
+        return _F.softmax(self, dim)
+
+    def log_softmax(self, dim: int) -> Tensor:
+        """Log-softmax along ``dim``.
+
+        >>> Tensor([0.0, 0.0], "fp64").log_softmax(0).tolist()[0] < 0
+        True
+        """
+        return _F.log_softmax(self, dim)
+
+
+def _shape_arg(shape: tuple) -> tuple:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+def make_result(data: np.ndarray, fmt: Format, parents: Sequence[Tensor],
+                backward: Callable, op: str) -> Tensor:
+    """Wrap an op's rounded result; record the graph edge when grad mode is on and an input
+    requires grad. ``backward(g)`` returns one gradient (or None) per parent."""
+    out = Tensor._wrap(data, fmt)
+    if _grad_enabled:
+        for p in parents:
+            if p._requires_grad:
+                out._requires_grad = True
+                out._parents = tuple(parents)
+                out._backward = backward
+                out._op = op
+                break
+    if _observers:
+        for o in tuple(_observers):
+            o.on_op(out, parents, op)
+    return out
+
+
+def _topo_order(root: Tensor) -> list[Tensor]:
+    """Tensors reachable from ``root`` through requires-grad edges, inputs before outputs."""
+    order: list[Tensor] = []
+    seen: set[int] = set()
+    stack: list[tuple[Tensor, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        if node._parents is not None:
+            for p in node._parents:
+                if p._requires_grad and id(p) not in seen:
+                    stack.append((p, False))
+    return order
+
+
+def add_grads(a: np.ndarray, b: np.ndarray, fmt: Format) -> np.ndarray:
+    """Two gradients of one tensor added, rounded once to ``fmt``."""
+    if a.dtype == np.float32 and b.dtype == np.float32 and fmt == FP32:
+        from .context import settings
+        if settings().plain:
+            return a + b  # an IEEE float32 add is the one rounding
+    return round_to(a.astype(np.float64) + b.astype(np.float64), fmt)
+
+
+def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
+    order = _topo_order(root)
+    grads: dict[int, np.ndarray] = {id(root): g}
+    for node in reversed(order):
+        g = grads.pop(id(node), None)
+        if g is None:
+            continue
+        if node._parents is None or node._retains_grad:
+            if node._grad is None:
+                node._grad = g.copy()  # never shared with another tensor's gradient
+            else:
+                node._grad = add_grads(node._grad, g, node.grad_fmt)
+        if node._parents is None:
+            continue
+        pgrads = node._backward(g)
+        if not retain_graph:
+            node._backward = _freed
+            for o in tuple(_observers):
+                o.on_release(node)
+        for p, pg in zip(node._parents, pgrads, strict=True):
+            if pg is None or not p._requires_grad:
+                continue
+            if pg.shape != p._data.shape:
+                raise RuntimeError(f"internal error: {node._op} backward gave shape {pg.shape} "
+                                   f"for an input of shape {p._data.shape}")
+            pg = round_to(pg, p.grad_fmt)
+            prev = grads.get(id(p))
+            grads[id(p)] = pg if prev is None else add_grads(prev, pg, p.grad_fmt)
+
+
+from . import functional as _F  # noqa: E402 - the ops need Tensor defined first

@@ -1,0 +1,212 @@
+"""The :class:`Optimizer` base: parameter groups, state, state dicts and master weights.
+
+Precision of a step (per parameter):
+
+- The update is computed in float32 arithmetic (NumPy float32 ops, each rounding to fp32, in
+  PyTorch's order of operations) from the gradient upcast exactly to float32; float64 when the
+  parameter, its gradient or ``state_fmt`` is wider than fp32.
+- Optimizer state (momentum, Adam moments) is stored in ``state_fmt`` (default fp32).
+- fp32 (and wider) parameters are updated in place of their own values.
+- ``master_weights=True``: a parameter narrower than fp32 gets an fp32 master copy (created
+  from its values at its first step); the update is applied to the master and the parameter is
+  refreshed by rounding the master to its format after every step (with the mode of
+  :func:`fpsim.autograd.rounding`).
+- Without master weights such a parameter is updated in its own format: the new value is
+  computed in float32 from the parameter's value and rounded once to its format, so an update
+  smaller than half its ulp is lost (as in pure fp16 training).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from ..autograd.context import contains, round_to, widen
+from ..autograd.tensor import Tensor, as_format, enable_grad
+from ..formats import FP32, Format
+
+__all__ = ["Optimizer"]
+
+
+class Optimizer:
+    """Base class: holds ``param_groups`` (a list of dicts with ``"params"`` and the
+    hyper-parameters, as PyTorch, so a GradScaler or scheduler can iterate and edit them) and
+    ``state`` (per parameter). Subclasses implement :meth:`_update`.
+    """
+
+    def __init__(self, params: Iterable, defaults: dict, *, master_weights: bool = False,
+                 state_fmt: Format | str = FP32) -> None:
+        self.defaults = dict(defaults)
+        self.master_weights = bool(master_weights)
+        self.state_fmt = as_format(state_fmt)
+        self.state: dict[Tensor, dict] = {}
+        self.param_groups: list[dict] = []
+        params = list(params)
+        if not params:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(params[0], dict):
+            params = [{"params": params}]
+        for group in params:
+            self.add_param_group(group)
+
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a group of parameters (a dict with ``"params"``; missing hyper-parameters take
+        the defaults).
+
+        >>> from fpsim.nn import Parameter
+        >>> from fpsim.optim import SGD
+        >>> opt = SGD([Parameter([1.0])], lr=0.1)
+        >>> opt.add_param_group({"params": [Parameter([2.0])], "lr": 0.01})
+        >>> [g["lr"] for g in opt.param_groups]
+        [0.1, 0.01]
+        """
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, got {type(param_group).__name__}")
+        group = dict(param_group)
+        ps = group.get("params")
+        ps = [ps] if isinstance(ps, Tensor) else list(ps or [])
+        for p in ps:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizer can only optimize Tensors, got {type(p).__name__}")
+            if not p.is_leaf:
+                raise ValueError("can't optimize a non-leaf Tensor")
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in seen for p in ps) or len({id(p) for p in ps}) != len(ps):
+            raise ValueError("some parameters appear in more than one parameter group")
+        group["params"] = ps
+        for k, v in self.defaults.items():
+            group.setdefault(k, v)
+        self.param_groups.append(group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset every parameter's gradient to None (or to zeros).
+
+        >>> from fpsim.nn import Parameter
+        >>> from fpsim.optim import SGD
+        >>> p = Parameter([1.0]); p.grad = [1.0]; SGD([p]).zero_grad(); p.grad is None
+        True
+        """
+        for group in self.param_groups:
+            for p in group["params"]:
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    p.grad = np.zeros_like(p.grad)
+
+    # ------------------------------------------------------------------------ step
+    def _dtype(self, p: Tensor):
+        narrow = all(contains(FP32, f) for f in (p.fmt, p.grad_fmt, self.state_fmt))
+        return np.float32 if narrow else np.float64
+
+    def _state_get(self, st: dict, key: str, dtype):
+        v = st.get(key)
+        return None if v is None else widen(v, dtype)
+
+    def _state_set(self, st: dict, key: str, value: np.ndarray) -> None:
+        st[key] = round_to(value, self.state_fmt)
+
+    def step(self, closure: Callable | None = None):
+        """One update of every parameter that has a gradient; returns ``closure()`` when
+        given (evaluated with gradients enabled).
+
+        >>> from fpsim.nn import Parameter
+        >>> from fpsim.optim import SGD
+        >>> p = Parameter([1.0]); p.grad = [1.0]; SGD([p], lr=0.5).step(); p.tolist()
+        [0.5]
+        """
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                dtype = self._dtype(p)
+                st = self.state.setdefault(p, {})
+                use_master = self.master_weights and p.fmt != FP32 and contains(FP32, p.fmt)
+                if use_master:
+                    if "master" not in st:
+                        st["master"] = widen(p.data, np.float32).copy()
+                    w = st["master"]
+                else:
+                    w = widen(p.data, dtype)
+                g = widen(p.grad, dtype)
+                with np.errstate(all="ignore"):
+                    w_new = self._update(w, g, st, group, dtype)
+                if use_master:
+                    st["master"] = w_new.astype(np.float32, copy=False)
+                p._data = round_to(w_new, p.fmt)
+        return loss
+
+    def _update(self, w: np.ndarray, g: np.ndarray, state: dict, group: dict,
+                dtype) -> np.ndarray:
+        """The new value of a parameter (``w``, compute dtype) from its gradient ``g``."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ state dict
+    def state_dict(self) -> dict:
+        """``{"state": {index: {...}}, "param_groups": [{..., "params": [index, ...]}]}`` with
+        parameters numbered in group order, as PyTorch; arrays are copies.
+
+        >>> from fpsim.nn import Parameter
+        >>> from fpsim.optim import SGD
+        >>> SGD([Parameter([1.0])], lr=0.1).state_dict()["param_groups"][0]["params"]
+        [0]
+        """
+        index: dict[int, int] = {}
+        groups = []
+        for group in self.param_groups:
+            g = {k: v for k, v in group.items() if k != "params"}
+            ids = []
+            for p in group["params"]:
+                index.setdefault(id(p), len(index))
+                ids.append(index[id(p)])
+            g["params"] = ids
+            groups.append(g)
+        state = {}
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p in self.state:
+                    state[index[id(p)]] = copy.deepcopy(self.state[p])
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore hyper-parameters and state saved by :meth:`state_dict` (the same parameter
+        structure is required).
+
+        >>> from fpsim.nn import Parameter
+        >>> from fpsim.optim import SGD
+        >>> opt = SGD([Parameter([1.0])], lr=0.1)
+        >>> opt.load_state_dict(SGD([Parameter([1.0])], lr=0.7).state_dict())
+        >>> opt.param_groups[0]["lr"]
+        0.7
+        """
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError(f"loaded state dict has {len(groups)} parameter groups, the "
+                             f"optimizer has {len(self.param_groups)}")
+        for saved, own in zip(groups, self.param_groups, strict=True):
+            if len(saved["params"]) != len(own["params"]):
+                raise ValueError(f"loaded state dict has a group of {len(saved['params'])} "
+                                 f"parameters where the optimizer has {len(own['params'])}")
+        params = {i: p for saved, own in zip(groups, self.param_groups, strict=True)
+                  for i, p in zip(saved["params"], own["params"], strict=True)}
+        self.state = {params[int(i)]: copy.deepcopy(s)
+                      for i, s in state_dict["state"].items()}
+        for saved, own in zip(groups, self.param_groups, strict=True):
+            for k, v in saved.items():
+                if k != "params":
+                    own[k] = v
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            for k in sorted(group):
+                if k != "params":
+                    lines.append(f"    {k}: {group[k]}")
+        lines.append(")")
+        return "\n".join(lines)
