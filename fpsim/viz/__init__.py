@@ -8,7 +8,8 @@ format, fonts, log2 axes) lives in :mod:`fpsim.viz.style`; :mod:`fpsim.viz.galle
 the README figures (``fpsim figures``).
 
 Modules: ``formats`` (number line, bit layout, dynamic ranges), ``rounding`` (rounding modes,
-stochastic rounding, relative error); ``tensorcore`` and ``training`` plug in the same way.
+stochastic rounding, relative error), ``tensorcore`` (one block FMA bit by bit, error against
+K, tile / wave quantization); ``training`` plugs in the same way.
 
 >>> import fpsim.viz as viz
 >>> fig = viz.number_line("fp8_e5m2")
@@ -19,6 +20,7 @@ stochastic rounding, relative error); ``tensorcore`` and ``training`` plug in th
 from . import style
 from .formats import bit_layout, bit_layouts, format_ranges, number_line, range_stats
 from .rounding import relative_error, rounding_modes, stochastic_rounding
+from .tensorcore import block_alignment, error_vs_k, gemm_efficiency
 
 __all__ = [
     "style",
@@ -30,4 +32,7 @@ __all__ = [
     "rounding_modes",
     "stochastic_rounding",
     "relative_error",
+    "block_alignment",
+    "error_vs_k",
+    "gemm_efficiency",
 ]
