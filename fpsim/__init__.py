@@ -19,6 +19,7 @@ from .autograd import (
     no_grad,
     set_grad_enabled,
 )
+from .autograd.checkpoint import checkpoint, checkpoint_sequential
 from .encoding import (
     Fields,
     all_values,
@@ -68,7 +69,8 @@ from .rounding import cast, round, round_pair, seed
 
 # Higher layers load on first use (``fpsim.tensorcore``, ``fpsim.viz``, ...), so that
 # ``import fpsim`` stays light and never pulls matplotlib in by itself.
-_SUBMODULES = ("amp", "datasets", "integer", "memory", "quant", "tensorcore", "viz")
+_SUBMODULES = ("amp", "datasets", "distributed", "integer", "memory", "quant", "tensorcore",
+               "viz")
 
 
 def __getattr__(name: str):
@@ -85,10 +87,11 @@ __all__ = [
     "FP8_E5M2FNUZ", "FP16", "FP32", "FP64", "INT4", "INT8", "INT16", "INT32", "INT_PRESETS",
     "UINT4", "UINT8", "IntFormat", "get_float_format", "get_int_format", "PRESETS", "TF32",
     "Fields", "FlagContext", "Flags", "FloatingPointTrap", "Format", "NaNEncoding", "Overflow",
-    "Rounding", "Subnormals", "Tininess", "Tensor", "autograd", "enable_grad", "functional",
-    "is_grad_enabled", "manual_seed", "matmul_accumulation", "nn", "no_grad", "optim",
-    "set_grad_enabled", "add", "sub", "mul", "div", "sqrt", "fma", "sum", "dot", "Order",
-    "IntOverflow", "round_to_integral", "to_int", "all_values", "bit_string", "cast", "classify",
-    "fields", "flag_context", "from_bits", "get_format", "list_formats", "next_down", "next_up",
-    "round", "round_pair", "seed", "to_bits", "ulp", "__version__",
+    "Rounding", "Subnormals", "Tininess", "checkpoint", "checkpoint_sequential", "Tensor",
+    "autograd", "enable_grad", "functional", "is_grad_enabled", "manual_seed",
+    "matmul_accumulation", "nn", "no_grad", "optim", "set_grad_enabled", "add", "sub", "mul",
+    "div", "sqrt", "fma", "sum", "dot", "Order", "IntOverflow", "round_to_integral", "to_int",
+    "all_values", "bit_string", "cast", "classify", "fields", "flag_context", "from_bits",
+    "get_format", "list_formats", "next_down", "next_up", "round", "round_pair", "seed", "to_bits",
+    "ulp", "__version__",
 ]

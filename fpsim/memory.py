@@ -292,3 +292,54 @@ def run_cli(args: argparse.Namespace) -> int:
     """Handler of ``fpsim memory``: prints :func:`memory_report`."""
     print(memory_report(args.params, args.gpus, args.stage, args.k, args.gpu_memory))
     return 0
+
+
+# -- measured memory: the meter of the autograd engine, ZeRO measured against the formulas ----
+
+__all__ += ["meter", "zero_measured_vs_formula"]
+
+
+def meter(model=None, optimizer=None, params=None):
+    """A :class:`fpsim.autograd.memory_meter.MemoryMeter`: use it as ``with
+    fpsim.memory.meter(model, optimizer) as m:`` and read ``m.report()`` (bytes of parameters,
+    master weights, gradients, optimizer states and saved activations, by format, with the
+    peak).
+
+    >>> import fpsim
+    >>> from fpsim.autograd import Tensor
+    >>> x = Tensor([[1.0, 2.0]], "fp16", requires_grad=True)
+    >>> with meter() as m:
+    ...     y = x.exp().sum()          # exp keeps its fp16 output: 4 bytes
+    >>> m.report().max["activations"]
+    4
+    """
+    from .autograd.memory_meter import MemoryMeter
+
+    return MemoryMeter(model, optimizer, params)
+
+
+def zero_measured_vs_formula(engine, rank: int = 0) -> dict:
+    """One rank of a :class:`fpsim.distributed.ZeroEngine` against the ZeRO formulas: the
+    model-state bytes it holds and the elements it sent in its last step, next to
+    :func:`zero_model_state_bytes` (K = 12) and the communication volume, both under the ring
+    convention (``2 (N-1)/N Psi`` or ``3 (N-1)/N Psi``) and as the paper writes it (2 or 3 Psi).
+
+    >>> from fpsim import nn
+    >>> from fpsim.distributed import ZeroEngine
+    >>> eng = ZeroEngine(lambda: nn.Linear(3, 2, rng=0), stage=3, world_size=4)
+    >>> d = zero_measured_vs_formula(eng)
+    >>> d["measured_bytes"], d["formula_bytes"]
+    (32, 32.0)
+    """
+    psi, n, stage = engine.num_params, engine.world_size, engine.stage
+    held = engine.model_state_bytes(rank)
+    factor = 3 if stage == 3 else 2
+    return {
+        "num_params": psi, "stage": stage, "world_size": n,
+        "measured_bytes": held["total"], "device_bytes": held["device"],
+        "host_bytes": held["host"],
+        "formula_bytes": zero_model_state_bytes(psi, stage, n, 12),
+        "measured_comm_elements": engine.last_step_comm[rank],
+        "ring_comm_elements": factor * (n - 1) * psi / n,
+        "paper_comm_elements": zero_communication_volume(psi, stage),
+    }

@@ -1,0 +1,212 @@
+"""Gradient checkpointing (fpsim.autograd.checkpoint).
+
+References: the same network trained without checkpointing (gradients must be bitwise equal);
+Chen et al.'s k + n/k activation count (fpsim.memory.checkpoint_peak_activations) and the
+segment schedule written out by hand for the measured peaks; the layer count for the
+recomputation cost.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fpsim import memory, nn
+from fpsim.autograd import (
+    Tensor,
+    get_generator,
+    manual_seed,
+    matmul_accumulation,
+    no_grad,
+    rounding,
+)
+from fpsim.autograd import functional as F
+from fpsim.autograd.checkpoint import checkpoint, checkpoint_sequential
+from fpsim.autograd.memory_meter import MemoryMeter
+
+
+def net_with_dropout(fmt, layers=6, d=10, module_rng=False):
+    mods = []
+    for i in range(layers):
+        mods += [nn.Linear(d, d, rng=10 + i), nn.GELU() if i % 2 else nn.ReLU(),
+                 nn.Dropout(0.25, rng=100 + i if module_rng else None)]
+    return nn.Sequential(*mods).to(fmt)
+
+
+def grads_of(net, x, segments=None, seed=7, **ctx):
+    """(loss bits, parameter gradients, input gradient, next random draw) of one step."""
+    for p in net.parameters():
+        p.grad = None
+    x.grad = None
+    manual_seed(seed)
+    if segments is None:
+        out = net(x)
+    else:
+        out = checkpoint_sequential(net, segments, x)
+    loss = F.cross_entropy(out, np.arange(len(x.data)) % out.shape[1])
+    loss.backward()
+    return (loss.data.tobytes(), [p.grad.tobytes() for p in net.parameters()],
+            x.grad.tobytes(), get_generator().random())
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "fp16"])
+@pytest.mark.parametrize("module_rng", [False, True])
+def test_gradients_are_bitwise_identical_with_dropout(fmt, module_rng):
+    x = Tensor(np.random.default_rng(1).normal(size=(6, 10)), fmt, requires_grad=True)
+    net = net_with_dropout(fmt, module_rng=module_rng)
+    n = len(net)
+    if module_rng:  # each run must start from the same module generator states
+        states = [m.rng.bit_generator.state for m in net if isinstance(m, nn.Dropout)]
+
+    def run(segments):
+        if module_rng:
+            for m, st in zip([m for m in net if isinstance(m, nn.Dropout)], states,
+                             strict=True):
+                m.rng.bit_generator.state = st
+        return grads_of(net, x, segments)
+
+    plain = run(None)
+    for k in (1, 2, 3, 5, n):
+        assert run(k) == plain, f"{k} segments"
+
+
+def test_forward_context_is_reentered_in_the_recomputation():
+    net = net_with_dropout("bf16", layers=4)
+    x = Tensor(np.random.default_rng(2).normal(size=(6, 10)), "bf16", requires_grad=True)
+
+    def step(segments):
+        for p in net.parameters():
+            p.grad = None
+        manual_seed(3)
+        # forward with stochastic rounding and a bf16 sequential accumulator; backward runs
+        # outside both, in the default settings
+        with rounding("stochastic", rng=np.random.default_rng(11)), \
+                matmul_accumulation(("sequential", "bf16")):
+            out = net(x) if segments is None else checkpoint_sequential(net, segments, x)
+            loss = out.sum()
+        loss.backward()
+        return [p.grad.tobytes() for p in net.parameters()]
+
+    assert step(3) == step(None)
+
+
+def test_extra_generators_are_restored():
+    gen = np.random.default_rng(9)
+    w = Tensor(np.ones((4, 4)), "fp16", requires_grad=True)
+    x = Tensor(np.ones((2, 4)), "fp16")
+
+    def seg(t):
+        return F.dropout(t @ w, 0.5, rng=gen)
+
+    def grad_of(use_ckpt, rngs=()):
+        gen.bit_generator.state = np.random.default_rng(9).bit_generator.state
+        w.grad = None
+        out = checkpoint(seg, x, rngs=rngs) if use_ckpt else seg(x)
+        (out * out).sum().backward()
+        return w.grad.tobytes()
+
+    assert grad_of(True, rngs=[gen]) == grad_of(False)
+    assert grad_of(True) != grad_of(False)  # a generator checkpoint cannot see: other masks
+
+
+def test_parameters_used_inside_and_outside_a_segment():
+    w = Tensor(np.random.default_rng(4).normal(size=(5, 5)), "fp16", requires_grad=True)
+    x = Tensor(np.random.default_rng(5).normal(size=(3, 5)), "fp16", requires_grad=True)
+
+    def seg(h):
+        return F.tanh(h @ w)
+
+    def loss_of(use_ckpt):
+        w.grad = x.grad = None
+        h = checkpoint(seg, x) if use_ckpt else seg(x)
+        (h @ w).sum().backward()
+        return w.grad.tobytes(), x.grad.tobytes()
+
+    assert loss_of(True) == loss_of(False)
+
+
+def test_retain_graph_recomputes_again():
+    net = net_with_dropout("fp32", layers=3)
+    x = Tensor(np.ones((2, 10)), "fp32")
+
+    def twice(segments):
+        for p in net.parameters():
+            p.grad = None
+        manual_seed(0)
+        out = net(x) if segments is None else checkpoint_sequential(net, segments, x)
+        loss = out.sum()
+        loss.backward(retain_graph=True)
+        loss.backward()
+        return [p.grad.tobytes() for p in net.parameters()]
+
+    assert twice(2) == twice(None)
+
+
+N_LAYERS, WIDTH, BATCH = 16, 16, 8
+
+
+def chain(fmt):
+    mods = []
+    for i in range(N_LAYERS):
+        mods += [nn.Linear(WIDTH, WIDTH, rng=i), nn.ReLU()]
+    return nn.Sequential(*mods).to(fmt), [nn.Sequential(mods[2 * i], mods[2 * i + 1])
+                                          for i in range(N_LAYERS)]
+
+
+@pytest.mark.parametrize("fmt,itemsize", [("fp32", 4), ("fp16", 2)])
+def test_peak_activations_follow_k_plus_n_over_k(fmt, itemsize):
+    net, layers = chain(fmt)
+    x = Tensor(np.random.default_rng(0).normal(size=(BATCH, WIDTH)), fmt)
+    unit = BATCH * WIDTH * itemsize  # one layer's output
+    with MemoryMeter(net) as m:
+        net(x).sum().backward()
+    plain = m.report()
+    assert plain.max["activations"] == (N_LAYERS + 1) * unit
+    peaks = {}
+    for k in range(1, N_LAYERS + 1):
+        with MemoryMeter(net) as m:
+            checkpoint_sequential(layers, k, x).sum().backward()
+        r = m.report()
+        assert r.max["activations"] % unit == 0
+        peaks[k] = r.max["activations"] // unit
+        # hand schedule: pieces of ceil / floor(n/k) layers, longer first; the last piece runs
+        # normally; the peak is the k - 1 kept inputs + the last piece's input and outputs
+        assert peaks[k] == k + N_LAYERS // k
+        formula = memory.checkpoint_peak_activations(N_LAYERS, k)
+        assert peaks[k] <= formula
+        if N_LAYERS % k == 0:
+            assert peaks[k] == formula
+        # the extra forward: every checkpointed piece once more (2 ops per layer)
+        last = N_LAYERS // k
+        assert r.checkpointed_forward_calls == r.recomputed_forward_calls == k - 1
+        assert r.recomputed_ops == 2 * (N_LAYERS - last)
+        assert r.ops == plain.ops
+        assert r.flops == plain.flops
+        per_layer = 2 * BATCH * WIDTH * WIDTH + BATCH * WIDTH
+        assert r.recomputed_flops == per_layer * (N_LAYERS - last)
+    best = min(peaks.values())
+    assert best == min(memory.checkpoint_peak_activations(N_LAYERS, k)
+                       for k in range(1, N_LAYERS + 1))
+    assert memory.optimal_checkpoint_segments(N_LAYERS) == 4
+    assert peaks[4] == best == 2 * 4  # k = sqrt(n) = 4: 4 + 16/4
+    assert peaks[1] == peaks[N_LAYERS] == N_LAYERS + 1
+
+
+def test_checkpoint_errors_and_plain_paths():
+    w = Tensor([[1.0]], requires_grad=True)
+    x = Tensor([[2.0]])
+    with pytest.raises(TypeError, match="one Tensor"):
+        checkpoint(lambda t: (t @ w, t), x)
+    h = x @ w  # a non-leaf that requires grad, captured from outside
+    with pytest.raises(ValueError, match="pass them as inputs"):
+        checkpoint(lambda t: t + h, x)
+    with pytest.raises(TypeError, match="callable"):
+        checkpoint(3, x)
+    with pytest.raises(ValueError, match=r"segments must be in \[1, 2\]"):
+        checkpoint_sequential([nn.ReLU(), nn.ReLU()], 3, x)
+    with pytest.raises(TypeError, match="segments must be an int"):
+        checkpoint_sequential([nn.ReLU()], 1.0, x)
+    with no_grad():
+        y = checkpoint(lambda t: t @ w, x)
+    assert not y.requires_grad and y.is_leaf
+    assert checkpoint(lambda t: t * 2.0, x).is_leaf  # nothing requires grad: no node

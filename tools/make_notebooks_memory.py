@@ -1,0 +1,438 @@
+"""Build notebooks/05_memory.ipynb (memory of training, measured) and execute it, so it is stored
+with its outputs.
+
+Run: python tools/make_notebooks_memory.py [--no-execute]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "notebooks" / "05_memory.ipynb"
+
+
+def md(text: str):
+    return new_markdown_cell(text.strip())
+
+
+def code(text: str):
+    return new_code_cell(text.strip())
+
+
+def solution(text: str):
+    """A collapsed code cell holding an exercise's solution."""
+    cell = new_code_cell(text.strip())
+    cell.metadata["jupyter"] = {"source_hidden": True}
+    cell.metadata["tags"] = ["solution"]
+    return cell
+
+
+CELLS = [
+    md("""
+# 05 · Memory of training, measured
+
+Where do the bytes of a training step go, and what do the classic memory techniques buy? This
+notebook *measures* them on fpsim's autograd engine, where every tensor is stored at its
+format's real width, and checks the measurements against the formulas of the papers.
+
+**Learning goals**
+
+1. Split the memory of a training step into parameters, master weights, gradients, optimizer
+   states and *saved activations* (the tensors the forward pass keeps for backward), and see
+   how the number format changes each of them.
+2. Measure gradient checkpointing's trade-off: with k segments of an n-layer chain the peak
+   of saved activations follows k + n/k, smallest near k = √n, for one extra forward pass of
+   the checkpointed segments, with gradients that stay bitwise the same.
+3. Run ZeRO stages 0-3 (and ZeRO-Offload) on simulated data-parallel ranks and check each
+   rank's model-state bytes and communication against the ZeRO paper's formulas.
+4. Decide what fits on one 80 GB GPU.
+
+Tools: `fpsim.memory.meter()` (a context manager around the engine), `fpsim.autograd.checkpoint`,
+`fpsim.distributed.ZeroEngine`, and the calculators of `fpsim.memory`.
+"""),
+    code("""
+import numpy as np
+import fpsim
+from fpsim import memory, nn
+from fpsim.autograd import Tensor, manual_seed
+from fpsim.autograd import functional as F
+from fpsim.autograd.checkpoint import checkpoint_sequential
+from fpsim.distributed import ZeroEngine
+from fpsim.optim import Adam
+from fpsim.viz import style
+
+def mlp(width, layers, fmt, act=nn.ReLU, seed=0):
+    mods = []
+    for i in range(layers):
+        mods += [nn.Linear(width, width, rng=seed + i), act()]
+    return nn.Sequential(*mods).to(fmt)
+"""),
+    md("""
+## 1. One training step, byte by byte
+
+A meter watches the engine inside its `with` block: after every operation and every backward
+node it adds up the live arrays by category. *Saved activations* follow PyTorch's derivative
+formulas: `linear` keeps its input (and the weight, which is already counted as a parameter),
+`relu` keeps its output, `sum` keeps nothing, and a tensor kept by two operations counts once.
+
+Below: a 6-layer MLP (width 256, batch 512) trained in mixed precision, fp16 parameters with fp32
+master weights and Adam. The first step creates the optimizer's state; we measure the second.
+"""),
+    code("""
+B, D, L = 512, 256, 6
+net = mlp(D, L, "fp16")
+opt = Adam(net.parameters(), lr=1e-3, master_weights=True)
+x = Tensor(np.random.default_rng(0).normal(size=(B, D)), "fp16")
+y = np.arange(B) % D
+
+def train_step():
+    opt.zero_grad()
+    loss = F.cross_entropy(net(x), y)
+    loss.backward()
+    opt.step()
+
+train_step()            # creates master weights and Adam moments
+opt.zero_grad()
+with memory.meter(net, opt) as m:
+    train_step()
+    m.sample()
+report = m.report()
+print(report.table("KiB"))
+psi = sum(p.numel() for p in net.parameters())
+print(f"\\nPsi = {psi} parameters; model states = {sum(report.current.values()) / psi:.0f} bytes "
+      "per parameter (2 + 2 + 12, the ZeRO paper's 16)")
+"""),
+    md("""
+The timeline shows the shape of a step: saved activations pile up during the forward pass and
+are released node by node in backward, while the gradients appear. Here the peak is at the
+end of the forward pass: at batch 512 the saved activations (2 MiB) outweigh the gradients
+(0.75 MiB) that replace them during backward. With a small batch the peak moves to the end of
+backward (try `B = 16`).
+"""),
+    code("""
+act = np.array([a for a, t in report.timeline]) / 2**10
+tot = np.array([t for a, t in report.timeline]) / 2**10
+with style.context():
+    fig, ax = style.new_figure((7, 3.2))
+    ax.plot(tot, label="total", color="#404040")
+    ax.plot(act, label="saved activations", color=style.format_color("fp16"))
+    ax.set_xlabel("sample (one per op / backward node)")
+    ax.set_ylabel("KiB")
+    ax.set_title("Memory during one mixed-precision step")
+    ax.legend()
+fig
+"""),
+    md("""
+### Activation memory by format
+
+The same network in five formats. The saved activations are the input plus the 6 ReLU outputs,
+7 arrays of 512 × 256 elements, at 8, 4, 2, 2 and 1 byte per element: the meter's peaks equal
+`fpsim.memory.activation_bytes`.
+"""),
+    code("""
+formats = ["fp64", "fp32", "bf16", "fp16", "fp8_e4m3"]
+peaks = {}
+for fmt in formats:
+    n = mlp(D, L, fmt)
+    with memory.meter(n) as m:
+        n(Tensor(x.data, fmt)).sum().backward()
+    peaks[fmt] = m.report().max["activations"]
+    assert peaks[fmt] == memory.activation_bytes([(B, D)] * (L + 1), fmt)
+print({f: f"{v / 2**10:.0f} KiB" for f, v in peaks.items()})
+with style.context():
+    fig, ax = style.new_figure((6, 3))
+    ax.bar(formats, [peaks[f] / 2**10 for f in formats],
+           color=[style.format_color(f) for f in formats])
+    ax.set_ylabel("peak saved activations (KiB)")
+    ax.set_title("Saved activations of a 6-layer MLP, batch 512")
+fig
+"""),
+    md("""
+### Exercise 1
+
+Replace `nn.ReLU` by `nn.GELU` in the fp16 network. GELU's backward needs its *input*
+(PyTorch saves `self`), not its output. Predict the peak of saved activations in units of one
+layer's output (512 × 256 fp16 = 256 KiB), then measure it.
+"""),
+    md("#### Solution"),
+    solution("""
+g = mlp(D, L, "fp16", act=nn.GELU)
+with memory.meter(g) as m:
+    g(x).sum().backward()
+unit = B * D * 2
+# each layer keeps the linear's input and the GELU's input (= the linear's output): 2 per layer
+print(m.report().max["activations"] / unit, "layer outputs; predicted", 2 * L)
+"""),
+    md("""
+## 2. Gradient checkpointing: √n memory for one more forward
+
+`checkpoint_sequential(layers, k, x)` cuts the chain in k pieces and runs all but the last
+without saving anything inside them; each keeps only its input. In backward, a piece is run
+again (with the random generators and the engine settings of the first run) and
+backpropagated. Chen et al. (2016): the peak holds the k kept inputs plus one piece,
+k + ⌈n/k⌉ layer outputs, smallest near k = √n.
+
+First, the gradients do not change, not even in the last bit, with dropout in the network:
+"""),
+    code("""
+def with_dropout(fmt):
+    mods = []
+    for i in range(8):
+        mods += [nn.Linear(64, 64, rng=i), nn.ReLU(), nn.Dropout(0.2)]
+    return nn.Sequential(*mods).to(fmt)
+
+def grads(model, segments):
+    model.zero_grad()
+    manual_seed(1)
+    inp = Tensor(np.random.default_rng(2).normal(size=(16, 64)), "fp16")
+    out = model(inp) if segments is None else checkpoint_sequential(model, segments, inp)
+    F.cross_entropy(out, np.arange(16)).backward()
+    return [p.grad.tobytes() for p in model.parameters()]
+
+dnet = with_dropout("fp16")
+print("bitwise identical gradients:",
+      all(grads(dnet, k) == grads(dnet, None) for k in (2, 3, 6)))
+"""),
+    md("""
+Now the memory, for n = 16 layers (Linear + ReLU, width 128, batch 32) and every k. The meter
+also counts the operations recomputed in backward.
+"""),
+    code("""
+n, W, Bc = 16, 128, 32
+layers = [nn.Sequential(nn.Linear(W, W, rng=i), nn.ReLU()).to("fp16") for i in range(n)]
+chain = nn.Sequential(*layers)
+xc = Tensor(np.random.default_rng(3).normal(size=(Bc, W)), "fp16")
+unit = Bc * W * 2
+rows = []
+for k in range(1, n + 1):
+    with memory.meter(chain) as m:
+        checkpoint_sequential(layers, k, xc).sum().backward()
+    r = m.report()
+    rows.append((k, r.max["activations"] // unit, memory.checkpoint_peak_activations(n, k),
+                 r.recompute_overhead))
+print(" k  measured  k+ceil(n/k)  recomputed")
+for k, meas, form, over in rows:
+    print(f"{k:2d}  {meas:8d}  {form:11d}  {100 * over:9.1f}%")
+best = min(r[1] for r in rows)
+print("smallest measured peak:", best, "at k =", [r[0] for r in rows if r[1] == best],
+      "; formula's optimum:", memory.optimal_checkpoint_segments(n))
+"""),
+    code("""
+ks = [r[0] for r in rows]
+with style.context():
+    fig, ax = style.new_figure((7, 3.6))
+    ax.plot(ks, [r[1] for r in rows], "o-", label="measured peak")
+    ax.plot(ks, [r[2] for r in rows], "s--", label="k + ceil(n/k)")
+    ax.axvline(np.sqrt(n), color="gray", lw=0.8, ls=":")
+    ax.set_xlabel("segments k")
+    ax.set_ylabel("saved activations (layer outputs)")
+    ax2 = ax.twinx()
+    ax2.bar(ks, [100 * r[3] for r in rows], alpha=0.2, color="gray")
+    ax2.set_ylabel("recomputed forward FLOPs (%)")
+    ax.legend(loc="upper center")
+    ax.set_title("Checkpointing 16 layers: memory against recomputation")
+fig
+"""),
+    md("""
+The measured peak never exceeds the formula and meets it whenever k divides n. fpsim cuts
+uneven pieces with the longer ones first (the last piece, run normally, is then a short one),
+which is why k = 3, 5, 6 do as well as k = 4 here. The grey bars: the share of the forward
+pass run a second time, (n − last piece) / n, approaching one whole extra forward pass
+(Chen et al.: about 33 % of a step, since backward costs about twice a forward).
+
+### Exercise 2
+
+For n = 36 layers: which k minimises the measured peak, and what does it cost in recomputed
+FLOPs? Compare with `memory.optimal_checkpoint_segments(36)`. (Use width 32 to keep it quick.)
+"""),
+    md("#### Solution"),
+    solution("""
+n2 = 36
+l2 = [nn.Sequential(nn.Linear(32, 32, rng=i), nn.ReLU()) for i in range(n2)]
+x2 = Tensor(np.ones((8, 32)))
+res = {}
+for k in range(1, n2 + 1):
+    with memory.meter(nn.Sequential(*l2)) as m:
+        checkpoint_sequential(l2, k, x2).sum().backward()
+    res[k] = (m.report().max["activations"] // (8 * 32 * 4), m.report().recompute_overhead)
+best = min(v[0] for v in res.values())
+print("best peak", best, "at k =", [k for k, v in res.items() if v[0] == best])
+print("formula optimum:", memory.optimal_checkpoint_segments(n2), "peak",
+      memory.checkpoint_peak_activations(n2, 6), "; recompute at k=6:", f"{res[6][1]:.0%}")
+"""),
+    md("""
+## 3. ZeRO on simulated ranks
+
+`ZeroEngine(model, stage, world_size)` runs N data-parallel ranks in one process. Each rank
+keeps only its share of the model states (stage 1: optimizer states; 2: + gradients; 3: +
+parameters), and the ranks exchange data only through collectives that count what they move
+(ring algorithms: an all-reduce sends 2(N−1)/N × size per rank, reduce-scatter and all-gather
+(N−1)/N × size). Mixed precision as in the paper: fp16 parameters and gradients, fp32 master
+weights and Adam moments (K = 12 bytes per parameter) in the partitions.
+
+Every stage computes the same bits: gradients are averaged by one fixed reduction (float64 sum
+in rank order, rounded once to fp16), and Adam is elementwise, so partitioning it changes
+nothing.
+"""),
+    code("""
+def factory():
+    return nn.Sequential(nn.Linear(32, 64, rng=0), nn.ReLU(), nn.Linear(64, 8, rng=1))
+
+N = 4
+rng = np.random.default_rng(0)
+data = [(rng.normal(size=(32, 32)), rng.integers(0, 8, size=32)) for _ in range(3)]
+configs = [(0, False), (1, False), (2, False), (3, False), (2, True), (3, True)]
+engines = {}
+for stage, off in configs:
+    eng = ZeroEngine(factory, stage, N, lr=1e-3, offload=off)
+    for xb, yb in data:
+        eng.step(xb, yb)
+    engines[(stage, off)] = eng
+final = {c: e.full_params().tobytes() for c, e in engines.items()}
+print("all stages give bitwise identical parameters:", len(set(final.values())) == 1)
+
+psi = engines[(0, False)].num_params
+print(f"Psi = {psi} parameters, N = {N} ranks\\n")
+print("stage offload  held B  formula B  on GPU B  sent/step  2or3(N-1)/N*Psi  paper")
+for (stage, off), eng in engines.items():
+    d = memory.zero_measured_vs_formula(eng)
+    print(f"{stage:5d} {off!s:>7s} {d['measured_bytes']:7d} {d['formula_bytes']:10.0f} "
+          f"{d['device_bytes']:9d} {d['measured_comm_elements']:10d} "
+          f"{d['ring_comm_elements']:16.0f} {d['paper_comm_elements']:6.0f}")
+"""),
+    code("""
+kinds = ["parameters", "gradients", "optimizer_states"]
+colors = {"parameters": "#E69F00", "gradients": "#CC79A7", "optimizer_states": "#0072B2"}
+with style.context():
+    fig, ax = style.new_figure((7, 3.4))
+    labels = [f"stage {s}" + ("\\n+offload" if o else "") for s, o in configs]
+    bottom = np.zeros(len(configs))
+    for kind in kinds:
+        vals = []
+        for c in configs:
+            b = engines[c].model_state_bytes(0)
+            on_host = engines[c].offload and kind != "parameters"
+            vals.append(0 if on_host else b[kind])
+        ax.bar(labels, vals, bottom=bottom, label=kind.replace("_", " "), color=colors[kind])
+        bottom += vals
+    ax.plot(labels, [memory.zero_model_state_bytes(psi, s, N) for s, _ in configs], "k_",
+            markersize=30, label="ZeRO formula (all of it)")
+    ax.set_ylabel("bytes per rank on the GPU")
+    ax.set_title(f"Model states per rank, Psi = {psi}, N = {N}")
+    ax.legend(fontsize=8)
+fig
+"""),
+    md("""
+With offload the gradient and optimizer partitions sit in host memory (the formula line marks
+what the rank holds in total) and the GPU keeps only fp16 parameters. The price is PCIe
+traffic: per step each rank sends its fp16 gradient partition down and gets its fp16
+parameters back.
+"""),
+    code("""
+for c in [(2, True), (3, True)]:
+    print(c, "per rank after 3 steps:", engines[c].ranks[0].transfers,
+          "= 3 x 2 bytes x Psi/N each way:", 3 * 2 * psi // N)
+"""),
+    md("""
+### Exercise 3
+
+With N = 8 ranks and the same model: predict the bytes per rank for stage 2, and the elements
+a rank sends per step in stage 3. Check with a `ZeroEngine` (one step is enough). Hint: Psi
+must divide by N for the formula to be exact (otherwise the flat buffer is padded).
+"""),
+    md("#### Solution"),
+    solution("""
+e8 = ZeroEngine(factory, 2, 8)
+e8.step(*data[0])
+print(e8.model_state_bytes(0)["total"], "=", 2 * psi + 14 * psi / 8)
+e8 = ZeroEngine(factory, 3, 8)
+e8.step(*data[0])
+print(e8.last_step_comm[0], "=", 3 * 7 * psi / 8)
+"""),
+    md("""
+## 4. What fits on one 80 GB GPU?
+
+The same formulas at scale (model states only; activations come on top): the ZeRO paper's
+Table 1, and the largest model whose states fit in 80 GB for each stage and data-parallel
+degree.
+"""),
+    code("""
+print(memory.format_zero_table([7.5e9, 128e9], [1, 4, 16, 64, 256, 1024]))
+print()
+for stage in range(4):
+    print(f"stage {stage}: 7.5B fits on 80 GB with N_d =",
+          [nd for nd in (1, 4, 16, 64) if memory.fits_on_gpu(7.5e9, stage, nd)])
+"""),
+    code("""
+nds = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
+with style.context():
+    fig, ax = style.new_figure((7, 3.6))
+    for stage in range(4):
+        per_param = [memory.zero_model_state_bytes(1, stage, int(nd)) for nd in nds]
+        ax.loglog(nds, 80e9 / np.array(per_param) / 1e9, "o-", label=f"stage {stage}")
+    ax.set_xlabel("data-parallel ranks N_d")
+    ax.set_ylabel("largest model (billions of parameters)")
+    ax.set_title("Model states that fit in 80 GB per GPU")
+    ax.legend()
+fig
+"""),
+    md("""
+Stages 1 and 2 flatten out at 80 GB / 4 and 80 GB / 2 bytes (the fp16 parameters and
+gradients every rank still holds): 20 B and 40 B parameters. Only stage 3 keeps growing
+linearly with N_d.
+
+### Exercise 4
+
+ZeRO-Offload trained 13 B parameters on one 32 GB V100. With the engine's offload model (GPU:
+fp16 parameters only), how many parameters fit in the model states of one 80 GB GPU with
+N_d = 1, and how much host memory do they need?
+"""),
+    md("#### Solution"),
+    solution("""
+psi_max = 80e9 / 2                      # 2 bytes of fp16 parameters per parameter on the GPU
+print(f"{psi_max / 1e9:.0f} B parameters; host: 14 bytes each = {14 * psi_max / 1e9:.0f} GB")
+print("13 B on a V100: GPU", 2 * 13e9 / 1e9, "GB of 32; host", 14 * 13e9 / 1e9, "GB")
+"""),
+    md("""
+## Summary
+
+* A mixed-precision Adam step holds 16 bytes per parameter of model states (2 fp16 params,
+  2 fp16 grads, 12 fp32 master + moments); activations scale with batch and depth and with the
+  format's width.
+* Checkpointing trades one extra forward pass of the checkpointed segments for a peak of
+  about k + n/k layer outputs, 2√n at best, with identical gradients.
+* ZeRO partitions the 16 bytes across ranks: 4 + 12/N, 2 + 14/N, 16/N bytes per parameter,
+  for 2Ψ, 2Ψ and 3Ψ elements of communication per step (ring: × (N−1)/N).
+"""),
+]
+
+
+def build(execute: bool = True) -> None:
+    nb = new_notebook(cells=CELLS)
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python",
+                                 "name": "python3"}
+    nb.metadata["language_info"] = {"name": "python"}
+    if execute:
+        import nbclient
+
+        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                                resources={"metadata": {"path": str(ROOT)}}).execute()
+    OUT.parent.mkdir(exist_ok=True)
+    nbformat.write(nb, OUT)
+    print(f"wrote {OUT}")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--no-execute", action="store_true", help="write without running")
+    args = p.parse_args(argv)
+    build(not args.no_execute)
+
+
+if __name__ == "__main__":
+    main()
