@@ -153,6 +153,9 @@ _register("check-hardware", "compare the tensor-core model with measured GPU res
           _lazy("fpsim.tensorcore", "configure_parser"), _lazy("fpsim.tensorcore", "run_cli"))
 _register("figures", "render the README figures to PNG files",
           _lazy("fpsim.viz.gallery", "configure_parser"), _lazy("fpsim.viz.gallery", "run_cli"))
+_register("quant", "INT8 PTQ / QAT, LSQ, NF4 + LoRA and FP8 on the digits data: a table",
+          _lazy("fpsim.quant.experiment", "configure_parser"),
+          _lazy("fpsim.quant.experiment", "run_cli"))
 _register("memory", "ZeRO model-state memory per rank, communication, fits-on-GPU",
           _lazy("fpsim.memory", "configure_parser"), _lazy("fpsim.memory", "run_cli"))
 

@@ -2,8 +2,11 @@
 gradients, integer-only int8 inference (TFLite requantization), NF4 with double quantization
 (bitsandbytes / QLoRA) and FP8 delayed scaling (Transformer Engine).
 
-Everything here is NumPy; the autograd FakeQuantize modules build on :func:`fake_quantize`,
-:func:`fake_quantize_ste_mask` and :func:`lsq_grad`.
+The numerics are NumPy; the layers on the autograd engine build on them: QAT and PTQ
+(:mod:`fpsim.quant.qat`: FakeQuantize, LSQFakeQuantize, prepare / prepare_qat / convert),
+integer-only Int8Linear / Int8Conv2d, NF4Linear and FP8Linear (:mod:`fpsim.quant.layers`),
+LoRA / QLoRA with memory accounting (:mod:`fpsim.quant.lora`) and the experiment behind
+``fpsim quant`` (:mod:`fpsim.quant.experiment`).
 
 >>> import numpy as np
 >>> import fpsim.quant as q
@@ -14,6 +17,7 @@ Everything here is NumPy; the autograd FakeQuantize modules build on :func:`fake
 array([0.5019608, 2.9960785], dtype=float32)
 """
 
+from .experiment import format_result, run_experiment
 from .fake_quant import (
     dequantize,
     fake_quantize,
@@ -35,6 +39,22 @@ from .int8 import (
     rounding_divide_by_pot,
     saturating_rounding_doubling_high_mul,
 )
+from .layers import (
+    FP8Linear,
+    Int8Conv2d,
+    Int8Linear,
+    NF4Linear,
+    QParams,
+    model_size_bytes,
+)
+from .lora import (
+    LoRALinear,
+    TrainingMemory,
+    full_finetune_memory,
+    lora_parameters,
+    prepare_qlora,
+    training_memory,
+)
 from .nf4 import (
     NF4_THRESHOLDS,
     NF4_VALUES,
@@ -50,6 +70,27 @@ from .nf4 import (
     unpack_4bit,
 )
 from .observers import MinMaxObserver, MovingAverageMinMaxObserver, PerChannelMinMaxObserver
+from .qat import (
+    FakeQuantize,
+    LSQFakeQuantize,
+    MovingAveragePerChannelMinMaxObserver,
+    ObserverModule,
+    QATConv2d,
+    QATLinear,
+    QConfig,
+    convert,
+    disable_fake_quant,
+    disable_observer,
+    enable_fake_quant,
+    enable_observer,
+    fake_quantize_ste,
+    get_default_qat_qconfig,
+    get_default_qconfig,
+    lsq_fake_quantize,
+    prepare,
+    prepare_qat,
+    quantize_ptq,
+)
 from .qparams import (
     FLOAT32_EPS,
     VALID_QUANT_BITS,
@@ -74,4 +115,12 @@ __all__ = [
     "quant_range", "quantize", "quantize_multiplier", "rounding_divide_by_pot",
     "saturating_rounding_doubling_high_mul", "tensorrt_fake_quantize", "tensorrt_quantize",
     "tensorrt_scale", "unpack_4bit",
+    # layers on the autograd engine
+    "FP8Linear", "FakeQuantize", "Int8Conv2d", "Int8Linear", "LSQFakeQuantize", "LoRALinear",
+    "MovingAveragePerChannelMinMaxObserver", "NF4Linear", "ObserverModule", "QATConv2d",
+    "QATLinear", "QConfig", "QParams", "TrainingMemory", "convert", "disable_fake_quant",
+    "disable_observer", "enable_fake_quant", "enable_observer", "fake_quantize_ste",
+    "format_result", "full_finetune_memory", "get_default_qat_qconfig", "get_default_qconfig",
+    "lora_parameters", "lsq_fake_quantize", "model_size_bytes", "prepare", "prepare_qat",
+    "prepare_qlora", "quantize_ptq", "run_experiment", "training_memory",
 ]

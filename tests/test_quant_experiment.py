@@ -1,0 +1,95 @@
+"""The ``fpsim quant`` experiment in its --quick form: the tables are well formed, the bytes
+follow from the layers' storage, QAT is at least as accurate as PTQ in the sensitive setting,
+QLoRA fine-tuning works at a fraction of the memory, and the CLI rejects bad options."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from fpsim.quant import experiment as ex
+
+
+@pytest.fixture(scope="module")
+def quick():
+    return ex.run_experiment(quick=True)
+
+
+def test_tables_are_well_formed(quick):
+    b = quick.config.sensitive_bits
+    assert [r.method for r in quick.table] == [
+        "FP32", "FP32 fine-tuned (control)", "INT8 PTQ per-tensor", "INT8 PTQ per-channel",
+        "INT8 QAT", f"W{b}A{b} PTQ per-channel", f"W{b}A{b} QAT", f"W{b}A{b} LSQ",
+        "NF4 weight-only", "NF4 + LoRA", "FP8 (E4M3 fwd / E5M2 bwd)"]
+    assert len(quick.finetune) == 5
+    for r in quick.table + quick.finetune:
+        assert len(r.accuracies) == len(quick.config.seeds)
+        assert all(0.0 <= a <= 1.0 for a in r.accuracies)
+        assert r.model_bytes is None or r.model_bytes > 0
+    # only the rows that train report training memory
+    trained = {r.method for r in quick.table if r.train_bytes is not None}
+    assert trained == {"FP32", "FP32 fine-tuned (control)", "INT8 QAT", f"W{b}A{b} QAT",
+                       f"W{b}A{b} LSQ", "NF4 + LoRA", "FP8 (E4M3 fwd / E5M2 bwd)"}
+    text = ex.format_result(quick)
+    assert "test accuracy" in text and "QLoRA in miniature" in text
+    d = quick.to_dict()
+    assert json.loads(json.dumps(d))["table"][0]["method"] == "FP32"
+
+
+def test_bytes_follow_the_formats(quick):
+    h = quick.config.hidden
+    n_w, n_b = 64 * h + 10 * h, h + 10
+    row = {r.method: r for r in quick.table}
+    assert row["FP32"].model_bytes == 4 * (n_w + n_b)
+    assert row["FP32"].train_bytes == 16 * (n_w + n_b)  # fp32 weights, grads, Adam m and v
+    # int8: one byte per weight, int32 bias, per-tensor scale + zero point per layer, and the
+    # input / output (scale, zero point) of both layers
+    assert row["INT8 PTQ per-tensor"].model_bytes == n_w + 4 * n_b + 2 * 8 + 2 * 16
+    assert row["INT8 PTQ per-channel"].model_bytes == n_w + 4 * n_b + 8 * n_b + 2 * 16
+    b = quick.config.sensitive_bits
+    assert row[f"W{b}A{b} PTQ per-channel"].model_bytes == \
+        -(-h * 64 * b // 8) + -(-h * 10 * b // 8) + 12 * n_b + 2 * 16
+    assert row["NF4 weight-only"].model_bytes < row["INT8 PTQ per-tensor"].model_bytes
+    assert row["FP8 (E4M3 fwd / E5M2 bwd)"].model_bytes == n_w + 4 * n_b + 2 * 8
+
+
+def test_accuracies_tell_the_story(quick):
+    row = {r.method: r.accuracy for r in quick.table}
+    b = quick.config.sensitive_bits
+    assert row["FP32"] > 0.9
+    assert abs(row["INT8 PTQ per-channel"] - row["FP32"]) <= 0.02  # int8 PTQ ~ lossless
+    assert row[f"W{b}A{b} PTQ per-channel"] < row["FP32"] - 0.02  # the sensitive setting
+    assert row[f"W{b}A{b} QAT"] >= row[f"W{b}A{b} PTQ per-channel"]
+    assert row["NF4 weight-only"] > row["FP32"] - 0.03
+    assert row["FP8 (E4M3 fwd / E5M2 bwd)"] > 0.9
+    ft = {r.method: r for r in quick.finetune}
+    assert ft["FP32, not fine-tuned"].accuracy < 0.7  # the shift breaks the model
+    assert ft["QLoRA (NF4 + LoRA)"].accuracy > ft["NF4, not fine-tuned"].accuracy + 0.3
+    assert ft["QLoRA (NF4 + LoRA)"].train_bytes < ft["full fine-tune fp32"].train_bytes / 2
+    assert ft["full fine-tune mixed (bf16)"].train_bytes == ft["full fine-tune fp32"].train_bytes
+
+
+def test_cli(tmp_path, capsys, monkeypatch):
+    p = argparse.ArgumentParser()
+    ex.configure_parser(p)
+    # a tiny run: the CLI's wiring is what is tested here
+    monkeypatch.setattr(ex, "QUICK", ex.ExperimentConfig(hidden=8, epochs=1, qat_epochs=1,
+                                                         ft_epochs=1, seeds=(0,)))
+    assert ex.run_cli(p.parse_args(["--quick", "--json", str(tmp_path / "q.json")])) == 0
+    out = capsys.readouterr().out
+    assert "INT8 PTQ per-channel" in out
+    assert json.loads((tmp_path / "q.json").read_text())["config"]["hidden"] == 8
+    for bad in (["--bits", "9"], ["--bits", "1"], ["--seeds", "0"], ["--lora-rank", "0"]):
+        with pytest.raises(ValueError):
+            ex.run_cli(p.parse_args(bad))
+
+
+def test_bad_config():
+    with pytest.raises(ValueError, match="unsupported bit width 12"):
+        ex.run_experiment(ex.ExperimentConfig(sensitive_bits=12))
+    with pytest.raises(ValueError, match="at least one seed"):
+        ex.run_experiment(ex.ExperimentConfig(seeds=()))
+    with pytest.raises(ValueError, match="within 7 pixels"):
+        ex.shift_images([[0.0] * 64], 8)
