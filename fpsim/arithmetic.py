@@ -75,8 +75,6 @@ from .rounding import round_pair as _round_pair
 __all__ = ["add", "sub", "mul", "div", "sqrt", "fma"]
 
 _U = np.uint64
-_QUIET = _U(1 << 51)
-_EXP = _U(0x7FF << 52)
 _SPLIT = 134217729.0  # 2**27 + 1: Veltkamp's constant, splits a float64 into 26 + 26 bits
 _STICKY = 2.0**-200  # stands for an operand far below the other's last bit (sign kept)
 _LO_FLOOR = 2.0**-114  # smallest |lo| kept relative to hi in [1/2, 1): below every decision
