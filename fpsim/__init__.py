@@ -70,7 +70,7 @@ from .rounding import cast, round, round_pair, seed
 # Higher layers load on first use (``fpsim.tensorcore``, ``fpsim.viz``, ...), so that
 # ``import fpsim`` stays light and never pulls matplotlib in by itself.
 _SUBMODULES = ("amp", "datasets", "distributed", "integer", "memory", "quant", "tensorcore",
-               "viz")
+               "training", "viz")
 
 
 def __getattr__(name: str):

@@ -112,7 +112,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
+def _cmd_tour(args: argparse.Namespace) -> int:
     print(demo_tour())
     return 0
 
@@ -135,7 +135,8 @@ def _configure_show(p: argparse.ArgumentParser) -> None:
 
 _register("formats", "table of the preset formats", lambda p: None, _cmd_formats)
 _register("show", "show a value rounded to a format, bit by bit", _configure_show, _cmd_show)
-_register("demo", "the main demonstration", lambda p: None, _cmd_demo)
+_register("tour", "a short tour of the formats and one rounding example per mode",
+          lambda p: None, _cmd_tour)
 
 
 def _lazy(module: str, attr: str) -> Callable:
@@ -149,6 +150,12 @@ def _lazy(module: str, attr: str) -> Callable:
     return call
 
 
+_register("demo", "the main job: FP32 / FP16 / mixed-precision training on the digits, measured",
+          _lazy("fpsim.training.cli", "configure_demo_parser"),
+          _lazy("fpsim.training.cli", "run_demo_cli"))
+_register("train", "train one precision recipe on the digits data",
+          _lazy("fpsim.training.cli", "configure_train_parser"),
+          _lazy("fpsim.training.cli", "run_train_cli"))
 _register("check-hardware", "compare the tensor-core model with measured GPU results",
           _lazy("fpsim.tensorcore", "configure_parser"), _lazy("fpsim.tensorcore", "run_cli"))
 _register("figures", "render the README figures to PNG files",

@@ -15,6 +15,7 @@ Settings are read when an op runs: the forward ops when they are called, the bac
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -39,13 +40,17 @@ from .fastcast import f32_to_f16, f64_to_f16
 __all__ = [
     "Accumulation",
     "as_accumulation",
+    "autocast_args",
     "contains",
     "get_accumulation",
+    "get_autocast_hook",
     "get_rounding",
     "matmul_accumulation",
     "promote_formats",
+    "reset_autocast_hook",
     "round_to",
     "rounding",
+    "set_autocast_hook",
     "widen",
 ]
 
@@ -322,3 +327,45 @@ def widen(x: np.ndarray, dtype=np.float64) -> np.ndarray:
     if x.dtype.kind not in "fV":
         raise TypeError(f"expected floating-point values, got dtype {x.dtype}")
     return x.astype(dtype)
+
+
+# ---------------------------------------------------------------------- autocast hook
+# The autocast state lives here, in the autograd layer, so the ops can consult it without
+# importing fpsim.amp: fpsim.amp.autocast installs a cast policy, a callable
+# ``policy(op_name, args) -> args``, for its region (None: no autocast).
+_AUTOCAST_HOOK: contextvars.ContextVar = contextvars.ContextVar("fpsim_autocast_hook",
+                                                                default=None)
+
+
+def get_autocast_hook():
+    """The active autocast cast policy, or None outside autocast regions.
+
+    >>> get_autocast_hook() is None
+    True
+    """
+    return _AUTOCAST_HOOK.get()
+
+
+def set_autocast_hook(hook) -> contextvars.Token:
+    """Install ``hook`` (a callable ``hook(op, args) -> args``, or None); returns the token
+    that :func:`reset_autocast_hook` takes to restore the previous one."""
+    return _AUTOCAST_HOOK.set(hook)
+
+
+def reset_autocast_hook(token: contextvars.Token) -> None:
+    """Restore the hook active before the :func:`set_autocast_hook` that gave ``token``."""
+    _AUTOCAST_HOOK.reset(token)
+
+
+def autocast_args(op: str, *args):
+    """What the autocast-aware ops call first: their arguments as the active cast policy
+    casts them for ``op`` (unchanged outside autocast). One argument gives one value back,
+    several a tuple.
+
+    >>> autocast_args("exp", 1.0), autocast_args("add", 1.0, 2.0)
+    (1.0, (1.0, 2.0))
+    """
+    hook = _AUTOCAST_HOOK.get()
+    if hook is not None:
+        args = hook(op, args)
+    return args[0] if len(args) == 1 else args

@@ -83,6 +83,7 @@ from .context import (
     F32_SAFE,
     Accumulation,
     as_accumulation,
+    autocast_args,
     promote_formats,
     round_to,
     settings,
@@ -289,6 +290,7 @@ def add(input, other) -> Tensor:
     >>> (Tensor([1.0, 2.0], fpsim.FP16) + Tensor([0.5], fpsim.FP32)).fmt.name
     'fp32'
     """
+    input, other = autocast_args("add", input, other)
     x, y, fmt = _operands(input, other, "add")
     _check_broadcast(x, y, "add")
     with np.errstate(all="ignore"):
@@ -303,6 +305,7 @@ def sub(input, other) -> Tensor:
     >>> float((Tensor([3.0]) - 1).item())
     2.0
     """
+    input, other = autocast_args("sub", input, other)
     x, y, fmt = _operands(input, other, "sub")
     _check_broadcast(x, y, "sub")
     with np.errstate(all="ignore"):
@@ -317,6 +320,7 @@ def mul(input, other) -> Tensor:
     >>> float((Tensor([3.0]) * 0.5).item())
     1.5
     """
+    input, other = autocast_args("mul", input, other)
     x, y, fmt = _operands(input, other, "mul")
     _check_broadcast(x, y, "mul")
     with np.errstate(all="ignore"):
@@ -332,6 +336,7 @@ def div(input, other) -> Tensor:
     >>> Tensor([1.0], fpsim.FP16) / 3
     Tensor([0.33325195], fmt=fp16)
     """
+    input, other = autocast_args("div", input, other)
     x, y, fmt = _operands(input, other, "div")
     _check_broadcast(x, y, "div")
     with np.errstate(all="ignore"):
@@ -374,6 +379,7 @@ def pow(input, exponent) -> Tensor:  # noqa: A001 - torch.pow
     >>> float(pow(Tensor([3.0]), 2).item())
     9.0
     """
+    input, exponent = autocast_args("pow", input, exponent)
     x, y, fmt = _operands(input, exponent, "pow")
     _check_broadcast(x, y, "pow")
     with np.errstate(all="ignore"):
@@ -410,6 +416,7 @@ def matmul(input: Tensor, other: Tensor, *, accumulation=None) -> Tensor:
     >>> (a @ b).item()
     11.0
     """
+    input, other = autocast_args("matmul", input, other)
     a, b = _as_tensor(input), _as_tensor(other)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"matmul: both arguments need at least 1 dimension, got shapes "
@@ -459,6 +466,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *,
     >>> linear(Tensor([[1.0, 1.0]]), Tensor([[2.0, 3.0]]), Tensor([0.5])).tolist()
     [[5.5]]
     """
+    input, weight, bias = autocast_args("linear", input, weight, bias)
     x, w = _as_tensor(input), _as_tensor(weight)
     if w.ndim != 2 or x.ndim == 0 or x.shape[-1] != w.shape[1]:
         raise ValueError(f"linear: input shape {x.shape} and weight shape {w.shape} do not "
@@ -505,6 +513,7 @@ def sum(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
     >>> sum(Tensor([[1.0, 2.0], [3.0, 4.0]], fpsim.FP16), dim=0).tolist()
     [4.0, 6.0]
     """
+    input = autocast_args("sum", input)
     x = _as_tensor(input)
     axes = _axes(dim, x.ndim)
     out = round_to(np.asarray(widen(x._data).sum(axis=axes, keepdims=keepdim)), x.fmt)
@@ -523,6 +532,7 @@ def mean(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     >>> mean(Tensor([1.0, 2.0])).item()
     1.5
     """
+    input = autocast_args("mean", input)
     x = _as_tensor(input)
     axes = _axes(dim, x.ndim)
     n = int(np.prod([x.shape[a] for a in axes])) if x.ndim else 1
@@ -780,6 +790,7 @@ def exp(input: Tensor) -> Tensor:
     >>> exp(Tensor([0.0])).item()
     1.0
     """
+    input = autocast_args("exp", input)
     return _unary(_as_tensor(input), np.exp, lambda x, o, g: g * widen(o), "exp")
 
 
@@ -789,6 +800,7 @@ def log(input: Tensor) -> Tensor:
     >>> log(Tensor([1.0])).item()
     0.0
     """
+    input = autocast_args("log", input)
     return _unary(_as_tensor(input), np.log, lambda x, o, g: g / x, "log")
 
 
@@ -919,6 +931,7 @@ def softmax(input: Tensor, dim: int | None = None) -> Tensor:
     >>> softmax(Tensor([0.0, 0.0]), dim=0).tolist()
     [0.5, 0.5]
     """
+    input = autocast_args("softmax", input)
     x = _as_tensor(input)
     (d,) = _axes(_need_dim(dim, "softmax"), x.ndim)
     x64 = widen(x._data)
@@ -940,6 +953,7 @@ def log_softmax(input: Tensor, dim: int | None = None) -> Tensor:
     >>> round(log_softmax(Tensor([0.0, 0.0], "fp64"), dim=0).tolist()[0], 12)
     -0.69314718056
     """
+    input = autocast_args("log_softmax", input)
     x = _as_tensor(input)
     (d,) = _axes(_need_dim(dim, "log_softmax"), x.ndim)
     x64 = widen(x._data)
@@ -974,6 +988,7 @@ def nll_loss(input: Tensor, target, weight=None, ignore_index: int = -100,
     >>> nll_loss(Tensor([[-1.0, -2.0]]), [1]).item()
     2.0
     """
+    input = autocast_args("nll_loss", input)
     _check_reduction(reduction)
     x = _as_tensor(input)
     t = np.asarray(target._data if isinstance(target, Tensor) else target)
@@ -1033,6 +1048,7 @@ def cross_entropy(input: Tensor, target, weight=None, ignore_index: int = -100,
     >>> round(cross_entropy(Tensor([[0.0, 0.0]], "fp64"), [0]).item(), 12)
     0.69314718056
     """
+    input = autocast_args("cross_entropy", input)
     x = _as_tensor(input)
     return nll_loss(log_softmax(x, dim=0 if x.ndim == 1 else 1), target, weight, ignore_index,
                     reduction)
@@ -1045,6 +1061,7 @@ def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:
     >>> mse_loss(Tensor([1.0, 3.0]), [0.0, 1.0]).item()
     2.5
     """
+    input, target = autocast_args("mse_loss", input, target)
     _check_reduction(reduction)
     x = _as_tensor(input)
     t = target if isinstance(target, Tensor) else Tensor(target, x.fmt)
@@ -1121,6 +1138,7 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None,
     >>> layer_norm(Tensor([[1.0, 3.0]], "fp64"), 2).tolist()[0][1] > 0.99
     True
     """
+    input, weight, bias = autocast_args("layer_norm", input, weight, bias)
     x = _as_tensor(input)
     ns = (normalized_shape,) if isinstance(normalized_shape, (int, np.integer)) else tuple(
         normalized_shape)
@@ -1173,6 +1191,7 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     >>> batch_norm(x, None, None, training=True).tolist()[1][0] > 0.99
     True
     """
+    input, weight, bias = autocast_args("batch_norm", input, weight, bias)
     x = _as_tensor(input)
     if x.ndim < 2:
         raise ValueError(f"batch_norm: expected input of shape (N, C, ...), got {x.shape}")
@@ -1256,6 +1275,7 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     >>> conv2d(Tensor(np.ones((1, 1, 3, 3))), Tensor(np.ones((1, 1, 2, 2)))).shape
     (1, 1, 2, 2)
     """
+    input, weight, bias = autocast_args("conv2d", input, weight, bias)
     x, w = _as_tensor(input), _as_tensor(weight)
     if x.ndim == 3:
         return squeeze(conv2d(unsqueeze(x, 0), w, bias, stride, padding, dilation, groups,

@@ -1,0 +1,71 @@
+"""The demo's model: a ReLU multilayer perceptron that keeps its layers' outputs, so that the
+gradients of the activations can be measured as well as those of the weights."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..autograd import functional as F
+from ..autograd.tensor import Tensor
+from ..nn import Linear, Module
+
+__all__ = ["MLP"]
+
+
+class MLP(Module):
+    """``Linear -> ReLU -> ... -> Linear`` with layer widths ``sizes`` (input first, classes
+    last) and PyTorch's default initialisation drawn from ``rng``; ``init_scale`` multiplies
+    every initial weight and bias (1: PyTorch's default).
+
+    After each forward, ``activations`` maps ``fc1``, ``fc2``, ... to the outputs of the linear
+    layers (pre-activations and logits); when they require grad, their gradients are retained
+    (``.grad`` after backward), as the layer outputs whose gradients backpropagation stores.
+
+    >>> net = MLP((64, 32, 10), rng=0)
+    >>> out = net(Tensor(np.zeros((5, 64), np.float32)))
+    >>> out.shape, list(net.activations)
+    ((5, 10), ['fc1', 'fc2'])
+    """
+
+    def __init__(self, sizes: Sequence[int] = (64, 64, 10), *,
+                 rng: np.random.Generator | int | None = 0, init_scale: float = 1.0,
+                 out_init_scale: float = 1.0) -> None:
+        super().__init__()
+        sizes = tuple(int(s) for s in sizes)
+        if len(sizes) < 2 or min(sizes) < 1:
+            raise ValueError(f"sizes must list at least an input and an output width, all "
+                             f"positive, got {sizes}")
+        gen = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
+        self.sizes = sizes
+        self.init_scale = float(init_scale)
+        self.out_init_scale = float(out_init_scale)
+        self.names = [f"fc{i + 1}" for i in range(len(sizes) - 1)]
+        for i, name in enumerate(self.names):
+            fan_in, fan_out = sizes[i], sizes[i + 1]
+            layer = Linear(fan_in, fan_out, rng=gen)
+            factor = self.init_scale * (self.out_init_scale if name == self.names[-1] else 1.0)
+            if factor != 1.0:
+                for p in layer.parameters():
+                    p.data = p.numpy(np.float64) * factor
+            self.add_module(name, layer)
+        self.activations: dict[str, Tensor] = {}
+
+    def forward(self, x: Tensor) -> Tensor:
+        acts: dict[str, Tensor] = {}
+        h = x
+        last = self.names[-1]
+        for name in self.names:
+            h = getattr(self, name)(h)
+            acts[name] = h
+            if h.requires_grad:
+                h.retain_grad()
+            if name != last:
+                h = F.relu(h)
+        self.activations = acts
+        return h
+
+    def extra_repr(self) -> str:
+        return (f"sizes={self.sizes}, init_scale={self.init_scale:g}, "
+                f"out_init_scale={self.out_init_scale:g}")

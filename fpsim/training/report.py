@@ -1,0 +1,136 @@
+"""Text reports of training runs: the results table, the memory table and JSON lines."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["format_bytes", "memory_cell", "results_table", "memory_table", "json_lines",
+           "markdown_table"]
+
+_MEMORY_COLUMNS = (("weights", "weights"), ("master_weights", "master weights"),
+                   ("gradients", "gradients"), ("master_gradients", "master grads"),
+                   ("optimizer_state", "optim. state"), ("activations", "activations"))
+
+
+def format_bytes(n: float) -> str:
+    """Bytes in B / KiB / MiB with three significant digits.
+
+    >>> format_bytes(512), format_bytes(37_416), format_bytes(3 * 2**20)
+    ('512 B', '36.5 KiB', '3.00 MiB')
+    """
+    if n < 1024:
+        return f"{int(n)} B"
+    for unit, size in (("KiB", 2**10), ("MiB", 2**20), ("GiB", 2**30)):
+        v = n / size
+        if v < 1000 or unit == "GiB":
+            decimals = max(0, 2 - int(math.floor(math.log10(v))))
+            return f"{v:.{decimals}f} {unit}"
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def memory_cell(by_format: dict[str, int]) -> str:
+    """``{"fp16": 2048, "fp32": 512}`` -> ``'fp16 2.00 KiB + fp32 512 B'`` (``-`` when empty).
+
+    >>> memory_cell({"fp32": 4096}), memory_cell({})
+    ('fp32 4.00 KiB', '-')
+    """
+    if not by_format:
+        return "-"
+    return " + ".join(f"{k} {format_bytes(v)}" for k, v in sorted(by_format.items()))
+
+
+def _pct(v: float) -> str:
+    if v == 0:
+        return "0"
+    if v < 1e-4:
+        return "<0.01%"
+    return f"{100 * v:.2f}%"
+
+
+def _scale(v: float) -> str:
+    if v >= 1024 and math.log2(v).is_integer():
+        return f"2^{int(math.log2(v))}"
+    return f"{v:g}"
+
+
+def _rows(runs: Sequence[Any]) -> list[list[str]]:
+    rows = []
+    for r in runs:
+        s = r.summary()
+        rows.append([
+            s["precision"], s["loss_scale"], f"{s['final_loss']:.4f}",
+            f"{100 * s['test_accuracy']:.2f}%", _pct(s["grad_underflow_fraction"]),
+            _pct(s["grad_subnormal_fraction"]), str(s["skipped_steps"]),
+            _scale(s["final_loss_scale"]), _pct(s["lost_update_fraction"]),
+            f"{s['time_s']:.1f}s",
+        ])
+    return rows
+
+
+_HEAD = ["precision", "loss scale", "final loss", "test acc", "grad underflow",
+         "grad subnormal", "skipped", "final scale", "lost updates", "time"]
+
+
+def _table(head: list[str], rows: list[list[str]], right: set[int]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+    return "\n".join([line(head), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def results_table(runs: Sequence[Any]) -> str:
+    """One row per run: final training loss, test accuracy, share of the gradient values lost
+    to underflow (and rounded to subnormals), skipped steps, final loss scale, share of
+    weight updates lost to rounding, wall time (instrumentation included).
+
+    >>> from fpsim.training import train
+    >>> run = train(precision="fp16", steps=2, sizes=(64, 8, 10), eval_every=2)
+    >>> print(results_table([run]).splitlines()[0])  # doctest: +NORMALIZE_WHITESPACE
+    precision loss scale final loss test acc grad underflow grad subnormal skipped
+    final scale lost updates time
+    """
+    return _table(_HEAD, _rows(runs), right=set(range(2, len(_HEAD))))
+
+
+def memory_table(runs: Sequence[Any]) -> str:
+    """One row per run: bytes of weights, master weights, gradients, master gradients,
+    optimizer state and activations, by format (from the arrays' dtypes).
+
+    >>> from fpsim.training import train
+    >>> run = train(precision="mixed-bf16", steps=1, sizes=(64, 8, 10), eval_every=1)
+    >>> memory_table([run]).splitlines()[2].split()[:3]
+    ['mixed-bf16', 'bf16', '1.19']
+    """
+    head = ["precision"] + [label for _, label in _MEMORY_COLUMNS]
+    rows = [[r.precision] + [memory_cell(r.memory.get(key, {})) for key, _ in _MEMORY_COLUMNS]
+            for r in runs]
+    return _table(head, rows, right=set())
+
+
+def markdown_table(runs: Sequence[Any]) -> str:
+    """The results table as GitHub markdown (for docs/demo.md).
+
+    >>> from fpsim.training import train
+    >>> markdown_table([train(precision="fp32", steps=1, sizes=(64, 8, 10))])[:13]
+    '| precision |'
+    """
+    rows = _rows(runs)
+    out = ["| " + " | ".join(_HEAD) + " |", "|" + "---|" * len(_HEAD)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def json_lines(runs: Sequence[Any]) -> str:
+    """One JSON object per run (``RunResult.summary()``), one per line.
+
+    >>> from fpsim.training import train
+    >>> json.loads(json_lines([train(precision="fp32", steps=1, sizes=(64, 8, 10))]))["steps"]
+    1
+    """
+    return "\n".join(json.dumps(r.summary(), sort_keys=False) for r in runs)

@@ -1,0 +1,273 @@
+"""Figures of mixed-precision training runs: loss curves, loss-scale trajectories and gradient
+exponent histograms against a format's range (Micikevicius et al. 2018, Figure 3).
+
+The functions take run results duck-typed: anything with ``precision`` (a name),
+``step_loss`` (mini-batch loss per step), ``step_scale`` / ``step_skipped`` (per step),
+``eval_steps`` / ``eval_test_accuracy`` / ``eval_train_loss`` (:class:`fpsim.training.
+RunResult` has them all). Precisions are drawn in their format's colour (fp32 blue, fp16
+orange, bf16 green); the fp16 recipes differ by line style.
+
+>>> from types import SimpleNamespace
+>>> import numpy as np
+>>> run = SimpleNamespace(precision="fp32", step_loss=np.linspace(2.3, 0.1, 50),
+...                       eval_steps=np.array([25, 50]), eval_test_accuracy=np.array([0.5, 0.9]),
+...                       eval_train_loss=np.array([1.0, 0.1]))
+>>> len(loss_curves([run]).axes)
+2
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.patches import Patch
+
+from ..amp.instrument import ExponentHistogram, fp16_range_shading, merge_histograms
+from . import style
+from ._common import float_format
+from .gallery import register
+
+__all__ = ["PRECISION_STYLES", "precision_style", "loss_curves", "loss_scale_trajectory",
+           "gradient_exponent_histogram", "demo_runs"]
+
+# recipe name -> (format whose colour it takes, line style, label)
+PRECISION_STYLES: dict[str, tuple[str, str, str]] = {
+    "fp32": ("fp32", "-", "FP32"),
+    "fp16": ("fp16", ":", "pure FP16 (no master, no scaling)"),
+    "fp16-master": ("fp16", "--", "FP16 + master weights, no scaling"),
+    "mixed-fp16": ("fp16", "-", "mixed FP16 (master + dynamic scaling)"),
+    "mixed-bf16": ("bf16", "-", "mixed BF16 (master, no scaling)"),
+}
+
+
+def precision_style(name: str) -> dict[str, Any]:
+    """Line keyword arguments (color, linestyle, label) for a precision recipe name.
+
+    >>> precision_style("mixed-bf16")["color"] == style.format_color("bf16")
+    True
+    """
+    fmt, ls, label = PRECISION_STYLES.get(name, ("fp64", "-", name))
+    return {"color": style.format_color(fmt), "linestyle": ls, "label": label}
+
+
+def _smooth(y: np.ndarray, window: int) -> np.ndarray:
+    """Running mean over ``window`` steps (shorter at the start); NaN/inf steps ignored."""
+    y = np.asarray(y, dtype=np.float64)
+    ok = np.isfinite(y)
+    c = np.concatenate([[0.0], np.cumsum(np.where(ok, y, 0.0))])
+    n = np.concatenate([[0], np.cumsum(ok)])
+    hi = np.arange(1, y.size + 1)
+    lo = np.maximum(hi - window, 0)
+    cnt = n[hi] - n[lo]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(cnt > 0, (c[hi] - c[lo]) / cnt, np.nan)
+
+
+def _check_runs(runs: Sequence[Any]) -> list[Any]:
+    runs = list(runs)
+    if not runs:
+        raise ValueError("need at least one run to plot")
+    return runs
+
+
+@style.styled
+def loss_curves(runs: Sequence[Any], *, smooth: int = 20, ax: Axes | None = None,
+                title: str | None = None) -> style.Figure:
+    """Training loss (mini-batch losses, running mean over ``smooth`` steps, log scale) and
+    test accuracy at the evaluation points, one line per run. With ``ax`` only the loss panel
+    is drawn, into that axes."""
+    runs = _check_runs(runs)
+    if smooth < 1:
+        raise ValueError(f"smooth must be a positive number of steps, got {smooth}")
+    if ax is None:
+        fig, (ax_loss, ax_acc) = style.new_figure((10, 4), ncols=2)
+    else:
+        fig, ax_loss = style.new_figure((6, 4), ax=ax)
+        ax_acc = None
+    for r in runs:
+        kw = precision_style(r.precision)
+        # the fp32 baseline is drawn wide and light, so curves that match it stay visible
+        lw, alpha = (3.5, 0.45) if r.precision == "fp32" else (1.6, 1.0)
+        loss = _smooth(r.step_loss, smooth)
+        ax_loss.plot(np.arange(1, loss.size + 1), loss, lw=lw, alpha=alpha, **kw)
+        if ax_acc is not None:
+            ax_acc.plot(r.eval_steps, 100 * np.asarray(r.eval_test_accuracy), lw=lw,
+                        alpha=alpha, marker="o", ms=3, **kw)
+    ax_loss.set_yscale("log")
+    ax_loss.set_xlabel("step")
+    ax_loss.set_ylabel(f"training loss (running mean of {smooth} steps)")
+    ax_loss.grid(True, which="major")
+    ax_loss.set_title("Training loss" if title is None else title)
+    if ax_acc is not None:
+        ax_acc.set_xlabel("step")
+        ax_acc.set_ylabel("test accuracy (%)")
+        ax_acc.grid(True)
+        ax_acc.set_title("Test accuracy")
+        ax_acc.legend(loc="lower right")  # accuracy rises to the upper right: corner is free
+    else:
+        ax_loss.legend(loc="upper right")  # the loss falls from the upper left
+    return fig
+
+
+@style.styled
+def loss_scale_trajectory(runs: Sequence[Any], *, ax: Axes | None = None) -> style.Figure:
+    """The loss scale of every step (log2 axis), skipped steps marked with a cross; runs
+    without scaling (a constant scale of 1) are drawn too, as a reference.
+
+    >>> from types import SimpleNamespace
+    >>> run = SimpleNamespace(precision="mixed-fp16", step_scale=np.array([4.0, 8.0, 4.0]),
+    ...                       step_skipped=np.array([False, True, False]))
+    >>> loss_scale_trajectory([run]).axes[0].get_yscale()
+    'log'
+    """
+    runs = _check_runs(runs)
+    fig, ax = style.new_figure((7, 3.6), ax=ax)
+    lo, hi = np.inf, 0.0
+    for r in runs:
+        s = np.asarray(r.step_scale, dtype=np.float64)
+        if s.size == 0:
+            continue
+        kw = precision_style(r.precision)
+        x = np.arange(1, s.size + 1)
+        ax.step(x, s, where="post", lw=1.6, **kw)
+        skipped = np.asarray(r.step_skipped, dtype=bool)
+        if skipped.any():
+            ax.plot(x[skipped], s[skipped], "x", color=kw["color"], ms=6, mew=1.5,
+                    label=f"skipped step ({kw['label'].split(' (')[0]})")
+        lo, hi = min(lo, s.min()), max(hi, s.max())
+    if not np.isfinite(lo):
+        lo, hi = 1.0, 2.0
+    style.log2_axis(ax, lo / 2, max(hi * 2, lo * 4), axis="y")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss scale")
+    ax.set_title("Loss scale: halved on inf/NaN gradients (step skipped), doubled after "
+                 "a run of good steps", fontsize=10)
+    ax.grid(True, which="major", axis="y")
+    ax.legend(loc="best", fontsize=8)
+    return fig
+
+
+def _as_hist(h: Any) -> ExponentHistogram:
+    if isinstance(h, ExponentHistogram):
+        return h
+    if isinstance(h, Mapping) and h:
+        return merge_histograms(_as_hist(v) for v in h.values())
+    raise TypeError("expected an ExponentHistogram or a non-empty mapping of them (e.g. the "
+                    f"layers of a run), got {type(h).__name__}")
+
+
+@style.styled
+def gradient_exponent_histogram(hist: Any, fmt: str = "fp16", *,
+                                labels: Sequence[str] | None = None,
+                                ax: Axes | None = None, title: str | None = None
+                                ) -> style.Figure:
+    """Histogram of gradient exponents ``floor(log2|g|)`` (share of the non-zero values per
+    binade) with ``fmt``'s range shaded, as Micikevicius et al.'s Figure 3: below half its
+    smallest subnormal (2^-25 for fp16) values round to zero, from there to the smallest
+    normal they round to subnormals (fewer bits), above its largest finite value they
+    overflow.
+
+    ``hist``: an :class:`~fpsim.amp.ExponentHistogram`, a mapping of them (merged, e.g. the
+    layers of a run), or a list of such items: overlaid series named by ``labels``.
+
+    >>> from fpsim.amp import exponent_histogram
+    >>> h = exponent_histogram(np.array([2.0**-30, 2.0**-20, 0.5, 0.0]))
+    >>> gradient_exponent_histogram(h).axes[0].get_xlabel()
+    'binary exponent floor(log2|gradient|)'
+    """
+    f = float_format(fmt)
+    series = list(hist) if isinstance(hist, (list, tuple)) else [hist]
+    hists = [_as_hist(h) for h in series]
+    if labels is not None and len(labels) != len(hists):
+        raise ValueError(f"got {len(labels)} labels for {len(hists)} histograms")
+    fig, ax = style.new_figure((8, 4), ax=ax)
+    shade = fp16_range_shading(f)
+    # values below half the smallest subnormal (and the tie at it) round to zero; from there
+    # to the smallest normal they round to subnormals
+    zero_edge = shade.smallest_subnormal - 1
+    occupied = [h.exponents[h.counts > 0] for h in hists]
+    lo = min([int(e[0]) for e in occupied if e.size] + [zero_edge])
+    hi = max([int(e[-1]) for e in occupied if e.size] + [shade.max])
+    lo, hi = lo - 3, hi + 3
+    ax.axvspan(lo, zero_edge, color=style.ROLE_COLORS["underflow"], alpha=0.45, lw=0,
+               zorder=0)
+    ax.axvspan(zero_edge, shade.smallest_normal, color=style.ROLE_COLORS["band_subnormal"],
+               alpha=0.9, lw=0, zorder=0)
+    ax.axvspan(shade.max + 1, hi, color=style.ROLE_COLORS["overflow"], alpha=0.45, lw=0,
+               zorder=0)
+    palette = [style.ROLE_COLORS["data"], style.format_color(f), style.format_color("fp32"),
+               style.format_color("bf16")]
+    handles = []
+    top = 0.0
+    for i, h in enumerate(hists):
+        nonzero = int(h.counts.sum()) + h.below + h.above
+        share = h.counts / max(nonzero, 1)
+        top = max(top, float(share.max()) if share.size else 0.0)
+        color = palette[i % len(palette)]
+        label = labels[i] if labels is not None else "gradient values"
+        below = (h.below + int(h.counts[h.exponents < zero_edge].sum())) / max(nonzero, 1)
+        edges = np.append(h.exponents, h.exponents[-1] + 1) if h.exponents.size else [0, 1]
+        ax.stairs(share, edges, fill=len(hists) == 1, alpha=0.85 if len(hists) == 1 else 1.0,
+                  color=color, lw=1.6, zorder=2)
+        handles.append(Patch(color=color, label=f"{label}: {100 * below:.2f}% below "
+                                                 f"{style.pow2_label(zero_edge)}"))
+    ax.set_ylim(0, 1.6 * top if top > 0 else 1.0)  # headroom for the legend
+    ax.axvline(zero_edge, color=style.ROLE_COLORS["bound"], lw=0.8, ls="--")
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel("binary exponent floor(log2|gradient|)")
+    ax.set_ylabel("share of the non-zero values")
+    name = str(f.name).upper()
+    handles += [Patch(color=style.ROLE_COLORS["underflow"], alpha=0.45,
+                      label=f"round to zero in {name}"),
+                Patch(color=style.ROLE_COLORS["band_subnormal"],
+                      label=f"{name} subnormal (fewer bits)"),
+                Patch(color=style.ROLE_COLORS["overflow"], alpha=0.45,
+                      label=f"overflow in {name}")]
+    ax.legend(handles=handles, loc="upper left", fontsize=8)
+    ax.set_title(title if title is not None else f"Gradient exponents against the {name} range")
+    return fig
+
+
+# ---------------------------------------------------------------------------- gallery
+_DEMO_CACHE: dict[str, list] = {}
+
+
+def demo_runs(quick: bool = True, seed: int = 0) -> list:
+    """The runs of ``fpsim demo --quick`` (cached for the process; the gallery's figures
+    share them). Imports :mod:`fpsim.training` on first use; the first call takes 20-30 s.
+    """
+    key = f"{quick}:{seed}"
+    if key not in _DEMO_CACHE:
+        from ..training.experiment import run_demo
+
+        _DEMO_CACHE[key] = run_demo(quick=quick, seed=seed, progress=False)
+    return _DEMO_CACHE[key]
+
+
+def _by_name(runs: list, name: str) -> Any:
+    return next(r for r in runs if r.precision == name)
+
+
+@register("loss_curves_demo", "fpsim demo --quick: loss and accuracy of the five recipes")
+def _loss_curves_demo() -> style.Figure:
+    return loss_curves(demo_runs())
+
+
+@register("loss_scale_demo", "fpsim demo --quick: the dynamic loss scale of mixed FP16")
+def _loss_scale_demo() -> style.Figure:
+    return loss_scale_trajectory([_by_name(demo_runs(), "mixed-fp16")])
+
+
+@register("gradient_histogram_demo",
+          "fpsim demo --quick: exact gradient exponents, unscaled and scaled, vs FP16's range")
+def _gradient_histogram_demo() -> style.Figure:
+    runs = demo_runs()
+    fp32, mixed = _by_name(runs, "fp32"), _by_name(runs, "mixed-fp16")
+    return gradient_exponent_histogram(
+        [fp32.histograms, mixed.histograms], "fp16",
+        labels=["FP32 run (what FP16 must hold without scaling)",
+                "mixed FP16 run, times its loss scale"],
+        title="Exact gradient values of every step (weights and activations)")

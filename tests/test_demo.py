@@ -1,0 +1,181 @@
+"""``fpsim demo --quick`` end to end (run once for the module), ``fpsim train`` and the figures.
+
+The relations asserted are the ones docs/demo.md states, with the tolerances it justifies:
+without loss scaling FP16 loses a measurable share of the gradient values (here > 0.2%, the
+quick run measures about 0.8%) and many times the share mixed FP16 loses; pure FP16 loses
+weight updates; mixed FP16 with loss scaling ends within 1 point of FP32's test accuracy
+(449 test digits: 1 point is 4.5 digits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+
+import pytest
+
+import fpsim.training.cli as cli
+from fpsim.training import PRECISIONS
+from fpsim.training.experiment import run_demo
+
+KEYS = ("precision", "loss_scale", "final_loss", "test_accuracy", "skipped_steps",
+        "final_loss_scale", "grad_underflow_fraction", "lost_update_fraction", "memory_bytes")
+
+
+def _demo_args(*argv):
+    p = argparse.ArgumentParser()
+    cli.configure_demo_parser(p)
+    return p.parse_args(list(argv))
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """Run ``fpsim demo --quick --json`` once; keep its stdout, its folder and its runs."""
+    out = tmp_path_factory.mktemp("demo")
+    held = {}
+
+    def keep(**kwargs):
+        held["runs"] = run_demo(**kwargs)
+        return held["runs"]
+
+    buf = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(buf), \
+            contextlib.redirect_stderr(io.StringIO()):
+        mp.setattr(cli, "run_demo", keep)
+        rc = cli.run_demo_cli(_demo_args("--quick", "--json", "--no-progress", "--out",
+                                         str(out)))
+    objs = [json.loads(line) for line in buf.getvalue().splitlines() if line.strip()]
+    from fpsim.viz import training
+
+    # the gallery's demo figures come from this same --quick run: no second run this session
+    training._DEMO_CACHE.setdefault("True:0", held["runs"])
+    return {"rc": rc, "objs": objs, "out": out, "runs": held["runs"]}
+
+
+slow = pytest.mark.slow  # the module's demo run takes ~20-30 s on 2 cores
+
+
+def by_name(demo):
+    return {o["precision"]: o for o in demo["objs"]}
+
+
+@slow
+def test_json_is_one_object_per_run(demo):
+    assert demo["rc"] == 0
+    assert [o["precision"] for o in demo["objs"]] == list(PRECISIONS)
+    for o in demo["objs"]:
+        for key in KEYS:
+            assert key in o, key
+        assert 0.0 <= o["grad_underflow_fraction"] <= 1.0
+        assert 0.0 <= o["test_accuracy"] <= 1.0
+
+
+@slow
+def test_fp16_without_scaling_loses_gradients(demo):
+    r = by_name(demo)
+    mixed = r["mixed-fp16"]["grad_underflow_fraction"]
+    for name in ("fp16", "fp16-master"):
+        uf = r[name]["grad_underflow_fraction"]
+        assert uf > 0.002, name
+        assert uf > 5 * mixed, name
+    assert r["fp32"]["grad_underflow_fraction"] == 0.0
+    assert r["mixed-bf16"]["grad_underflow_fraction"] < mixed + 1e-4  # fp32's exponent range
+
+
+@slow
+def test_pure_fp16_loses_updates_master_weights_do_not(demo):
+    r = by_name(demo)
+    assert r["fp16"]["lost_update_fraction"] > 0.1
+    for name in ("fp16-master", "mixed-fp16", "mixed-bf16"):
+        assert r[name]["lost_update_fraction"] < r["fp16"]["lost_update_fraction"] / 10
+
+
+@slow
+def test_mixed_precision_matches_fp32(demo):
+    r = by_name(demo)
+    assert abs(r["mixed-fp16"]["test_accuracy"] - r["fp32"]["test_accuracy"]) <= 0.01
+    assert abs(r["mixed-bf16"]["test_accuracy"] - r["fp32"]["test_accuracy"]) <= 0.01
+    assert r["mixed-fp16"]["loss_scale"] == "dynamic"
+    assert r["mixed-fp16"]["final_loss_scale"] >= 1.0
+    assert r["fp16"]["skipped_steps"] == 0 and r["fp16-master"]["skipped_steps"] == 0
+
+
+@slow
+def test_memory_by_format(demo):
+    r = by_name(demo)
+    assert set(r["fp32"]["memory_bytes"]["weights"]) == {"fp32"}
+    w16 = r["mixed-fp16"]["memory_bytes"]["weights"]["fp16"]
+    assert r["mixed-fp16"]["memory_bytes"]["master_weights"]["fp32"] == 2 * w16
+    assert r["fp32"]["memory_bytes"]["weights"]["fp32"] == 2 * w16
+    assert r["mixed-bf16"]["memory_bytes"]["weights"] == {"bf16": w16}
+
+
+@slow
+def test_outputs_saved(demo):
+    out = demo["out"]
+    for name in ("loss_curves.png", "loss_scale.png", "gradient_histogram.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    saved = json.loads((out / "results.json").read_text())
+    assert [s["precision"] for s in saved] == list(PRECISIONS)
+
+
+@slow
+def test_tables(demo, capsys):
+    assert cli._finish(demo["runs"], _demo_args("--no-plots")) == 0
+    text = capsys.readouterr().out
+    assert text.count("mixed-fp16") == 2  # the results row and the memory row
+    assert "fp16 83.3 KiB" in text  # 3 x 128 x 128 + ... weights: 42,634 fp16 values
+
+
+@slow
+def test_gallery_figures_from_the_runs(demo):
+    from fpsim.viz import gallery
+
+    assert {"loss_curves_demo", "loss_scale_demo", "gradient_histogram_demo"} <= set(
+        gallery.names())
+    fig = gallery.build("loss_curves_demo")
+    assert len(fig.axes) == 2 and len(fig.axes[0].lines) == len(PRECISIONS)
+    fig = gallery.build("loss_scale_demo")
+    assert fig.axes[0].get_yscale() == "log"
+    fig = gallery.build("gradient_histogram_demo")
+    assert "2^{-25}" in " ".join(t.get_text() for t in fig.axes[0].get_legend().get_texts())
+
+
+# ---------------------------------------------------------------------- fpsim train
+def _train_parser():
+    p = argparse.ArgumentParser(prog="fpsim train")
+    cli.configure_train_parser(p)
+    return p
+
+
+def test_train_unknown_precision_lists_the_valid_ones(capsys):
+    with pytest.raises(SystemExit):
+        _train_parser().parse_args(["--precision", "fp8"])
+    err = capsys.readouterr().err
+    assert "invalid choice: 'fp8'" in err
+    for name in PRECISIONS:
+        assert name in err
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--loss-scale", "huge"], "loss scale must be 'none', 'dynamic' or a positive number"),
+    (["--hidden", "32,x"], "--hidden takes comma-separated layer widths such as 128,128"),
+    (["--steps", "0"], "steps must be a positive int"),
+])
+def test_train_bad_arguments(argv, match, capsys):
+    args = _train_parser().parse_args(["--precision", "fp16", "--no-progress", *argv])
+    assert cli.run_train_cli(args) == 2
+    assert match in capsys.readouterr().err
+
+
+def test_train_one_run(capsys, tmp_path):
+    args = _train_parser().parse_args(
+        ["--precision", "fp16-master", "--loss-scale", "512", "--steps", "3", "--hidden",
+         "16", "--json", "--no-progress", "--out", str(tmp_path)])
+    assert cli.run_train_cli(args) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["precision"] == "fp16-master" and obj["loss_scale"] == "512"
+    assert obj["config"]["sizes"] == [64, 16, 10]
+    assert (tmp_path / "loss_curves.png").exists()
