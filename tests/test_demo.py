@@ -21,7 +21,8 @@ from fpsim.training import PRECISIONS
 from fpsim.training.experiment import run_demo
 
 KEYS = ("precision", "loss_scale", "final_loss", "test_accuracy", "skipped_steps",
-        "final_loss_scale", "grad_underflow_fraction", "lost_update_fraction", "memory_bytes")
+        "final_loss_scale", "grad_underflow_fraction", "lost_update_fraction", "memory_bytes",
+        "peak_bytes")
 
 
 def _demo_args(*argv):
@@ -110,6 +111,11 @@ def test_memory_by_format(demo):
     assert r["mixed-fp16"]["memory_bytes"]["master_weights"]["fp32"] == 2 * w16
     assert r["fp32"]["memory_bytes"]["weights"]["fp32"] == 2 * w16
     assert r["mixed-bf16"]["memory_bytes"]["weights"] == {"bf16": w16}
+    # the meter's peak over the first step includes at least what is alive after its update
+    for s in r.values():
+        after_step = sum(sum(s["memory_bytes"][k].values()) for k in
+                         ("weights", "master_weights", "optimizer_state"))
+        assert s["peak_bytes"] >= after_step + sum(s["memory_bytes"]["gradients"].values())
 
 
 @slow

@@ -159,15 +159,55 @@ def test_memory_by_format_matches_the_architecture(precision, low, master):
     # SGD momentum buffer: one value per parameter, fp32 (O0 / O2) or like the weights (O3)
     state = "fp32" if master or low == "fp32" else low
     assert m["optimizer_state"] == {state: N_PARAMS * (4 if state == "fp32" else 2)}
-    # the graph keeps the input the first linear saw (B x 64: the fp32 input, or its cast),
-    # each linear output and ReLU output (B x 16, twice each), the logits (B x 10), their
-    # fp32 copy unless fp32, the log-softmax (B x 10, fp32) and the loss (an fp32 scalar)
-    hidden = batch * (16 + 16) * 2 + batch * 10
+    # saved activations by PyTorch's derivative formulas: each linear keeps its input (the
+    # B x 64 image, or its cast, then the two B x 16 ReLU outputs, which ReLU keeps too, one
+    # storage each), log_softmax its fp32 B x 10 output (nll_loss keeps the same storage);
+    # loss scaling (O2, O1) multiplies the fp32 scalar loss, and mul keeps it
+    inputs = batch * (64 + 16 + 16)
+    scaled = 4 if master else 0
     if low == "fp32":
-        expect = {"fp32": 4 * (batch * 64 + hidden + batch * 10 + 1)}
+        expect = {"fp32": 4 * (inputs + batch * 10) + scaled}
     else:
-        expect = {"fp32": 4 * (batch * 10 + batch * 10 + 1), low: 2 * (batch * 64 + hidden)}
+        expect = {low: 2 * inputs, "fp32": 4 * batch * 10 + scaled}
     assert m["activations"] == expect
+
+
+def test_memory_figures_are_the_memory_meters():
+    """The run's memory figures are what fpsim.memory.meter() measures over the same first
+    step done by hand (fp16-master: O2 with a static loss scale of 1024)."""
+    import fpsim
+    from fpsim.amp import initialize, scale_loss
+    from fpsim.autograd import functional as F
+    from fpsim.autograd.tensor import Tensor
+    from fpsim.datasets import load_digits
+    from fpsim.optim import SGD
+
+    batch = 32
+    r = tiny("fp16-master", batch_size=batch, loss_scale="1024", instrument=False)
+    recipe = get_recipe("fp16-master")
+    model = MLP(SIZES, rng=0, init_scale=1.0, out_init_scale=0.01)
+    model, opt = initialize(model, SGD(model.parameters(), lr=0.006, momentum=0.9),
+                            recipe.opt_level, dtype=recipe.fmt, loss_scale=1024.0)
+    data = load_digits()
+    idx = np.random.default_rng(0).permutation(len(data.x_train))[:batch]
+    with fpsim.memory.meter(model, opt) as m:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(Tensor(data.x_train[idx], FP32)), data.y_train[idx])
+        with scale_loss(loss, opt) as scaled:
+            scaled.backward()
+        opt.step()
+    rep = m.report()
+    weights = sum(p.data.nbytes for p in model.parameters())
+    assert weights == 2 * N_PARAMS
+    assert r.memory["weights"] == {"fp16": weights} == rep.by_format["parameters"]
+    assert r.memory["master_weights"] == {"fp32": 2 * weights}
+    assert rep.current["master_weights"] == 2 * weights
+    assert r.memory["master_gradients"] == {"fp32": rep.current["gradients"]}
+    assert r.memory["optimizer_state"] == {"fp32": rep.current["optimizer_states"]}
+    assert r.memory["activations"] == rep.activations_by_format
+    assert sum(r.memory["activations"].values()) == rep.max["activations"] > 0
+    assert r.peak_bytes == rep.peak_total == sum(rep.peak.values())
+    assert "peak_bytes" in r.summary() and "peak" in memory_table([r]).splitlines()[0]
 
 
 def test_reports():

@@ -53,8 +53,9 @@ that gradient checkpointing (:mod:`fpsim.autograd.checkpoint`) recomputes during
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -279,6 +280,27 @@ class MemoryMeter:
             fin.detach()
         self._nodes.clear()
         self._store.clear()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stop observing for the block (e.g. instrumentation that is not part of the measured
+        step); tensors created inside are not counted.
+
+        >>> import fpsim
+        >>> with MemoryMeter() as m:
+        ...     with m.paused():
+        ...         _ = fpsim.Tensor([1.0, 2.0], requires_grad=True) * 2
+        >>> m.ops
+        0
+        """
+        observing = self in _tensor._observers
+        if observing:
+            _tensor._observers.remove(self)
+        try:
+            yield
+        finally:
+            if observing:
+                _tensor._observers.append(self)
 
     # ---------------------------------------------------------- engine callbacks
     def _is_param(self, t: Tensor) -> bool:

@@ -100,16 +100,17 @@ def results_table(runs: Sequence[Any]) -> str:
 
 def memory_table(runs: Sequence[Any]) -> str:
     """One row per run: bytes of weights, master weights, gradients, master gradients,
-    optimizer state and activations, by format (from the arrays' dtypes).
+    optimizer state and saved activations, by format, and the peak total of the measured
+    step, as fpsim's memory meter (:mod:`fpsim.autograd.memory_meter`) measured them.
 
     >>> from fpsim.training import train
     >>> run = train(precision="mixed-bf16", steps=1, sizes=(64, 8, 10), eval_every=1)
     >>> memory_table([run]).splitlines()[2].split()[:3]
     ['mixed-bf16', 'bf16', '1.19']
     """
-    head = ["precision"] + [label for _, label in _MEMORY_COLUMNS]
+    head = ["precision"] + [label for _, label in _MEMORY_COLUMNS] + ["peak"]
     rows = [[r.precision] + [memory_cell(r.memory.get(key, {})) for key, _ in _MEMORY_COLUMNS]
-            for r in runs]
+            + [format_bytes(r.peak_bytes)] for r in runs]
     return _table(head, rows, right=set())
 
 

@@ -29,15 +29,20 @@ What is measured, and how
   arithmetic already dropped (below half an fp32 ulp) counts as lost too.
 - **Exponent histograms** per layer of the exact gradients times S (the values the format
   has to hold), accumulated over the run (:func:`fpsim.amp.exponent_histogram`).
-- **Memory** by format, from the arrays' real dtypes (``nbytes``): weights, fp32 master
-  weights, gradients (as backward stores them) and fp32 master gradients, optimizer state,
-  and activations (every tensor the forward graph keeps for backward).
+- **Memory** by format, measured by fpsim's memory meter
+  (:class:`fpsim.autograd.memory_meter.MemoryMeter`, ``fpsim.memory.meter()``) over the first
+  step (forward, backward, unscaling, optimizer step; the fp64 shadow is hidden from it):
+  weights, fp32 master weights and optimizer state after the step, gradients as backward
+  stores them, fp32 master gradients (O2: the gradients after ``scale_loss`` promoted them),
+  saved activations at their peak (the tensors PyTorch's derivative formulas keep for
+  backward, see the meter) and the peak total of the step (``peak_bytes``).
 
 The shadow and the statistics cost time; ``instrument=False`` turns them off.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -56,9 +61,10 @@ from ..amp import (
     underflow_stats,
 )
 from ..autograd import functional as F
+from ..autograd.memory_meter import MemoryMeter
 from ..autograd.tensor import Tensor, no_grad
 from ..datasets import Split, load_digits
-from ..formats import FP32, FP64, Format, get_float_format
+from ..formats import FP32, FP64, Format
 from ..optim import SGD
 from .model import MLP
 from .recipes import get_recipe, parse_loss_scale
@@ -157,6 +163,7 @@ class RunResult:
     eval_test_accuracy: np.ndarray
     eval_train_loss: np.ndarray
     histograms: dict[str, ExponentHistogram] = field(default_factory=dict)
+    peak_bytes: int = 0  # the memory meter's peak total over the measured (first) step
 
     @property
     def precision(self) -> str:
@@ -203,6 +210,7 @@ class RunResult:
             "updates": self.updates.get("nonzero", 0),
             "loss_scale_changes": _changes(self.step_scale),
             "memory_bytes": self.memory,
+            "peak_bytes": self.peak_bytes,
             "steps": self.config.steps,
             "time_s": round(self.time_s, 3),
             "instrument_time_s": round(self.instrument_time_s, 3),
@@ -219,32 +227,23 @@ def _changes(scales: np.ndarray) -> list[list[float]]:
     return [[int(i), float(scales[i])] for i in idx]
 
 
-def _fmt_name(arr: np.ndarray) -> str:
-    return str(get_float_format(arr.dtype).name)
+def _meter_snapshot(model: Any, opt: Any) -> dict[str, dict[str, int]]:
+    """Bytes by category and format the memory meter counts now (a meter with no operation
+    inside: its peak is the present)."""
+    with MemoryMeter(model, opt) as m:
+        pass
+    return m.report().by_format
 
 
-def _add_bytes(d: dict[str, int], name: str, nbytes: int) -> None:
-    d[name] = d.get(name, 0) + int(nbytes)
-
-
-def _graph_bytes(root: Tensor) -> dict[str, int]:
-    """Bytes of every tensor the graph of ``root`` keeps (op outputs and inputs; parameters,
-    leaves requiring grad, excluded), by format."""
-    out: dict[str, int] = {}
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        t = stack.pop()
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        parents = t._parents  # the recorded graph edges
-        if parents is None and t.requires_grad:
-            continue  # a parameter: counted as a weight
-        _add_bytes(out, str(t.fmt.name), t.data.nbytes)
-        if parents is not None:
-            stack.extend(parents)
-    return out
+@contextlib.contextmanager
+def _hidden_from(meter: MemoryMeter | None):
+    """Hide the fp64 shadow's operations from ``meter``: they are instrumentation, not part
+    of the measured step."""
+    if meter is None:
+        yield
+        return
+    with meter.paused():
+        yield
 
 
 def _is_zero(arr: np.ndarray) -> np.ndarray:
@@ -381,6 +380,7 @@ def train(config: TrainConfig | None = None, *, data: Split | None = None,
     updates = {"lost": 0, "nonzero": 0}
     hist: dict[str, list] = {}
     memory: dict[str, dict[str, int]] = {}
+    peak_bytes = 0
     step_loss = np.zeros(cfg.steps)
     step_scale = np.zeros(cfg.steps)
     step_skipped = np.zeros(cfg.steps, dtype=bool)
@@ -402,35 +402,42 @@ def train(config: TrainConfig | None = None, *, data: Split | None = None,
             group["lr"] = lr
         x = Tensor(data.x_train[idx], FP32)
         y = data.y_train[idx]
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        step_loss[step] = loss.item()
-        scale = opt.scaler.get_scale()  # 1.0 where scale_loss does not scale
-        step_scale[step] = scale
-        if step == 0:
-            memory["activations"] = _graph_bytes(loss)
-        with scale_loss(loss, opt) as scaled:
-            scaled.backward()
-            if step == 0:
-                memory["gradients"] = {}
-                for p in params.values():
-                    if p.grad is not None:
-                        _add_bytes(memory["gradients"], _fmt_name(p.grad), p.grad.nbytes)
-            if cfg.instrument:
-                t0 = time.perf_counter()
-                grads = {name: p.grad for name, p in params.items() if p.grad is not None}
-                if nonfinite_count(list(grads.values())):
-                    nonfinite_steps += 1
-                step_counts = _measure(model, shadow, shadow_params, params, grads, data, idx,
-                                       y, scale, autocast_fmt, counts, hist)
-                step_uf[step] = step_counts.fraction()
-                t_instr += time.perf_counter() - t0
-        if step == 0 and props.master_weights:
-            memory["master_gradients"] = {}
-            for p in params.values():
-                if p.grad is not None and p.grad.dtype != p.fmt.storage_dtype:
-                    _add_bytes(memory["master_gradients"], _fmt_name(p.grad), p.grad.nbytes)
-        opt.step()
+        # the first step runs inside the memory meter: the run's memory figures
+        meter = MemoryMeter(model, opt) if step == 0 else None
+        with meter if meter is not None else contextlib.nullcontext():
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            step_loss[step] = loss.item()
+            scale = opt.scaler.get_scale()  # 1.0 where scale_loss does not scale
+            step_scale[step] = scale
+            with scale_loss(loss, opt) as scaled:
+                scaled.backward()
+                if meter is not None:
+                    memory["gradients"] = _meter_snapshot(model, opt)["gradients"]
+                if cfg.instrument:
+                    t0 = time.perf_counter()
+                    grads = {name: p.grad for name, p in params.items() if p.grad is not None}
+                    if nonfinite_count(list(grads.values())):
+                        nonfinite_steps += 1
+                    with _hidden_from(meter):
+                        step_counts = _measure(model, shadow, shadow_params, params, grads,
+                                               data, idx, y, scale, autocast_fmt, counts, hist)
+                    step_uf[step] = step_counts.fraction()
+                    t_instr += time.perf_counter() - t0
+            if meter is not None and props.master_weights:
+                # scale_loss promoted every gradient to an fp32 array (Apex's master
+                # gradients); the meter names a gradient by its parameter's gradient format
+                promoted = _meter_snapshot(model, opt)["gradients"]
+                memory["master_gradients"] = {"fp32": sum(promoted.values())}
+            opt.step()
+        if meter is not None:
+            rep = meter.report()
+            after = _meter_snapshot(model, opt)
+            memory["weights"] = after["parameters"]
+            memory["master_weights"] = after["master_weights"]
+            memory["optimizer_state"] = after["optimizer_states"]
+            memory["activations"] = rep.activations_by_format
+            peak_bytes = rep.peak_total
         step_skipped[step] = opt.last_step_skipped if opt.scaler.history else False
         if recorder is not None:
             t0 = time.perf_counter()
@@ -454,16 +461,6 @@ def train(config: TrainConfig | None = None, *, data: Split | None = None,
     if bar is not None:
         bar.close()
 
-    memory["weights"] = {}
-    memory["master_weights"] = {}
-    memory["optimizer_state"] = {}
-    for p in params.values():
-        _add_bytes(memory["weights"], str(p.fmt.name), p.data.nbytes)
-    for st in sgd.state.values():
-        for key, v in st.items():
-            if isinstance(v, np.ndarray):
-                cat = "master_weights" if key == "master" else "optimizer_state"
-                _add_bytes(memory[cat], _fmt_name(v), v.nbytes)
     memory = {k: memory.get(k, {}) for k in ("weights", "master_weights", "gradients",
                                              "master_gradients", "optimizer_state",
                                              "activations")}
@@ -482,6 +479,7 @@ def train(config: TrainConfig | None = None, *, data: Split | None = None,
         grad={k: asdict(v) for k, v in counts.items()},
         updates=updates,
         memory=memory,
+        peak_bytes=peak_bytes,
         time_s=time.perf_counter() - t_start,
         instrument_time_s=t_instr,
         step_loss=step_loss,
