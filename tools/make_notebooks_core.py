@@ -15,33 +15,8 @@ Run: /tmp/venv/bin/python tools/make_notebooks_core.py [01] [04]
 
 from __future__ import annotations
 
-import argparse
-import tempfile
-import time
-from pathlib import Path
-
-import nbformat
-from nbclient import NotebookClient
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "notebooks"
-
-
-def md(text: str):
-    return new_markdown_cell(text.strip("\n"))
-
-
-def code(src: str):
-    return new_code_cell(src.strip("\n"))
-
-
-def solution(src: str, title: str = "Solution"):
-    """A 'Solution' heading and a collapsed (source-hidden) code cell."""
-    cell = new_code_cell(src.strip("\n"))
-    cell.metadata["jupyter"] = {"source_hidden": True}
-    cell.metadata["tags"] = ["solution"]
-    return [md(f"#### {title}\n\n*(Expand the hidden cell below to see one solution.)*"), cell]
+import nbtools
+from nbtools import code, md, solution
 
 
 # --------------------------------------------------------------------------------------- 01
@@ -653,41 +628,8 @@ NOTEBOOKS = {
 }
 
 
-def build(key: str, execute: bool = True) -> tuple[Path, float]:
-    name, make = NOTEBOOKS[key]
-    nb = new_notebook(cells=make())
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    nb.metadata["language_info"] = {"name": "python"}
-    t = 0.0
-    if execute:
-        with tempfile.TemporaryDirectory() as tmp:
-            client = NotebookClient(nb, timeout=300, kernel_name="python3",
-                                    record_timing=False,
-                                    resources={"metadata": {"path": tmp}})
-            t0 = time.perf_counter()
-            client.execute()
-            t = time.perf_counter() - t0
-    path = OUT / name
-    OUT.mkdir(exist_ok=True)
-    nbformat.validate(nb)
-    nbformat.write(nb, path)
-    return path, t
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("which", nargs="*", help=f"notebooks to build: {', '.join(NOTEBOOKS)} "
-                   "(default: all)")
-    p.add_argument("--no-execute", action="store_true", help="write without outputs")
-    args = p.parse_args(argv)
-    unknown = [k for k in args.which if k not in NOTEBOOKS]
-    if unknown:
-        p.error(f"unknown notebook(s) {', '.join(unknown)}; valid: {', '.join(NOTEBOOKS)}")
-    for key in args.which or list(NOTEBOOKS):
-        path, t = build(key, execute=not args.no_execute)
-        print(f"{path.relative_to(ROOT)}: executed in {t:.1f} s" if t else f"{path}: written")
-    return 0
+    return nbtools.main(NOTEBOOKS, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

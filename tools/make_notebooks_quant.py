@@ -6,31 +6,9 @@ Run: python tools/make_notebooks_quant.py [--no-execute]
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "notebooks" / "06_quantization.ipynb"
-
-
-def md(text: str):
-    return new_markdown_cell(text.strip())
-
-
-def code(text: str):
-    return new_code_cell(text.strip())
-
-
-def solution(text: str):
-    """A collapsed code cell holding an exercise's solution."""
-    cell = new_code_cell(text.strip())
-    cell.metadata["jupyter"] = {"source_hidden": True}
-    cell.metadata["tags"] = ["solution"]
-    return cell
-
+import nbtools
+from nbtools import code, md
+from nbtools import hidden_code as solution
 
 CELLS = [
     md("""
@@ -439,27 +417,10 @@ print(ex.format_result(result))
 ]
 
 
-def build(execute: bool = True) -> None:
-    nb = new_notebook(cells=CELLS)
-    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python",
-                                 "name": "python3"}
-    nb.metadata["language_info"] = {"name": "python"}
-    if execute:
-        import nbclient
-
-        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                resources={"metadata": {"path": str(ROOT)}}).execute()
-    OUT.parent.mkdir(exist_ok=True)
-    nbformat.write(nb, OUT)
-    print(f"wrote {OUT}")
-
-
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--no-execute", action="store_true", help="write without running")
-    args = p.parse_args(argv)
-    build(not args.no_execute)
+def main(argv: list[str] | None = None) -> int:
+    return nbtools.main({"06": ("06_quantization.ipynb", lambda: CELLS)},
+                        __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
