@@ -14,24 +14,15 @@ Targets: fp16 add/mul round-to-nearest-even >= 20 M ops/s; fp32 fma >= 5 M ops/s
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+from timing import best_time  # benchmarks/ is on sys.path when a script runs
 
 from fpsim import arithmetic
 
 MODES = ["nearest_even", "nearest_away", "toward_zero", "up", "down", "odd", "stochastic"]
 
 
-def best_time(fn, repeat: int) -> float:
-    """Best wall time of ``repeat`` calls of fn (the least disturbed by other load)."""
-    fn()  # warm-up: caches, first-call imports
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,21 +16,11 @@ handling).
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+from timing import best_time  # benchmarks/ is on sys.path when a script runs
 
 from fpsim.quant import NF4_THRESHOLDS, fake_quantize, nf4_quantize, quantize
-
-
-def best_time(fn, repeat: int) -> float:
-    """Best wall time of ``repeat`` calls of fn."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def numpy_fake_quant(x: np.ndarray, s: float, z: int, qmin: int, qmax: int):

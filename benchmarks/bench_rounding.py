@@ -13,22 +13,12 @@ fpsim time; 1.0 means as fast as the cast, 0.5 means half as fast).
 from __future__ import annotations
 
 import argparse
-import time
 
 import ml_dtypes
 import numpy as np
+from timing import best_time  # benchmarks/ is on sys.path when a script runs
 
 import fpsim
-
-
-def best_time(fn, repeat: int) -> float:
-    """Best wall time of ``repeat`` calls of fn (the least disturbed by other load)."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def make_data(n: int, seed: int = 0) -> dict[str, np.ndarray]:

@@ -12,22 +12,11 @@ Run: python benchmarks/bench_tensorcore.py [--quick]
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+from timing import best_time as best_of  # benchmarks/ is on sys.path when a script runs
 
 import fpsim.tensorcore as tc
-
-
-def best_of(fn, repeat: int) -> float:
-    """Shortest wall time of ``repeat`` calls (after one warm-up call)."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:
