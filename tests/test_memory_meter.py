@@ -144,3 +144,14 @@ def test_meter_errors():
     m = MemoryMeter()
     with m, pytest.raises(RuntimeError, match="already active"):
         m.__enter__()
+
+
+def test_gradients_are_named_by_the_array_held():
+    # Apex O2 keeps fp32 master gradients in the .grad of fp16 parameters: the meter must
+    # report what is stored (4 bytes an element, "fp32"), not the parameter's grad format.
+    w = Tensor(np.ones((3, 4)), fpsim.FP16, requires_grad=True)
+    (w * 2.0).sum().backward()
+    w._grad = w._grad.astype(np.float32)
+    with MemoryMeter(params=[w]) as m:
+        pass
+    assert m.report().by_format["gradients"] == {"fp32": 3 * 4 * 4}

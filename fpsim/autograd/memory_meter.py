@@ -417,7 +417,10 @@ class MemoryMeter:
         for p in self._parameters():
             add("parameters", p.fmt.name, int(p._data.nbytes))
             if p._grad is not None:
-                add("gradients", p.grad_fmt.name, int(p._grad.nbytes))
+                # named by the array actually held (O2 promotes fp16 gradients to fp32 arrays)
+                gfmt = p.grad_fmt
+                name = gfmt.name if p._grad.dtype == gfmt.storage_dtype else _fmt_name(p._grad)
+                add("gradients", name, int(p._grad.nbytes))
                 self._pending.discard(id(p))
             elif id(p) in self._pending:
                 add("gradients", p.grad_fmt.name,
