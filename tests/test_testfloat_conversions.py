@@ -9,15 +9,14 @@ pattern, flags, in hexadecimal. Tininess is detected after rounding (SoftFloat's
 from __future__ import annotations
 
 import gzip
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import fpsim
 from fpsim.flags import Flags
-
-DATA = Path(__file__).parent / "data" / "testfloat"
+from tests.testfloat import DATA
+from tests.testfloat import load as load_vectors
 
 FORMATS = {"f16": fpsim.FP16, "bf16": fpsim.BF16, "f32": fpsim.FP32, "f64": fpsim.FP64}
 # TestFloat's rounding names -> fpsim's modes (each is also an accepted alias)
@@ -32,35 +31,6 @@ MODES = {
 CONVERSIONS = ["f32_to_f16", "f64_to_f16", "f64_to_f32", "f32_to_bf16", "f16_to_f32",
                "bf16_to_f32"]
 CASES = [(conv, mode) for conv in CONVERSIONS for mode in MODES]
-
-_HEX = np.full(256, 255, dtype=np.uint8)
-_HEX[np.frombuffer(b"0123456789", np.uint8)] = np.arange(10)
-_HEX[np.frombuffer(b"ABCDEF", np.uint8)] = np.arange(10, 16)
-_HEX[np.frombuffer(b"abcdef", np.uint8)] = np.arange(10, 16)
-
-
-def load_vectors(path: Path) -> list[np.ndarray]:
-    """The hexadecimal columns of a TestFloat file as uint64 arrays, parsed without a Python
-    loop over cases: every line of a file has the same layout, so the text is a 2-D array of
-    characters."""
-    raw = gzip.decompress(path.read_bytes())
-    width = raw.index(b"\n") + 1
-    assert len(raw) % width == 0, f"{path.name}: lines of different lengths"
-    chars = np.frombuffer(raw, np.uint8).reshape(-1, width)
-    first = raw[: width - 1].decode()
-    columns, start = [], 0
-    for token in first.split(" "):
-        end = start + len(token)
-        digits = _HEX[chars[:, start:end]]
-        assert (digits < 16).all(), f"{path.name}: not hexadecimal in column {start}:{end}"
-        weights = np.uint64(16) ** np.arange(end - start - 1, -1, -1, dtype=np.uint64)
-        columns.append((digits.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64))
-        if end < width - 1:
-            assert (chars[:, end] == ord(" ")).all(), f"{path.name}: layout differs"
-        start = end + 1
-    assert (chars[:, -1] == ord("\n")).all()
-    return columns
-
 
 def test_every_conversion_file_is_present():
     found = {p.name.split(".")[0] for p in DATA.glob("*_to_*.txt.gz")

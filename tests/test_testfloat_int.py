@@ -12,47 +12,17 @@ Notes on the vectors (see tests/data/testfloat/INT_FILES.md):
 
 from __future__ import annotations
 
-import gzip
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import fpsim
 from fpsim import Flags
 from fpsim.integer import round_to_integral, to_int
+from tests.testfloat import load
 
-DATA = Path(__file__).parent / "data" / "testfloat"
 MODES = ["rnear_even", "rnear_maxMag", "rminMag", "rmin", "rmax", "rodd"]
 FLOAT_FMT = {"f16": fpsim.FP16, "f32": fpsim.FP32}
 NATIVE = {"f16": (np.uint16, np.float16), "f32": (np.uint32, np.float32)}
-
-_HEX = np.full(256, 255, np.uint8)
-_HEX[np.frombuffer(b"0123456789", np.uint8)] = np.arange(10)
-_HEX[np.frombuffer(b"ABCDEF", np.uint8)] = np.arange(10, 16)
-_HEX[np.frombuffer(b"abcdef", np.uint8)] = np.arange(10, 16)
-
-
-def load(name: str) -> list[np.ndarray]:
-    """Columns (uint64) of a TestFloat file: fixed-width hex fields, decoded without a Python
-    loop over lines."""
-    raw = gzip.open(DATA / f"{name}.txt.gz").read()
-    width = raw.index(b"\n") + 1
-    assert len(raw) % width == 0, f"{name}: lines are not all of the same width"
-    rows = np.frombuffer(raw, np.uint8).reshape(-1, width)
-    assert (rows[:, -1] == ord("\n")).all()
-    spaces = np.flatnonzero(rows[0, :-1] == ord(" "))
-    assert (rows[:, spaces] == ord(" ")).all(), f"{name}: fields are not aligned"
-    bounds = np.concatenate([[-1], spaces, [width - 1]])
-    cols = []
-    for start, stop in zip(bounds[:-1] + 1, bounds[1:], strict=True):
-        nib = _HEX[rows[:, start:stop]]
-        assert (nib < 16).all(), f"{name}: a field is not hexadecimal"
-        weights = np.uint64(1) << (np.uint64(4) * np.arange(stop - start - 1, -1, -1,
-                                                             dtype=np.uint64))
-        cols.append((nib.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64))
-    return cols
-
 
 def test_loader_reads_known_lines():
     a, r, f = load("f16_to_i32__rnear_even")
