@@ -38,8 +38,8 @@ BATCH = 128
 class NumpyMLP:
     """64-256-256-10 MLP, float32, SGD momentum: the same maths written directly."""
 
-    def __init__(self, params: list[np.ndarray]) -> None:
-        self.p = [a.astype(np.float32) for a in params]  # W1, b1, W2, b2, W3, b3
+    def __init__(self, params: list[np.ndarray], dtype=np.float32) -> None:
+        self.p = [a.astype(dtype) for a in params]  # W1, b1, W2, b2, W3, b3
         self.buf = [np.zeros_like(a) for a in self.p]
 
     def step(self, x: np.ndarray, y: np.ndarray, lr: float = 0.01, mom: float = 0.9) -> float:
@@ -77,8 +77,8 @@ class NumpyMLP:
 class NumpyCNN:
     """conv 1->8 3x3 pad 1, ReLU, max pool 2, linear 128->10, float32, SGD momentum."""
 
-    def __init__(self, params: list[np.ndarray]) -> None:
-        self.p = [a.astype(np.float32) for a in params]  # Wc, bc, W, b
+    def __init__(self, params: list[np.ndarray], dtype=np.float32) -> None:
+        self.p = [a.astype(dtype) for a in params]  # Wc, bc, W, b
         self.buf = [np.zeros_like(a) for a in self.p]
 
     def step(self, x: np.ndarray, y: np.ndarray, lr: float = 0.01, mom: float = 0.9) -> float:
@@ -173,14 +173,17 @@ def main(argv: list[str] | None = None) -> int:
     summary = []
     for name, (build, numpy_cls, x) in cases.items():
         ref = numpy_cls([p.numpy(np.float64) for p in build(0).parameters()])
-        variants = {"numpy fp32": (ref.step, (x.astype(np.float32), y))}
+        ref64 = numpy_cls([p.numpy(np.float64) for p in build(0).parameters()], np.float64)
+        variants = {"numpy fp32": (ref.step, (x.astype(np.float32), y)),
+                    "numpy fp64": (ref64.step, (x, y))}
         for label, fmt, master in (("fpsim fp32", FP32, False),
                                    ("fpsim fp16+master", FP16, True)):
             variants[label] = (fpsim_stepper(build(0), fmt, master), (Tensor(x, fmt), y))
         times = bench(variants, args.steps, args.repeat)
         for label, t in times.items():
             print(f"{name:26s} {label:20s} {t * 1e3:9.3f} {t / times['numpy fp32']:8.2f}")
-        summary.append(f"{name}: {times['fpsim fp16+master'] / times['numpy fp32']:.2f}x")
+        summary.append(f"{name}: {times['fpsim fp16+master'] / times['numpy fp32']:.2f}x "
+                       f"(numpy fp64 {times['numpy fp64'] / times['numpy fp32']:.2f}x)")
     print("fp16+master / numpy fp32 (target <= 3x): " + ", ".join(summary))
     return 0
 

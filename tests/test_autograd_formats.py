@@ -17,7 +17,7 @@ import fpsim
 from fpsim.autograd import Tensor, matmul_accumulation, rounding
 from fpsim.autograd import functional as F
 from fpsim.autograd.context import NATIVE_RNE, contains, promote_formats, round_to, widen
-from fpsim.autograd.fastcast import f32_to_f16, f64_to_f16
+from fpsim.autograd.fastcast import f32_to_f16, f64_to_f16, f64_to_f32_to_f16
 from tests.exact import round_exact
 
 FP16, BF16, FP32, FP64, TF32 = fpsim.FP16, fpsim.BF16, fpsim.FP32, fpsim.FP64, fpsim.TF32
@@ -112,6 +112,37 @@ def test_fp16_kernels_on_float32_patterns():
         assert same_bits(f32_to_f16(x32), fpsim.round(x32.astype(np.float64), FP16)).all()
     with np.errstate(over="ignore", invalid="ignore"):
         assert same_bits(x.astype(np.float16), ref).all()
+
+
+def test_fp16_kernels_against_numpy_casts():
+    """NumPy's own casts as the independent reference, on float32 patterns across the whole
+    range (mixed normal / subnormal / overflowing arrays exercise the arithmetic select);
+    NaN payloads differ by design (fpsim returns the quiet NaN 0x7E00)."""
+    pats = np.arange(7, 2 ** 32, 65537, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    rng = np.random.default_rng(11)
+    pats = pats[rng.permutation(pats.size)]
+    with np.errstate(over="ignore", invalid="ignore"):
+        ref = pats.astype(np.float16)
+    got = f32_to_f16(pats)
+    nan = np.isnan(pats)
+    assert np.array_equal(got.view(np.uint16)[~nan], ref.view(np.uint16)[~nan])
+    assert np.isnan(got[nan]).all()
+    # the fp32 accumulator stored as fp16: two roundings, float64 -> float32 -> float16
+    wide = rng.standard_normal(50_000) * 2.0 ** rng.integers(-30, 18, 50_000)
+    wide[::7] = (np.round(wide[::7] * 2.0**20) + 0.5) * 2.0**-20  # ties of the fp16 grid
+    with np.errstate(over="ignore"):
+        ref2 = wide.astype(np.float32).astype(np.float16)
+    for x in (wide, wide.reshape(250, 200)[:, ::2]):  # contiguous and strided
+        r = ref2 if x.ndim == 1 else ref2.reshape(250, 200)[:, ::2]
+        assert np.array_equal(f64_to_f32_to_f16(x).view(np.uint16), r.view(np.uint16))
+
+
+def test_widen_large_arrays():
+    h = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    big = np.tile(h, 17)  # past the reused index buffer's size
+    with np.errstate(invalid="ignore"):
+        assert same_bits(widen(big.reshape(17, -1)).reshape(-1), big.astype(np.float64)).all()
+        assert same_bits(widen(h, np.float32), h.astype(np.float32)).all()
 
 
 def test_widen_is_exact():

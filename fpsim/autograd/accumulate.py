@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..formats import FP32, Format
-from .context import Accumulation, contains, round_to
+from ..formats import FP16, FP32, Format
+from .context import Accumulation, contains, round_to, settings
+from .fastcast import f64_to_f32_to_f16
 
 __all__ = ["gemm_acc", "add_bias", "finish", "gemm"]
 
@@ -111,7 +112,8 @@ def add_bias(acc: np.ndarray, bias: np.ndarray, model: Accumulation) -> np.ndarr
     True
     """
     if model.kind in ("fp32", "exact"):
-        return acc + bias
+        acc += bias  # in place: gemm_acc's array is fresh
+        return acc
     if model.kind == "tensorcore":
         return round_to(acc + bias, FP32).astype(np.float64)
     return round_to(acc + bias, model.fmt).astype(np.float64)
@@ -126,6 +128,8 @@ def finish(acc: np.ndarray, out_fmt: Format, model: Accumulation) -> np.ndarray:
     dtype('float32')
     """
     if model.kind == "fp32" and out_fmt != FP32 and contains(FP32, out_fmt):
+        if out_fmt == FP16 and settings().plain and acc.dtype == np.float64:
+            return f64_to_f32_to_f16(acc)  # the same two roundings, without a fresh array
         with np.errstate(over="ignore"):
             acc = acc.astype(np.float32)  # the fp32 accumulator's own rounding: nearest even
     return round_to(acc, out_fmt)

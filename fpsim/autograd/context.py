@@ -35,7 +35,7 @@ from ..formats import (
 )
 from ..modes import Overflow, Rounding, Subnormals, as_overflow, as_rounding, as_subnormals
 from ..rounding import cast
-from .fastcast import f32_to_f16, f64_to_f16
+from .fastcast import f16_to_wide, f32_to_f16, f64_to_f16
 
 __all__ = [
     "Accumulation",
@@ -232,7 +232,23 @@ def contains(a: Format, b: Format) -> bool:
     >>> contains(fpsim.FP16, fpsim.FP8_E4M3)
     True
     """
-    if a is b or a == b:
+    if a is b:
+        return True
+    hit = _CONTAINS.get((id(a), id(b)))
+    if hit is not None and hit[0] is a and hit[1] is b:  # the ids are of these very objects
+        return hit[2]
+    result = _contains(a, b)
+    if len(_CONTAINS) > 1024:
+        _CONTAINS.clear()
+    _CONTAINS[(id(a), id(b))] = (a, b, result)
+    return result
+
+
+_CONTAINS: dict = {}  # (id(a), id(b)) -> (a, b, contains(a, b)): ops ask on every call
+
+
+def _contains(a: Format, b: Format) -> bool:
+    if a == b:
         return True
     if a.precision_bits < b.precision_bits or a.max < b.max:
         return False
@@ -307,11 +323,6 @@ def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.nda
     return cast(x, fmt, mode, rng=s.rng, overflow=s.overflow, subnormals=s.subnormals)
 
 
-_F16_TO_F64 = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)
-with np.errstate(invalid="ignore"):
-    _F16_TO_F32 = _F16_TO_F64.astype(np.float32)
-
-
 def widen(x: np.ndarray, dtype=np.float64) -> np.ndarray:
     """Exact conversion of stored values to float64 (or float32 for formats it holds); float16
     goes through a 65536-entry table (NumPy's cast is slow on fp16 subnormals).
@@ -322,8 +333,7 @@ def widen(x: np.ndarray, dtype=np.float64) -> np.ndarray:
     if x.dtype == dtype:
         return x
     if x.dtype == np.float16:
-        table = _F16_TO_F64 if dtype == np.float64 else _F16_TO_F32
-        return table[x.view(np.uint16)]
+        return f16_to_wide(x, dtype)
     if x.dtype.kind not in "fV":
         raise TypeError(f"expected floating-point values, got dtype {x.dtype}")
     return x.astype(dtype)
