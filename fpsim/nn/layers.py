@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from ..autograd import functional as F
+from ..autograd.conv import _pair
 from ..autograd.generator import get_generator
 from ..autograd.tensor import Tensor, as_format
 from ..formats import FP32, FP64, Format
@@ -74,7 +75,7 @@ class Conv2d(Module):
                  rng: np.random.Generator | int | None = None) -> None:
         super().__init__()
         fmt = as_format(fmt)
-        kh, kw = F._pair(kernel_size, "kernel_size")
+        kh, kw = _pair(kernel_size, "kernel_size")
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size, self.stride, self.padding = (kh, kw), stride, padding
         self.weight = Parameter(np.zeros((out_channels, in_channels, kh, kw)), fmt)

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..autograd import functional as F
+from ..autograd.conv import _pair
 from ..autograd.accumulate import gemm_acc
 from ..autograd.context import as_accumulation, get_accumulation, round_to, widen
 from ..autograd.tensor import Tensor, as_format, make_result
@@ -344,8 +345,8 @@ class Int8Conv2d(_Int8Base):
                              f"{np.asarray(weight_q).shape}")
         super().__init__(weight_q, bias_q, input_qparams, weight_qparams, output_qparams, relu,
                          requantize)
-        self.stride = F._pair(stride, "stride")
-        self.padding = F._pair(padding, "padding")
+        self.stride = _pair(stride, "stride")
+        self.padding = _pair(padding, "padding")
 
     @classmethod
     def from_float(cls, weight, bias, input_qparams: QParams, weight_qparams: QParams,
