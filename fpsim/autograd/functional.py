@@ -36,7 +36,7 @@ neg, abs, relu, max, reshape,  input         exact (values are moved, not comput
 view, flatten, (un)squeeze,    (cat, stack:  rounding except into a promoted format. Backward
 transpose, permute, T,         promoted)     exact; repeated indices / overlapping pooling
 getitem, cat, stack, clone,                  windows add their gradients in float64 and round
-max_pool2d                                   once.
+max_pool2d, masked_fill                      once.
 exp, log, tanh, sigmoid,       input         float64 (NumPy libm; erf after Cody 1969), one
 gelu                                         rounding (float64 accuracy: ~1 ulp of float64
                                              before it). Backward: float64 formula on the
@@ -49,7 +49,9 @@ softmax, log_softmax           input         float64, one rounding; backward flo
                                              rounded output (as PyTorch).
 nll_loss, mse_loss             input         float64, one rounding; backward float64.
 cross_entropy                  input         log_softmax then nll_loss: two ops, two
-                                             roundings, as PyTorch.
+                                             roundings, as PyTorch; label smoothing and
+                                             probability targets add PyTorch's further ops
+                                             (mul, sum, div, add), each rounded.
 matmul, linear, conv2d         promoted      the matmul accumulation model
                                              (:mod:`fpsim.autograd.accumulate`, default
                                              "fp32"); both gradients use the model active at
@@ -98,7 +100,7 @@ __all__ = [
     "sum", "mean", "max", "reshape", "flatten", "transpose", "permute", "unsqueeze", "squeeze",
     "getitem", "cat", "stack", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu",
     "softmax", "log_softmax", "nll_loss", "cross_entropy", "mse_loss", "dropout", "layer_norm",
-    "batch_norm", "conv2d", "max_pool2d", "cast_to",
+    "batch_norm", "conv2d", "max_pool2d", "cast_to", "masked_fill",
 ]
 
 _F64 = np.float64
@@ -992,6 +994,12 @@ def nll_loss(input: Tensor, target, weight=None, ignore_index: int = -100,
     _check_reduction(reduction)
     x = _as_tensor(input)
     t = np.asarray(target._data if isinstance(target, Tensor) else target)
+    if x.ndim > 2:  # (N, C, d1, ...) with target (N, d1, ...): one row per position
+        if t.shape != (x.shape[0],) + x.shape[2:]:
+            raise ValueError(f"nll_loss: expected target shape {(x.shape[0],) + x.shape[2:]} "
+                             f"for input shape {x.shape}, got target shape {t.shape}")
+        out = nll_loss(_class_last(x), t.reshape(-1), weight, ignore_index, reduction)
+        return reshape(out, t.shape) if reduction == "none" else out
     if t.dtype.kind not in "iu":
         if t.dtype.kind == "f" and np.array_equal(t, np.round(t)) and t.shape == x.shape[:1]:
             t = t.astype(np.int64)
@@ -1040,18 +1048,100 @@ def nll_loss(input: Tensor, target, weight=None, ignore_index: int = -100,
     return make_result(out, x.fmt, (x,), backward, "nll_loss")
 
 
+def _class_last(x: Tensor) -> Tensor:
+    """(N, C, d1, ...) -> (N * d1 * ..., C): the positions of a K-dimensional loss as rows."""
+    perm = (0,) + tuple(range(2, x.ndim)) + (1,)
+    return reshape(permute(x, perm), (-1, x.shape[1]))
+
+
+def masked_fill(input: Tensor, mask, value: float) -> Tensor:
+    """``input`` with ``value`` (rounded to its format) where the boolean ``mask`` (broadcast to
+    the input's shape) is True, as ``torch.masked_fill``; no gradient flows to the filled
+    positions.
+
+    >>> masked_fill(Tensor([1.0, 2.0, 3.0]), np.array([False, True, False]), 0.0).tolist()
+    [1.0, 0.0, 3.0]
+    """
+    x = _as_tensor(input)
+    m = np.asarray(mask._data if isinstance(mask, Tensor) else mask)
+    if m.dtype != np.bool_:
+        raise TypeError(f"masked_fill: the mask must be boolean, got dtype {m.dtype}")
+    try:
+        m = np.broadcast_to(m, x.shape)
+    except ValueError:
+        raise ValueError(f"masked_fill: mask shape {m.shape} cannot be broadcast to the input "
+                         f"shape {x.shape}") from None
+    fill = round_to(np.asarray(float(value), dtype=_F64), x.fmt)
+    out = np.where(m, fill, x._data)
+    return make_result(out, x.fmt, (x,), lambda g: (np.where(m, np.zeros((), g.dtype), g),),
+                       "masked_fill")
+
+
 def cross_entropy(input: Tensor, target, weight=None, ignore_index: int = -100,
-                  reduction: str = "mean") -> Tensor:
-    """``nll_loss(log_softmax(input, 1), target, ...)``: two ops with a rounding each, as
-    PyTorch computes it. Integer class targets only.
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    """Cross-entropy of logits ``input`` (N, C), (C,) or (N, C, d1, ...) against integer class
+    targets or class probabilities (a float target of the input's shape), composed of the ops
+    PyTorch's kernel runs, each with its rounding: ``nll_loss(log_softmax(input, 1), ...)``;
+    with ``label_smoothing`` e: ``(1 - e) * nll + e / C * smooth`` where smooth is
+    ``-(log_softmax * weight).sum(1)`` reduced as PyTorch (mean: divided by the summed weights
+    of the non-ignored targets, or their count without weights); probability targets become
+    ``target * (1 - e) + e / C`` and the loss ``-(log_softmax * target * weight).sum()``,
+    divided by N * d1 * ... for the mean.
 
     >>> round(cross_entropy(Tensor([[0.0, 0.0]], "fp64"), [0]).item(), 12)
     0.69314718056
+    >>> round(cross_entropy(Tensor([[2.0, 0.0]], "fp64"), [0], label_smoothing=0.2).item(), 6)
+    0.326928
     """
     input = autocast_args("cross_entropy", input)
+    _check_reduction(reduction)
+    if not 0.0 <= float(label_smoothing) <= 1.0:
+        raise ValueError(f"label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
     x = _as_tensor(input)
-    return nll_loss(log_softmax(x, dim=0 if x.ndim == 1 else 1), target, weight, ignore_index,
-                    reduction)
+    if x.ndim == 0:
+        raise ValueError("cross_entropy: input must be (C,), (N, C) or (N, C, d1, ...), got a "
+                         "scalar")
+    cdim = 0 if x.ndim == 1 else 1
+    c = x.shape[cdim]
+    logp = log_softmax(x, dim=cdim)
+    # a weight that is not a Tensor takes the input's format (PyTorch wants the input's dtype)
+    w = weight if weight is None or isinstance(weight, Tensor) else Tensor(weight, x.fmt)
+    if w is not None and w.shape != (c,):
+        raise ValueError(f"cross_entropy: weight shape {w.shape} does not match {c} classes")
+    wshape = tuple(c if d == cdim else 1 for d in range(x.ndim))
+    t_arr = np.asarray(target._data if isinstance(target, Tensor) else target)
+    eps = float(label_smoothing)
+    if t_arr.dtype.kind in "fV" and t_arr.shape == x.shape:  # class probabilities
+        if ignore_index >= 0:
+            raise ValueError("cross_entropy: ignore_index is not supported for class-probability "
+                             "targets")
+        tt = _as_tensor(target) if isinstance(target, Tensor) else Tensor(t_arr, x.fmt)
+        if eps > 0:
+            tt = tt * (1.0 - eps) + eps / c
+        prod = logp * tt
+        if w is not None:
+            prod = prod * reshape(w, wshape)
+        if reduction == "none":
+            return neg(sum(prod, dim=cdim))
+        total = neg(sum(prod))
+        return total if reduction == "sum" else total / (x._data.size // c)
+    nll = nll_loss(logp, target, weight, ignore_index, reduction)
+    if eps == 0:
+        return nll
+    smooth = neg(sum(logp if w is None else logp * reshape(w, wshape), dim=cdim))
+    ignored = t_arr == ignore_index
+    if ignored.any():
+        smooth = masked_fill(smooth, ignored.reshape(smooth.shape), 0.0)
+    if reduction == "none":
+        ret = smooth
+    elif reduction == "sum":
+        ret = sum(smooth)
+    elif w is None:
+        ret = sum(smooth) / int((~ignored).sum())
+    else:
+        kept = t_arr[~ignored].astype(np.int64).reshape(-1)
+        ret = sum(smooth) / sum(getitem(w, kept))
+    return (1.0 - eps) * nll + ret * (eps / c)
 
 
 def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:

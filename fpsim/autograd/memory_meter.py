@@ -81,6 +81,7 @@ SAVED_FOR_BACKWARD: dict[str, tuple[str, ...]] = {
     "linear": ("input", "weight"),  # not the bias (addmm keeps mat1 and mat2)
     "conv2d": ("input", "weight"),
     "dropout": ("mask",),
+    "masked_fill": ("mask",),
     "max": ("indices",),
     "max_pool2d": ("inputs", "indices"),
 }
