@@ -6,17 +6,20 @@ Models: an MLP 64-256-256-10 (ReLU) and a small CNN (1x8x8 input, conv 8 channel
 Variants, timed in the same run:
 
 - ``numpy fp32``: hand-written NumPy float32 forward / backward / update (the baseline);
+- ``numpy fp64``: the same code in float64: the cost of the float64 GEMMs alone;
 - ``fpsim fp32``: fpsim tensors in fp32;
 - ``fpsim fp16+master``: model and input in fp16, fp32 master weights in the optimizer, "fp32"
   matmul accumulation (float64 products and sums, rounded to fp32, then to fp16).
 
-The ratios printed are time / numpy-fp32 time. Target: fp16+master <= 3x. Where it goes: the
-"fp32" model accumulates in float64 (BLAS dgemm, ~2.3x sgemm: for the MLP the GEMMs alone cost
-~1.6x the whole NumPy step), and every fp16 tensor is rounded (fpsim.autograd.fastcast, ~2-3 ns
-per element) and widened (a table lookup, ~1.5 ns per element) once per use. On a busy machine
-BLAS threads make the timings noisy; ``OPENBLAS_NUM_THREADS=1`` gives steadier ratios.
+The ratios printed are time / numpy-fp32 time. Target: fp16+master <= 3x. Where it goes
+(``--breakdown`` times the parts of the MLP step): the "fp32" model accumulates in float64 (BLAS
+dgemm, ~2x sgemm: the NumPy float64 step alone is ~2x the float32 one), every fp16 result is
+rounded by the integer kernels of fpsim.autograd.fastcast (~12 NumPy passes, 4-6 ns per element
+in a training step) and every fp16 operand is widened through a 65536-entry table (1.5-3.5 ns
+per element); an MLP step rounds ~300k and widens ~315k elements. On a busy machine BLAS
+threads make the timings noisy; ``OPENBLAS_NUM_THREADS=1`` gives steadier ratios.
 
-    python benchmarks/bench_training_step.py [--repeat 7] [--steps 20]
+    python benchmarks/bench_training_step.py [--repeat 7] [--steps 20] [--breakdown]
 """
 
 from __future__ import annotations
@@ -156,10 +159,49 @@ def bench(variants: dict, steps: int, repeat: int) -> dict:
     return best
 
 
+def breakdown(step, args: tuple, steps: int) -> dict[str, float]:
+    """Seconds per step spent in the GEMMs (the accumulation model), the fp16 rounding kernels
+    and the fp16 widening table, measured by wrapping those functions for ``steps`` calls."""
+    from fpsim.autograd import accumulate, context, fastcast
+
+    spent = dict.fromkeys(("GEMM (float64 BLAS)", "round to fp16", "widen fp16"), 0.0)
+    patches = [(accumulate, "gemm_acc", "GEMM (float64 BLAS)"),
+               (accumulate, "f64_to_f32_to_f16", "round to fp16"),
+               (context, "f32_to_f16", "round to fp16"), (context, "f64_to_f16", "round to fp16"),
+               (context, "f16_to_wide", "widen fp16")]
+    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
+
+    def timed(fn, label):
+        def wrapper(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[label] += time.perf_counter() - t0
+        return wrapper
+
+    for mod, name, label in patches:
+        setattr(mod, name, timed(getattr(mod, name), label))
+    try:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step(*args)
+        total = time.perf_counter() - t0
+    finally:
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
+    _ = fastcast  # the kernels live there; they are wrapped where the ops look them up
+    out = {k: v / steps for k, v in spent.items()}
+    out["other (graph, ops, optimizer)"] = total / steps - sum(out.values())
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also time the GEMMs, fp16 roundings and widenings of the MLP step")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     y = rng.integers(0, 10, BATCH)
@@ -185,6 +227,16 @@ def main(argv: list[str] | None = None) -> int:
         summary.append(f"{name}: {times['fpsim fp16+master'] / times['numpy fp32']:.2f}x "
                        f"(numpy fp64 {times['numpy fp64'] / times['numpy fp32']:.2f}x)")
     print("fp16+master / numpy fp32 (target <= 3x): " + ", ".join(summary))
+    if args.breakdown:
+        build, numpy_cls, x = cases["MLP 64-256-256-10"]
+        for label, fmt, master in (("fpsim fp32", FP32, False),
+                                   ("fpsim fp16+master", FP16, True)):
+            step = fpsim_stepper(build(0), fmt, master)
+            step(Tensor(x, fmt), y)
+            parts = breakdown(step, (Tensor(x, fmt), y), args.steps * 3)
+            print(f"where a step of the MLP goes, {label}:")
+            for part, t in parts.items():
+                print(f"  {part:32s} {t * 1e3:7.3f} ms")
     return 0
 
 
