@@ -9,7 +9,9 @@ Variants, timed in the same run:
 - ``numpy fp64``: the same code in float64: the cost of the float64 GEMMs alone;
 - ``fpsim fp32``: fpsim tensors in fp32;
 - ``fpsim fp16+master``: model and input in fp16, fp32 master weights in the optimizer, "fp32"
-  matmul accumulation (float64 products and sums, rounded to fp32, then to fp16).
+  matmul accumulation (float64 products and sums, rounded to fp32, then to fp16);
+- ``fpsim fp16+master sgemm``: the same with the "sgemm" model (a float32 accumulator: BLAS
+  sgemm), for comparison.
 
 The ratios printed are time / numpy-fp32 time. Target: fp16+master <= 3x. Where it goes
 (``--breakdown`` times the parts of the MLP step): the "fp32" model accumulates in float64 (BLAS
@@ -31,7 +33,7 @@ import numpy as np
 
 import fpsim.autograd.functional as F
 from fpsim import nn, optim
-from fpsim.autograd import Tensor
+from fpsim.autograd import Tensor, matmul_accumulation
 from fpsim.formats import FP16, FP32
 
 BATCH = 128
@@ -130,15 +132,16 @@ def cnn(seed: int) -> nn.Module:
                          nn.Flatten(), nn.Linear(128, 10, rng=seed + 1))
 
 
-def fpsim_stepper(model: nn.Module, fmt, master: bool):
+def fpsim_stepper(model: nn.Module, fmt, master: bool, accumulation: str = "fp32"):
     model.to(fmt)
     opt = optim.SGD(model.parameters(), lr=0.01, momentum=0.9, master_weights=master)
 
     def step(x: Tensor, y: np.ndarray) -> float:
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
+        with matmul_accumulation(accumulation):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
         return loss.item()
 
     return step
@@ -211,19 +214,20 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"one training step, batch {BATCH}, SGD momentum 0.9 "
           f"(best of {args.repeat} x {args.steps} steps)")
-    print(f"{'model':26s} {'variant':20s} {'ms/step':>9s} {'x numpy':>8s}")
+    print(f"{'model':26s} {'variant':26s} {'ms/step':>9s} {'x numpy':>8s}")
     summary = []
     for name, (build, numpy_cls, x) in cases.items():
         ref = numpy_cls([p.numpy(np.float64) for p in build(0).parameters()])
         ref64 = numpy_cls([p.numpy(np.float64) for p in build(0).parameters()], np.float64)
         variants = {"numpy fp32": (ref.step, (x.astype(np.float32), y)),
                     "numpy fp64": (ref64.step, (x, y))}
-        for label, fmt, master in (("fpsim fp32", FP32, False),
-                                   ("fpsim fp16+master", FP16, True)):
-            variants[label] = (fpsim_stepper(build(0), fmt, master), (Tensor(x, fmt), y))
+        for label, fmt, master, acc in (("fpsim fp32", FP32, False, "fp32"),
+                                        ("fpsim fp16+master", FP16, True, "fp32"),
+                                        ("fpsim fp16+master sgemm", FP16, True, "sgemm")):
+            variants[label] = (fpsim_stepper(build(0), fmt, master, acc), (Tensor(x, fmt), y))
         times = bench(variants, args.steps, args.repeat)
         for label, t in times.items():
-            print(f"{name:26s} {label:20s} {t * 1e3:9.3f} {t / times['numpy fp32']:8.2f}")
+            print(f"{name:26s} {label:26s} {t * 1e3:9.3f} {t / times['numpy fp32']:8.2f}")
         summary.append(f"{name}: {times['fpsim fp16+master'] / times['numpy fp32']:.2f}x "
                        f"(numpy fp64 {times['numpy fp64'] / times['numpy fp32']:.2f}x)")
     print("fp16+master / numpy fp32 (target <= 3x): " + ", ".join(summary))

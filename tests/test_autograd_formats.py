@@ -485,3 +485,55 @@ def test_tensorcore_model_delegates_to_fpsim_tensorcore():
     ref = np.asarray(tc.matmul(a, b, gpu="A100", input_format=FP16, output_format="fp32"),
                      dtype=np.float64)
     assert same_bits(vals(y), fpsim.round(ref, FP16)).all()
+
+
+def test_sgemm_model_is_numpy_float32_matmul():
+    """The sgemm model against NumPy's own float32 matmul (the reference: the same BLAS), then
+    one rounding; forward, both gradients, a bias added in fp32 once; a float32 accumulator
+    really rounds (large K, cancellation) where the fp32 model does not."""
+    rng = np.random.default_rng(21)
+    a = fpsim.round(rng.standard_normal((6, 300)) * 2.0 ** rng.integers(-8, 8, (6, 300)), FP16)
+    b = fpsim.round(rng.standard_normal((300, 5)), FP16)
+    bias = fpsim.round(rng.standard_normal(5), FP16)
+    g = fpsim.round(rng.standard_normal((6, 5)), FP16)
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    x = Tensor(a, FP16, requires_grad=True)
+    w = Tensor(b.T, FP16, requires_grad=True)
+    with matmul_accumulation("sgemm"):
+        y = Tensor(a, FP16) @ Tensor(b, FP16)
+        lin = F.linear(x, w, Tensor(bias, FP16))
+        lin.backward(g)
+    assert same_bits(vals(y), fpsim.round((a32 @ b32).astype(np.float64), FP16)).all()
+    acc = (a32 @ b32).astype(np.float64) + bias
+    assert same_bits(vals(lin), fpsim.round(fpsim.round(acc, FP32), FP16)).all()
+    g32 = g.astype(np.float32)
+    assert same_bits(x.grad, fpsim.round((g32 @ b32.T).astype(np.float64), FP16)).all()
+    assert same_bits(w.grad, fpsim.round((g32.T @ a32).astype(np.float64), FP16)).all()
+    # fp32 outputs: exactly NumPy's float32 product
+    with matmul_accumulation("sgemm"):
+        y32 = Tensor(a, FP32) @ Tensor(b, FP32)
+    assert np.array_equal(y32.numpy(), a32 @ b32)
+    # a float32 accumulator rounds every add: over K = 300 it differs from the fp32 model
+    # (float64 accumulation, one rounding) somewhere, whatever the BLAS's order
+    with matmul_accumulation("sgemm"):
+        s32 = (Tensor(a, FP32) @ Tensor(b, FP32)).numpy()
+    with matmul_accumulation("fp32"):
+        f32 = (Tensor(a, FP32) @ Tensor(b, FP32)).numpy()
+    assert (s32 != f32).any()
+    assert np.abs(s32.astype(np.float64) - a @ b).max() > np.abs(f32 - a @ b).max()
+
+
+def test_sgemm_model_refuses_wide_operands_and_mixes_with_other_models():
+    with matmul_accumulation("sgemm"), pytest.raises(ValueError, match="inside fp32"):
+        Tensor([[1.0]], "fp64") @ Tensor([[1.0]], "fp64")
+    # forward under sgemm (float32 operands kept), backward under fp32 (float64 GEMM)
+    rng = np.random.default_rng(22)
+    a = fpsim.round(rng.standard_normal((3, 40)), FP16)
+    b = fpsim.round(rng.standard_normal((40, 2)), FP16)
+    x = Tensor(a, FP16, requires_grad=True)
+    with matmul_accumulation("sgemm"):
+        y = x @ Tensor(b, FP16)
+    with matmul_accumulation("fp32"):
+        y.backward(np.ones((3, 2)))
+    ref = reference_matmul(np.ones((3, 2)), b.T, "fp32", None, FP16)
+    assert same_bits(x.grad, ref).all()

@@ -68,7 +68,7 @@ F32_SAFE: frozenset[Format] = frozenset({FP32, FP16})
 
 @dataclass(frozen=True)
 class Accumulation:
-    """A matmul accumulation model: ``kind`` in ``fp32``, ``exact``, ``sequential``,
+    """A matmul accumulation model: ``kind`` in ``fp32``, ``exact``, ``sgemm``, ``sequential``,
     ``pairwise``, ``tensorcore``; ``fmt`` the accumulator format of sequential / pairwise;
     ``gpu`` the GPU of the tensor-core model.
 
@@ -85,14 +85,14 @@ class Accumulation:
         return f"Accumulation(kind={self.kind!r}, fmt={fmt!r}, gpu={self.gpu!r})"
 
 
-_KINDS = ("fp32", "exact", "sequential", "pairwise", "tensorcore")
-_VALID = ('"fp32", "exact", ("sequential", fmt), ("pairwise", fmt), ("tensorcore", gpu) '
-          'or an Accumulation')
+_KINDS = ("fp32", "exact", "sgemm", "sequential", "pairwise", "tensorcore")
+_VALID = ('"fp32", "exact", "sgemm", ("sequential", fmt), ("pairwise", fmt), '
+          '("tensorcore", gpu) or an Accumulation')
 
 
 def as_accumulation(spec: Accumulation | str | tuple) -> Accumulation:
-    """Parse an accumulation model: ``"fp32"``, ``"exact"``, ``("sequential", fmt)``,
-    ``("pairwise", fmt)`` or ``("tensorcore", gpu_name)``.
+    """Parse an accumulation model: ``"fp32"``, ``"exact"``, ``"sgemm"``,
+    ``("sequential", fmt)``, ``("pairwise", fmt)`` or ``("tensorcore", gpu_name)``.
 
     >>> as_accumulation("exact").kind
     'exact'
@@ -103,7 +103,7 @@ def as_accumulation(spec: Accumulation | str | tuple) -> Accumulation:
         return spec
     if isinstance(spec, str):
         key = spec.strip().lower()
-        if key in ("fp32", "exact"):
+        if key in ("fp32", "exact", "sgemm"):
             return Accumulation(key)
         if key in _KINDS:
             raise ValueError(f"accumulation {spec!r} needs a second element: use {_VALID}")

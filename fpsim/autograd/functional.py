@@ -86,6 +86,7 @@ from .context import (
     Accumulation,
     as_accumulation,
     autocast_args,
+    contains,
     promote_formats,
     round_to,
     settings,
@@ -100,7 +101,7 @@ __all__ = [
     "sum", "mean", "max", "reshape", "flatten", "transpose", "permute", "unsqueeze", "squeeze",
     "getitem", "cat", "stack", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu",
     "softmax", "log_softmax", "nll_loss", "cross_entropy", "mse_loss", "dropout", "layer_norm",
-    "batch_norm", "conv2d", "max_pool2d", "cast_to", "masked_fill",
+    "batch_norm", "conv2d", "max_pool2d", "avg_pool2d", "cast_to", "masked_fill",
 ]
 
 _F64 = np.float64
@@ -405,6 +406,14 @@ def _model(accumulation) -> Accumulation:
     return settings().accumulation if accumulation is None else as_accumulation(accumulation)
 
 
+def _operand_dtype(model: Accumulation, *fmts: Format):
+    """The float type GEMM operands are widened to: float32 for the sgemm model (exact for
+    formats inside fp32), float64 otherwise."""
+    if model.kind == "sgemm" and all(f is FP32 or contains(FP32, f) for f in fmts):
+        return _F32
+    return _F64
+
+
 def _swap(a: np.ndarray) -> np.ndarray:
     return np.swapaxes(a, -1, -2)
 
@@ -425,7 +434,8 @@ def matmul(input: Tensor, other: Tensor, *, accumulation=None) -> Tensor:
                          f"{a.shape} and {b.shape}")
     fmt = a.fmt if a.fmt is b.fmt else promote_formats(a.fmt, b.fmt)
     model = _model(accumulation)
-    a64, b64 = widen(a._data), widen(b._data)
+    dt = _operand_dtype(model, a.fmt, b.fmt)
+    a64, b64 = widen(a._data, dt), widen(b._data, dt)
     a2 = a64 if a.ndim > 1 else a64[None, :]
     b2 = b64 if b.ndim > 1 else b64[:, None]
     try:
@@ -445,7 +455,7 @@ def matmul(input: Tensor, other: Tensor, *, accumulation=None) -> Tensor:
 
     def backward(g):
         m = _model(accumulation)
-        g2 = widen(g).reshape(out2_shape)
+        g2 = widen(g, _operand_dtype(m, fmt)).reshape(out2_shape)
         gfmt = fmt  # the output's gradient format
         ga = gb = None
         if a._requires_grad:
@@ -486,13 +496,14 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *,
         fmt = fmt if b.fmt is fmt else promote_formats(fmt, b.fmt)
         b64 = widen(b._data)
     model = _model(accumulation)
-    x2 = widen(x._data).reshape(-1, w.shape[1])
-    w64 = widen(w._data)
+    dt = _operand_dtype(model, x.fmt, w.fmt)
+    x2 = widen(x._data, dt).reshape(-1, w.shape[1])
+    w64 = widen(w._data, dt)
     out = _acc.gemm(x2, w64.T, fmt, model, fmt, b64).reshape(x.shape[:-1] + (w.shape[0],))
 
     def backward(g):
         m = _model(accumulation)
-        g2 = widen(g).reshape(-1, w.shape[0])
+        g2 = widen(g, _operand_dtype(m, fmt)).reshape(-1, w.shape[0])
         grads = [None, None, None]
         if x._requires_grad:
             acc = _acc.gemm_acc(g2, w64, m, promote_formats(fmt, w.fmt))
@@ -501,7 +512,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *,
             acc = _acc.gemm_acc(g2.T, x2, m, promote_formats(fmt, x.fmt))
             grads[1] = _acc.finish(acc, w.grad_fmt, m)
         if bias is not None and parents[2]._requires_grad:
-            grads[2] = g2.sum(axis=0)
+            grads[2] = g2.sum(axis=0, dtype=_F64)
         return tuple(grads[:len(parents)])
 
     return make_result(out, fmt, parents, backward, "linear")
@@ -1337,4 +1348,4 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     return make_result(out, fmt, parents, backward, "batch_norm")
 
 
-from .conv import conv2d, max_pool2d  # noqa: E402 - they use the ops above
+from .conv import avg_pool2d, conv2d, max_pool2d  # noqa: E402 - they use the ops above
