@@ -1,19 +1,22 @@
-"""Fast round-to-nearest-even casts to fp16 with integer bit operations.
+"""Fast round-to-nearest-even casts to fp16: the FPU does the rounding, integer bit operations
+pack the result.
 
 NumPy's own float32/float64 -> float16 casts are correctly rounded but take ~60 ns per element
 for results in fp16's subnormal range (where small gradients live), ~30x their normal speed.
 These vectorised versions give bit-identical results (tests/test_autograd_formats.py compares
-them, and NumPy's cast used for arrays under 512 elements, with :func:`fpsim.round` on every
-fp16 midpoint and its neighbours, subnormals, overflow, infinities and NaN):
+them with NumPy's casts and with :func:`fpsim.round` on every fp16 midpoint and its neighbours,
+subnormals, overflow, infinities and NaN; arrays under 512 elements take NumPy's cast):
 
-- results of magnitude >= 2**-14 (normal): add half an fp16 ulp minus one plus the kept lsb to
-  the magnitude pattern (ties to even), shift the dropped bits out and rebias the exponent; a
-  carry into the exponent is the next binade, up to infinity;
-- smaller results: one floating-point add of 0.5 (float32) / 2**28 (float64), whose ulp is
-  2**-24, the fp16 subnormal quantum, lets the FPU round to the subnormal grid; the pattern
-  difference is the fp16 pattern (1024 for a result of 2**-14);
-- inputs of 65520 and up (the first to round to infinity) are clamped to infinity's pattern,
-  checked only when some are present; NaN patterns get the quiet bit.
+- unpack: ``2**E`` with E = max(exponent of x, -14), so fp16's quantum at x is 2**(E-10) for
+  normal and subnormal results alike;
+- round: ``c = 1.5 * 2**(E+13)`` (float32; 2**(E+42) for float64) with x's sign has that
+  quantum as its ulp and x + c stays in c's binade, so the FPU's own add rounds x to the fp16
+  grid, ties to even; the multiply never makes subnormals (they would cost ~35x);
+- pack: c's low 16 bits are zero, so the low 16 bits of x + c are k = |x| / quantum rounded,
+  and the fp16 pattern is ``(E + 14) << 10 + k`` (k = 2048, a carry, is the next binade, up to
+  infinity); the sign bit is shifted into bit 15;
+- inputs of 65536 and up, infinities and NaN (rare: one max-reduction checks) are patched to
+  infinity's pattern or the quiet NaN 0x7E00.
 """
 
 from __future__ import annotations
@@ -24,8 +27,6 @@ __all__ = ["f32_to_f16", "f64_to_f16", "f64_to_f32_to_f16", "f16_to_wide"]
 
 _U32 = np.uint32
 _U64 = np.uint64
-_REBIAS32 = _U32((((15 - 127) << 23) + 0xFFF) & 0xFFFFFFFF)
-_REBIAS64 = _U64((((15 - 1023) << 52) + (1 << 41) - 1) & 0xFFFFFFFFFFFFFFFF)
 
 
 _SCRATCH: dict = {}
@@ -45,21 +46,36 @@ def _scratch(slot: int, n: int, dtype) -> np.ndarray:
     return buf[:n]
 
 
-def _select(r: np.ndarray, other: np.ndarray, flag: np.ndarray) -> None:
-    """``r = other where flag`` in place, by arithmetic (r += (other - r) * flag; ``other`` is
-    scratch): a masked copy mispredicts a branch per element on mixed masks, ~10x slower."""
-    other -= r
-    other *= flag
-    r += other
-
-
-def _finish(r, u, shift, uint, shape) -> np.ndarray:
-    """OR the sign bits into the fp16 patterns ``r`` and return them as float16 (the sign goes
-    through slot 0, free by now: a smaller working set stays in cache)."""
-    sign = np.right_shift(u, uint(shift), out=_scratch(0, u.size, u.dtype.type))
-    sign &= uint(0x8000)
-    r |= sign
-    return r.astype(np.uint16).view(np.float16).reshape(shape)
+def _pack(x: np.ndarray, uint, frac_bits: int, shape) -> np.ndarray:
+    """The steps of the module docstring for float32 (``uint`` uint32, 23 fraction bits) or
+    float64 (uint64, 52) values ``x`` (1-D, contiguous); returns float16 of ``shape``."""
+    n = x.size
+    u = x.view(uint)
+    ftype = x.dtype.type
+    exp_mask = uint(((1 << (x.itemsize * 8 - 1 - frac_bits)) - 1) << frac_bits)
+    e = np.bitwise_and(u, exp_mask, out=_scratch(0, n, uint)).view(ftype)
+    np.maximum(e, ftype(2.0**-14), out=e)  # 2**E
+    with np.errstate(over="ignore", invalid="ignore"):  # huge / inf / NaN: patched below
+        c = np.multiply(e, ftype(1.5 * 2.0 ** (frac_bits - 10)), out=_scratch(1, n, ftype))
+        sign = uint(1 << (x.itemsize * 8 - 1))
+        cb = c.view(uint)
+        cb |= np.bitwise_and(u, sign, out=_scratch(2, n, uint))  # c takes x's sign
+        y = np.add(x, c, out=c)  # the rounding
+    t = np.bitwise_and(y.view(uint), sign | uint(0xFFFF), out=_scratch(2, n, uint))  # sign | k
+    big = e.max() >= 65536.0
+    eb = np.right_shift(e.view(uint), uint(frac_bits - 10), out=e.view(uint))
+    t += eb  # + (E + bias) << 10
+    bias = (1 << (x.itemsize * 8 - 2 - frac_bits)) - 1  # 127 / 1023
+    t -= uint((bias - 14) << 10)  # leaves (E + 14) << 10: fp16's exponent field
+    t |= np.right_shift(t, uint(x.itemsize * 8 - 16), out=_scratch(3, n, uint))  # the sign
+    out = t.astype(np.uint16)
+    if big:  # out of fp16's range, infinities, NaN
+        a = np.bitwise_and(u, ~sign, out=_scratch(0, n, uint))
+        over = a >= np.asarray(65536.0, dtype=ftype).view(uint)
+        top = np.right_shift(u[over], uint(x.itemsize * 8 - 16))  # sign and exponent bits
+        out[over] = (top & uint(0x8000)) | uint(0x7C00)
+        out[a > exp_mask] = 0x7E00  # a quiet NaN
+    return out.view(np.float16).reshape(shape)
 
 
 def f32_to_f16(x: np.ndarray) -> np.ndarray:
@@ -71,28 +87,7 @@ def f32_to_f16(x: np.ndarray) -> np.ndarray:
     if np.size(x) < _SMALL:
         with np.errstate(over="ignore", invalid="ignore"):
             return np.asarray(x, dtype=np.float32).astype(np.float16)
-    u = np.ascontiguousarray(x, dtype=np.float32).reshape(-1).view(_U32)
-    n = u.size
-    a = np.bitwise_and(u, _U32(0x7FFFFFFF), out=_scratch(0, n, _U32))
-    # in-place steps: fresh temporaries cost page faults and cache misses
-    r = np.right_shift(a, _U32(13), out=_scratch(1, n, _U32))
-    r &= _U32(1)
-    r += a
-    r += _REBIAS32
-    r >>= _U32(13)
-    flag = np.less(a, _U32(0x38800000), out=_scratch(2, n, np.bool_))
-    if flag.any():
-        with np.errstate(invalid="ignore"):
-            sub = np.add(a.view(np.float32), np.float32(0.5),
-                         out=_scratch(3, n, np.float32)).view(_U32)
-        sub -= _U32(0x3F000000)
-        _select(r, sub, flag)
-    np.greater_equal(a, _U32(0x477FF000), out=flag)  # rounds to inf (>= 65520), inf or NaN
-    if flag.any():
-        np.minimum(r, _U32(0x7C00), out=r)
-        np.greater(a, _U32(0x7F800000), out=flag)
-        r[flag] = _U32(0x7E00)  # a quiet NaN
-    return _finish(r, u, 16, _U32, np.shape(x))
+    return _pack(np.ascontiguousarray(x, dtype=np.float32).reshape(-1), _U32, 23, np.shape(x))
 
 
 def f64_to_f32_to_f16(x: np.ndarray) -> np.ndarray:
@@ -122,27 +117,7 @@ def f64_to_f16(x: np.ndarray) -> np.ndarray:
     if np.size(x) < _SMALL:
         with np.errstate(over="ignore", invalid="ignore"):
             return np.asarray(x, dtype=np.float64).astype(np.float16)
-    u = np.ascontiguousarray(x, dtype=np.float64).reshape(-1).view(_U64)
-    n = u.size
-    a = np.bitwise_and(u, _U64(0x7FFFFFFFFFFFFFFF), out=_scratch(0, n, _U64))
-    r = np.right_shift(a, _U64(42), out=_scratch(1, n, _U64))
-    r &= _U64(1)
-    r += a
-    r += _REBIAS64
-    r >>= _U64(42)
-    flag = np.less(a, _U64(0x3F10000000000000), out=_scratch(2, n, np.bool_))
-    if flag.any():
-        with np.errstate(invalid="ignore"):
-            sub = np.add(a.view(np.float64), 2.0**28,
-                         out=_scratch(3, n, np.float64)).view(_U64)
-        sub -= _U64(0x41B0000000000000)
-        _select(r, sub, flag)
-    np.greater_equal(a, _U64(0x40EFFE0000000000), out=flag)  # rounds to inf, inf or NaN
-    if flag.any():
-        np.minimum(r, _U64(0x7C00), out=r)
-        np.greater(a, _U64(0x7FF0000000000000), out=flag)
-        r[flag] = _U64(0x7E00)
-    return _finish(r, u, 48, _U64, np.shape(x))
+    return _pack(np.ascontiguousarray(x, dtype=np.float64).reshape(-1), _U64, 52, np.shape(x))
 
 
 _F16_TO_F64 = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)
