@@ -606,6 +606,14 @@ class Tensor:
         """
         return _F.permute(self, _shape_arg(dims))
 
+    def masked_fill(self, mask, value: float) -> Tensor:
+        """``value`` where the boolean ``mask`` is True (see :func:`fpsim.functional.masked_fill`).
+
+        >>> Tensor([1.0, 2.0]).masked_fill(np.array([True, False]), -1.0).tolist()
+        [-1.0, 2.0]
+        """
+        return _F.masked_fill(self, mask, value)
+
     def unsqueeze(self, dim: int) -> Tensor:
         """Insert a dimension of size 1.
 
