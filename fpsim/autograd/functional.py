@@ -101,7 +101,7 @@ __all__ = [
     "sum", "mean", "max", "reshape", "flatten", "transpose", "permute", "unsqueeze", "squeeze",
     "getitem", "cat", "stack", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu",
     "softmax", "log_softmax", "nll_loss", "cross_entropy", "mse_loss", "dropout", "layer_norm",
-    "batch_norm", "conv2d", "max_pool2d", "avg_pool2d", "cast_to", "masked_fill",
+    "batch_norm", "conv2d", "max_pool2d", "cast_to", "masked_fill",
 ]
 
 _F64 = np.float64
@@ -1348,4 +1348,4 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     return make_result(out, fmt, parents, backward, "batch_norm")
 
 
-from .conv import avg_pool2d, conv2d, max_pool2d  # noqa: E402 - they use the ops above
+from .conv import conv2d, max_pool2d  # noqa: E402 - they use the ops above
