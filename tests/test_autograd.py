@@ -464,5 +464,5 @@ def test_bad_names_and_values():
         F.softmax(t64([1.0]))
     with pytest.raises(IndexError, match="Dimension out of range"):
         t64(np.zeros((2, 3))).sum(2)
-    with pytest.raises(ValueError, match="dilation"):
-        F.conv2d(t64(np.zeros((1, 1, 4, 4))), t64(np.zeros((1, 1, 2, 2))), dilation=2)
+    with pytest.raises(ValueError, match="dilation must be positive"):
+        F.conv2d(t64(np.zeros((1, 1, 4, 4))), t64(np.zeros((1, 1, 2, 2))), dilation=0)

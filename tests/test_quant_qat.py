@@ -12,6 +12,7 @@ import pytest
 
 from fpsim import nn
 from fpsim.autograd import Tensor, no_grad
+from fpsim.autograd import functional as F
 from fpsim.quant import (
     FakeQuantize,
     LSQFakeQuantize,
@@ -395,3 +396,25 @@ def test_quantize_ptq_one_call_equals_prepare_calibrate_convert():
     assert isinstance(net[0], nn.Linear)  # the float model is untouched
     single = quantize_ptq(nn.Linear(6, 2, rng=0), x)
     assert isinstance(single, Int8Linear)
+
+
+def test_qat_conv2d_keeps_dilation_and_groups_and_refuses_int8_for_them():
+    """A dilated, grouped conv trains with fake quantization as the float layer computes
+    (dilation and groups passed through), and its int8 conversion refuses rather than
+    dropping them."""
+    rng = np.random.default_rng(4)
+    conv = nn.Conv2d(2, 4, 3, padding=2, dilation=2, groups=2, rng=0)
+    q = prepare_qat(nn.Sequential(conv))
+    x = Tensor(rng.random((2, 2, 6, 6)).astype(np.float32))
+    with no_grad():
+        out = q(x)
+    assert out.shape == conv(x).shape == (2, 4, 6, 6)
+    q.apply(disable_observer)
+    with no_grad():
+        # the fake-quantized layer is the float conv of the fake-quantized input and weight
+        layer = q[0]
+        ref = F.conv2d(layer.input_quant(x), layer.weight_quant(layer.weight),
+                       layer.bias, 1, 2, 2, 2)
+        assert np.array_equal(q(x).numpy(), layer.output_quant(ref).numpy())
+    with pytest.raises(ValueError, match="dilation 1 and groups 1"):
+        convert(q)

@@ -1,5 +1,6 @@
-"""Convolution and pooling: ``conv2d`` (im2col and one matmul under the accumulation model)
-and ``max_pool2d`` (exact), with the signatures of ``torch.nn.functional``; exported by
+"""Convolution and pooling with the signatures and defaults of ``torch.nn.functional``:
+``conv2d`` (im2col and one matmul per group under the accumulation model), ``max_pool2d``
+(exact) and ``avg_pool2d`` (float64 window sum over the divisor, rounded once); exported by
 :mod:`fpsim.autograd.functional`."""
 
 from __future__ import annotations
@@ -7,143 +8,363 @@ from __future__ import annotations
 import numpy as np
 
 from . import accumulate as _acc
-from .context import autocast_args, promote_formats, widen
-from .functional import _as_tensor, _model, squeeze, unsqueeze
+from .context import autocast_args, promote_formats, round_to, widen
+from .functional import _as_tensor, _model, _operand_dtype, squeeze, unsqueeze
 from .tensor import Tensor, make_result
 
-__all__ = ["conv2d", "max_pool2d"]
+__all__ = ["conv2d", "max_pool2d", "avg_pool2d"]
+
+_PADDING_STRINGS = ("valid", "same")
+_IntPair = int | tuple[int, int]  # an int for both spatial dims, or (height, width)
 
 
-def _pair(v, name: str) -> tuple[int, int]:
-    if isinstance(v, (int, np.integer)):
+def _pair(v: _IntPair, name: str) -> tuple[int, int]:
+    """An int or a pair of ints as a pair (``torch.nn.modules.utils._pair``)."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
         return int(v), int(v)
-    t = tuple(int(i) for i in v)
-    if len(t) != 2:
-        raise ValueError(f"{name} must be an int or a pair, got {v!r}")
-    return t
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+        raise ValueError(f"{name} must be an int or a pair of ints, got {v!r}")
+    t = tuple(v)
+    if len(t) != 2 or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool)
+                              for i in t):
+        raise ValueError(f"{name} must be an int or a pair of ints, got {v!r}")
+    return int(t[0]), int(t[1])
 
 
-def _windows(x64: np.ndarray, kh: int, kw: int, sh: int, sw: int, ph: int, pw: int,
-             fill: float = 0.0) -> np.ndarray:
-    """(N, C, OH, OW, kh, kw) view of the (padded) input's sliding windows."""
-    if ph or pw:
-        x64 = np.pad(x64, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=fill)
-    win = np.lib.stride_tricks.sliding_window_view(x64, (kh, kw), axis=(2, 3))
-    return win[:, :, ::sh, ::sw]
+def _ints(v: _IntPair, name: str, op: str, minimum: int) -> tuple[int, int]:
+    h, w = _pair(v, name)
+    if h < minimum or w < minimum:
+        need = "positive" if minimum > 0 else "non-negative"
+        raise ValueError(f"{op}: {name} must be {need}, got {v!r}")
+    return h, w
 
 
-def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
-           dilation=1, groups: int = 1, *, accumulation=None) -> Tensor:
-    """2-D cross-correlation (PyTorch's conv2d) by im2col and one matmul under the accumulation
-    model: input (N, C, H, W) or (C, H, W), weight (C_out, C, kh, kw). ``dilation`` and
-    ``groups`` must be 1.
+def _check_padding_string(padding: _IntPair | str, stride: _IntPair, op: str = "conv2d",
+                          ) -> None:
+    """PyTorch's checks of a string ``padding``: one of 'valid', 'same'; 'same' needs stride 1.
+    Other values pass (they are checked as ints where used).
 
-    >>> conv2d(Tensor(np.ones((1, 1, 3, 3))), Tensor(np.ones((1, 1, 2, 2)))).shape
-    (1, 1, 2, 2)
+    >>> _check_padding_string("same", 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: conv2d: padding='same' is not supported for strided convolutions (stride 2)
+    """
+    if not isinstance(padding, str):
+        return
+    if padding not in _PADDING_STRINGS:
+        raise ValueError(f"{op}: invalid padding string {padding!r}, should be one of 'valid', "
+                         "'same' (or an int or a pair of ints)")
+    if padding == "same" and _ints(stride, "stride", op, 1) != (1, 1):
+        raise ValueError(f"{op}: padding='same' is not supported for strided convolutions "
+                         f"(stride {stride!r})")
+
+
+def _conv_padding(padding: _IntPair | str, kernel: tuple[int, int], dilation: tuple[int, int],
+                  stride: _IntPair) -> tuple[int, int, int, int]:
+    """(top, bottom, left, right) zero padding of conv2d."""
+    _check_padding_string(padding, stride)
+    if padding == "valid":
+        return 0, 0, 0, 0
+    if padding == "same":
+        # PyTorch: total d (k - 1); an odd total puts the extra element at the end
+        th, tw = (d * (k - 1) for d, k in zip(dilation, kernel, strict=True))
+        return th // 2, th - th // 2, tw // 2, tw - tw // 2
+    ph, pw = _ints(padding, "padding", "conv2d", 0)
+    return ph, ph, pw, pw
+
+
+def _pad(x: np.ndarray, top: int, bottom: int, left: int, right: int,
+         fill: float = 0.0) -> np.ndarray:
+    if top or bottom or left or right:
+        return np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=fill)
+    return x
+
+
+def _windows(xp: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, oh: int,
+             ow: int) -> np.ndarray:
+    """(N, C, oh, ow, kh, kw) view of the padded input's windows: windows (sh, sw) apart, taps
+    (dh, dw) apart."""
+    win = np.lib.stride_tricks.sliding_window_view(
+        xp, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(2, 3))
+    return win[:, :, :sh * (oh - 1) + 1:sh, :sw * (ow - 1) + 1:sw, ::dh, ::dw]
+
+
+def _add_windows(gp: np.ndarray, gwin: np.ndarray, sh: int, sw: int, dh: int, dw: int) -> None:
+    """col2im: add the (N, C, oh, ow, kh, kw) window values ``gwin`` into the padded-input
+    array ``gp`` (float64, in place); a loop over the kernel taps only."""
+    oh, ow, kh, kw = gwin.shape[2:]
+    for i in range(kh):
+        for j in range(kw):
+            gp[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh,
+               j * dw:j * dw + sw * (ow - 1) + 1:sw] += gwin[:, :, :, :, i, j]
+
+
+# ------------------------------------------------------------------------- convolution
+def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: _IntPair = 1,
+           padding: _IntPair | str = 0, dilation: _IntPair = 1, groups: int = 1, *,
+           accumulation=None) -> Tensor:
+    """2-D cross-correlation as ``torch.nn.functional.conv2d``: input (N, C_in, H, W) or
+    (C_in, H, W), weight (C_out, C_in / groups, kh, kw), ``padding`` an int, a pair, 'valid'
+    or 'same' (stride 1; an odd total puts the extra row / column at the bottom / right).
+
+    Each output is one matmul accumulation (im2col, one GEMM per group; the bias joins the
+    accumulator) under the accumulation model, rounded once; the input gradient adds the
+    column gradients in float64 (col2im) before its one rounding.
+
+    >>> x = Tensor(np.arange(16.0).reshape(1, 1, 4, 4))
+    >>> conv2d(x, Tensor(np.ones((1, 1, 2, 2))), dilation=2).tolist()
+    [[[[20.0, 24.0], [36.0, 40.0]]]]
+    >>> conv2d(Tensor(np.ones((2, 5, 5))), Tensor(np.ones((4, 1, 3, 3))), padding="same",
+    ...        groups=2).shape
+    (4, 5, 5)
     """
     input, weight, bias = autocast_args("conv2d", input, weight, bias)
     x, w = _as_tensor(input), _as_tensor(weight)
     if x.ndim == 3:
         return squeeze(conv2d(unsqueeze(x, 0), w, bias, stride, padding, dilation, groups,
                               accumulation=accumulation), 0)
-    if _pair(dilation, "dilation") != (1, 1) or groups != 1:
-        raise ValueError("conv2d here supports dilation=1 and groups=1 only")
-    if x.ndim != 4 or w.ndim != 4 or x.shape[1] != w.shape[1]:
-        raise ValueError(f"conv2d: input shape {x.shape} and weight shape {w.shape} do not "
-                         "match (need (N, C, H, W) and (C_out, C, kh, kw))")
-    sh, sw = _pair(stride, "stride")
-    ph, pw = _pair(padding, "padding")
+    if x.ndim != 4 or w.ndim != 4:
+        raise ValueError(f"conv2d: expected input (N, C_in, H, W) or (C_in, H, W) and weight "
+                         f"(C_out, C_in / groups, kh, kw), got shapes {x.shape} and {w.shape}")
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
+        raise ValueError(f"conv2d: groups must be a positive integer, got {groups!r}")
+    groups = int(groups)
+    sh, sw = _ints(stride, "stride", "conv2d", 1)
+    dh, dw = _ints(dilation, "dilation", "conv2d", 1)
     n, c, h, wd = x.shape
-    cout, _, kh, kw = w.shape
-    oh, ow = (h + 2 * ph - kh) // sh + 1, (wd + 2 * pw - kw) // sw + 1
-    if oh <= 0 or ow <= 0:
-        raise ValueError(f"conv2d: kernel {(kh, kw)} is larger than the padded input "
-                         f"{(h + 2 * ph, wd + 2 * pw)}")
+    cout, cg, kh, kw = w.shape
+    if cout % groups:
+        raise ValueError(f"conv2d: given groups={groups}, expected weight to be divisible by "
+                         f"{groups} at dimension 0, but got weight of shape {w.shape}")
+    if c != cg * groups:
+        raise ValueError(f"conv2d: given groups={groups}, weight of shape {w.shape}, expected "
+                         f"input of shape {x.shape} to have {cg * groups} channels, but got {c} "
+                         "channels instead")
+    if kh < 1 or kw < 1:
+        raise ValueError(f"conv2d: weight of shape {w.shape} has an empty kernel")
+    pt, pb, pl, pr = _conv_padding(padding, (kh, kw), (dh, dw), stride)
+    hp, wp = h + pt + pb, wd + pl + pr
+    eh, ew = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    if eh > hp or ew > wp:
+        raise ValueError(f"conv2d: the kernel {(kh, kw)} with dilation {(dh, dw)} spans "
+                         f"{(eh, ew)}, larger than the padded input {(hp, wp)} (input shape "
+                         f"{x.shape})")
+    oh, ow = (hp - eh) // sh + 1, (wp - ew) // sw + 1
     parents = [x, w]
     fmt = x.fmt if x.fmt is w.fmt else promote_formats(x.fmt, w.fmt)
+    coutg, m_rows, kg = cout // groups, n * oh * ow, cg * kh * kw
     b64 = None
     if bias is not None:
         bt = _as_tensor(bias)
         if bt.shape != (cout,):
             raise ValueError(f"conv2d: bias shape {bt.shape} does not match {cout} output "
-                             "channels")
+                             f"channels (weight shape {w.shape})")
         parents.append(bt)
         fmt = promote_formats(fmt, bt.fmt)
-        b64 = widen(bt._data)
+        b64 = widen(bt._data).reshape(groups, 1, coutg)
     model = _model(accumulation)
-    cols = _windows(widen(x._data), kh, kw, sh, sw, ph, pw).transpose(0, 2, 3, 1, 4, 5)
-    cols = cols.reshape(n * oh * ow, c * kh * kw)
-    wmat = widen(w._data).reshape(cout, -1)
-    out = _acc.gemm(cols, wmat.T, fmt, model, fmt, b64)
-    out = np.ascontiguousarray(out.reshape(n, oh, ow, cout).transpose(0, 3, 1, 2))
+    dt = _operand_dtype(model, x.fmt, w.fmt)  # float32 operands for the sgemm model
+    win = _windows(_pad(widen(x._data, dt), pt, pb, pl, pr), kh, kw, sh, sw, dh, dw, oh, ow)
+    # im2col rows (n, oh, ow), columns (channel, tap) split by group: (groups, M, K / groups)
+    cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(m_rows, groups, kg)
+    cols = np.ascontiguousarray(cols.transpose(1, 0, 2))
+    wmat = widen(w._data, dt).reshape(groups, coutg, kg)
+    out = _acc.gemm(cols, wmat.transpose(0, 2, 1), fmt, model, fmt, b64)  # (groups, M, coutg)
+    out = out.transpose(1, 0, 2).reshape(n, oh, ow, cout)
+    out = np.ascontiguousarray(out.transpose(0, 3, 1, 2))
 
     def backward(g):
         m = _model(accumulation)
-        g2 = widen(g).transpose(0, 2, 3, 1).reshape(-1, cout)
+        g2 = widen(g, _operand_dtype(m, fmt)).transpose(0, 2, 3, 1).reshape(m_rows, cout)
+        g3 = g2.reshape(m_rows, groups, coutg).transpose(1, 0, 2)  # (groups, M, coutg)
         grads = [None] * len(parents)
         if x._requires_grad:
-            gcols = _acc.gemm_acc(g2, wmat, m, promote_formats(fmt, w.fmt))
-            gcols = gcols.reshape(n, oh, ow, c, kh, kw)
-            gxp = np.zeros((n, c, h + 2 * ph, wd + 2 * pw))
-            for i in range(kh):  # col2im: a loop over the kernel taps only
-                for j in range(kw):
-                    gxp[:, :, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw] += \
-                        gcols[:, :, :, :, i, j].transpose(0, 3, 1, 2)
-            grads[0] = _acc.finish(gxp[:, :, ph:ph + h, pw:pw + wd], x.grad_fmt, m)
+            gcols = _acc.gemm_acc(g3, wmat, m, promote_formats(fmt, w.fmt))
+            gcols = gcols.transpose(1, 0, 2).reshape(n, oh, ow, c, kh, kw)
+            gxp = np.zeros((n, c, hp, wp))
+            _add_windows(gxp, gcols.transpose(0, 3, 1, 2, 4, 5), sh, sw, dh, dw)
+            grads[0] = _acc.finish(gxp[:, :, pt:pt + h, pl:pl + wd], x.grad_fmt, m)
         if w._requires_grad:
-            acc = _acc.gemm_acc(g2.T, cols, m, promote_formats(fmt, x.fmt))
+            acc = _acc.gemm_acc(g3.transpose(0, 2, 1), cols, m, promote_formats(fmt, x.fmt))
             grads[1] = _acc.finish(acc, w.grad_fmt, m).reshape(w.shape)
         if bias is not None and parents[2]._requires_grad:
-            grads[2] = g2.sum(axis=0)
+            grads[2] = g2.sum(axis=0, dtype=np.float64)
         return tuple(grads)
 
     return make_result(out, fmt, parents, backward, "conv2d")
 
 
-def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
-               ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
-    """2-D max pooling (exact): input (N, C, H, W) or (C, H, W); ``stride`` defaults to the
-    kernel size; padding is -inf. The gradient goes to the first maximum of each window.
-    ``dilation=1``, ``ceil_mode=False``, ``return_indices=False`` only.
+# ----------------------------------------------------------------------------- pooling
+def _pool_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """PyTorch's pooling_output_shape: with ceil_mode the last window may overhang the right
+    padding, but must start inside the input or the left padding."""
+    out = (size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+def _pool_args(op: str, x: Tensor, kernel_size: _IntPair, stride: _IntPair | None,
+               padding: _IntPair, dilation: _IntPair, ceil_mode: bool,
+               ) -> tuple[tuple[int, int], ...]:
+    """Checked (kernel, stride, padding, dilation, output size) pairs of a pooling op."""
+    if x.ndim != 4:
+        raise ValueError(f"{op}: expected input (N, C, H, W) or (C, H, W), got shape {x.shape}")
+    kh, kw = _ints(kernel_size, "kernel_size", op, 1)
+    if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0):
+        sh, sw = kh, kw  # PyTorch: the stride defaults to the kernel size
+    else:
+        sh, sw = _ints(stride, "stride", op, 1)
+    ph, pw = _ints(padding, "padding", op, 0)
+    dh, dw = _ints(dilation, "dilation", op, 1)
+    if ph > kh // 2 or pw > kw // 2:
+        raise ValueError(f"{op}: padding {(ph, pw)} should be at most half of the kernel size "
+                         f"{(kh, kw)}")
+    h, wd = x.shape[2:]
+    oh = _pool_size(h, kh, sh, ph, dh, ceil_mode)
+    ow = _pool_size(wd, kw, sw, pw, dw, ceil_mode)
+    if oh < 1 or ow < 1:
+        raise ValueError(f"{op}: input shape {x.shape} gives output size {(oh, ow)}, too small "
+                         f"(kernel {(kh, kw)}, stride {(sh, sw)}, padding {(ph, pw)}, dilation "
+                         f"{(dh, dw)})")
+    return (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow)
+
+
+def _extra(size: int, p: int, out: int, k: int, s: int, d: int) -> int:
+    """Padding after the input: p, or more where a ceil_mode window overhangs it, or less
+    where no window reaches it."""
+    return max((out - 1) * s + (k - 1) * d + 1 - size - p, 0)
+
+
+def max_pool2d(input: Tensor, kernel_size: _IntPair, stride: _IntPair | None = None,
+               padding: _IntPair = 0, dilation: _IntPair = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Tensor | tuple[Tensor, np.ndarray]:
+    """2-D max pooling as ``torch.nn.functional.max_pool2d`` (exact): input (N, C, H, W) or
+    (C, H, W); ``stride`` defaults to the kernel size; padding is -inf. A NaN in a window is
+    its maximum (the last NaN, as PyTorch's kernels); else the first maximum wins, and gets
+    the gradient (overlapping windows add in float64, rounded once).
+
+    With ``return_indices``, returns ``(values, indices)``: int64 flat positions ``h * W + w``
+    of the maxima in their (H, W) input plane.
 
     >>> max_pool2d(Tensor(np.arange(16.0).reshape(1, 1, 4, 4)), 2).tolist()
     [[[[5.0, 7.0], [13.0, 15.0]]]]
+    >>> v, i = max_pool2d(Tensor(8 - np.arange(9.0).reshape(1, 3, 3)), 2, ceil_mode=True,
+    ...                   return_indices=True)
+    >>> v.tolist(), i.tolist()
+    ([[[8.0, 6.0], [2.0, 0.0]]], [[[0, 2], [6, 8]]])
     """
     x = _as_tensor(input)
     if x.ndim == 3:
-        return squeeze(max_pool2d(unsqueeze(x, 0), kernel_size, stride, padding, dilation,
-                                  ceil_mode, return_indices), 0)
-    if _pair(dilation, "dilation") != (1, 1) or ceil_mode or return_indices:
-        raise ValueError("max_pool2d here supports dilation=1, ceil_mode=False and "
-                         "return_indices=False only")
-    if x.ndim != 4:
-        raise ValueError(f"max_pool2d: expected input (N, C, H, W), got shape {x.shape}")
-    kh, kw = _pair(kernel_size, "kernel_size")
-    sh, sw = _pair(kernel_size if stride is None else stride, "stride")
-    ph, pw = _pair(padding, "padding")
-    if ph > kh // 2 or pw > kw // 2:
-        raise ValueError(f"max_pool2d: padding {(ph, pw)} should be at most half of the kernel "
-                         f"size {(kh, kw)}")
+        r = max_pool2d(unsqueeze(x, 0), kernel_size, stride, padding, dilation, ceil_mode,
+                       return_indices)
+        return (squeeze(r[0], 0), r[1][0]) if return_indices else squeeze(r, 0)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = _pool_args(
+        "max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
     n, c, h, wd = x.shape
-    hp, wp = h + 2 * ph, wd + 2 * pw
-    win = _windows(widen(x._data), kh, kw, sh, sw, ph, pw, fill=-np.inf)
-    oh, ow = win.shape[2], win.shape[3]
-    arg = np.argmax(win.reshape(n, c, oh, ow, kh * kw), axis=-1)
-    rows = np.arange(oh)[:, None] * sh + arg // kw
-    colsi = np.arange(ow)[None, :] * sw + arg % kw
-    flat = (np.arange(n * c).reshape(n, c, 1, 1) * hp + rows) * wp + colsi  # padded positions
-    xp = x._data if not (ph or pw) else np.pad(
-        x._data, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    out = xp.reshape(-1)[flat]
-
-    overlap = sh < kh or sw < kw
+    x64 = widen(x._data)
+    xp = _pad(x64, ph, _extra(h, ph, oh, kh, sh, dh), pw, _extra(wd, pw, ow, kw, sw, dw),
+              fill=-np.inf)
+    win = _windows(xp, kh, kw, sh, sw, dh, dw, oh, ow).reshape(n, c, oh, ow, kh * kw)
+    arg = np.argmax(win, axis=-1)  # the first maximum (or the first NaN)
+    top = np.arange(oh)[:, None] * sh - ph  # window origins in input coordinates
+    left = np.arange(ow)[None, :] * sw - pw
+    rows, cols = top + arg // kw * dh, left + arg % kw * dw
+    keep = None  # the windows with a tap inside the input, where some have none
+    # a window with a tap inside the input and neither NaN nor -inf there has its maximum
+    # inside: skip the checks below unless the input holds NaN / -inf or a dilated window
+    # steps over the whole input
+    hit_r = ((top + np.arange(kh) * dh >= 0) & (top + np.arange(kh) * dh < h)).any(axis=1)
+    hit_c = ((left.T + np.arange(kw) * dw >= 0) & (left.T + np.arange(kw) * dw < wd)).any(axis=1)
+    if x64.size and not (x64.min() > -np.inf and hit_r.all() and hit_c.all()):
+        best = np.take_along_axis(win, arg[..., None], axis=-1)[..., 0]
+        if np.isnan(best).any():  # PyTorch's `val > max || isnan(val)` keeps the last NaN
+            isnan = np.isnan(win)
+            last = kh * kw - 1 - np.argmax(isnan[..., ::-1], axis=-1)
+            arg = np.where(isnan.any(axis=-1), last, arg)
+            rows, cols = top + arg // kw * dh, left + arg % kw * dw
+        neg = best == -np.inf
+        # nothing above PyTorch's initial -inf: it reports the window's first tap not in the
+        # top / left padding (here a -inf of the padding may have won the argmax)
+        rows = np.where(neg, np.where(top < 0, top % dh, top), rows)
+        cols = np.where(neg, np.where(left < 0, left % dw, left), cols)
+        inside = ((rows < h) & (cols < wd)).ravel()  # else -inf, and no gradient
+        keep = None if inside.all() else inside
+    indices = (rows * wd + cols).astype(np.int64, copy=False)
+    flat = (np.arange(n * c).reshape(n, c, 1, 1) * (h * wd) + indices).ravel()
+    if keep is None:
+        out = x._data.reshape(-1)[flat].reshape(n, c, oh, ow)
+    else:
+        out = np.where(keep, x._data.reshape(-1)[np.where(keep, flat, 0)],
+                       round_to(np.array(-np.inf), x.fmt)).reshape(n, c, oh, ow)
+    overlap = sh < (kh - 1) * dh + 1 or sw < (kw - 1) * dw + 1
 
     def backward(g):
+        gv = g.ravel()
+        pos = flat
+        if keep is not None:
+            gv, pos = gv[keep], pos[keep]
         if overlap:  # a position may win several windows: add in float64, round once
-            gp = np.bincount(flat.ravel(), weights=widen(g).ravel(), minlength=n * c * hp * wp)
+            gx = np.bincount(pos, weights=widen(gv), minlength=n * c * h * wd)
         else:  # every position receives at most one gradient: an exact scatter
-            gp = np.zeros(n * c * hp * wp, dtype=g.dtype)
-            gp[flat.ravel()] = g.ravel()
-        return (gp.reshape(n, c, hp, wp)[:, :, ph:ph + h, pw:pw + wd],)
+            gx = np.zeros(n * c * h * wd, dtype=g.dtype)
+            gx[pos] = gv
+        return (gx.reshape(x.shape),)
 
-    return make_result(out, x.fmt, (x,), backward, "max_pool2d")
+    result = make_result(out, x.fmt, (x,), backward, "max_pool2d")
+    return (result, indices) if return_indices else result
+
+
+def avg_pool2d(input: Tensor, kernel_size: _IntPair, stride: _IntPair | None = None,
+               padding: _IntPair = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> Tensor:
+    """2-D average pooling as ``torch.nn.functional.avg_pool2d``: the float64 sum of each
+    window over its divisor, rounded once to the input's format. The divisor (PyTorch's rule)
+    is ``divisor_override`` if given, else the number of window positions inside the input
+    and its zero padding (``count_include_pad``, positions past the padding in a ceil_mode
+    window not counted), or inside the input only. Backward: ``g / divisor`` added in float64
+    to each input position of the window, rounded once.
+
+    >>> x = Tensor(np.arange(9.0).reshape(1, 1, 3, 3))
+    >>> avg_pool2d(x, 2, stride=1).tolist()
+    [[[[2.0, 3.0], [5.0, 6.0]]]]
+    >>> avg_pool2d(x, 2, padding=1, count_include_pad=False).tolist()
+    [[[[0.0, 1.5], [4.5, 6.0]]]]
+    """
+    x = _as_tensor(input)
+    if x.ndim == 3:
+        return squeeze(avg_pool2d(unsqueeze(x, 0), kernel_size, stride, padding, ceil_mode,
+                                  count_include_pad, divisor_override), 0)
+    (kh, kw), (sh, sw), (ph, pw), _, (oh, ow) = _pool_args(
+        "avg_pool2d", x, kernel_size, stride, padding, 1, ceil_mode)
+    n, c, h, wd = x.shape
+    if divisor_override is not None:
+        if isinstance(divisor_override, bool) or not isinstance(divisor_override,
+                                                                (int, np.integer)):
+            raise ValueError(f"avg_pool2d: divisor_override must be an int or None, got "
+                             f"{divisor_override!r}")
+        if divisor_override == 0:
+            raise ValueError("avg_pool2d: divisor_override must be non-zero, got 0")
+        divisor = np.full((oh, ow), float(divisor_override))
+    else:
+        def counts(size: int, k: int, s: int, p: int, out: int) -> np.ndarray:
+            start = np.arange(out) * s - p
+            end = np.minimum(start + k, size + p)  # a ceil_mode overhang does not count
+            if count_include_pad:
+                return end - start
+            return np.minimum(end, size) - np.maximum(start, 0)
+
+        divisor = np.outer(counts(h, kh, sh, ph, oh), counts(wd, kw, sw, pw, ow)).astype(float)
+    bottom, right = _extra(h, ph, oh, kh, sh, 1), _extra(wd, pw, ow, kw, sw, 1)
+    xp = _pad(widen(x._data), ph, bottom, pw, right)
+    sums = _windows(xp, kh, kw, sh, sw, 1, 1, oh, ow).sum(axis=(-2, -1))
+    out = round_to(sums / divisor, x.fmt)
+
+    def backward(g):
+        share = widen(g) / divisor
+        gp = np.zeros((n, c, ph + h + bottom, pw + wd + right))
+        _add_windows(gp, np.broadcast_to(share[..., None, None], share.shape + (kh, kw)),
+                     sh, sw, 1, 1)
+        return (gp[:, :, ph:ph + h, pw:pw + wd],)  # the padding's share is dropped
+
+    return make_result(out, x.fmt, (x,), backward, "avg_pool2d")

@@ -37,6 +37,9 @@ view, flatten, (un)squeeze,    (cat, stack:  rounding except into a promoted for
 transpose, permute, T,         promoted)     exact; repeated indices / overlapping pooling
 getitem, cat, stack, clone,                  windows add their gradients in float64 and round
 max_pool2d, masked_fill                      once.
+avg_pool2d                     input         float64 window sum / divisor, one rounding;
+                                             backward g / divisor added in float64, one
+                                             rounding.
 exp, log, tanh, sigmoid,       input         float64 (NumPy libm; erf after Cody 1969), one
 gelu                                         rounding (float64 accuracy: ~1 ulp of float64
                                              before it). Backward: float64 formula on the
@@ -101,7 +104,7 @@ __all__ = [
     "sum", "mean", "max", "reshape", "flatten", "transpose", "permute", "unsqueeze", "squeeze",
     "getitem", "cat", "stack", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu",
     "softmax", "log_softmax", "nll_loss", "cross_entropy", "mse_loss", "dropout", "layer_norm",
-    "batch_norm", "conv2d", "max_pool2d", "cast_to", "masked_fill",
+    "batch_norm", "conv2d", "max_pool2d", "avg_pool2d", "cast_to", "masked_fill",
 ]
 
 _F64 = np.float64
@@ -1348,4 +1351,4 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     return make_result(out, fmt, parents, backward, "batch_norm")
 
 
-from .conv import conv2d, max_pool2d  # noqa: E402 - they use the ops above
+from .conv import avg_pool2d, conv2d, max_pool2d  # noqa: E402 - they use the ops above

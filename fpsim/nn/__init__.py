@@ -10,6 +10,7 @@
 from . import init
 from .layers import (
     GELU,
+    AvgPool2d,
     BatchNorm1d,
     BatchNorm2d,
     Conv2d,
@@ -26,7 +27,7 @@ from .layers import (
 from .module import Module, Parameter, Sequential
 
 __all__ = [
-    "BatchNorm1d", "BatchNorm2d", "Conv2d", "Dropout", "Flatten", "GELU", "Identity",
+    "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "Dropout", "Flatten", "GELU", "Identity",
     "LayerNorm", "Linear", "MaxPool2d", "Module", "Parameter", "ReLU", "Sequential", "Sigmoid",
     "Tanh", "init",
 ]

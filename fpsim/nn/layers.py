@@ -11,15 +11,15 @@ import math
 import numpy as np
 
 from ..autograd import functional as F
-from ..autograd.conv import _pair
+from ..autograd.conv import _check_padding_string, _IntPair, _pair
 from ..autograd.generator import get_generator
 from ..autograd.tensor import Tensor, as_format
 from ..formats import FP32, FP64, Format
 from . import init
 from .module import Module, Parameter
 
-__all__ = ["Linear", "Conv2d", "MaxPool2d", "LayerNorm", "BatchNorm1d", "BatchNorm2d",
-           "Dropout", "ReLU", "GELU", "Tanh", "Sigmoid", "Flatten", "Identity"]
+__all__ = ["Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "LayerNorm", "BatchNorm1d",
+           "BatchNorm2d", "Dropout", "ReLU", "GELU", "Tanh", "Sigmoid", "Flatten", "Identity"]
 
 
 def _reset_weight_and_bias(weight: Parameter, bias: Parameter | None, rng) -> None:
@@ -62,23 +62,40 @@ class Linear(Module):
 
 
 class Conv2d(Module):
-    """2-D convolution (cross-correlation) with square or rectangular kernels; stride and zero
-    padding (``dilation`` and ``groups`` 1).
+    """2-D convolution (cross-correlation) as ``torch.nn.Conv2d``: stride, zero padding (an
+    int, a pair, 'valid' or 'same'), dilation and groups; weight (out_channels,
+    in_channels / groups, kh, kw), initialised as PyTorch (fan_in = in_channels / groups * kh *
+    kw).
 
     >>> conv = Conv2d(1, 8, 3, padding=1, rng=0)
     >>> conv(Tensor(np.zeros((2, 1, 8, 8)))).shape
     (2, 8, 8, 8)
+    >>> depthwise = Conv2d(4, 4, 3, padding="same", dilation=2, groups=4, bias=False, rng=0)
+    >>> depthwise.weight.shape, depthwise(Tensor(np.zeros((1, 4, 6, 6)))).shape
+    ((4, 1, 3, 3), (1, 4, 6, 6))
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
-                 bias: bool = True, *, fmt: Format | str = FP32,
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: _IntPair,
+                 stride: _IntPair = 1, padding: _IntPair | str = 0, dilation: _IntPair = 1,
+                 groups: int = 1, bias: bool = True, *, fmt: Format | str = FP32,
                  rng: np.random.Generator | int | None = None) -> None:
         super().__init__()
         fmt = as_format(fmt)
+        if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
+            raise ValueError(f"Conv2d: groups must be a positive integer, got {groups!r}")
+        if in_channels % groups:
+            raise ValueError(f"Conv2d: in_channels ({in_channels}) must be divisible by groups "
+                             f"({groups})")
+        if out_channels % groups:
+            raise ValueError(f"Conv2d: out_channels ({out_channels}) must be divisible by "
+                             f"groups ({groups})")
         kh, kw = _pair(kernel_size, "kernel_size")
+        _check_padding_string(padding, stride, "Conv2d")
         self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size, self.stride, self.padding = (kh, kw), stride, padding
-        self.weight = Parameter(np.zeros((out_channels, in_channels, kh, kw)), fmt)
+        self.kernel_size, self.stride = (kh, kw), _pair(stride, "stride")
+        self.padding = padding if isinstance(padding, str) else _pair(padding, "padding")
+        self.dilation, self.groups = _pair(dilation, "dilation"), int(groups)
+        self.weight = Parameter(np.zeros((out_channels, in_channels // groups, kh, kw)), fmt)
         if bias:
             self.bias = Parameter(np.zeros(out_channels), fmt)
         else:
@@ -86,26 +103,69 @@ class Conv2d(Module):
         _reset_weight_and_bias(self.weight, self.bias, rng)
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding)
+        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}, fmt={self.weight.fmt.name}")
+        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+             f"stride={self.stride}, padding={self.padding}")
+        if self.dilation != (1, 1):
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s + f", fmt={self.weight.fmt.name}"
 
 
 class MaxPool2d(Module):
-    """2-D max pooling (stride defaults to the kernel size).
+    """2-D max pooling as ``torch.nn.MaxPool2d`` (stride defaults to the kernel size); with
+    ``return_indices`` the forward returns ``(values, indices)``.
 
     >>> MaxPool2d(2)(Tensor(np.zeros((1, 1, 4, 4)))).shape
     (1, 1, 2, 2)
+    >>> MaxPool2d(2, ceil_mode=True)(Tensor(np.zeros((1, 1, 5, 5)))).shape
+    (1, 1, 3, 3)
     """
 
-    def __init__(self, kernel_size, stride=None, padding=0) -> None:
+    def __init__(self, kernel_size: _IntPair, stride: _IntPair | None = None,
+                 padding: _IntPair = 0, dilation: _IntPair = 1, return_indices: bool = False,
+                 ceil_mode: bool = False) -> None:
         super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.kernel_size = kernel_size
+        self.stride = stride if stride is not None else kernel_size  # as PyTorch
+        self.padding, self.dilation = padding, dilation
+        self.return_indices, self.ceil_mode = return_indices, ceil_mode
+
+    def forward(self, x: Tensor) -> Tensor | tuple[Tensor, np.ndarray]:
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                            self.ceil_mode, self.return_indices)
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class AvgPool2d(Module):
+    """2-D average pooling as ``torch.nn.AvgPool2d`` (one rounding per output; see
+    :func:`fpsim.autograd.functional.avg_pool2d` for the divisor).
+
+    >>> AvgPool2d(2)(Tensor(np.arange(16.0).reshape(1, 1, 4, 4))).tolist()
+    [[[[2.5, 4.5], [10.5, 12.5]]]]
+    """
+
+    def __init__(self, kernel_size: _IntPair, stride: _IntPair | None = None,
+                 padding: _IntPair = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+                 divisor_override: int | None = None) -> None:
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride if stride is not None else kernel_size  # as PyTorch
+        self.padding, self.ceil_mode = padding, ceil_mode
+        self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"

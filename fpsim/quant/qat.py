@@ -598,12 +598,21 @@ class QATConv2d(_Wrapped):
                  quantize_input: bool = True) -> None:
         super().__init__(layer, qconfig, relu=relu, quantize_input=quantize_input)
         self.stride, self.padding = layer.stride, layer.padding
+        self.dilation = getattr(layer, "dilation", (1, 1))
+        self.groups = getattr(layer, "groups", 1)
 
     def _op(self, x, w):
-        return F.conv2d(x, w, self.bias, self.stride, self.padding)
+        return F.conv2d(x, w, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
     def to_int8(self, input_qparams: QParams | None = None) -> Int8Conv2d:
-        """The :class:`~fpsim.quant.layers.Int8Conv2d` with this layer's quantization."""
+        """The :class:`~fpsim.quant.layers.Int8Conv2d` with this layer's quantization (integer
+        padding, no dilation, one group: what the integer kernel implements)."""
+        if (isinstance(self.padding, str) or tuple(self.dilation) != (1, 1)
+                or self.groups != 1):
+            raise ValueError(
+                f"Int8Conv2d supports integer padding, dilation 1 and groups 1; this layer has "
+                f"padding={self.padding!r}, dilation={self.dilation!r}, groups={self.groups}: "
+                "keep it in fake-quantized form (the QAT model) instead of converting it")
         iqp, wqp, oqp = self._qparams(input_qparams)
         return Int8Conv2d.from_float(self.weight, self.bias, iqp, wqp, oqp, relu=self.relu,
                                      stride=self.stride, padding=self.padding)
