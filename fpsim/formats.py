@@ -9,6 +9,7 @@ top level of the package (``fpsim.FP16``, ``fpsim.BF16``, ...).
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -200,7 +201,7 @@ class Format:
             return full - 1  # the all-ones mantissa of the top binade is NaN
         return full
 
-    @property
+    @functools.cached_property
     def max(self) -> float:
         """Largest finite value."""
         return math.ldexp(float(self.max_significand), self.emax - self.mantissa_bits)
@@ -259,12 +260,12 @@ class Format:
         """10**-precision, as numpy.finfo."""
         return float(10.0 ** -self.precision)
 
-    @property
+    @functools.cached_property  # asked on every op; a frozen dataclass still has a __dict__
     def dtype(self) -> np.dtype | None:
         """The NumPy / ml_dtypes storage dtype holding this format at its real width, or None."""
         return _STORAGE.get(self._key())
 
-    @property
+    @functools.cached_property
     def storage_dtype(self) -> np.dtype:
         """The dtype tensors of this format are stored in: the native one, else float32 when
         every value fits float32, else float64."""
