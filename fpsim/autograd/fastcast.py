@@ -36,14 +36,18 @@ _SCRATCH_MAX = 1 << 20  # largest reused work array, in elements
 
 def _scratch(slot: int, n: int, dtype) -> np.ndarray:
     """A reused work array of ``n`` elements: fresh temporaries of this size cost page faults
-    and cache misses that dominate these few-cycle passes. Never returned to callers."""
+    and cache misses that dominate these few-cycle passes. Slots are shared by dtypes of one
+    item size (float32 / uint32 views of the same memory: a smaller working set stays in
+    cache). Never returned to callers."""
+    dtype = np.dtype(dtype)
     if n > _SCRATCH_MAX:  # large arrays: fresh memory (keep no big buffers alive)
         return np.empty(n, dtype=dtype)
-    buf = _SCRATCH.get((slot, dtype))
+    key = (slot, dtype.itemsize)
+    buf = _SCRATCH.get(key)
     if buf is None or buf.size < n:
         buf = np.empty(n if n > 4096 else 4096, dtype=dtype)
-        _SCRATCH[(slot, dtype)] = buf
-    return buf[:n]
+        _SCRATCH[key] = buf
+    return buf[:n].view(dtype)
 
 
 def _pack(x: np.ndarray, uint, frac_bits: int, shape) -> np.ndarray:
@@ -67,7 +71,7 @@ def _pack(x: np.ndarray, uint, frac_bits: int, shape) -> np.ndarray:
     t += eb  # + (E + bias) << 10
     bias = (1 << (x.itemsize * 8 - 2 - frac_bits)) - 1  # 127 / 1023
     t -= uint((bias - 14) << 10)  # leaves (E + 14) << 10: fp16's exponent field
-    t |= np.right_shift(t, uint(x.itemsize * 8 - 16), out=_scratch(3, n, uint))  # the sign
+    t |= np.right_shift(t, uint(x.itemsize * 8 - 16), out=_scratch(0, n, uint))  # the sign
     out = t.astype(np.uint16)
     if big:  # out of fp16's range, infinities, NaN
         a = np.bitwise_and(u, ~sign, out=_scratch(0, n, uint))
@@ -102,7 +106,7 @@ def f64_to_f32_to_f16(x: np.ndarray) -> np.ndarray:
     if x.size < _SMALL or x.size > _SCRATCH_MAX:
         with np.errstate(over="ignore"):
             return f32_to_f16(x.astype(np.float32))
-    f = _scratch(6, x.size, np.float32).reshape(x.shape)
+    f = _scratch(3, x.size, np.float32).reshape(x.shape)
     with np.errstate(over="ignore"):
         np.copyto(f, x, casting="same_kind")
     return f32_to_f16(f)
