@@ -201,6 +201,26 @@ def test_optimizer_state_is_fp32_for_fp16_parameters():
     assert buf.dtype.name == "bfloat16" and float(buf[0]) == float(fpsim.round(1 / 3, "bf16"))
 
 
+def test_fp64_parameters_keep_fp64_state():
+    """As PyTorch: the state of an fp64 parameter is fp64 (a float32 momentum buffer would
+    round 1/3 at 24 bits), computed in float64: two momentum steps by hand."""
+    p = Parameter([1.0], "fp64")
+    opt = optim.SGD([p], lr=0.1, momentum=0.9)
+    for g in (1 / 3, 1 / 7):
+        p.grad = [g]
+        opt.step()
+    buf = 0.9 * (1 / 3) + 1 / 7
+    assert opt.state[p]["momentum_buffer"].dtype == np.float64
+    assert p.tolist() == [1.0 - 0.1 * (1 / 3) - 0.1 * buf]
+    assert opt.state_format(p).name == "fp64"
+    adam = optim.Adam([Parameter([1.0], "fp64"), Parameter([1.0], "fp16")])
+    for q in adam.param_groups[0]["params"]:
+        q.grad = [0.1]
+    adam.step()
+    dtypes = [adam.state[q]["exp_avg"].dtype for q in adam.param_groups[0]["params"]]
+    assert dtypes == [np.float64, np.float32]
+
+
 def test_no_master_update_is_rounded_once_to_the_parameter_format():
     p = Parameter([1.0, 3.0], FP16)
     opt = optim.SGD([p], lr=1.0)

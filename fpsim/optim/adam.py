@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..formats import FP32, Format
+from ..formats import Format
 from .optimizer import Optimizer
 
 __all__ = ["Adam", "AdamW"]
@@ -35,7 +35,7 @@ class Adam(Optimizer):
     def __init__(self, params: Iterable, lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, amsgrad: bool = False, *, maximize: bool = False,
-                 master_weights: bool = False, state_fmt: Format | str = FP32) -> None:
+                 master_weights: bool = False, state_fmt: Format | str | None = None) -> None:
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
         if eps < 0.0:
@@ -100,6 +100,6 @@ class AdamW(Adam):
     def __init__(self, params: Iterable, lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False,
-                 master_weights: bool = False, state_fmt: Format | str = FP32) -> None:
+                 master_weights: bool = False, state_fmt: Format | str | None = None) -> None:
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
                          master_weights=master_weights, state_fmt=state_fmt)

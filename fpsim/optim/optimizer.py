@@ -5,7 +5,8 @@ Precision of a step (per parameter):
 - The update is computed in float32 arithmetic (NumPy float32 ops, each rounding to fp32, in
   PyTorch's order of operations) from the gradient upcast exactly to float32; float64 when the
   parameter, its gradient or ``state_fmt`` is wider than fp32.
-- Optimizer state (momentum, Adam moments) is stored in ``state_fmt`` (default fp32).
+- Optimizer state (momentum, Adam moments) is stored in ``state_fmt``; by default fp32, or the
+  parameter's own format where that is wider (fp64 parameters keep fp64 state, as PyTorch).
 - fp32 (and wider) parameters are updated in place of their own values.
 - ``master_weights=True``: a parameter narrower than fp32 gets an fp32 master copy (created
   from its values at its first step); the update is applied to the master and the parameter is
@@ -37,10 +38,11 @@ class Optimizer:
     """
 
     def __init__(self, params: Iterable, defaults: dict, *, master_weights: bool = False,
-                 state_fmt: Format | str = FP32) -> None:
+                 state_fmt: Format | str | None = None) -> None:
         self.defaults = dict(defaults)
         self.master_weights = bool(master_weights)
-        self.state_fmt = as_format(state_fmt)
+        self.state_fmt = None if state_fmt is None else as_format(state_fmt)
+        self._step_state_fmt = FP32  # the state format of the parameter being updated
         self.state: dict[Tensor, dict] = {}
         self.param_groups: list[dict] = []
         params = list(params)
@@ -96,8 +98,22 @@ class Optimizer:
                     p.grad = np.zeros_like(p.grad)
 
     # ------------------------------------------------------------------------ step
+    def state_format(self, p: Tensor) -> Format:
+        """The format ``p``'s optimizer state is stored in: ``state_fmt`` if given, else fp32,
+        or ``p``'s format where that is wider.
+
+        >>> from fpsim.nn import Parameter
+        >>> from fpsim.optim import SGD
+        >>> opt = SGD([Parameter([1.0], "fp64")], lr=0.1)
+        >>> opt.state_format(opt.param_groups[0]["params"][0]).name
+        'fp64'
+        """
+        if self.state_fmt is not None:
+            return self.state_fmt
+        return FP32 if contains(FP32, p.fmt) else p.fmt
+
     def _dtype(self, p: Tensor):
-        narrow = all(contains(FP32, f) for f in (p.fmt, p.grad_fmt, self.state_fmt))
+        narrow = all(contains(FP32, f) for f in (p.fmt, p.grad_fmt, self.state_format(p)))
         return np.float32 if narrow else np.float64
 
     def _state_get(self, st: dict, key: str, dtype):
@@ -105,7 +121,7 @@ class Optimizer:
         return None if v is None else widen(v, dtype)
 
     def _state_set(self, st: dict, key: str, value: np.ndarray) -> None:
-        st[key] = round_to(value, self.state_fmt)
+        st[key] = round_to(value, self._step_state_fmt)
 
     def step(self, closure: Callable | None = None):
         """One update of every parameter that has a gradient; returns ``closure()`` when
@@ -125,6 +141,7 @@ class Optimizer:
                 if p.grad is None:
                     continue
                 dtype = self._dtype(p)
+                self._step_state_fmt = self.state_format(p)
                 st = self.state.setdefault(p, {})
                 use_master = self.master_weights and p.fmt != FP32 and contains(FP32, p.fmt)
                 if use_master:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..formats import FP32, Format
+from ..formats import Format
 from .optimizer import Optimizer
 
 __all__ = ["SGD"]
@@ -33,7 +33,7 @@ class SGD(Optimizer):
     def __init__(self, params: Iterable, lr: float = 1e-3, momentum: float = 0.0,
                  dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False, *,
                  maximize: bool = False, master_weights: bool = False,
-                 state_fmt: Format | str = FP32) -> None:
+                 state_fmt: Format | str | None = None) -> None:
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
         if momentum < 0.0:
