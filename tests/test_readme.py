@@ -1,13 +1,16 @@
-"""The README's Python examples run and print what it says."""
+"""The Python examples of the README and of docs/autograd.md run and print what they say."""
 
 import doctest
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_readme_examples_run() -> None:
-    result = doctest.testfile(str(README), module_relative=False,
+@pytest.mark.parametrize("name", ["README.md", "docs/autograd.md"])
+def test_examples_run(name: str) -> None:
+    result = doctest.testfile(str(ROOT / name), module_relative=False,
                               optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0
     assert result.failed == 0
