@@ -1,6 +1,8 @@
-"""conv2d, max_pool2d, avg_pool2d and cross_entropy against PyTorch's own results (float64,
-CPU; recorded by tools/record_torch_reference.py into tests/data/torch): values, gradients
-and pooling indices, with fpsim in exact fp64 mode."""
+"""fpsim against PyTorch's own results (float64, CPU; recorded by
+tools/record_torch_reference.py into tests/data/torch), with fpsim in exact fp64 mode:
+conv2d, pooling (indices included), cross_entropy, the elementwise ops, reductions,
+softmaxes, losses, layer and batch norm (running statistics included): values and gradients;
+SGD, Adam and AdamW: parameters after five steps under each of their options."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import numpy as np
 import pytest
 
 from fpsim import functional as F
+from fpsim import optim
 from fpsim.autograd import Tensor, matmul_accumulation
+from fpsim.nn import Parameter
 
 DATA = np.load(Path(__file__).resolve().parent / "data" / "torch" / "reference.npz")
 CASES = json.loads(str(DATA["cases"]))
@@ -31,8 +35,58 @@ def close(got, ref) -> None:
 
 def test_the_data_cover_every_op():
     kinds = {c["kind"] for c in CASES}
-    assert kinds == {"conv2d", "max_pool2d", "avg_pool2d", "cross_entropy"}
-    assert len(CASES) > 150
+    assert kinds == {"conv2d", "max_pool2d", "avg_pool2d", "cross_entropy", "op", "batch_norm",
+                     "optim"}
+    assert len(CASES) > 250
+    assert {c["name"] for c in CASES if c["kind"] == "op"} == set(OPS)
+
+
+OPS = {
+    "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+    "softmax0": lambda t: F.softmax(t, 0), "softmax1": lambda t: F.softmax(t, 1),
+    "log_softmax0": lambda t: F.log_softmax(t, 0), "log_softmax1": lambda t: F.log_softmax(t, 1),
+    "tanh": F.tanh, "sigmoid": F.sigmoid, "exp": F.exp, "log": F.log, "sqrt": F.sqrt,
+    "pow": lambda a, b: a ** b, "div": lambda a, b: a / b,
+    "mse_mean": F.mse_loss, "mse_sum": lambda a, b: F.mse_loss(a, b, reduction="sum"),
+    "mse_none": lambda a, b: F.mse_loss(a, b, reduction="none"),
+    "max_all": F.max, "max_dim1_keep": lambda t: F.max(t, 1, True).values,
+    "sum_dim0": lambda t: F.sum(t, 0), "mean_dim1_keep": lambda t: F.mean(t, 1, True),
+    "layer_norm": lambda t, w, b: F.layer_norm(t, (5,), w, b),
+    "layer_norm_2d_eps": lambda t, w, b: F.layer_norm(t, (4, 5), w, b, eps=1e-3),
+}
+
+
+def check_op(i: int, c: dict) -> None:
+    ins = [t64(arr(i, f"in{k}")) for k in range(c["n"])]
+    out = OPS[c["name"]](*ins)
+    out.backward(arr(i, "g"))
+    close(out.numpy(np.float64), arr(i, "out"))
+    for k, t in enumerate(ins):
+        close(t.grad, arr(i, f"d{k}"))
+
+
+def check_batch_norm(i: int, c: dict) -> None:
+    x, w, b = t64(arr(i, "x")), t64(arr(i, "w")), t64(arr(i, "b"))
+    rm, rv = Tensor(arr(i, "running_mean"), "fp64"), Tensor(arr(i, "running_var"), "fp64")
+    out = F.batch_norm(x, rm, rv, w, b, c["training"], c["momentum"], c["eps"])
+    out.backward(arr(i, "g"))
+    close(out.numpy(np.float64), arr(i, "out"))
+    for t, name in ((x, "dx"), (w, "dw"), (b, "db")):
+        close(t.grad, arr(i, name))
+    close(rm.numpy(np.float64), arr(i, "new_mean"))
+    close(rv.numpy(np.float64), arr(i, "new_var"))
+
+
+def check_optim(i: int, c: dict) -> None:
+    p = Parameter(arr(i, "p0").copy(), "fp64")
+    kw = dict(c["kwargs"])
+    if "betas" in kw:
+        kw["betas"] = tuple(kw["betas"])
+    opt = getattr(optim, c["name"])([p], **kw)
+    for g in arr(i, "grads"):
+        p.grad = g.copy()
+        opt.step()
+    np.testing.assert_allclose(p.numpy(np.float64), arr(i, "out"), rtol=1e-13, atol=1e-14)
 
 
 @pytest.mark.parametrize("i", range(len(CASES)),
@@ -40,6 +94,10 @@ def test_the_data_cover_every_op():
 def test_against_pytorch(i):
     c = CASES[i]
     kind = c["kind"]
+    checks = {"op": check_op, "batch_norm": check_batch_norm, "optim": check_optim}
+    if kind in checks:
+        checks[kind](i, c)
+        return
     x = t64(arr(i, "x"))
     g = arr(i, "g")
     if kind == "conv2d":

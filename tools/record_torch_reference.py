@@ -1,12 +1,14 @@
-"""Record PyTorch's results for conv2d, max_pool2d, avg_pool2d and cross_entropy (values and
-gradients, float64, CPU) into tests/data/torch/reference.npz, the independent reference of
-tests/test_torch_reference.py. Needs torch (not a dependency of fpsim):
+"""Record PyTorch's results for conv2d, pooling, cross_entropy, the other ops and the
+optimizers (values and gradients, float64, CPU) into tests/data/torch/reference.npz, the
+independent reference of tests/test_torch_reference.py. Needs torch (not a dependency of fpsim):
 
     pip install torch && python tools/record_torch_reference.py
 
 The cases cover dilation, groups, 'same' / 'valid' padding, strides, ceil_mode, pooling
-indices with NaN and -inf, count_include_pad / divisor_override, and cross-entropy with class
-weights, ignore_index, label smoothing, probability targets and (N, C, d1, d2) inputs.
+indices with NaN and -inf, count_include_pad / divisor_override, cross-entropy with class
+weights, ignore_index, label smoothing, probability targets and (N, C, d1, d2) inputs; the
+elementwise ops, reductions, softmaxes, losses, layer and batch norm (running statistics
+included); and five steps of SGD, Adam and AdamW under each of their options.
 """
 
 from __future__ import annotations
@@ -116,6 +118,77 @@ def main() -> int:
         extra = {} if w is None else {"weight": w}
         add("cross_entropy", dict(reduction=red, label_smoothing=ls, probs=probs), x=x,
             target=t, g=g, out=r.detach().numpy(), dx=xt.grad.numpy(), **extra)
+
+    # elementwise ops, reductions and normalisations: name -> (torch function of the tensors)
+    x = rng.standard_normal((4, 6)) * 3
+    xp = np.abs(x) + 0.1
+    y = rng.standard_normal((4, 6))
+    x3 = rng.standard_normal((3, 4, 5))
+    ops = {
+        "gelu": (lambda t: TF.gelu(t), [x]),
+        "gelu_tanh": (lambda t: TF.gelu(t, approximate="tanh"), [x]),
+        "softmax0": (lambda t: TF.softmax(t, 0), [x]),
+        "softmax1": (lambda t: TF.softmax(t, 1), [x]),
+        "log_softmax0": (lambda t: TF.log_softmax(t, 0), [x]),
+        "log_softmax1": (lambda t: TF.log_softmax(t, 1), [x]),
+        "tanh": (torch.tanh, [x]), "sigmoid": (torch.sigmoid, [x]), "exp": (torch.exp, [x]),
+        "log": (torch.log, [xp]), "sqrt": (torch.sqrt, [xp]),
+        "pow": (lambda a, b: a ** b, [xp, x / 3]), "div": (lambda a, b: a / b, [x, xp]),
+        "mse_mean": (lambda a, b: TF.mse_loss(a, b), [x, y]),
+        "mse_sum": (lambda a, b: TF.mse_loss(a, b, reduction="sum"), [x, y]),
+        "mse_none": (lambda a, b: TF.mse_loss(a, b, reduction="none"), [x, y]),
+        "max_all": (lambda t: t.max(), [x]),
+        "max_dim1_keep": (lambda t: t.max(1, keepdim=True).values, [x]),
+        "sum_dim0": (lambda t: t.sum(0), [x]), "mean_dim1_keep": (lambda t: t.mean(1, True), [x]),
+        "layer_norm": (lambda t, w, b: TF.layer_norm(t, (5,), w, b),
+                       [x3, rng.standard_normal(5), rng.standard_normal(5)]),
+        "layer_norm_2d_eps": (lambda t, w, b: TF.layer_norm(t, (4, 5), w, b, eps=1e-3),
+                              [x3, rng.standard_normal((4, 5)), rng.standard_normal((4, 5))]),
+    }
+    for name, (fn, inputs) in ops.items():
+        ts = [torch.tensor(a, requires_grad=True) for a in inputs]
+        r = fn(*ts)
+        g = rng.standard_normal(tuple(r.shape))
+        r.backward(torch.tensor(g))
+        add("op", dict(name=name, n=len(inputs)), g=g, out=r.detach().numpy(),
+            **{f"in{k}": a for k, a in enumerate(inputs)},
+            **{f"d{k}": t.grad.numpy() for k, t in enumerate(ts)})
+
+    # batch norm, training and eval, with its running statistics
+    for shape, training in itertools.product([(8, 3), (4, 3, 2, 2)], [True, False]):
+        xb = rng.standard_normal(shape) * 2 + 1
+        wb, bb = rng.standard_normal(3), rng.standard_normal(3)
+        rm, rv = rng.standard_normal(3), rng.uniform(0.5, 2, 3)
+        rm_t, rv_t = torch.tensor(rm), torch.tensor(rv)
+        ts = [torch.tensor(a, requires_grad=True) for a in (xb, wb, bb)]
+        r = TF.batch_norm(ts[0], rm_t, rv_t, ts[1], ts[2], training, 0.2, 1e-4)
+        g = rng.standard_normal(tuple(r.shape))
+        r.backward(torch.tensor(g))
+        add("batch_norm", dict(training=training, momentum=0.2, eps=1e-4), x=xb, w=wb, b=bb,
+            running_mean=rm, running_var=rv, g=g, out=r.detach().numpy(),
+            dx=ts[0].grad.numpy(), dw=ts[1].grad.numpy(), db=ts[2].grad.numpy(),
+            new_mean=rm_t.numpy(), new_var=rv_t.numpy())
+
+    # optimizers: five steps from the same start with the same gradients
+    settings = [("SGD", dict(lr=0.1, momentum=m, dampening=dm, nesterov=n, weight_decay=wd,
+                             maximize=mx))
+                for m, dm, n, wd, mx in itertools.product([0.0, 0.9], [0.0, 0.3], [False, True],
+                                                          [0.0, 0.01], [False, True])
+                if not (n and (m == 0 or dm != 0))]
+    settings += [(name, dict(lr=0.01, betas=[0.8, 0.99], eps=1e-6, weight_decay=wd,
+                             amsgrad=ams, maximize=mx))
+                 for name in ("Adam", "AdamW")
+                 for ams, wd, mx in itertools.product([False, True], [0.0, 0.05], [False, True])]
+    for name, kw in settings:
+        p0 = rng.standard_normal((3, 4))
+        grads = rng.standard_normal((5, 3, 4))
+        pt = torch.tensor(p0.copy(), requires_grad=True)
+        opt = getattr(torch.optim, name)([pt], **{k: tuple(v) if k == "betas" else v
+                                                   for k, v in kw.items()})
+        for gstep in grads:
+            pt.grad = torch.tensor(gstep)
+            opt.step()
+        add("optim", dict(name=name, kwargs=kw), p0=p0, grads=grads, out=pt.detach().numpy())
 
     arrays["cases"] = np.array(json.dumps(cases))
     arrays["torch_version"] = np.array(torch.__version__)
