@@ -8,7 +8,8 @@ The cases cover dilation, groups, 'same' / 'valid' padding, strides, ceil_mode, 
 indices with NaN and -inf, count_include_pad / divisor_override, cross-entropy with class
 weights, ignore_index, label smoothing, probability targets and (N, C, d1, d2) inputs; the
 elementwise ops, reductions, softmaxes, losses, layer and batch norm (running statistics
-included); and five steps of SGD, Adam and AdamW under each of their options.
+included); five steps of SGD, Adam and AdamW under each of their options; and
+torch.amp.GradScaler's scales, skipped steps and unscaled gradients.
 """
 
 from __future__ import annotations
@@ -189,6 +190,34 @@ def main() -> int:
             pt.grad = torch.tensor(gstep)
             opt.step()
         add("optim", dict(name=name, kwargs=kw), p0=p0, grads=grads, out=pt.detach().numpy())
+
+    # torch.amp.GradScaler on the CPU: scales, skipped steps and unscaled gradients over 30
+    # steps of gradients spanning 16 decades with occasional inf / NaN
+    for _ in range(12):
+        kw = dict(init_scale=float(2.0 ** rng.integers(0, 20)),
+                  growth_factor=float(rng.choice([2.0, 1.5, 3.0])),
+                  backoff_factor=float(rng.choice([0.5, 0.25, 0.7])),
+                  growth_interval=int(rng.integers(1, 4)))
+        scaler = torch.amp.GradScaler("cpu", **kw)
+        pt = torch.zeros(5, dtype=torch.float32, requires_grad=True)
+        opt = torch.optim.SGD([pt], lr=0.1)
+        grads = (rng.standard_normal((30, 5)) * 10.0 ** rng.integers(-8, 8, (30, 1)))
+        grads = grads.astype(np.float32)
+        hit = rng.random(30) < 0.2
+        grads[hit, rng.integers(0, 5, hit.sum())] = rng.choice([np.inf, -np.inf, np.nan],
+                                                               hit.sum())
+        scales, unscaled, params = [], [], []
+        for g in grads:
+            loss_scale = float(scaler.scale(torch.tensor(1.0)))
+            scales.append(loss_scale)
+            pt.grad = torch.tensor((g * np.float32(loss_scale)).astype(np.float32))
+            scaler.step(opt)
+            scaler.update()
+            unscaled.append(pt.grad.numpy().copy())
+            params.append(pt.detach().numpy().copy())
+        add("grad_scaler", dict(kwargs=kw), grads=grads, scales=np.array(scales),
+            unscaled=np.array(unscaled), params=np.array(params),
+            final_scale=np.array(scaler.get_scale()))
 
     arrays["cases"] = np.array(json.dumps(cases))
     arrays["torch_version"] = np.array(torch.__version__)

@@ -4,7 +4,10 @@ Precision of a step (per parameter):
 
 - The update is computed in float32 arithmetic (NumPy float32 ops, each rounding to fp32, in
   PyTorch's order of operations) from the gradient upcast exactly to float32; float64 when the
-  parameter, its gradient or ``state_fmt`` is wider than fp32.
+  parameter, its gradient or ``state_fmt`` is wider than fp32. PyTorch's CPU kernels fuse some
+  of these ops (``add_`` with ``alpha`` is one fused multiply-add, Adam's first moment is a
+  ``lerp_``), so fp32 results can differ from PyTorch's in the last bit; in fp64 they agree to
+  1e-13 (tests/test_torch_reference.py checks SGD, Adam and AdamW under every option).
 - Optimizer state (momentum, Adam moments) is stored in ``state_fmt``; by default fp32, or the
   parameter's own format where that is wider (fp64 parameters keep fp64 state, as PyTorch).
 - fp32 (and wider) parameters are updated in place of their own values.
