@@ -3,13 +3,15 @@ tools/record_torch_reference.py into tests/data/torch), with fpsim in exact fp64
 conv2d, pooling (indices included), cross_entropy, the elementwise ops, reductions,
 softmaxes, losses, layer and batch norm (running statistics included): values and gradients;
 SGD, Adam and AdamW: parameters after five steps under each of their options; GradScaler:
-scales, skipped steps, unscaled gradients and parameters, step by step."""
+scales, skipped steps, unscaled gradients and parameters, step by step; fp16 / bf16 add, mul,
+div, sqrt (bit for bit) and gelu on the CPU."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import gmpy2
 import numpy as np
 import pytest
 
@@ -38,7 +40,7 @@ def close(got, ref) -> None:
 def test_the_data_cover_every_op():
     kinds = {c["kind"] for c in CASES}
     assert kinds == {"conv2d", "max_pool2d", "avg_pool2d", "cross_entropy", "op", "batch_norm",
-                     "optim", "grad_scaler"}
+                     "optim", "grad_scaler", "half_ops"}
     assert len(CASES) > 250
     assert {c["name"] for c in CASES if c["kind"] == "op"} == set(OPS)
 
@@ -101,6 +103,55 @@ def check_grad_scaler(i: int, c: dict) -> None:
     assert scaler.get_scale() == float(arr(i, "final_scale"))
 
 
+def check_half_ops(i: int, c: dict) -> None:
+    """PyTorch's CPU half / bfloat16 ops compute in float32 and round once, which is the
+    correctly rounded result for + - * / sqrt (float32 has >= 2p + 2 bits): fpsim's ops give
+    the same bits. gelu mostly agrees, but PyTorch rounds a float32 value of the formula:
+    near midpoints, and below x = -3 where 1 + erf(x / sqrt 2) cancels in float32 (~15% of
+    those fp16 inputs), its result is off by an ulp or more; fpsim's (erfc-based) is the
+    nearer to the exact value wherever they differ."""
+    import ml_dtypes
+
+    dtype = np.float16 if c["fmt"] == "fp16" else ml_dtypes.bfloat16
+    a, b = arr(i, "a").view(dtype), arr(i, "b").view(dtype)
+    ta, tb = Tensor(a, c["fmt"]), Tensor(b, c["fmt"])
+    got = {"add": ta + tb, "mul": ta * tb, "div": ta / tb, "sqrt": F.sqrt(F.abs(ta)),
+           "gelu": F.gelu(ta)}
+    x = a.astype(np.float64)
+    for name, t in got.items():
+        mine, ref = t.numpy().view(np.uint16), arr(i, name)
+        nan = np.isnan(t.numpy(np.float64))
+        ref_nan = np.isnan(ref.view(dtype).astype(np.float64))
+        same = (mine == ref) | (nan & ref_nan)
+        if name == "gelu":
+            # PyTorch's float32 / half CPU gelu returns NaN at +inf (its float64 one gives inf,
+            # as fpsim does in every format)
+            assert np.array_equal(ref_nan, np.isnan(x) | np.isinf(x))
+            differ = ~same & (x != np.inf)
+            assert differ.mean() < 0.05
+            # where they differ, fpsim's value is the nearer to the exact one (MPFR)
+            with gmpy2.context(precision=200):
+                for xv, mv, rv in zip(x[differ], t.numpy(np.float64)[differ],
+                                      ref.view(dtype).astype(np.float64)[differ], strict=True):
+                    xm = gmpy2.mpfr(xv)
+                    exact = xm * gmpy2.erfc(-xm / gmpy2.sqrt(2)) / 2
+                    assert abs(exact - mv) < abs(exact - rv), (xv, mv, rv)
+                # and below -3 (where PyTorch's float32 formula cancels) fpsim's is the nearest
+                # value of the format to the exact one
+                tail = (x < -3) & np.isfinite(x)
+                mine_t = t.numpy()[tail]
+                down = np.nextafter(mine_t, dtype(-np.inf)).astype(np.float64)
+                up = np.nextafter(mine_t, dtype(np.inf)).astype(np.float64)
+                for xv, mv, lo, hi in zip(x[tail], mine_t.astype(np.float64), down, up,
+                                          strict=True):
+                    xm = gmpy2.mpfr(xv)
+                    exact = xm * gmpy2.erfc(-xm / gmpy2.sqrt(2)) / 2
+                    err = abs(exact - mv)
+                    assert err <= abs(exact - lo) and err <= abs(exact - hi), xv
+        else:
+            assert same.all(), (name, np.flatnonzero(~same)[:5])
+
+
 def check_optim(i: int, c: dict) -> None:
     p = Parameter(arr(i, "p0").copy(), "fp64")
     kw = dict(c["kwargs"])
@@ -119,7 +170,7 @@ def test_against_pytorch(i):
     c = CASES[i]
     kind = c["kind"]
     checks = {"op": check_op, "batch_norm": check_batch_norm, "optim": check_optim,
-              "grad_scaler": check_grad_scaler}
+              "grad_scaler": check_grad_scaler, "half_ops": check_half_ops}
     if kind in checks:
         checks[kind](i, c)
         return

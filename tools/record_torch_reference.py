@@ -9,7 +9,8 @@ indices with NaN and -inf, count_include_pad / divisor_override, cross-entropy w
 weights, ignore_index, label smoothing, probability targets and (N, C, d1, d2) inputs; the
 elementwise ops, reductions, softmaxes, losses, layer and batch norm (running statistics
 included); five steps of SGD, Adam and AdamW under each of their options; and
-torch.amp.GradScaler's scales, skipped steps and unscaled gradients.
+torch.amp.GradScaler's scales, skipped steps and unscaled gradients; fp16 / bf16 add, mul,
+div, sqrt and gelu on the CPU (bit patterns).
 """
 
 from __future__ import annotations
@@ -218,6 +219,29 @@ def main() -> int:
         add("grad_scaler", dict(kwargs=kw), grads=grads, scales=np.array(scales),
             unscaled=np.array(unscaled), params=np.array(params),
             final_scale=np.array(scaler.get_scale()))
+
+    # fp16 / bf16 elementwise ops on the CPU (PyTorch computes in float32 and rounds once):
+    # operands and results as 16-bit patterns
+    import ml_dtypes
+
+    n = 8192
+    for fmt, tdt, ndt in (("fp16", torch.float16, np.float16),
+                          ("bf16", torch.bfloat16, ml_dtypes.bfloat16)):
+        a = (rng.standard_normal(n) * 2.0 ** rng.integers(-12, 12, n)).astype(ndt)
+        b = (rng.standard_normal(n) * 2.0 ** rng.integers(-12, 12, n)).astype(ndt)
+        a[:16] = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 65504.0] * 2,
+                          dtype=np.float32).astype(ndt)
+        ta = torch.tensor(a.astype(np.float32)).to(tdt)
+        tb = torch.tensor(b.astype(np.float32)).to(tdt)
+        outs = {"add": ta + tb, "mul": ta * tb, "div": ta / tb, "sqrt": ta.abs().sqrt(),
+                "gelu": TF.gelu(ta)}
+        bits = {k: v.view(torch.int16).numpy().view(np.uint16) for k, v in outs.items()}
+        i = len(cases)
+        cases.append({"kind": "half_ops", "fmt": fmt})
+        arrays[f"{i}/a"] = a.view(np.uint16)
+        arrays[f"{i}/b"] = b.view(np.uint16)
+        for k, v in bits.items():
+            arrays[f"{i}/{k}"] = v
 
     arrays["cases"] = np.array(json.dumps(cases))
     arrays["torch_version"] = np.array(torch.__version__)
