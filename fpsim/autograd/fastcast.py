@@ -137,10 +137,10 @@ def f16_to_wide(x: np.ndarray, dtype=np.float64) -> np.ndarray:
     >>> f16_to_wide(np.array([2.0**-24, -65504.0], dtype=np.float16)).tolist()
     [5.960464477539063e-08, -65504.0]
     """
-    table = _F16_TO_F64 if dtype == np.float64 else _F16_TO_F32
-    x = np.asarray(x)
-    if x.size > _SCRATCH_MAX:
+    table = _F16_TO_F64 if dtype is np.float64 or dtype == np.float64 else _F16_TO_F32
+    n = x.size
+    if n < _SMALL or n > _SCRATCH_MAX:  # small: plain indexing has the least overhead
         return table[x.view(np.uint16)]
-    idx = _scratch(5, x.size, np.intp)
+    idx = _scratch(5, n, np.intp)
     np.copyto(idx, x.view(np.uint16).reshape(-1))
-    return np.take(table, idx).reshape(x.shape)
+    return table.take(idx).reshape(x.shape)
