@@ -57,13 +57,26 @@ OPS = {
     "sum_dim0": lambda t: F.sum(t, 0), "mean_dim1_keep": lambda t: F.mean(t, 1, True),
     "layer_norm": lambda t, w, b: F.layer_norm(t, (5,), w, b),
     "layer_norm_2d_eps": lambda t, w, b: F.layer_norm(t, (4, 5), w, b, eps=1e-3),
+    "index_repeated": lambda t: t[[0, 2, 0], 1:3], "index_cols": lambda t: t[:, [1, 1, 3]],
+    "strided": lambda t: t[..., ::2], "cat1": lambda a, b: F.cat([a, b], 1),
+    "stack2": lambda a, b: F.stack([a, b], 2),
+    "permute_reshape": lambda t: t.permute(2, 0, 1).reshape(5, -1),
+    "transpose_unsqueeze": lambda t: t.transpose(0, 2).unsqueeze(1).squeeze(1),
+    "max_ties": F.max, "max_dim_ties": lambda t: F.max(t, 1).values, "abs_at_zero": F.abs,
+    "neg_pow": lambda t: -(t ** 2), "broadcast_add": lambda a, b: a + b,
+    "broadcast_sub": lambda a, b: a - b, "broadcast_mul": lambda a, b: a * b,
+    "broadcast_div": lambda a, b: a / b,
+    **{f"matmul_{sa}_{sb}": lambda a, b: a @ b
+       for sa, sb in [((4,), (4,)), ((3, 4), (4,)), ((4,), (4, 2)), ((2, 3, 4), (4, 5)),
+                      ((2, 1, 3, 4), (5, 4, 2)), ((3, 4), (2, 4, 5))]},
 }
 
 
 def check_op(i: int, c: dict) -> None:
     ins = [t64(arr(i, f"in{k}")) for k in range(c["n"])]
-    out = OPS[c["name"]](*ins)
-    out.backward(arr(i, "g"))
+    with matmul_accumulation("exact"):
+        out = OPS[c["name"]](*ins)
+        out.backward(arr(i, "g"))
     close(out.numpy(np.float64), arr(i, "out"))
     for k, t in enumerate(ins):
         close(t.grad, arr(i, f"d{k}"))

@@ -146,7 +146,28 @@ def main() -> int:
                        [x3, rng.standard_normal(5), rng.standard_normal(5)]),
         "layer_norm_2d_eps": (lambda t, w, b: TF.layer_norm(t, (4, 5), w, b, eps=1e-3),
                               [x3, rng.standard_normal((4, 5)), rng.standard_normal((4, 5))]),
+        # shape ops, indexing (repeated indices add their gradients), ties, broadcasting
+        "index_repeated": (lambda t: t[[0, 2, 0], 1:3], [x3]),
+        "index_cols": (lambda t: t[:, [1, 1, 3]], [x3]),
+        "strided": (lambda t: t[..., ::2], [x3]),
+        "cat1": (lambda a, b: torch.cat([a, b], 1), [x3, x3 * 2]),
+        "stack2": (lambda a, b: torch.stack([a, b], 2), [x3, x3 + 1]),
+        "permute_reshape": (lambda t: t.permute(2, 0, 1).reshape(5, -1), [x3]),
+        "transpose_unsqueeze": (lambda t: t.transpose(0, 2).unsqueeze(1).squeeze(1), [x3]),
+        "max_ties": (lambda t: t.max(), [np.array([[1.0, 3.0, 3.0], [2.0, 2.0, -1.0]])]),
+        "max_dim_ties": (lambda t: t.max(1).values,
+                         [np.array([[1.0, 3.0, 3.0], [2.0, 2.0, -1.0]])]),
+        "abs_at_zero": (torch.abs, [np.array([-1.0, 0.0, 2.0])]),
+        "neg_pow": (lambda t: -(t ** 2), [x3]),
+        "broadcast_add": (lambda a, b: a + b, [x3[:, :1], rng.standard_normal((4, 1))]),
+        "broadcast_sub": (lambda a, b: a - b, [x3[:, :1], rng.standard_normal((4, 1))]),
+        "broadcast_mul": (lambda a, b: a * b, [x3[:, :1], rng.standard_normal((4, 1))]),
+        "broadcast_div": (lambda a, b: a / b, [x3[:, :1], rng.uniform(1, 2, (4, 1))]),
     }
+    for sa, sb in [((4,), (4,)), ((3, 4), (4,)), ((4,), (4, 2)), ((2, 3, 4), (4, 5)),
+                   ((2, 1, 3, 4), (5, 4, 2)), ((3, 4), (2, 4, 5))]:
+        ops[f"matmul_{sa}_{sb}"] = (lambda a, b: a @ b, [rng.standard_normal(sa),
+                                                          rng.standard_normal(sb)])
     for name, (fn, inputs) in ops.items():
         ts = [torch.tensor(a, requires_grad=True) for a in inputs]
         r = fn(*ts)
