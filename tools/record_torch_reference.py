@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,18 @@ def main() -> int:
     rng = np.random.default_rng(2026)
     arrays: dict[str, np.ndarray] = {}
     cases: list[dict] = []
+
+    def run(fn, *arrays: np.ndarray):
+        """fn on float64 tensors of ``arrays`` and its backward from a random gradient:
+        (output tensor, gradient, input tensors), or None where PyTorch refuses the call."""
+        ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+        try:
+            out = fn(*ts)
+        except RuntimeError:
+            return None
+        g = rng.standard_normal(tuple(out.shape))
+        out.backward(torch.tensor(g))
+        return out, g, ts
 
     def add(kind: str, cfg: dict, **arrs: np.ndarray) -> None:
         i = len(cases)
@@ -53,13 +66,10 @@ def main() -> int:
         x = rng.standard_normal((1, cin, 6, 5))
         w = rng.standard_normal((cout, cin_g, k, k))
         b = rng.standard_normal(cout)
-        xt, wt, bt = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
-        try:
-            out = TF.conv2d(xt, wt, bt, s, p, d, groups)
-        except RuntimeError:
+        done = run(partial(TF.conv2d, stride=s, padding=p, dilation=d, groups=groups), x, w, b)
+        if done is None:
             continue
-        g = rng.standard_normal(tuple(out.shape))
-        out.backward(torch.tensor(g))
+        out, g, (xt, wt, bt) = done
         add("conv2d", dict(stride=s, padding=p, dilation=d, groups=groups), x=x, w=w, b=b, g=g,
             out=out.detach().numpy(), dx=xt.grad.numpy(), dw=wt.grad.numpy(),
             db=bt.grad.numpy())
@@ -85,13 +95,11 @@ def main() -> int:
         if d == 1:
             cip, div = bool(rng.integers(2)), [None, 3][int(rng.integers(2))]
             x2 = rng.standard_normal((1, 2, h, h + 1))
-            xt = torch.tensor(x2, requires_grad=True)
-            try:
-                r = TF.avg_pool2d(xt, k, s, p, ceil, cip, div)
-            except RuntimeError:
+            done = run(partial(TF.avg_pool2d, kernel_size=k, stride=s, padding=p, ceil_mode=ceil,
+                               count_include_pad=cip, divisor_override=div), x2)
+            if done is None:
                 continue
-            g = rng.standard_normal(tuple(r.shape))
-            r.backward(torch.tensor(g))
+            r, g, (xt,) = done
             add("avg_pool2d", dict(kernel=k, stride=s, padding=p, ceil_mode=ceil,
                                    count_include_pad=cip, divisor_override=div),
                 x=x2, g=g, out=r.detach().numpy(), dx=xt.grad.numpy())
@@ -169,10 +177,7 @@ def main() -> int:
         ops[f"matmul_{sa}_{sb}"] = (lambda a, b: a @ b, [rng.standard_normal(sa),
                                                           rng.standard_normal(sb)])
     for name, (fn, inputs) in ops.items():
-        ts = [torch.tensor(a, requires_grad=True) for a in inputs]
-        r = fn(*ts)
-        g = rng.standard_normal(tuple(r.shape))
-        r.backward(torch.tensor(g))
+        r, g, ts = run(fn, *inputs)
         add("op", dict(name=name, n=len(inputs)), g=g, out=r.detach().numpy(),
             **{f"in{k}": a for k, a in enumerate(inputs)},
             **{f"d{k}": t.grad.numpy() for k, t in enumerate(ts)})
