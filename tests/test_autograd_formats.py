@@ -537,3 +537,21 @@ def test_sgemm_model_refuses_wide_operands_and_mixes_with_other_models():
         y.backward(np.ones((3, 2)))
     ref = reference_matmul(np.ones((3, 2)), b.T, "fp32", None, FP16)
     assert same_bits(x.grad, ref).all()
+
+
+@pytest.mark.exhaustive
+def test_fp16_kernels_on_every_float32_pattern():
+    """All 2**32 float32 patterns through the fast fp16 kernels (from float32, and from their
+    exact float64 values) against NumPy's own cast; NaN payloads aside (minutes; opt in with
+    -m exhaustive)."""
+    step = 1 << 24
+    for start in range(0, 1 << 32, step):
+        x = np.arange(start, start + step, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            ref = x.astype(np.float16).view(np.uint16)
+            wide = x.astype(np.float64)
+        nan = np.isnan(x)
+        for got in (f32_to_f16(x), f64_to_f16(wide)):
+            bits = got.view(np.uint16)
+            assert np.array_equal(bits[~nan], ref[~nan]), start
+            assert np.isnan(got[nan]).all(), start
