@@ -6,7 +6,7 @@ Models: an MLP 64-256-256-10 (ReLU) and a small CNN (1x8x8 input, conv 8 channel
 Variants, timed in the same run:
 
 - ``numpy fp32``: hand-written NumPy float32 forward / backward / update (the baseline);
-- ``numpy fp64``: the same code in float64: the cost of the float64 GEMMs alone;
+- ``numpy fp64``: the same code in float64 (the price of float64 GEMMs, as the "fp32" model pays);
 - ``fpsim fp32``: fpsim tensors in fp32;
 - ``fpsim fp16+master``: model and input in fp16, fp32 master weights in the optimizer, "fp32"
   matmul accumulation (float64 products and sums, rounded to fp32, then to fp16);
@@ -16,10 +16,10 @@ Variants, timed in the same run:
 The ratios printed are time / numpy-fp32 time. Target: fp16+master <= 3x. Where it goes
 (``--breakdown`` times the parts of the MLP step): the "fp32" model accumulates in float64 (BLAS
 dgemm, ~2x sgemm: the NumPy float64 step alone is ~2x the float32 one), every fp16 result is
-rounded by the integer kernels of fpsim.autograd.fastcast (~12 NumPy passes, 4-6 ns per element
-in a training step) and every fp16 operand is widened through a 65536-entry table (1.5-3.5 ns
-per element); an MLP step rounds ~300k and widens ~315k elements. On a busy machine BLAS
-threads make the timings noisy; ``OPENBLAS_NUM_THREADS=1`` gives steadier ratios.
+rounded by fpsim.autograd.fastcast (~13 NumPy passes, 4-10 ns per element inside a training
+step) and every fp16 operand is widened through a 65536-entry table (3-6 ns per element); an
+MLP step rounds ~300k and widens ~315k elements. On a busy machine BLAS threads make the
+timings noisy; ``OPENBLAS_NUM_THREADS=1`` gives steadier ratios.
 
     python benchmarks/bench_training_step.py [--repeat 7] [--steps 20] [--breakdown]
 """
@@ -165,7 +165,7 @@ def bench(variants: dict, steps: int, repeat: int) -> dict:
 def breakdown(step, args: tuple, steps: int) -> dict[str, float]:
     """Seconds per step spent in the GEMMs (the accumulation model), the fp16 rounding kernels
     and the fp16 widening table, measured by wrapping those functions for ``steps`` calls."""
-    from fpsim.autograd import accumulate, context, fastcast
+    from fpsim.autograd import accumulate, context
 
     spent = dict.fromkeys(("GEMM (float64 BLAS)", "round to fp16", "widen fp16"), 0.0)
     patches = [(accumulate, "gemm_acc", "GEMM (float64 BLAS)"),
@@ -193,7 +193,6 @@ def breakdown(step, args: tuple, steps: int) -> dict[str, float]:
     finally:
         for mod, name, fn in saved:
             setattr(mod, name, fn)
-    _ = fastcast  # the kernels live there; they are wrapped where the ops look them up
     out = {k: v / steps for k, v in spent.items()}
     out["other (graph, ops, optimizer)"] = total / steps - sum(out.values())
     return out
@@ -232,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                        f"(numpy fp64 {times['numpy fp64'] / times['numpy fp32']:.2f}x)")
     print("fp16+master / numpy fp32 (target <= 3x): " + ", ".join(summary))
     if args.breakdown:
-        build, numpy_cls, x = cases["MLP 64-256-256-10"]
+        build, _, x = cases["MLP 64-256-256-10"]
         for label, fmt, master in (("fpsim fp32", FP32, False),
                                    ("fpsim fp16+master", FP16, True)):
             step = fpsim_stepper(build(0), fmt, master)

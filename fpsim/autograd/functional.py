@@ -412,7 +412,7 @@ def _model(accumulation) -> Accumulation:
 def _operand_dtype(model: Accumulation, *fmts: Format):
     """The float type GEMM operands are widened to: float32 for the sgemm model (exact for
     formats inside fp32), float64 otherwise."""
-    if model.kind == "sgemm" and all(f is FP32 or contains(FP32, f) for f in fmts):
+    if model.kind == "sgemm" and all(contains(FP32, f) for f in fmts):
         return _F32
     return _F64
 
