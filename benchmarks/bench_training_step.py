@@ -7,6 +7,9 @@ Variants, timed in the same run:
 
 - ``numpy fp32``: hand-written NumPy float32 forward / backward / update (the baseline);
 - ``numpy fp64``: the same code in float64 (the price of float64 GEMMs, as the "fp32" model pays);
+- ``numpy fp16+master`` (MLP): fpsim's fp16 step written directly in NumPy, every rounding
+  done by fpsim's kernels, no graph: the floor of this maths in NumPy (bit-identical to fpsim's
+  step, checked by tests/test_bench_training_step.py);
 - ``fpsim fp32``: fpsim tensors in fp32;
 - ``fpsim fp16+master``: model and input in fp16, fp32 master weights in the optimizer, "fp32"
   matmul accumulation (float64 products and sums, rounded to fp32, then to fp16);
@@ -18,7 +21,8 @@ The ratios printed are time / numpy-fp32 time. Target: fp16+master <= 3x. Where 
 dgemm, ~2x sgemm: the NumPy float64 step alone is ~2x the float32 one), every fp16 result is
 rounded by fpsim.autograd.fastcast (~13 NumPy passes, 4-10 ns per element inside a training
 step) and every fp16 operand is widened through a 65536-entry table (3-6 ns per element); an
-MLP step rounds ~300k and widens ~315k elements. On a busy machine BLAS threads make the
+MLP step rounds ~300k and widens ~315k elements. The floor row shows that these conversions,
+not the engine, set the cost: fpsim's step is within ~10-35% of it. On a busy machine BLAS threads make the
 timings noisy; ``OPENBLAS_NUM_THREADS=1`` gives steadier ratios.
 
     python benchmarks/bench_training_step.py [--repeat 7] [--steps 20] [--breakdown]
@@ -33,7 +37,7 @@ import numpy as np
 
 import fpsim.autograd.functional as F
 from fpsim import nn, optim
-from fpsim.autograd import Tensor, matmul_accumulation
+from fpsim.autograd import Tensor, fastcast, matmul_accumulation
 from fpsim.formats import FP16, FP32
 
 BATCH = 128
@@ -77,6 +81,64 @@ class NumpyMLP:
             self.buf[i] = mom * self.buf[i] + g
             self.p[i] -= lr * self.buf[i]
         return float(loss)
+
+
+class NumpyMLPHalf:
+    """The fp16 + fp32-master step of fpsim written directly in NumPy: fp16 storage, float64
+    GEMMs rounded to fp32 then fp16, every op's one rounding by fpsim's fastest kernels
+    (fpsim.autograd.fastcast), and the float32 master update. No graph, no Tensor objects: the
+    floor of this maths in NumPy, so ``fpsim fp16+master`` / this is what the engine adds.
+    tests/test_bench_training_step.py checks it gives fpsim's parameters, bit for bit."""
+
+    def __init__(self, params: list[np.ndarray]) -> None:
+        self.p = [fastcast.f64_to_f16(np.asarray(a, np.float64)) for a in params]
+        self.master = [a.astype(np.float32) for a in self.p]  # from the fp16 values, as fpsim
+        self.buf: list[np.ndarray | None] = [None] * len(params)
+
+    def step(self, x: np.ndarray, y: np.ndarray, lr: float = 0.01, mom: float = 0.9) -> float:
+        wide, r16, acc16 = fastcast.f16_to_wide, fastcast.f64_to_f16, fastcast.f64_to_f32_to_f16
+        w1, b1, w2, b2, w3, b3 = (wide(a) for a in self.p)
+        x64 = wide(x)
+        h1 = acc16(x64 @ w1.T + b1)  # each linear: bias in the float64 accumulator
+        a1 = _relu16(h1)
+        a1w = wide(a1)
+        h2 = acc16(a1w @ w2.T + b2)
+        a2 = _relu16(h2)
+        a2w = wide(a2)
+        z = wide(acc16(a2w @ w3.T + b3))
+        z = z - z.max(axis=1, keepdims=True)
+        logp = r16(z - np.log(np.exp(z).sum(axis=1, keepdims=True)))
+        n = x.shape[0]
+        rows = np.arange(n)
+        loss = r16(np.asarray(-wide(logp)[rows, y].sum() / n))
+        gl = np.zeros((n, 10))
+        gl[rows, y] = -1.0 / n
+        gl = wide(r16(gl))  # nll_loss backward, rounded to fp16
+        dz = wide(r16(gl - np.exp(wide(logp)) * gl.sum(axis=1, keepdims=True)))
+        grads = [None] * 6
+        grads[4], grads[5] = acc16(dz.T @ a2w), r16(dz.sum(axis=0))
+        dh2 = wide(_masked16(acc16(dz @ w3), h2))
+        grads[2], grads[3] = acc16(dh2.T @ a1w), r16(dh2.sum(axis=0))
+        dh1 = wide(_masked16(acc16(dh2 @ w2), h1))
+        grads[0], grads[1] = acc16(dh1.T @ x64), r16(dh1.sum(axis=0))
+        for i, g16 in enumerate(grads):  # SGD on the fp32 master, as fpsim.optim
+            g = wide(g16, np.float32)
+            b = g.copy() if self.buf[i] is None else mom * self.buf[i] + 1.0 * g
+            self.buf[i] = b
+            self.master[i] = self.master[i] - lr * b
+            self.p[i] = fastcast.f32_to_f16(self.master[i])
+        return float(loss)
+
+
+def _relu16(h: np.ndarray) -> np.ndarray:
+    """max(h, 0) on fp16 bit patterns (NaN aside: not met here)."""
+    b = h.view(np.int16)
+    return (b & -(b > 0).astype(np.int16)).view(np.float16)
+
+
+def _masked16(g: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """g where h > 0, else +0 (ReLU's backward) on bit patterns."""
+    return (g.view(np.int16) & -(h.view(np.int16) > 0).astype(np.int16)).view(np.float16)
 
 
 class NumpyCNN:
@@ -208,18 +270,20 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     y = rng.integers(0, 10, BATCH)
     cases = {
-        "MLP 64-256-256-10": (mlp, NumpyMLP, rng.standard_normal((BATCH, 64))),
-        "CNN 1x8x8 conv8-pool-fc": (cnn, NumpyCNN, rng.standard_normal((BATCH, 1, 8, 8))),
+        "MLP 64-256-256-10": (mlp, NumpyMLP, rng.standard_normal((BATCH, 64)), NumpyMLPHalf),
+        "CNN 1x8x8 conv8-pool-fc": (cnn, NumpyCNN, rng.standard_normal((BATCH, 1, 8, 8)), None),
     }
     print(f"one training step, batch {BATCH}, SGD momentum 0.9 "
           f"(best of {args.repeat} x {args.steps} steps)")
     print(f"{'model':26s} {'variant':26s} {'ms/step':>9s} {'x numpy':>8s}")
     summary = []
-    for name, (build, numpy_cls, x) in cases.items():
-        ref = numpy_cls([p.numpy(np.float64) for p in build(0).parameters()])
-        ref64 = numpy_cls([p.numpy(np.float64) for p in build(0).parameters()], np.float64)
-        variants = {"numpy fp32": (ref.step, (x.astype(np.float32), y)),
-                    "numpy fp64": (ref64.step, (x, y))}
+    for name, (build, numpy_cls, x, half_cls) in cases.items():
+        params = [p.numpy(np.float64) for p in build(0).parameters()]
+        variants = {"numpy fp32": (numpy_cls(params).step, (x.astype(np.float32), y)),
+                    "numpy fp64": (numpy_cls(params, np.float64).step, (x, y))}
+        if half_cls is not None:
+            variants["numpy fp16+master"] = (half_cls(params).step,
+                                             (fastcast.f64_to_f16(x), y))
         for label, fmt, master, acc in (("fpsim fp32", FP32, False, "fp32"),
                                         ("fpsim fp16+master", FP16, True, "fp32"),
                                         ("fpsim fp16+master sgemm", FP16, True, "sgemm")):
@@ -227,11 +291,14 @@ def main(argv: list[str] | None = None) -> int:
         times = bench(variants, args.steps, args.repeat)
         for label, t in times.items():
             print(f"{name:26s} {label:26s} {t * 1e3:9.3f} {t / times['numpy fp32']:8.2f}")
-        summary.append(f"{name}: {times['fpsim fp16+master'] / times['numpy fp32']:.2f}x "
-                       f"(numpy fp64 {times['numpy fp64'] / times['numpy fp32']:.2f}x)")
+        base = times["numpy fp32"]
+        floor = (f", numpy fp16+master {times['numpy fp16+master'] / base:.2f}x"
+                 if "numpy fp16+master" in times else "")
+        summary.append(f"{name}: {times['fpsim fp16+master'] / base:.2f}x "
+                       f"(numpy fp64 {times['numpy fp64'] / base:.2f}x{floor})")
     print("fp16+master / numpy fp32 (target <= 3x): " + ", ".join(summary))
     if args.breakdown:
-        build, _, x = cases["MLP 64-256-256-10"]
+        build, _, x, _ = cases["MLP 64-256-256-10"]
         for label, fmt, master in (("fpsim fp32", FP32, False),
                                    ("fpsim fp16+master", FP16, True)):
             step = fpsim_stepper(build(0), fmt, master)

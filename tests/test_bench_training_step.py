@@ -46,3 +46,23 @@ def test_script_runs_with_breakdown(bench, capsys):
     out = capsys.readouterr().out
     assert "fp16+master / numpy fp32" in out and "GEMM (float64 BLAS)" in out
     assert out.count("fpsim fp16+master sgemm") == 2
+    assert out.count("numpy fp16+master") == 2  # the MLP row and the summary
+
+
+def test_numpy_fp16_floor_is_fpsims_step_bit_for_bit(bench):
+    """The hand-written fp16 + fp32-master NumPy step (the floor the benchmark compares the
+    engine with) computes what fpsim computes: the same losses and fp16 parameters, bit for
+    bit, over three steps (the later ones use the momentum buffers and the master weights)."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((bench.BATCH, 64))
+    y = rng.integers(0, 10, bench.BATCH)
+    model = bench.mlp(3)
+    floor = bench.NumpyMLPHalf([p.numpy(np.float64) for p in model.parameters()])
+    step = bench.fpsim_stepper(model, "fp16", True)
+    xt = Tensor(x, "fp16")
+    losses = [(step(xt, y), floor.step(xt.numpy(), y)) for _ in range(3)]
+    assert [a for a, _ in losses] == [b for _, b in losses]
+    assert len({a for a, _ in losses}) > 1  # the steps change the loss: a real check
+    for p, q in zip(model.parameters(), floor.p, strict=True):
+        assert q.dtype == np.float16
+        np.testing.assert_array_equal(p.numpy().view(np.uint16), q.view(np.uint16))
