@@ -11,10 +11,12 @@ subnormals, overflow, infinities and NaN; arrays under 512 elements take NumPy's
   normal and subnormal results alike;
 - round: ``c = 1.5 * 2**(E+13)`` (float32; 2**(E+42) for float64) with x's sign has that
   quantum as its ulp and x + c stays in c's binade, so the FPU's own add rounds x to the fp16
-  grid, ties to even; the multiply never makes subnormals (they would cost ~35x);
-- pack: c's low 16 bits are zero, so the low 16 bits of x + c are k = |x| / quantum rounded,
-  and the fp16 pattern is ``(E + 14) << 10 + k`` (k = 2048, a carry, is the next binade, up to
-  infinity); the sign bit is shifted into bit 15;
+  grid, ties to even; c is built from E's bits by integer adds (no multiply: a subnormal product
+  would cost ~35x);
+- pack: c also carries ``(E + 14) << 10`` quanta, plus 0x8000 where x < 0, in its low bits
+  (both even, so ties still go to the even k), so the low 16 bits of x + c are fp16's sign and
+  exponent fields plus k = |x| / quantum rounded: the fp16 pattern (k = 2048, a carry, is the
+  next binade, up to infinity);
 - inputs of 65536 and up, infinities and NaN (rare: one max-reduction checks) are patched to
   infinity's pattern or the quiet NaN 0x7E00.
 """
@@ -54,31 +56,31 @@ def _pack(x: np.ndarray, uint, frac_bits: int, shape) -> np.ndarray:
     """The steps of the module docstring for float32 (``uint`` uint32, 23 fraction bits) or
     float64 (uint64, 52) values ``x`` (1-D, contiguous); returns float16 of ``shape``."""
     n = x.size
+    width = x.itemsize * 8
+    shift = frac_bits - 10  # fp16 keeps 10 fraction bits
+    bias = (1 << (width - 2 - frac_bits)) - 1  # 127 / 1023
     u = x.view(uint)
-    ftype = x.dtype.type
-    exp_mask = uint(((1 << (x.itemsize * 8 - 1 - frac_bits)) - 1) << frac_bits)
-    e = np.bitwise_and(u, exp_mask, out=_scratch(0, n, uint)).view(ftype)
-    np.maximum(e, ftype(2.0**-14), out=e)  # 2**E
+    e = np.bitwise_and(u, uint(((1 << (width - 1 - frac_bits)) - 1) << frac_bits),
+                       out=_scratch(0, n, uint))
+    ef = e.view(x.dtype)  # 2**exponent (0 for zero and subnormals; inf for inf / NaN)
+    np.maximum(ef, ef.dtype.type(2.0**-14), out=ef)  # 2**E (the float max is the faster)
+    big = e.max() >= uint((bias + 16) << frac_bits)  # 65536 and up, infinities, NaN
+    c = np.right_shift(e, uint(shift), out=_scratch(1, n, uint))  # (E + bias) << 10
+    c += e
+    c += uint((shift << frac_bits) + (1 << (frac_bits - 1)) - ((bias - 14) << 10))
+    neg = np.right_shift(u, uint(width - 1), out=_scratch(2, n, uint))  # 1 where x < 0
+    neg *= uint((1 << (width - 1)) | 0x8000)  # x's sign, and 0x8000 (fp16's) in the low bits
+    c += neg
     with np.errstate(over="ignore", invalid="ignore"):  # huge / inf / NaN: patched below
-        c = np.multiply(e, ftype(1.5 * 2.0 ** (frac_bits - 10)), out=_scratch(1, n, ftype))
-        sign = uint(1 << (x.itemsize * 8 - 1))
-        cb = c.view(uint)
-        cb |= np.bitwise_and(u, sign, out=_scratch(2, n, uint))  # c takes x's sign
-        y = np.add(x, c, out=c)  # the rounding
-    t = np.bitwise_and(y.view(uint), sign | uint(0xFFFF), out=_scratch(2, n, uint))  # sign | k
-    big = e.max() >= 65536.0
-    eb = np.right_shift(e.view(uint), uint(frac_bits - 10), out=e.view(uint))
-    t += eb  # + (E + bias) << 10
-    bias = (1 << (x.itemsize * 8 - 2 - frac_bits)) - 1  # 127 / 1023
-    t -= uint((bias - 14) << 10)  # leaves (E + 14) << 10: fp16's exponent field
-    t |= np.right_shift(t, uint(x.itemsize * 8 - 16), out=_scratch(0, n, uint))  # the sign
-    out = t.astype(np.uint16)
+        y = np.add(x, c.view(x.dtype), out=c.view(x.dtype))  # the rounding
+    out = y.view(uint).astype(np.uint16)  # the low 16 bits: the fp16 pattern
     if big:  # out of fp16's range, infinities, NaN
+        sign = uint(1 << (width - 1))
         a = np.bitwise_and(u, ~sign, out=_scratch(0, n, uint))
-        over = a >= np.asarray(65536.0, dtype=ftype).view(uint)
-        top = np.right_shift(u[over], uint(x.itemsize * 8 - 16))  # sign and exponent bits
-        out[over] = (top & uint(0x8000)) | uint(0x7C00)
-        out[a > exp_mask] = 0x7E00  # a quiet NaN
+        over = a >= np.asarray(65536.0, dtype=x.dtype).view(uint)
+        hi = np.right_shift(u[over], uint(width - 16))  # sign and exponent bits
+        out[over] = (hi & uint(0x8000)) | uint(0x7C00)
+        out[a > np.asarray(np.inf, dtype=x.dtype).view(uint)] = 0x7E00  # a quiet NaN
     return out.view(np.float16).reshape(shape)
 
 
