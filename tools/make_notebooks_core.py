@@ -190,7 +190,7 @@ code (like `numpy.errstate`), and `trap=` turns chosen flags into an exception.
 """),
         code("""
 v, fl = fpsim.round([1.0, 0.1, 1e-8, 1e5], "fp16", flags=True)
-for x, f in zip(v, fl):
+for x, f in zip(v, fl, strict=True):
     print(f"{x:<14g} {fpsim.Flags(int(f))!r}")
 
 with fpsim.flag_context() as ctx:
@@ -280,7 +280,9 @@ for order in ("sequential", "pairwise", "kahan", "wide"):
 # the running sums, one rounded bf16 operation at a time
 n = 1500
 x = np.full(n, fpsim.round(0.1, "bf16"))
-seq = np.empty(n); kah = np.empty(n); sr = np.empty(n)
+seq = np.empty(n)
+kah = np.empty(n)
+sr = np.empty(n)
 s = k_s = k_c = s_sr = 0.0
 rng = np.random.default_rng(0)
 for i in range(n):
@@ -298,8 +300,10 @@ ax.plot(k, k * x[0], color="#202020", lw=1, ls="--", label="exact")
 ax.plot(k, seq, color=style.format_color("bf16"), lw=2, label="sequential, round to nearest")
 ax.plot(k, sr, color=style.mode_color("stochastic"), lw=1.2, label="sequential, stochastic")
 ax.plot(k, kah, color=style.format_color("fp32"), lw=1.5, ls=":", label="Kahan")
-ax.set_xlabel("number of terms added"); ax.set_ylabel("running sum in bf16")
-ax.set_title("Adding 0.1 (bf16) over and over in bf16", loc="left"); ax.legend()
+ax.set_xlabel("number of terms added")
+ax.set_ylabel("running sum in bf16")
+ax.set_title("Adding 0.1 (bf16) over and over in bf16", loc="left")
+ax.legend()
 fig
 """),
         md(r"""
@@ -554,7 +558,8 @@ else:
                color=style.mode_color(mode), label=mode)
     ax.set_xlabel("extra alignment bits (block of 32 fp8 products)")
     ax.set_ylabel("share of measured rows matched")
-    ax.set_ylim(0, 1.05); ax.legend(loc="lower right")
+    ax.set_ylim(0, 1.05)
+    ax.legend(loc="lower right")
     ax.set_title("B200 fp8: which block-FMA parameters reproduce the measurements?", loc="left")
     display(fig)
 """),

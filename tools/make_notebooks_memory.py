@@ -35,7 +35,7 @@ Tools: `fpsim.memory.meter()` (a context manager around the engine), `fpsim.auto
 """),
     code("""
 import numpy as np
-import fpsim
+
 from fpsim import memory, nn
 from fpsim.autograd import Tensor, manual_seed
 from fpsim.autograd import functional as F
@@ -43,6 +43,7 @@ from fpsim.autograd.checkpoint import checkpoint_sequential
 from fpsim.distributed import ZeroEngine
 from fpsim.optim import Adam
 from fpsim.viz import style
+
 
 def mlp(width, layers, fmt, act=nn.ReLU, seed=0):
     mods = []

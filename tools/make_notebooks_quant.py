@@ -38,7 +38,9 @@ Tools: `fpsim.quant` (observers, `fake_quantize_ste`, `prepare` / `prepare_qat` 
 """),
     code("""
 import copy
+
 import numpy as np
+
 from fpsim import nn
 from fpsim import quant as q
 from fpsim.autograd import Tensor, no_grad
@@ -89,9 +91,12 @@ with style.context():
     fig, (ax1, ax2) = style.new_figure((8, 3), ncols=2)
     ax1.plot(x.numpy(), x.numpy(), color="#bbbbbb", lw=1, label="x")
     ax1.plot(x.numpy(), y.numpy(), color=style.format_color("uint8"), label="fake_quantize(x)")
-    ax1.set_xlabel("x"); ax1.set_title("3-bit fake quantization"); ax1.legend()
+    ax1.set_xlabel("x")
+    ax1.set_title("3-bit fake quantization")
+    ax1.legend()
     ax2.plot(x.numpy(), x.grad, color=style.format_color("fp32"))
-    ax2.set_xlabel("x"); ax2.set_ylabel("d out / d x")
+    ax2.set_xlabel("x")
+    ax2.set_ylabel("d out / d x")
     ax2.set_title("straight-through gradient (clipped)")
 fig
 """),
@@ -164,8 +169,10 @@ with style.context():
     fig, ax = style.new_figure((7, 2.8))
     ax.bar(np.arange(wmax.size), wmax, color=style.format_color("int8"))
     ax.axhline(wmax.max(), color="#D55E00", lw=1, label="per-tensor range")
-    ax.set_xlabel("output channel of layer 1"); ax.set_ylabel("max |w|")
-    ax.set_title("Weight range per output channel"); ax.legend()
+    ax.set_xlabel("output channel of layer 1")
+    ax.set_ylabel("max |w|")
+    ax.set_title("Weight range per output channel")
+    ax.legend()
 fig
 """),
     md("""
@@ -181,7 +188,9 @@ measure. (Hint: the activations are quantized per tensor in both.)
 out = copy.deepcopy(net)
 w1, b1, w2 = (out[0].weight.numpy().copy(), out[0].bias.numpy().copy(),
               out[2].weight.numpy().copy())
-w1[:2] *= 32; b1[:2] *= 32; w2[:, :2] /= 32
+w1[:2] *= 32
+b1[:2] *= 32
+w2[:, :2] /= 32
 out[0].weight.data, out[0].bias.data, out[2].weight.data = w1, b1, w2
 print(f"float {acc(out):.3f}")
 print(f"per-tensor {acc(ptq(out, q.get_default_qconfig(8, False))):.3f}, "
@@ -203,7 +212,11 @@ epochs; an fp32 model fine-tuned for the same 5 epochs is the control.
 bits = 3
 def qat(model, qconfig, epochs=5):
     m = q.prepare_qat(model, qconfig)
-    freeze = lambda ep, mm: mm.apply(q.disable_observer) if ep == epochs - 1 else None
+
+    def freeze(ep, mm):  # freeze the observers for the final epoch
+        if ep == epochs - 1:
+            mm.apply(q.disable_observer)
+
     ex.train(m, data.x_train, data.y_train, epochs, 1e-3, hook=freeze)
     return m
 
@@ -224,7 +237,8 @@ with style.context():
     fig, ax = style.new_figure((6.5, 3))
     colors = [style.format_color("fp32")] * 2 + [style.format_color("int4")] * 3
     ax.bar(list(res), [100 * v for v in res.values()], color=colors)
-    ax.set_ylim(80, 100); ax.set_ylabel("test accuracy (%)")
+    ax.set_ylim(80, 100)
+    ax.set_ylabel("test accuracy (%)")
     ax.set_title(f"W{bits}A{bits}: post-training vs quantization-aware")
 fig
 """),
@@ -265,7 +279,8 @@ with style.context():
     ax.hist(normed, bins=80, color="#bbbbbb")
     for v in q.NF4_VALUES:
         ax.axvline(v, color=style.format_color("int4"), lw=1)
-    ax.set_xlabel("weight / block absmax"); ax.set_title("Layer-1 weights and the 16 NF4 levels")
+    ax.set_xlabel("weight / block absmax")
+    ax.set_title("Layer-1 weights and the 16 NF4 levels")
 fig
 """),
     code("""
@@ -294,7 +309,7 @@ opt_q = ex.train(qlora, xs_train, data.y_train, 10, 1e-2, params=q.lora_paramete
 mem = {"full fp32": q.training_memory(full, opt_full),
        "full mixed bf16": q.training_memory(mixed, opt_mixed),
        "QLoRA r=8": q.training_memory(qlora, opt_q)}
-for (name, m), model in zip(mem.items(), (full, mixed, qlora)):
+for (name, m), model in zip(mem.items(), (full, mixed, qlora), strict=True):
     print(f"{name:16s} accuracy {acc(model, xs_test):.3f}  {m}")
 """),
     code("""
@@ -307,7 +322,9 @@ with style.context():
         vals = np.array([getattr(mem[n], part) for n in names]) / 1024
         ax.bar(names, vals, bottom=bottom, label=part, color=color)
         bottom += vals
-    ax.set_ylabel("KiB"); ax.set_title("Model states of a fine-tuning step"); ax.legend()
+    ax.set_ylabel("KiB")
+    ax.set_title("Model states of a fine-tuning step")
+    ax.legend()
 fig
 """),
     md("""
@@ -353,7 +370,9 @@ for epoch in range(6):
     for i in range(0, len(order), 64):
         idx = order[i:i + 64]
         loss = F.cross_entropy(fp8(Tensor(data.x_train[idx])), data.y_train[idx])
-        opt.zero_grad(); loss.backward(); opt.step()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
         l2 = fp8[2]
         scales.append([float(l2.input_scaling.scale), float(l2.weight_scaling.scale),
                        float(l2.grad_scaling.scale)])
@@ -364,8 +383,10 @@ with style.context():
     for k, (name, fmt) in enumerate((("input (E4M3)", "fp8_e4m3"), ("weight (E4M3)", "fp32"),
                                      ("gradient (E5M2)", "fp8_e5m2"))):
         ax.semilogy(scales[:, k], label=name, color=style.format_color(fmt), base=2)
-    ax.set_xlabel("training step"); ax.set_ylabel("scale")
-    ax.set_title("Delayed scales of the output layer"); ax.legend()
+    ax.set_xlabel("training step")
+    ax.set_ylabel("scale")
+    ax.set_title("Delayed scales of the output layer")
+    ax.legend()
 fig
 """),
     md("""

@@ -106,7 +106,7 @@ cases = {
     "65504": 65504.0, "65519": 65519.0, "65520 (tie)": 65520.0, "1e5": 1e5,
 }
 values, flags = fpsim.round(list(cases.values()), f16, flags=True)
-for (label, x), v, fl in zip(cases.items(), values, flags):
+for (label, _x), v, fl in zip(cases.items(), values, flags, strict=True):
     print(f"{label:17s} -> {float(v)!r:<23} {fpsim.Flags(int(fl))!r}")
 """),
         md(r"""
@@ -323,7 +323,7 @@ def exponent_panel(ax, values, title, shift=0, color="#7F7F7F"):
 
 
 fig, axes = style.new_figure((11, 5), nrows=2, ncols=3, sharex=True)
-for ax, name in zip(axes.ravel(), grads):
+for ax, name in zip(axes.ravel(), grads, strict=True):
     exponent_panel(ax, grads[name], f"gradient of {name}")
 for ax in axes[:, 0]:
     ax.set_ylabel("share per binade")
@@ -343,9 +343,10 @@ confident:
 """),
         code("""
 fig, ax = style.new_figure((8, 3.4))
-for name, g in grads.items():
+for name, _g in grads.items():
     per_epoch = [amp.underflow_stats(np.concatenate(
-        [r[name].ravel() for r, e in zip(record, epoch_of) if e == ep]), "fp16").fraction
+        [r[name].ravel() for r, e in zip(record, epoch_of, strict=True) if e == ep]),
+        "fp16").fraction
         for ep in range(epoch_of.max() + 1)]
     ls = "-" if "output" in name else "--"
     ax.plot(np.arange(1, len(per_epoch) + 1), per_epoch, ls, marker="o", ms=3, label=name)
@@ -368,7 +369,7 @@ gradient values (5.6 million), scaled by 1, 8, 128 and $2^{16}$:
 pooled = np.concatenate(list(grads.values()))
 scales = {"1": 1.0, "8": 8.0, "128": 128.0, "2**16": 2.0**16}
 fig, axes = style.new_figure((9, 6.4), nrows=4, sharex=True, sharey=True)
-for ax, (label, S) in zip(axes, scales.items()):
+for ax, (label, S) in zip(axes, scales.items(), strict=True):
     s = amp.underflow_stats(pooled * S, "fp16")
     exponent_panel(ax, pooled, f"S = {label}: {s.fraction:.1%} flushed to 0, "
                    f"{s.subnormal_fraction:.1%} subnormal, {s.overflowed} overflow",
@@ -448,7 +449,7 @@ def train_fp16(scaler, n_epochs=15):
     params = list(model.parameters())
     opt = optim.SGD(params, lr=0.1, momentum=0.9, master_weights=True)
     losses = []
-    for epoch, idx in batches(n_epochs):
+    for _epoch, idx in batches(n_epochs):
         opt.zero_grad()
         for p in params:
             p.grad_fmt = None  # gradients in the parameters' format (fp16) again
@@ -603,9 +604,10 @@ for level in amp.OPT_LEVELS:
             scaled.backward()
         opt.step()
     final_loss, acc = evaluate(model, "fp32")
+    scale_label = f"2**{int(np.log2(opt.scaler.get_scale()))}"
     print(f"{level:5s} {model.fc1.weight.fmt.name:>7s} {str(opt.master_weights):>6s} "
           f"{final_loss:10.4f} {acc:8.3f} {opt.skipped_steps:7d} "
-          f"{'2**%d' % np.log2(opt.scaler.get_scale()):>6s}  {final_loss == same_as[level]}")
+          f"{scale_label:>6s}  {final_loss == same_as[level]}")
 '''),
         md("""
 The opt levels reproduce the hand-built runs exactly: O0 is the `fp32` recipe, O1 the
@@ -786,7 +788,7 @@ What we measure, and how:
 def exact_gradients(shadow, model, idx, shift, scale):
     """The step's gradients (weights and layer outputs) in fp64 at the run's weights, times the
     loss scale: what the run's gradient format has to hold."""
-    for sp, p in zip(shadow.parameters(), model.parameters()):
+    for sp, p in zip(shadow.parameters(), model.parameters(), strict=True):
         sp.data = p.data  # exact: every format's values are fp64 values
     shadow.zero_grad()
     loss = F.cross_entropy(shadow(Tensor(data.x_train[idx], "fp64")), data.y_train[idx])
@@ -832,7 +834,7 @@ def train(recipe, shift=0, seed=0, underflow_every=1, updates=True, epochs=EPOCH
         out["skipped"] += skipped
         if updates and not skipped:
             lr = np.float32(opt.param_groups[0]["lr"])
-            for p, w in zip(params, before):
+            for p, w in zip(params, before, strict=True):
                 u = -(lr * opt.state[p]["momentum_buffer"].astype(np.float32))
                 r = amp.lost_updates(w, u.astype(np.float64), upd_fmt)
                 out["lost"] += r.lost
@@ -951,7 +953,8 @@ bf16, which has fp32's range) the run stays **bit for bit the same**. A claim to
 for name in ("fp32", "bf16 + master"):
     a = runs[name]["model"]  # trained in section 3 (measuring does not change the training)
     b = train(RECIPES[name], shift=20, underflow_every=0, updates=False)["model"]
-    same = all(np.array_equal(p.data, q.data) for p, q in zip(a.parameters(), b.parameters()))
+    same = all(np.array_equal(p.data, q.data)
+               for p, q in zip(a.parameters(), b.parameters(), strict=True))
     print(f"{name:14s}: weights after training with gradients x 2**-20 identical: {same}")
 '''),
         md("""
@@ -972,9 +975,10 @@ print(f"{'shift k':>7s} {'loss':>9s} {'grads -> 0':>11s} {'loss':>12s} {'grads -
       f"{'skipped':>8s} {'scale':>6s}")
 for i, k in enumerate(shifts):
     a, b = sweep["fp16 + master"][i], sweep["fp16 + master + scaling"][i]
+    scale_label = f"2**{int(np.log2(b['scaler'].get_scale()))}"
     print(f"{k:7d} {a['final_loss']:9.4f} {pct(a['zeroed'], a['nonzero']):>11s} "
           f"{b['final_loss']:12.4f} {pct(b['zeroed'], b['nonzero']):>11s} {b['skipped']:8d} "
-          f"{'2**%d' % np.log2(b['scaler'].get_scale()):>6s}")
+          f"{scale_label:>6s}")
 '''),
         code('''
 fig, (ax1, ax2) = style.new_figure((10, 3.6), ncols=2)
