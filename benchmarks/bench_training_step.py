@@ -22,7 +22,7 @@ dgemm, ~2x sgemm: the NumPy float64 step alone is ~2x the float32 one), every fp
 rounded by fpsim.autograd.fastcast (11 NumPy passes, 3-8 ns per element inside a training
 step) and every fp16 operand is widened through a 65536-entry table (3-6 ns per element); an
 MLP step rounds ~300k and widens ~315k elements. The floor row shows that these conversions,
-not the engine, set the cost: fpsim's step is within 8-17% of it. On a busy machine BLAS
+not the engine, set the cost: fpsim's step is within 8-27% of it. On a busy machine BLAS
 threads make the timings noisy; ``OPENBLAS_NUM_THREADS=1`` gives steadier ratios.
 
     python benchmarks/bench_training_step.py [--repeat 7] [--steps 20] [--breakdown]
