@@ -14,7 +14,9 @@ Variants, timed in the same run:
 - ``fpsim fp16+master``: model and input in fp16, fp32 master weights in the optimizer, "fp32"
   matmul accumulation (float64 products and sums, rounded to fp32, then to fp16);
 - ``fpsim fp16+master sgemm``: the same with the "sgemm" model (a float32 accumulator: BLAS
-  sgemm), for comparison.
+  sgemm), for comparison;
+- ``fpsim bf16+master``: the fp16+master step in bf16, whose conversions are ml_dtypes' compiled
+  casts (fp16's are fpsim's NumPy kernels): the price of the conversions, seen from the side.
 
 The ratios printed are time / numpy-fp32 time. Target: fp16+master <= 3x. Where it goes
 (``--breakdown`` times the parts of the MLP step): the "fp32" model accumulates in float64 (BLAS
@@ -38,7 +40,7 @@ import numpy as np
 import fpsim.autograd.functional as F
 from fpsim import nn, optim
 from fpsim.autograd import Tensor, fastcast, matmul_accumulation
-from fpsim.formats import FP16, FP32
+from fpsim.formats import BF16, FP16, FP32
 
 BATCH = 128
 
@@ -286,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
                                              (fastcast.f64_to_f16(x), y))
         for label, fmt, master, acc in (("fpsim fp32", FP32, False, "fp32"),
                                         ("fpsim fp16+master", FP16, True, "fp32"),
-                                        ("fpsim fp16+master sgemm", FP16, True, "sgemm")):
+                                        ("fpsim fp16+master sgemm", FP16, True, "sgemm"),
+                                        ("fpsim bf16+master", BF16, True, "fp32")):
             variants[label] = (fpsim_stepper(build(0), fmt, master, acc), (Tensor(x, fmt), y))
         times = bench(variants, args.steps, args.repeat)
         for label, t in times.items():

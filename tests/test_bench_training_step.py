@@ -47,6 +47,7 @@ def test_script_runs_with_breakdown(bench, capsys):
     assert "fp16+master / numpy fp32" in out and "GEMM (float64 BLAS)" in out
     assert out.count("fpsim fp16+master sgemm") == 2
     assert out.count("numpy fp16+master") == 2  # the MLP row and the summary
+    assert out.count("fpsim bf16+master") == 2
 
 
 def test_numpy_fp16_floor_is_fpsims_step_bit_for_bit(bench):
