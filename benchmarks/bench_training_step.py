@@ -21,7 +21,7 @@ Variants, timed in the same run:
 The ratios printed are time / numpy-fp32 time. Target: fp16+master <= 3x. Where it goes
 (``--breakdown`` times the parts of the MLP step): the "fp32" model accumulates in float64 (BLAS
 dgemm, ~2x sgemm: the NumPy float64 step alone is ~2x the float32 one), every fp16 result is
-rounded by fpsim.autograd.fastcast (11 NumPy passes, 3-8 ns per element inside a training
+rounded by fpsim.autograd.fastcast (11 NumPy passes, 3-7 ns per element at a training
 step) and every fp16 operand is widened through a 65536-entry table (3-6 ns per element); an
 MLP step rounds ~300k and widens ~315k elements. The floor row shows that these conversions,
 not the engine, set the cost: fpsim's step is within 8-27% of it. On a busy machine BLAS

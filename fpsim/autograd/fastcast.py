@@ -11,8 +11,8 @@ subnormals, overflow, infinities and NaN; arrays under 512 elements take NumPy's
   normal and subnormal results alike;
 - round: ``c = 1.5 * 2**(E+13)`` (float32; 2**(E+42) for float64) with x's sign has that
   quantum as its ulp and x + c stays in c's binade, so the FPU's own add rounds x to the fp16
-  grid, ties to even; c is built from E's bits by integer adds (no multiply: a subnormal product
-  would cost ~35x);
+  grid, ties to even; c is built from E's bits by integer adds (no float multiply: a subnormal
+  product would cost ~35x);
 - pack: c also carries ``(E + 14) << 10`` quanta, plus 0x8000 where x < 0, in its low bits
   (both even, so ties still go to the even k), so the low 16 bits of x + c are fp16's sign and
   exponent fields plus k = |x| / quantum rounded: the fp16 pattern (k = 2048, a carry, is the
