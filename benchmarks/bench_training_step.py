@@ -21,8 +21,8 @@ Variants, timed in the same run:
 The ratios printed are time / numpy-fp32 time. Target: fp16+master <= 3x. Where it goes
 (``--breakdown`` times the parts of the MLP step): the "fp32" model accumulates in float64 (BLAS
 dgemm, ~2x sgemm: the NumPy float64 step alone is ~2x the float32 one), every fp16 result is
-rounded by fpsim.autograd.fastcast (11 NumPy passes, 3-7 ns per element at a training
-step) and every fp16 operand is widened through a 65536-entry table (3-6 ns per element); an
+rounded by fpsim.autograd.fastcast (11 NumPy passes, 2-7 ns per element for the step's 8k-64k
+element arrays) and every fp16 operand is widened through a 65536-entry table (~2-2.5 ns); an
 MLP step rounds ~300k and widens ~315k elements. The floor row shows that these conversions,
 not the engine, set the cost: fpsim's step is within 8-27% of it. On a busy machine BLAS
 threads make the timings noisy; ``OPENBLAS_NUM_THREADS=1`` gives steadier ratios.
@@ -125,7 +125,7 @@ class NumpyMLPHalf:
         grads[0], grads[1] = acc16(dh1.T @ x64), r16(dh1.sum(axis=0))
         for i, g16 in enumerate(grads):  # SGD on the fp32 master, as fpsim.optim
             g = wide(g16, np.float32)
-            b = g.copy() if self.buf[i] is None else mom * self.buf[i] + 1.0 * g
+            b = g.copy() if self.buf[i] is None else mom * self.buf[i] + 1.0 * g  # (1 - 0) * g
             self.buf[i] = b
             self.master[i] = self.master[i] - lr * b
             self.p[i] = fastcast.f32_to_f16(self.master[i])
@@ -134,13 +134,12 @@ class NumpyMLPHalf:
 
 def _relu16(h: np.ndarray) -> np.ndarray:
     """max(h, 0) on fp16 bit patterns (NaN aside: not met here)."""
-    b = h.view(np.int16)
-    return (b & -(b > 0).astype(np.int16)).view(np.float16)
+    return F._masked(h, h.view(np.int16) > 0)
 
 
 def _masked16(g: np.ndarray, h: np.ndarray) -> np.ndarray:
     """g where h > 0, else +0 (ReLU's backward) on bit patterns."""
-    return (g.view(np.int16) & -(h.view(np.int16) > 0).astype(np.int16)).view(np.float16)
+    return F._masked(g, h.view(np.int16) > 0)
 
 
 class NumpyCNN:
