@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -41,7 +43,8 @@ from .modes import (
     as_tininess,
 )
 
-__all__ = ["round", "round_pair", "cast", "seed", "default_rng", "as_float64"]
+__all__ = ["round", "round_rational", "round_pair", "cast", "seed", "default_rng",
+           "as_float64"]
 
 _U = np.uint64
 SIGN = _U(1 << 63)
@@ -132,12 +135,18 @@ def _params(fmt: Format) -> _Params:
 
 
 def _increment_round(a, s, mode: Rounding, neg, rnd, random_bits):
-    """Round magnitude patterns ``a`` by dropping ``s`` low bits (s <= 52, scalar or array)."""
+    """Round magnitude patterns ``a`` by dropping ``s`` low bits (0 <= s <= 52, scalar or
+    array). Dropping no bit (s = 0: a 52-bit format's normal range) is the identity."""
+    if np.ndim(s) == 0 and int(s) == 0:
+        return a.copy()
     mask = (ONE << s) - ONE
     if mode is Rounding.NEAREST_EVEN:
-        inc = (mask >> ONE) + ((a >> s) & ONE)  # half - 1, plus 1 when the kept lsb is odd
+        # half - 1, plus 1 when the kept lsb is odd; "& mask" makes both 0 where s = 0 (an
+        # array s): there the lsb is kept, nothing is dropped
+        lsb = (a >> s) & ONE
+        inc = (mask >> ONE) + (lsb if np.ndim(s) == 0 else lsb & mask)
     elif mode is Rounding.NEAREST_AWAY:
-        inc = (mask >> ONE) + ONE  # exactly half: ties carry
+        inc = (mask + ONE) >> ONE  # exactly half: ties carry (0 where s = 0)
     elif mode is Rounding.TOWARD_ZERO:
         return a & ~mask
     elif mode is Rounding.UP:
@@ -156,15 +165,12 @@ def _increment_round(a, s, mode: Rounding, neg, rnd, random_bits):
     return (a + inc) & ~mask
 
 
-def _deep_round(a, s, mode: Rounding, neg, rnd, random_bits, qmin_bits):
-    """Magnitudes whose quantum is the smallest subnormal and whose kept part is at most the
-    lowest bit (s >= 52): decide with the integer significand M against 2**s, capped at 63
-    (beyond which every deterministic decision is unchanged). The result is 0, 1 or 2 times
-    the smallest subnormal; the kept parity is that of M >> s, not of an exponent bit."""
-    hidden = np.where((a >> _U(52)) != ZERO, HIDDEN, ZERO)
-    sig = (a & FRAC) | hidden
+def _significand_round(sig, s, mode: Rounding, neg, rnd, random_bits):
+    """Round integer significands ``sig`` (uint64, below 2**62) by dropping ``s >= 1`` low
+    bits (scalar or array, any size: beyond 63 every deterministic decision is unchanged).
+    Returns (kept, up, inexact): the result is ``kept + up`` units of 2**s."""
     s_true = np.asarray(s, dtype=np.int64)
-    s = np.minimum(s, 63).astype(_U)
+    s = np.minimum(s_true, 63).astype(_U)
     mask = (ONE << s) - ONE
     kept = sig >> s
     rem = sig & mask
@@ -174,7 +180,7 @@ def _deep_round(a, s, mode: Rounding, neg, rnd, random_bits, qmin_bits):
     elif mode is Rounding.NEAREST_AWAY:
         up = rem >= half
     elif mode is Rounding.TOWARD_ZERO:
-        up = np.zeros(a.shape, bool)
+        up = np.zeros(sig.shape, bool)
     elif mode is Rounding.UP:
         up = (rem != ZERO) & (neg == ZERO)
     elif mode is Rounding.DOWN:
@@ -191,6 +197,16 @@ def _deep_round(a, s, mode: Rounding, neg, rnd, random_bits, qmin_bits):
         count = np.where(sh >= 0, rem >> np.clip(sh, 0, 63).astype(_U),
                          rem << np.clip(-sh, 0, 63).astype(_U))
         up = u < count
+    return kept, up, rem != ZERO
+
+
+def _deep_round(a, s, mode: Rounding, neg, rnd, random_bits, qmin_bits):
+    """Magnitudes whose quantum is the smallest subnormal and whose kept part is at most the
+    lowest bit (s >= 52): decide with the integer significand M against 2**s. The result is
+    0, 1 or 2 times the smallest subnormal; the kept parity is that of M >> s, not of an
+    exponent bit."""
+    hidden = np.where((a >> _U(52)) != ZERO, HIDDEN, ZERO)
+    kept, up, _ = _significand_round((a & FRAC) | hidden, s, mode, neg, rnd, random_bits)
     units = (kept + up.astype(_U)).astype(np.float64)  # 0, 1 or 2 smallest subnormals
     return (units * qmin_bits.view(np.float64)).view(np.uint64)
 
@@ -210,6 +226,22 @@ def _round_low(a, p: _Params, mode, neg, rnd, random_bits):
         r[idx] = _deep_round(a[idx], s[idx], mode, neg[idx],
                              None if rnd is None else rnd[idx], random_bits, p.qmin_bits)
     return r
+
+
+def _overflow(r, ovf, neg, p: _Params, mode: Rounding, overflow: Overflow):
+    """Patterns ``r`` with the overflowing elements (mask ``ovf``) replaced by what the mode
+    and policy give: the largest finite value or the overflow value (inf / NaN)."""
+    if overflow is Overflow.SATURATE:
+        return np.where(ovf, p.max_bits, r)
+    if mode in (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY, Rounding.STOCHASTIC):
+        away = ovf
+    elif mode is Rounding.UP:
+        away = ovf & (neg == ZERO)
+    elif mode is Rounding.DOWN:
+        away = ovf & (neg == ONE)
+    else:  # toward zero and round-to-odd never round a finite value to infinity
+        away = np.zeros_like(ovf)
+    return np.where(away, p.ovf_bits, np.where(ovf, p.max_bits, r))
 
 
 def _kernel(b, p: _Params, mode, overflow, flush, daz, tininess, rng, random_bits, want_flags):
@@ -261,18 +293,7 @@ def _kernel(b, p: _Params, mode, overflow, flush, daz, tininess, rng, random_bit
         special = a >= EXP_MASK
         ovf = (r > p.max_bits) & ~special
         if ovf.any():
-            if overflow is Overflow.SATURATE:
-                r = np.where(ovf, p.max_bits, r)
-            else:
-                if mode in (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY, Rounding.STOCHASTIC):
-                    away = ovf
-                elif mode is Rounding.UP:
-                    away = ovf & (neg == ZERO)
-                elif mode is Rounding.DOWN:
-                    away = ovf & (neg == ONE)
-                else:  # toward zero and round-to-odd never round a finite value to infinity
-                    away = np.zeros_like(ovf)
-                r = np.where(away, p.ovf_bits, np.where(ovf, p.max_bits, r))
+            r = _overflow(r, ovf, neg, p, mode, overflow)
             if want_flags:
                 fl[ovf] |= np.uint8(Flags.OVERFLOW | Flags.INEXACT)
         if special.any():
@@ -296,6 +317,94 @@ def _kernel(b, p: _Params, mode, overflow, flush, daz, tininess, rng, random_bit
     if p.enc is NaNEncoding.FNUZ:
         sign = np.where(r == ZERO, ZERO, sign)  # no negative zero: -0 is the NaN pattern
     return r | sign, fl
+
+
+_TOP = 61  # wide values are held as a 62-bit significand (leading bit 61) with a sticky lsb
+
+
+def _round_scaled(neg, sig, e_top, fmt: Format, mode, overflow, flush, daz, tininess, rng,
+                  random_bits, want_flags):
+    """Round values beyond float64 (long double, wide integers, fractions) given exactly as
+    ``(-1)**neg * sig * 2**(e_top - 61)``: ``sig`` uint64 with its leading bit at 61 (or 0),
+    its lowest bit a sticky bit (round-to-odd at 62 bits, exact for any later rounding to at
+    most 60 bits), ``e_top`` int64, the exponent of the leading bit. Any exponent works (far
+    beyond float64's). Returns (float64 patterns, flags or None), as :func:`_kernel`."""
+    p = _params(fmt)
+    m, emin = fmt.mantissa_bits, fmt.emin
+    zero = sig == ZERO
+    if daz:
+        zero |= e_top < emin  # denormals-are-zero: the input reads as a signed zero
+    rnd = None
+    if mode is Rounding.STOCHASTIC:
+        rnd = rng.integers(0, 1 << 64, size=sig.shape, dtype=np.uint64, endpoint=False)
+    q = np.maximum(e_top - m, emin - m)  # exponent of the quantum: gradual underflow below emin
+    kept, up, inexact = _significand_round(sig, q - (e_top - _TOP), mode, neg, rnd, random_bits)
+    big = e_top > fmt.emax  # at least 2**(emax + 1): beyond the largest finite value
+    with np.errstate(over="ignore"):
+        val = np.ldexp((kept + up.astype(_U)).astype(np.float64),
+                       np.where(big, 0, q).astype(np.int32))  # |q| <= 1074 where not big
+    r = np.where(zero, ZERO, val.view(np.uint64))
+    inexact &= ~zero
+    fl = np.where(inexact, np.uint8(Flags.INEXACT), np.uint8(0)) if want_flags else None
+    if want_flags or flush:
+        tiny = (e_top < emin) & ~zero
+        if tininess is Tininess.AFTER:
+            # tiny unless the value rounded with an unbounded exponent reaches 2**emin
+            k2, u2, _ = _significand_round(sig, _TOP - m, mode, neg, rnd, random_bits)
+            carried = ((k2 + u2.astype(_U)) >> _U(m + 1)) != ZERO
+            tiny &= ~((e_top == emin - 1) & carried)
+        if flush:
+            r = np.where(tiny, ZERO, r)
+            if want_flags:
+                fl[tiny] |= np.uint8(Flags.UNDERFLOW | Flags.INEXACT)
+        elif want_flags:
+            fl[tiny & inexact] |= np.uint8(Flags.UNDERFLOW)
+    ovf = (big | (r > p.max_bits)) & ~zero
+    if ovf.any():
+        r = _overflow(r, ovf, neg, p, mode, overflow)
+        if want_flags:
+            fl[ovf] |= np.uint8(Flags.OVERFLOW | Flags.INEXACT)
+    sign = neg << _U(63)
+    if p.enc is NaNEncoding.FNUZ:
+        sign = np.where(r == ZERO, ZERO, sign)  # no negative zero: -0 is the NaN pattern
+    return r | sign, fl
+
+
+def _split_uint(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """uint64 magnitudes to (sig, e_top) of :func:`_round_scaled`, exactly."""
+    with np.errstate(over="ignore"):
+        _, e = np.frexp(a.astype(np.float64))  # the float may round up to the next binade
+    e = np.clip(e, 1, 64).astype(np.int64)
+    e -= (((a >> (e - 1).astype(_U)) == ZERO) & (e > 1)).astype(np.int64)  # 2**(e-1) <= a < 2**e
+    drop = np.clip(e - (_TOP + 1), 0, 63).astype(_U)
+    lift = np.clip((_TOP + 1) - e, 0, 63).astype(_U)
+    sticky = (a & ((ONE << drop) - ONE)) != ZERO
+    sig = np.where(e > _TOP + 1, (a >> drop) | sticky.astype(_U), a << lift)
+    return sig, e - 1
+
+
+def _split_longdouble(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Finite long doubles to (neg, sig, e_top) of :func:`_round_scaled`, exactly (x87's
+    64-bit and quad's 113-bit significands alike: the bits below 62 go into the sticky bit)."""
+    neg = np.signbit(x).astype(_U)
+    frac, e = np.frexp(np.abs(x))  # frac in [1/2, 1), exact in long double
+    t = np.ldexp(frac, _TOP + 1)
+    top = np.floor(t)
+    sig = top.astype(np.uint64) | (t != top).astype(_U)
+    return neg, sig, e.astype(np.int64) - 1
+
+
+def _split_rational(x: Fraction) -> tuple[int, int, int]:
+    """A Fraction (or int) to (neg, sig, e_top) of :func:`_round_scaled`, exactly."""
+    n, d = abs(x.numerator), x.denominator
+    if n == 0:
+        return int(x < 0), 0, 0
+    e = n.bit_length() - d.bit_length()  # 2**(e-1) < n/d < 2**(e+1)
+    if (n << max(0, -e)) < (d << max(0, e)):
+        e -= 1  # now 2**e <= n/d < 2**(e+1)
+    sh = _TOP - e
+    q, rem = divmod(n << sh, d) if sh >= 0 else divmod(n, d << -sh)
+    return int(x < 0), q | (rem != 0), e
 
 
 def _prepare(fmt, rounding, overflow, subnormals, tininess, random_bits):
@@ -370,10 +479,17 @@ def as_float64(x) -> tuple[np.ndarray, np.ndarray | None, bool]:
     if kind == "c":
         raise TypeError("complex input is not supported: round the real and imaginary parts")
     if kind == "f":
-        if arr.dtype.itemsize > 8:  # long double: split into an exact pair
-            hi = arr.astype(np.float64)
-            with np.errstate(invalid="ignore"):
+        if arr.dtype.itemsize > 8:  # long double: split into a pair (round() is exact)
+            with np.errstate(invalid="ignore", over="ignore"):
+                hi = arr.astype(np.float64)
                 lo = np.where(np.isfinite(hi), (arr - hi).astype(np.float64), 0.0)
+                # beyond float64: the largest float64 and a remainder above any spacing, as
+                # for huge ints. (Below 2**-1011 lo may be rounded: round() does not use it.)
+                big = np.isinf(hi) & np.isfinite(arr)
+                if big.any():
+                    sgn = np.where(np.signbit(arr), -1.0, 1.0)
+                    hi = np.where(big, sgn * np.finfo(np.float64).max, hi)
+                    lo = np.where(big, sgn * 2.0**1000, lo)
             return hi, lo, scalar
         if arr.dtype.itemsize == 8:
             return arr.astype(np.float64, copy=False), None, scalar
@@ -440,6 +556,117 @@ def _run(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bits, wan
     return out, fl
 
 
+def _run_wide(x: np.ndarray, hi: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng,
+              random_bits, want):
+    """:func:`_run` for long double and 64-bit integer arrays (``hi`` their nearest float64):
+    each value is split exactly into a significand and an exponent and rounded once."""
+    p = _params(fmt)
+    flat = np.ascontiguousarray(x).reshape(-1)
+    hflat = np.ascontiguousarray(hi, dtype=np.float64).reshape(-1)
+    n = flat.size
+    out = np.empty(n, dtype=np.uint64)
+    fl = np.empty(n, dtype=np.uint8) if want else None
+    gen = default_rng(rng) if mode is Rounding.STOCHASTIC else None
+    for lo in range(0, n, CHUNK):
+        c = flat[lo:lo + CHUNK]
+        if c.dtype.kind == "f":
+            fin = np.isfinite(c)
+            neg, sig, e_top = _split_longdouble(np.where(fin, c, 0))
+            neg = np.signbit(c).astype(_U)
+        else:
+            fin = None
+            neg = (c < 0).astype(_U)
+            u = c.astype(np.uint64)  # two's complement: -u is the magnitude of a negative
+            sig, e_top = _split_uint(np.where(neg == ONE, ZERO - u, u))
+        r, f = _round_scaled(neg, sig, e_top, fmt, mode, ovf, flush, daz, tin, gen,
+                             random_bits, want)
+        if fin is not None and not fin.all():  # inf and NaN (payload kept): the float64 path
+            bad = np.nonzero(~fin)
+            rb, fb = _kernel(hflat[lo:lo + CHUNK][bad].view(np.uint64), p, mode, ovf, flush,
+                             daz, tin, gen, random_bits, want)
+            r[bad] = rb
+            if want:
+                f[bad] = fb
+        out[lo:lo + CHUNK] = r
+        if want:
+            fl[lo:lo + CHUNK] = f
+    return out, fl
+
+
+def _as_rational(x) -> tuple[Fraction | float, bool]:
+    """An exact number for :func:`round_rational`: (a Fraction, or a float for inf / NaN,
+    and whether it is negative, which also holds the sign of a zero)."""
+    if isinstance(x, str):
+        try:
+            x = Decimal(x.strip())
+        except ArithmeticError:  # decimal.InvalidOperation
+            raise ValueError(
+                f"x must be a decimal number such as '0.1', '-1e999', 'inf' or 'nan', got {x!r}"
+            ) from None
+    if isinstance(x, Decimal):
+        if not x.is_finite():
+            return float(x), x.is_signed()
+        return Fraction(x), x.is_signed()
+    if isinstance(x, (float, np.floating)):
+        xf = float(x)
+        if not np.isfinite(xf):
+            return xf, bool(np.signbit(xf))
+        return Fraction(xf), bool(np.signbit(xf))
+    if isinstance(x, (Fraction, int, np.integer)) and not isinstance(x, bool):
+        f = Fraction(int(x)) if isinstance(x, np.integer) else Fraction(x)
+        return f, f < 0
+    raise TypeError(
+        "x must be an int, fractions.Fraction, decimal.Decimal, float or a decimal string, "
+        f"got {type(x).__name__}"
+    )
+
+
+def _round_rational(x, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want, flags):
+    v, negative = _as_rational(x)
+    gen = default_rng(rng) if mode is Rounding.STOCHASTIC else None
+    if isinstance(v, float):  # inf, NaN: the float64 kernel
+        out, fl = _kernel(np.array([v]).view(np.uint64), _params(fmt), mode, ovf, flush, daz,
+                          tin, gen, random_bits, want)
+    else:
+        _, sig, e_top = _split_rational(v)
+        out, fl = _round_scaled(np.array([negative], _U), np.array([sig], _U),
+                                np.array([e_top], np.int64), fmt, mode, ovf, flush, daz, tin,
+                                gen, random_bits, want)
+    return _finish(out, fl, (), True, flags, "round")
+
+
+def round_rational(
+    x,
+    fmt: Format | str,
+    rounding: Rounding | str = "nearest_even",
+    *,
+    overflow: Overflow | str = "inf",
+    subnormals: Subnormals | str = "keep",
+    tininess: Tininess | str = "after",
+    rng: np.random.Generator | int | None = None,
+    random_bits: int | None = None,
+    flags: bool = False,
+):
+    """Round one exact number once to ``fmt``, whatever its size: an int, a
+    :class:`~fractions.Fraction`, a :class:`~decimal.Decimal`, a float, or a decimal string
+    (``"0.1"``, ``"1e999"``, ``"-0"``, ``"inf"``, ``"nan"``) read exactly, never through a
+    float64 first. Options and result as :func:`round` (a scalar; ``(value, flags)`` with
+    ``flags=True``). :func:`round` itself takes Fractions, Decimals and large ints this way.
+
+    >>> import fpsim
+    >>> from fpsim.rounding import round_rational
+    >>> v, f = round_rational("1e999", "fp16", "toward_zero", flags=True)
+    >>> float(v), fpsim.Flags(int(f))
+    (65504.0, <Flags.INEXACT|OVERFLOW: 5>)
+    >>> float(round_rational(2**100 - 1, "fp32", "toward_zero")) < 2.0**100  # not via float64
+    True
+    """
+    fmt, mode, ovf, flush, daz, tin, random_bits = _prepare(
+        fmt, rounding, overflow, subnormals, tininess, random_bits)
+    return _round_rational(x, fmt, mode, ovf, flush, daz, tin, rng, random_bits,
+                           bool(flags) or _flags.flags_active(), bool(flags))
+
+
 def round(  # noqa: A001 - the natural name, as numpy.round
     x,
     fmt: Format | str,
@@ -479,15 +706,19 @@ def round(  # noqa: A001 - the natural name, as numpy.round
     """
     fmt, mode, ovf, flush, daz, tin, random_bits = _prepare(
         fmt, rounding, overflow, subnormals, tininess, random_bits)
+    want = bool(flags) or _flags.flags_active()
     if isinstance(x, np.ndarray) and x.dtype in (np.float32, np.float16):
         hi, lo, scalar = x, None, x.ndim == 0  # widened to float64 chunk by chunk in _run
+    elif isinstance(x, (Fraction, Decimal)) or (
+            isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 1 << 53):
+        return _round_rational(x, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want,
+                               bool(flags))
     else:
         hi, lo, scalar = as_float64(x)
-    if lo is not None:
-        return round_pair(hi, lo, fmt, mode, overflow=ovf, subnormals=subnormals,
-                          tininess=tin, rng=rng, random_bits=random_bits, flags=flags,
-                          _scalar=scalar)
-    want = bool(flags) or _flags.flags_active()
+    if lo is not None:  # long double, or 64-bit integers beyond 2**53: exact, chunked
+        out, fl = _run_wide(np.asarray(x), hi, fmt, mode, ovf, flush, daz, tin, rng,
+                            random_bits, want)
+        return _finish(out, fl, np.shape(hi), scalar, bool(flags), "round")
     p = _params(fmt)
     if p.identity and not daz and not flush:
         out = np.array(hi, dtype=np.float64, copy=True)  # exact widening

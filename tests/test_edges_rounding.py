@@ -1,0 +1,274 @@
+"""Rounding at the edges (issue 15): each defect found there as a class, against independent
+references: the exact Fraction rounding of tests/exact.py (every mode and policy, the flags)
+and MPFR through gmpy2 (values of the IEEE modes MPFR has).
+
+- formats of 50, 51 and 52 mantissa bits other than float64 itself (the kernel's "drop 0 bits"
+  case added one ulp in the nearest modes);
+- inputs beyond float64: long doubles far outside its range and just inside its subnormals
+  (false ties), 64-bit integers, Python ints, Fractions, Decimals and decimal strings, all
+  rounded once (:func:`fpsim.rounding.round_rational`);
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from fractions import Fraction
+
+import gmpy2
+import numpy as np
+import pytest
+
+import fpsim
+from fpsim.flags import Flags
+from fpsim.rounding import round_rational
+from tests.exact import MODES, round_exact, same
+
+RNG = np.random.default_rng(20261203)
+
+
+def check_exact(xs, got, fl, fmt, mode, **kw):
+    """Each got/flag against the exact rounding of the exact input value."""
+    for x, g, f in zip(xs, np.ravel(got), np.ravel(fl), strict=True):
+        want, want_fl = round_exact(x, fmt, mode, **kw)
+        assert same(float(g), want) and int(f) == want_fl, (
+            f"{fmt.name} {mode} {kw}: x={x!r} gave {float(g)!r} {Flags(int(f))!r}, exact "
+            f"{want!r} {Flags(want_fl)!r}")
+
+
+# ---------------------------------------------------------------------------------------
+# 1. Wide formats: 50, 51 and 52 mantissa bits (not only float64 itself)
+# ---------------------------------------------------------------------------------------
+
+WIDE_FORMATS = [
+    fpsim.Format(10, 52),
+    fpsim.Format(11, 52, subnormals=False),
+    fpsim.Format(9, 52, nan_encoding="fn"),
+    fpsim.Format(10, 52, nan_encoding="fnuz", bias=512),
+    fpsim.Format(10, 52, nan_encoding="none"),
+    fpsim.Format(11, 51),
+    fpsim.Format(10, 51, nan_encoding="fn"),
+    fpsim.Format(11, 50),
+    fpsim.Format(10, 52, bias=300),
+]
+
+
+def wide_inputs(fmt) -> np.ndarray:
+    """Values of the format with odd and even significands, the midpoints and quarter points
+    of the format's own grid (where float64 can hold them), max, tiny, the subnormals, random
+    float64 patterns, both signs."""
+    tiny, big, eps = fmt.smallest_normal, fmt.max, fmt.eps
+    q = fmt.smallest_subnormal if fmt.subnormals else tiny * eps
+    base = [1.0, 1 + eps, 1 + 2 * eps, 1 + 3 * eps, 1 - eps / 2, 2 - eps, big, big / 2,
+            big * (1 - eps), tiny, tiny * (1 + eps), tiny * (1 + 3 * eps), tiny - q, q, 2 * q,
+            3 * q, 5e-324, 2.0**-1022, 2.0**-1022 + 5e-324 * 3, 2.0**1023, 1.5 * 2.0**1023,
+            np.finfo(np.float64).max, 0.0]
+    if fmt.mantissa_bits < 52:
+        base += [1 + eps / 2, 1 + 3 * eps / 2, 1 + eps / 4, 1 + 3 * eps / 4, big * (1 + eps / 4),
+                 big * (1 + eps / 2) if fmt.has_infinity else big, tiny * (1 + eps / 2)]
+    x = np.array(base, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        x = np.concatenate([x, np.nextafter(x, np.inf), np.nextafter(x, -np.inf)])
+    pats = RNG.integers(0, 0x7FF0 << 48, 150, dtype=np.uint64).view(np.float64)
+    x = np.concatenate([x[np.isfinite(x)], pats])
+    return np.concatenate([x, -x, [np.inf, -np.inf, np.nan]])
+
+
+@pytest.mark.parametrize("fmt", WIDE_FORMATS, ids=str)
+@pytest.mark.parametrize("mode", MODES)
+def test_wide_formats_every_mode_against_exact(fmt, mode):
+    x = wide_inputs(fmt)
+    got, fl = fpsim.round(x, fmt, mode, flags=True)
+    check_exact([float(v) for v in x], got, fl, fmt, mode)
+    if mode in ("nearest_even", "nearest_away"):
+        assert float(fpsim.round(fmt.max, fmt, mode)) == fmt.max  # stays in the format
+
+
+@pytest.mark.parametrize("subnormals", ["keep", "flush", "daz", "flush_daz"])
+@pytest.mark.parametrize("overflow", ["inf", "saturate"])
+@pytest.mark.parametrize("mode", MODES)
+def test_fp64_every_policy_against_exact(subnormals, overflow, mode):
+    x = wide_inputs(fpsim.FP64)
+    kw = dict(subnormals=subnormals, overflow=overflow)
+    got, fl = fpsim.round(x, fpsim.FP64, mode, flags=True, **kw)
+    check_exact([float(v) for v in x], got, fl, fpsim.FP64, mode, **kw)
+
+
+def test_wide_format_examples_of_the_issue():
+    assert fpsim.round(1 + 2**-52, "fp64", subnormals="daz") == 1 + 2**-52
+    assert fpsim.round(1.0, fpsim.Format(10, 52), "nearest_away") == 1.0
+
+
+# ---------------------------------------------------------------------------------------
+# 2. Inputs beyond float64: long double, 64-bit and Python integers, rationals
+# ---------------------------------------------------------------------------------------
+
+LD = np.longdouble
+HAS_LONG_DOUBLE = np.finfo(LD).nmant > 52
+needs_ld = pytest.mark.skipif(not HAS_LONG_DOUBLE, reason="long double is float64 here")
+
+EDGE_FORMATS = [fpsim.FP16, fpsim.BF16, fpsim.FP32, fpsim.FP8_E4M3, fpsim.FP8_E5M2FNUZ,
+                fpsim.FP4_E2M1, fpsim.FP64, fpsim.Format(11, 51), fpsim.Format(10, 52),
+                fpsim.Format(11, 52, subnormals=False)]
+
+
+def long_doubles() -> np.ndarray:
+    """Far beyond float64 both ways, float64's subnormal range with extra bits (the false
+    ties), values just off float64 midpoints, and ordinary values with 64-bit significands."""
+    one = LD(1)
+    vals = [LD("1e4000"), LD("-1e4000"), LD("1e-4000"), LD("-1e-4000"), LD("3e-330"),
+            np.ldexp(one, -1021) + np.ldexp(one, -1074) + np.ldexp(one, -1084),
+            np.ldexp(one, -1021) + np.ldexp(one, -1074) - np.ldexp(one, -1084),
+            np.ldexp(one, -1021) + np.ldexp(one, -1074),
+            np.ldexp(one, -1075), np.ldexp(one, -1075) + np.ldexp(one, -1090),
+            np.ldexp(one, -1076), np.ldexp(one, 1024), np.ldexp(one, 1024) - np.ldexp(one, 960),
+            LD(np.finfo(np.float64).max) + np.ldexp(one, 969),
+            LD(np.finfo(np.float64).max) + np.ldexp(one, 970),
+            one + np.ldexp(one, -53) + np.ldexp(one, -63), one + np.ldexp(one, -53),
+            one + np.ldexp(one, -11) - np.ldexp(one, -63), LD(65520) - np.ldexp(one, -50),
+            np.ldexp(one, -25) + np.ldexp(one, -80), np.ldexp(one, -16400), LD(0), -LD(0)]
+    sig = RNG.integers(1 << 62, 1 << 63, 300, dtype=np.int64).astype(LD)
+    ex = RNG.integers(-1200, 1100, 300)
+    rnd = np.ldexp(sig, ex - 62) * np.where(RNG.random(300) < 0.5, -1, 1)
+    return np.concatenate([np.array(vals, dtype=LD), rnd])
+
+
+def ld_fraction(v) -> Fraction:
+    return Fraction(*LD(v).as_integer_ratio())
+
+
+@needs_ld
+@pytest.mark.parametrize("fmt", EDGE_FORMATS, ids=str)
+@pytest.mark.parametrize("mode", MODES)
+def test_long_double_every_mode_against_exact(fmt, mode):
+    x = long_doubles()
+    got, fl = fpsim.round(x, fmt, mode, flags=True)
+    xs = [ld_fraction(v) for v in x]
+    for v, xf, g, f in zip(x, xs, got, fl, strict=True):
+        want, want_fl = round_exact(xf, fmt, mode, negative_zero=bool(np.signbit(v)))
+        assert same(float(g), want) and int(f) == want_fl, (fmt.name, mode, repr(v), g, f)
+
+
+@needs_ld
+@pytest.mark.parametrize("subnormals", ["flush", "daz"])
+@pytest.mark.parametrize("tininess", ["after", "before"])
+def test_long_double_policies_against_exact(subnormals, tininess):
+    x = long_doubles()
+    for fmt in (fpsim.FP16, fpsim.FP64, fpsim.FP8_E4M3):
+        for mode in ("nearest_even", "up", "toward_zero"):
+            kw = dict(subnormals=subnormals, tininess=tininess, overflow="saturate")
+            got, fl = fpsim.round(x, fmt, mode, flags=True, **kw)
+            for v, g, f in zip(x, got, fl, strict=True):
+                want, want_fl = round_exact(ld_fraction(v), fmt, mode,
+                                            negative_zero=bool(np.signbit(v)), **kw)
+                assert same(float(g), want) and int(f) == want_fl, (fmt.name, mode, kw, v)
+
+
+@needs_ld
+def test_long_double_examples_of_the_issue():
+    assert float(fpsim.round(LD("1e4000"), "fp16", "toward_zero")) == 65504.0
+    v, f = fpsim.round(LD("1e-4000"), "fp16", "up", flags=True)
+    assert float(v) == 2.0**-24 and Flags(int(f)) == Flags.INEXACT | Flags.UNDERFLOW
+    x = np.ldexp(LD(1), -1021) + np.ldexp(LD(1), -1074) + np.ldexp(LD(1), -1084)
+    assert float(fpsim.round(x, "fp64")) == 2.0**-1021 + 2.0**-1073  # above the midpoint
+    specials = np.array([np.inf, -np.inf, np.nan], dtype=LD)
+    assert np.array_equal(fpsim.round(specials, "fp16"), [np.inf, -np.inf, np.nan],
+                          equal_nan=True)
+
+
+def test_int64_and_python_ints_every_mode_against_exact():
+    ints = [2**63 - 1, -2**63, 2**53 + 1, -(2**53 + 3), 2**62 + 2**10 + 1, 3, 0, -7,
+            *RNG.integers(-2**63, 2**63 - 1, 100, dtype=np.int64).tolist()]
+    arr = np.array(ints, dtype=np.int64)
+    uarr = np.array([2**64 - 1, 2**63 + 2**11 + 1, 2**60 - 1], dtype=np.uint64)
+    big = [2**1024 - 2**970, 2**1024, -(2**2000 + 1), 2**70 + 1, 65520 * 2**0, 2**53 + 1]
+    for fmt in (fpsim.FP16, fpsim.BF16, fpsim.FP32, fpsim.FP64, fpsim.Format(10, 52),
+                fpsim.Format(11, 51), fpsim.FP8_E4M3):
+        for mode in MODES:
+            got, fl = fpsim.round(arr, fmt, mode, flags=True)
+            check_exact(ints, got, fl, fmt, mode)
+            got, fl = fpsim.round(uarr, fmt, mode, flags=True)
+            check_exact([int(v) for v in uarr], got, fl, fmt, mode)
+            for b in big:
+                g, f = fpsim.round(b, fmt, mode, flags=True)
+                check_exact([b], [g], [f], fmt, mode)
+
+
+# ---------------------------------------------------------------------------------------
+# 3. round_rational: one exact rounding of any rational, against MPFR and exact Fractions
+# ---------------------------------------------------------------------------------------
+
+MPFR_MODES = {"nearest_even": gmpy2.RoundToNearest, "toward_zero": gmpy2.RoundToZero,
+              "up": gmpy2.RoundUp, "down": gmpy2.RoundDown}
+IEEE_FORMATS = [fpsim.FP16, fpsim.BF16, fpsim.FP32, fpsim.TF32, fpsim.FP8_E5M2, fpsim.FP64,
+                fpsim.Format(11, 51), fpsim.Format(3, 4), fpsim.Format(10, 52)]
+
+
+def mpfr_round(x: Fraction, fmt, mode: str) -> float:
+    """MPFR's rounding of x (precision p, the format's exponent range, subnormalized); IEEE
+    formats only, overflow to inf or max as the mode says."""
+    ctx = gmpy2.context(precision=fmt.precision_bits, emin=fmt.emin - fmt.mantissa_bits + 1,
+                        emax=fmt.emax + 1, subnormalize=True, round=MPFR_MODES[mode])
+    with ctx:
+        v = gmpy2.mpfr(gmpy2.mpq(x.numerator, x.denominator))
+    return float(v) if v != 0 or x >= 0 else -0.0
+
+
+def random_rationals(n: int) -> list[Fraction]:
+    """Decimal strings with up to 40 digits and exponents far beyond float64 both ways, and
+    ratios of big integers."""
+    out = []
+    for _ in range(n):
+        digits = "".join(str(d) for d in RNG.integers(0, 10, int(RNG.integers(1, 41))))
+        e = int(RNG.integers(-420, 420))
+        s = "-" if RNG.random() < 0.5 else ""
+        out.append(Fraction(f"{s}{digits}e{e}"))
+        num = int(RNG.integers(1, 2**62)) * 2**int(RNG.integers(0, 200)) + 1
+        out.append(Fraction(num, int(RNG.integers(1, 2**62)) * 2**int(RNG.integers(0, 1200))))
+    return out + [Fraction(65519), Fraction(65520), Fraction(2**100 - 1), Fraction(1, 3),
+                  Fraction(1, 2**1075), Fraction(3, 2**1076), Fraction(10)**999]
+
+
+@pytest.mark.parametrize("fmt", IEEE_FORMATS, ids=str)
+def test_round_rational_against_mpfr(fmt):
+    xs = random_rationals(150)
+    for mode in MPFR_MODES:
+        for x in xs:
+            got = float(round_rational(x, fmt, mode))
+            want = mpfr_round(x, fmt, mode)
+            assert same(got, want), (fmt.name, mode, x, got, want)
+
+
+@pytest.mark.parametrize("fmt", EDGE_FORMATS + [fpsim.FP8_E4M3FNUZ, fpsim.FP6_E3M2], ids=str)
+def test_round_rational_every_mode_and_policy_against_exact(fmt):
+    xs = random_rationals(40)
+    for mode in MODES:
+        for kw in ({}, {"overflow": "saturate", "tininess": "before"}, {"subnormals": "flush"},
+                   {"subnormals": "daz"}):
+            for x in xs:
+                got, fl = round_rational(x, fmt, mode, flags=True, **kw)
+                check_exact([x], [got], [fl], fmt, mode, **kw)
+
+
+def test_round_rational_inputs():
+    """Strings, Decimals, floats and ints read exactly; round() takes Fractions and Decimals;
+    signed zeros, infinities and NaNs keep their meaning; junk is refused by name."""
+    assert float(round_rational("1267650600228229401496703205375", "fp32", "toward_zero")) \
+        == float(Fraction(2**100 - 2**76))
+    assert float(round_rational("0.1", "fp64")) == 0.1
+    assert float(round_rational(Decimal("0.1"), "fp16")) == float(fpsim.round(0.1, "fp16"))
+    assert math.copysign(1, round_rational("-0", "fp16")) == -1
+    assert math.copysign(1, round_rational("-1e-999", "fp16")) == -1
+    assert float(round_rational("-inf", "fp16")) == -math.inf
+    assert math.isnan(round_rational("nan", "bf16"))
+    assert float(round_rational(1 / 3, "fp16")) == float(fpsim.round(1 / 3, "fp16"))
+    assert float(fpsim.round(Fraction(1, 3), "fp16")) == float(fpsim.round(1 / 3, "fp16"))
+    assert float(fpsim.round(Decimal("1e999"), "fp16", "down")) == 65504.0
+    with pytest.raises(ValueError, match="decimal number"):
+        round_rational("0.1.2", "fp16")
+    with pytest.raises(TypeError, match="Fraction"):
+        round_rational([0.1], "fp16")
+    a = fpsim.round([0.1] * 8, "bf16", "stochastic", rng=1)
+    b = [float(round_rational(Fraction(0.1), "bf16", "stochastic", rng=np.random.default_rng(1)))
+         for _ in range(1)]
+    assert set(b) <= set(a.tolist())
