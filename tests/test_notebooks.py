@@ -1,5 +1,11 @@
-"""Every course notebook in notebooks/ runs top to bottom on a fresh install (a broken cell
-fails CI). The stored outputs stay as committed; the run happens on a copy in memory."""
+"""The course notebooks: each notebooks/NN_name.ipynb is paired (jupytext, percent format) with
+notebooks/NN_name.py, the source people edit; the two must hold the same cells, and every
+notebook runs top to bottom on a fresh install (a broken cell fails CI). The stored outputs stay
+as committed; the run happens on a copy in memory.
+
+After editing a .py source: ``jupytext --sync notebooks/NN_name.py`` (or ``--to ipynb``), then
+execute the notebook (``jupyter nbconvert --to notebook --execute --inplace
+notebooks/NN_name.ipynb``) so its stored outputs are real, and commit both files."""
 
 from __future__ import annotations
 
@@ -7,7 +13,37 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+NOTEBOOKS_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
+SOURCES = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py"))
+PAIRED_FORMATS = "ipynb,py:percent"
+
+
+def _cells(nb) -> list[tuple[str, str, list[str]]]:
+    """What must agree between a pair: each cell's type, source and tags, in order."""
+    return [(c.cell_type, c.source, list(c.metadata.get("tags", []))) for c in nb.cells]
+
+
+def test_every_notebook_has_its_source() -> None:
+    assert NOTEBOOKS, "no notebooks found"
+    assert [p.stem for p in NOTEBOOKS] == [p.stem for p in SOURCES]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_pair_in_sync(path: Path) -> None:
+    """The .ipynb's cells equal its .py source's cells (fails on drift: edit the .py, then
+    ``jupytext --sync``)."""
+    nbformat = pytest.importorskip("nbformat")
+    jupytext = pytest.importorskip("jupytext")
+    nb = nbformat.read(path, as_version=4)
+    assert nb.metadata.get("jupytext", {}).get("formats") == PAIRED_FORMATS
+    source = jupytext.read(path.with_suffix(".py"))
+    assert source.metadata.get("jupytext", {}).get("formats") == PAIRED_FORMATS
+    ipynb_cells, py_cells = _cells(nb), _cells(source)
+    assert len(ipynb_cells) == len(py_cells), (
+        f"{path.name} has {len(ipynb_cells)} cells, its .py source {len(py_cells)}")
+    drift = [i for i, (a, b) in enumerate(zip(ipynb_cells, py_cells, strict=True)) if a != b]
+    assert not drift, f"{path.name}: cells {drift} differ from {path.with_suffix('.py').name}"
 
 
 @pytest.mark.slow

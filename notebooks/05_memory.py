@@ -1,39 +1,41 @@
-"""Build notebooks/05_memory.ipynb (memory of training, measured) and execute it, so it is stored
-with its outputs.
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
 
-Run: python tools/make_notebooks_memory.py [--no-execute]
-"""
+# %% [markdown]
+# # 05 · Memory of training, measured
+#
+# Where do the bytes of a training step go, and what do the classic memory techniques buy? This
+# notebook *measures* them on fpsim's autograd engine, where every tensor is stored at its
+# format's real width, and checks the measurements against the formulas of the papers.
+#
+# **Learning goals**
+#
+# 1. Split the memory of a training step into parameters, master weights, gradients, optimizer
+#    states and *saved activations* (the tensors the forward pass keeps for backward), and see
+#    how the number format changes each of them.
+# 2. Measure gradient checkpointing's trade-off: with k segments of an n-layer chain the peak
+#    of saved activations follows k + n/k, smallest near k = √n, for one extra forward pass of
+#    the checkpointed segments, with gradients that stay bitwise the same.
+# 3. Run ZeRO stages 0-3 (and ZeRO-Offload) on simulated data-parallel ranks and check each
+#    rank's model-state bytes and communication against the ZeRO paper's formulas.
+# 4. Decide what fits on one 80 GB GPU.
+#
+# Tools: `fpsim.memory.meter()` (a context manager around the engine), `fpsim.autograd.checkpoint`,
+# `fpsim.distributed.ZeroEngine`, and the calculators of `fpsim.memory`.
 
-from __future__ import annotations
-
-import nbtools
-from nbtools import code, md
-from nbtools import hidden_code as solution
-
-CELLS = [
-    md("""
-# 05 · Memory of training, measured
-
-Where do the bytes of a training step go, and what do the classic memory techniques buy? This
-notebook *measures* them on fpsim's autograd engine, where every tensor is stored at its
-format's real width, and checks the measurements against the formulas of the papers.
-
-**Learning goals**
-
-1. Split the memory of a training step into parameters, master weights, gradients, optimizer
-   states and *saved activations* (the tensors the forward pass keeps for backward), and see
-   how the number format changes each of them.
-2. Measure gradient checkpointing's trade-off: with k segments of an n-layer chain the peak
-   of saved activations follows k + n/k, smallest near k = √n, for one extra forward pass of
-   the checkpointed segments, with gradients that stay bitwise the same.
-3. Run ZeRO stages 0-3 (and ZeRO-Offload) on simulated data-parallel ranks and check each
-   rank's model-state bytes and communication against the ZeRO paper's formulas.
-4. Decide what fits on one 80 GB GPU.
-
-Tools: `fpsim.memory.meter()` (a context manager around the engine), `fpsim.autograd.checkpoint`,
-`fpsim.distributed.ZeroEngine`, and the calculators of `fpsim.memory`.
-"""),
-    code("""
+# %%
 import numpy as np
 
 from fpsim import memory, nn
@@ -50,19 +52,20 @@ def mlp(width, layers, fmt, act=nn.ReLU, seed=0):
     for i in range(layers):
         mods += [nn.Linear(width, width, rng=seed + i), act()]
     return nn.Sequential(*mods).to(fmt)
-"""),
-    md("""
-## 1. One training step, byte by byte
 
-A meter watches the engine inside its `with` block: after every operation and every backward
-node it adds up the live arrays by category. *Saved activations* follow PyTorch's derivative
-formulas: `linear` keeps its input (and the weight, which is already counted as a parameter),
-`relu` keeps its output, `sum` keeps nothing, and a tensor kept by two operations counts once.
 
-Below: a 6-layer MLP (width 256, batch 512) trained in mixed precision, fp16 parameters with fp32
-master weights and Adam. The first step creates the optimizer's state; we measure the second.
-"""),
-    code("""
+# %% [markdown]
+# ## 1. One training step, byte by byte
+#
+# A meter watches the engine inside its `with` block: after every operation and every backward
+# node it adds up the live arrays by category. *Saved activations* follow PyTorch's derivative
+# formulas: `linear` keeps its input (and the weight, which is already counted as a parameter),
+# `relu` keeps its output, `sum` keeps nothing, and a tensor kept by two operations counts once.
+#
+# Below: a 6-layer MLP (width 256, batch 512) trained in mixed precision, fp16 parameters with fp32
+# master weights and Adam. The first step creates the optimizer's state; we measure the second.
+
+# %%
 B, D, L = 512, 256, 6
 net = mlp(D, L, "fp16")
 opt = Adam(net.parameters(), lr=1e-3, master_weights=True)
@@ -83,17 +86,17 @@ with memory.meter(net, opt) as m:
 report = m.report()
 print(report.table("KiB"))
 psi = sum(p.numel() for p in net.parameters())
-print(f"\\nPsi = {psi} parameters; model states = {sum(report.current.values()) / psi:.0f} bytes "
+print(f"\nPsi = {psi} parameters; model states = {sum(report.current.values()) / psi:.0f} bytes "
       "per parameter (2 + 2 + 12, the ZeRO paper's 16)")
-"""),
-    md("""
-The timeline shows the shape of a step: saved activations pile up during the forward pass and
-are released node by node in backward, while the gradients appear. Here the peak is at the
-end of the forward pass: at batch 512 the saved activations (2 MiB) outweigh the gradients
-(0.75 MiB) that replace them during backward. With a small batch the peak moves to the end of
-backward (try `B = 16`).
-"""),
-    code("""
+
+# %% [markdown]
+# The timeline shows the shape of a step: saved activations pile up during the forward pass and
+# are released node by node in backward, while the gradients appear. Here the peak is at the
+# end of the forward pass: at batch 512 the saved activations (2 MiB) outweigh the gradients
+# (0.75 MiB) that replace them during backward. With a small batch the peak moves to the end of
+# backward (try `B = 16`).
+
+# %%
 act = np.array([a for a, t in report.timeline]) / 2**10
 tot = np.array([t for a, t in report.timeline]) / 2**10
 with style.context():
@@ -105,15 +108,15 @@ with style.context():
     ax.set_title("Memory during one mixed-precision step")
     ax.legend()
 fig
-"""),
-    md("""
-### Activation memory by format
 
-The same network in five formats. The saved activations are the input plus the 6 ReLU outputs,
-7 arrays of 512 × 256 elements, at 8, 4, 2, 2 and 1 byte per element: the meter's peaks equal
-`fpsim.memory.activation_bytes`.
-"""),
-    code("""
+# %% [markdown]
+# ### Activation memory by format
+#
+# The same network in five formats. The saved activations are the input plus the 6 ReLU outputs,
+# 7 arrays of 512 × 256 elements, at 8, 4, 2, 2 and 1 byte per element: the meter's peaks equal
+# `fpsim.memory.activation_bytes`.
+
+# %%
 formats = ["fp64", "fp32", "bf16", "fp16", "fp8_e4m3"]
 peaks = {}
 for fmt in formats:
@@ -130,35 +133,38 @@ with style.context():
     ax.set_ylabel("peak saved activations (KiB)")
     ax.set_title("Saved activations of a 6-layer MLP, batch 512")
 fig
-"""),
-    md("""
-### Exercise 1
 
-Replace `nn.ReLU` by `nn.GELU` in the fp16 network. GELU's backward needs its *input*
-(PyTorch saves `self`), not its output. Predict the peak of saved activations in units of one
-layer's output (512 × 256 fp16 = 256 KiB), then measure it.
-"""),
-    md("#### Solution"),
-    solution("""
+# %% [markdown]
+# ### Exercise 1
+#
+# Replace `nn.ReLU` by `nn.GELU` in the fp16 network. GELU's backward needs its *input*
+# (PyTorch saves `self`), not its output. Predict the peak of saved activations in units of one
+# layer's output (512 × 256 fp16 = 256 KiB), then measure it.
+
+# %% [markdown]
+# #### Solution
+
+# %% jupyter={"source_hidden": true} tags=["solution"]
 g = mlp(D, L, "fp16", act=nn.GELU)
 with memory.meter(g) as m:
     g(x).sum().backward()
 unit = B * D * 2
 # each layer keeps the linear's input and the GELU's input (= the linear's output): 2 per layer
 print(m.report().max["activations"] / unit, "layer outputs; predicted", 2 * L)
-"""),
-    md("""
-## 2. Gradient checkpointing: √n memory for one more forward
 
-`checkpoint_sequential(layers, k, x)` cuts the chain in k pieces and runs all but the last
-without saving anything inside them; each keeps only its input. In backward, a piece is run
-again (with the random generators and the engine settings of the first run) and
-backpropagated. Chen et al. (2016): the peak holds the k kept inputs plus one piece,
-k + ⌈n/k⌉ layer outputs, smallest near k = √n.
 
-First, the gradients do not change, not even in the last bit, with dropout in the network:
-"""),
-    code("""
+# %% [markdown]
+# ## 2. Gradient checkpointing: √n memory for one more forward
+#
+# `checkpoint_sequential(layers, k, x)` cuts the chain in k pieces and runs all but the last
+# without saving anything inside them; each keeps only its input. In backward, a piece is run
+# again (with the random generators and the engine settings of the first run) and
+# backpropagated. Chen et al. (2016): the peak holds the k kept inputs plus one piece,
+# k + ⌈n/k⌉ layer outputs, smallest near k = √n.
+#
+# First, the gradients do not change, not even in the last bit, with dropout in the network:
+
+# %%
 def with_dropout(fmt):
     mods = []
     for i in range(8):
@@ -176,12 +182,12 @@ def grads(model, segments):
 dnet = with_dropout("fp16")
 print("bitwise identical gradients:",
       all(grads(dnet, k) == grads(dnet, None) for k in (2, 3, 6)))
-"""),
-    md("""
-Now the memory, for n = 16 layers (Linear + ReLU, width 128, batch 32) and every k. The meter
-also counts the operations recomputed in backward.
-"""),
-    code("""
+
+# %% [markdown]
+# Now the memory, for n = 16 layers (Linear + ReLU, width 128, batch 32) and every k. The meter
+# also counts the operations recomputed in backward.
+
+# %%
 n, W, Bc = 16, 128, 32
 layers = [nn.Sequential(nn.Linear(W, W, rng=i), nn.ReLU()).to("fp16") for i in range(n)]
 chain = nn.Sequential(*layers)
@@ -200,8 +206,8 @@ for k, meas, form, over in rows:
 best = min(r[1] for r in rows)
 print("smallest measured peak:", best, "at k =", [r[0] for r in rows if r[1] == best],
       "; formula's optimum:", memory.optimal_checkpoint_segments(n))
-"""),
-    code("""
+
+# %%
 ks = [r[0] for r in rows]
 with style.context():
     fig, ax = style.new_figure((7, 3.6))
@@ -216,21 +222,23 @@ with style.context():
     ax.legend(loc="upper center")
     ax.set_title("Checkpointing 16 layers: memory against recomputation")
 fig
-"""),
-    md("""
-The measured peak never exceeds the formula and meets it whenever k divides n. fpsim cuts
-uneven pieces with the longer ones first (the last piece, run normally, is then a short one),
-which is why k = 3, 5, 6 do as well as k = 4 here. The grey bars: the share of the forward
-pass run a second time, (n − last piece) / n, approaching one whole extra forward pass
-(Chen et al.: about 33 % of a step, since backward costs about twice a forward).
 
-### Exercise 2
+# %% [markdown]
+# The measured peak never exceeds the formula and meets it whenever k divides n. fpsim cuts
+# uneven pieces with the longer ones first (the last piece, run normally, is then a short one),
+# which is why k = 3, 5, 6 do as well as k = 4 here. The grey bars: the share of the forward
+# pass run a second time, (n − last piece) / n, approaching one whole extra forward pass
+# (Chen et al.: about 33 % of a step, since backward costs about twice a forward).
+#
+# ### Exercise 2
+#
+# For n = 36 layers: which k minimises the measured peak, and what does it cost in recomputed
+# FLOPs? Compare with `memory.optimal_checkpoint_segments(36)`. (Use width 32 to keep it quick.)
 
-For n = 36 layers: which k minimises the measured peak, and what does it cost in recomputed
-FLOPs? Compare with `memory.optimal_checkpoint_segments(36)`. (Use width 32 to keep it quick.)
-"""),
-    md("#### Solution"),
-    solution("""
+# %% [markdown]
+# #### Solution
+
+# %% jupyter={"source_hidden": true} tags=["solution"]
 n2 = 36
 l2 = [nn.Sequential(nn.Linear(32, 32, rng=i), nn.ReLU()) for i in range(n2)]
 x2 = Tensor(np.ones((8, 32)))
@@ -243,22 +251,23 @@ best = min(v[0] for v in res.values())
 print("best peak", best, "at k =", [k for k, v in res.items() if v[0] == best])
 print("formula optimum:", memory.optimal_checkpoint_segments(n2), "peak",
       memory.checkpoint_peak_activations(n2, 6), "; recompute at k=6:", f"{res[6][1]:.0%}")
-"""),
-    md("""
-## 3. ZeRO on simulated ranks
 
-`ZeroEngine(model, stage, world_size)` runs N data-parallel ranks in one process. Each rank
-keeps only its share of the model states (stage 1: optimizer states; 2: + gradients; 3: +
-parameters), and the ranks exchange data only through collectives that count what they move
-(ring algorithms: an all-reduce sends 2(N−1)/N × size per rank, reduce-scatter and all-gather
-(N−1)/N × size). Mixed precision as in the paper: fp16 parameters and gradients, fp32 master
-weights and Adam moments (K = 12 bytes per parameter) in the partitions.
 
-Every stage computes the same bits: gradients are averaged by one fixed reduction (float64 sum
-in rank order, rounded once to fp16), and Adam is elementwise, so partitioning it changes
-nothing.
-"""),
-    code("""
+# %% [markdown]
+# ## 3. ZeRO on simulated ranks
+#
+# `ZeroEngine(model, stage, world_size)` runs N data-parallel ranks in one process. Each rank
+# keeps only its share of the model states (stage 1: optimizer states; 2: + gradients; 3: +
+# parameters), and the ranks exchange data only through collectives that count what they move
+# (ring algorithms: an all-reduce sends 2(N−1)/N × size per rank, reduce-scatter and all-gather
+# (N−1)/N × size). Mixed precision as in the paper: fp16 parameters and gradients, fp32 master
+# weights and Adam moments (K = 12 bytes per parameter) in the partitions.
+#
+# Every stage computes the same bits: gradients are averaged by one fixed reduction (float64 sum
+# in rank order, rounded once to fp16), and Adam is elementwise, so partitioning it changes
+# nothing.
+
+# %%
 def factory():
     return nn.Sequential(nn.Linear(32, 64, rng=0), nn.ReLU(), nn.Linear(64, 8, rng=1))
 
@@ -276,20 +285,20 @@ final = {c: e.full_params().tobytes() for c, e in engines.items()}
 print("all stages give bitwise identical parameters:", len(set(final.values())) == 1)
 
 psi = engines[(0, False)].num_params
-print(f"Psi = {psi} parameters, N = {N} ranks\\n")
+print(f"Psi = {psi} parameters, N = {N} ranks\n")
 print("stage offload  held B  formula B  on GPU B  sent/step  2or3(N-1)/N*Psi  paper")
 for (stage, off), eng in engines.items():
     d = memory.zero_measured_vs_formula(eng)
     print(f"{stage:5d} {off!s:>7s} {d['measured_bytes']:7d} {d['formula_bytes']:10.0f} "
           f"{d['device_bytes']:9d} {d['measured_comm_elements']:10d} "
           f"{d['ring_comm_elements']:16.0f} {d['paper_comm_elements']:6.0f}")
-"""),
-    code("""
+
+# %%
 kinds = ["parameters", "gradients", "optimizer_states"]
 colors = {"parameters": "#E69F00", "gradients": "#CC79A7", "optimizer_states": "#0072B2"}
 with style.context():
     fig, ax = style.new_figure((7, 3.4))
-    labels = [f"stage {s}" + ("\\n+offload" if o else "") for s, o in configs]
+    labels = [f"stage {s}" + ("\n+offload" if o else "") for s, o in configs]
     bottom = np.zeros(len(configs))
     for kind in kinds:
         vals = []
@@ -305,49 +314,51 @@ with style.context():
     ax.set_title(f"Model states per rank, Psi = {psi}, N = {N}")
     ax.legend(fontsize=8)
 fig
-"""),
-    md("""
-With offload the gradient and optimizer partitions sit in host memory (the formula line marks
-what the rank holds in total) and the GPU keeps only fp16 parameters. The price is PCIe
-traffic: per step each rank sends its fp16 gradient partition down and gets its fp16
-parameters back.
-"""),
-    code("""
+
+# %% [markdown]
+# With offload the gradient and optimizer partitions sit in host memory (the formula line marks
+# what the rank holds in total) and the GPU keeps only fp16 parameters. The price is PCIe
+# traffic: per step each rank sends its fp16 gradient partition down and gets its fp16
+# parameters back.
+
+# %%
 for c in [(2, True), (3, True)]:
     print(c, "per rank after 3 steps:", engines[c].ranks[0].transfers,
           "= 3 x 2 bytes x Psi/N each way:", 3 * 2 * psi // N)
-"""),
-    md("""
-### Exercise 3
 
-With N = 8 ranks and the same model: predict the bytes per rank for stage 2, and the elements
-a rank sends per step in stage 3. Check with a `ZeroEngine` (one step is enough). Hint: Psi
-must divide by N for the formula to be exact (otherwise the flat buffer is padded).
-"""),
-    md("#### Solution"),
-    solution("""
+# %% [markdown]
+# ### Exercise 3
+#
+# With N = 8 ranks and the same model: predict the bytes per rank for stage 2, and the elements
+# a rank sends per step in stage 3. Check with a `ZeroEngine` (one step is enough). Hint: Psi
+# must divide by N for the formula to be exact (otherwise the flat buffer is padded).
+
+# %% [markdown]
+# #### Solution
+
+# %% jupyter={"source_hidden": true} tags=["solution"]
 e8 = ZeroEngine(factory, 2, 8)
 e8.step(*data[0])
 print(e8.model_state_bytes(0)["total"], "=", 2 * psi + 14 * psi / 8)
 e8 = ZeroEngine(factory, 3, 8)
 e8.step(*data[0])
 print(e8.last_step_comm[0], "=", 3 * 7 * psi / 8)
-"""),
-    md("""
-## 4. What fits on one 80 GB GPU?
 
-The same formulas at scale (model states only; activations come on top): the ZeRO paper's
-Table 1, and the largest model whose states fit in 80 GB for each stage and data-parallel
-degree.
-"""),
-    code("""
+# %% [markdown]
+# ## 4. What fits on one 80 GB GPU?
+#
+# The same formulas at scale (model states only; activations come on top): the ZeRO paper's
+# Table 1, and the largest model whose states fit in 80 GB for each stage and data-parallel
+# degree.
+
+# %%
 print(memory.format_zero_table([7.5e9, 128e9], [1, 4, 16, 64, 256, 1024]))
 print()
 for stage in range(4):
     print(f"stage {stage}: 7.5B fits on 80 GB with N_d =",
           [nd for nd in (1, 4, 16, 64) if memory.fits_on_gpu(7.5e9, stage, nd)])
-"""),
-    code("""
+
+# %%
 nds = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
 with style.context():
     fig, ax = style.new_figure((7, 3.6))
@@ -359,41 +370,33 @@ with style.context():
     ax.set_title("Model states that fit in 80 GB per GPU")
     ax.legend()
 fig
-"""),
-    md("""
-Stages 1 and 2 flatten out at 80 GB / 4 and 80 GB / 2 bytes (the fp16 parameters and
-gradients every rank still holds): 20 B and 40 B parameters. Only stage 3 keeps growing
-linearly with N_d.
 
-### Exercise 4
+# %% [markdown]
+# Stages 1 and 2 flatten out at 80 GB / 4 and 80 GB / 2 bytes (the fp16 parameters and
+# gradients every rank still holds): 20 B and 40 B parameters. Only stage 3 keeps growing
+# linearly with N_d.
+#
+# ### Exercise 4
+#
+# ZeRO-Offload trained 13 B parameters on one 32 GB V100. With the engine's offload model (GPU:
+# fp16 parameters only), how many parameters fit in the model states of one 80 GB GPU with
+# N_d = 1, and how much host memory do they need?
 
-ZeRO-Offload trained 13 B parameters on one 32 GB V100. With the engine's offload model (GPU:
-fp16 parameters only), how many parameters fit in the model states of one 80 GB GPU with
-N_d = 1, and how much host memory do they need?
-"""),
-    md("#### Solution"),
-    solution("""
+# %% [markdown]
+# #### Solution
+
+# %% jupyter={"source_hidden": true} tags=["solution"]
 psi_max = 80e9 / 2                      # 2 bytes of fp16 parameters per parameter on the GPU
 print(f"{psi_max / 1e9:.0f} B parameters; host: 14 bytes each = {14 * psi_max / 1e9:.0f} GB")
 print("13 B on a V100: GPU", 2 * 13e9 / 1e9, "GB of 32; host", 14 * 13e9 / 1e9, "GB")
-"""),
-    md("""
-## Summary
 
-* A mixed-precision Adam step holds 16 bytes per parameter of model states (2 fp16 params,
-  2 fp16 grads, 12 fp32 master + moments); activations scale with batch and depth and with the
-  format's width.
-* Checkpointing trades one extra forward pass of the checkpointed segments for a peak of
-  about k + n/k layer outputs, 2√n at best, with identical gradients.
-* ZeRO partitions the 16 bytes across ranks: 4 + 12/N, 2 + 14/N, 16/N bytes per parameter,
-  for 2Ψ, 2Ψ and 3Ψ elements of communication per step (ring: × (N−1)/N).
-"""),
-]
-
-
-def main(argv: list[str] | None = None) -> int:
-    return nbtools.main({"05": ("05_memory.ipynb", lambda: CELLS)}, __doc__.splitlines()[0], argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+# %% [markdown]
+# ## Summary
+#
+# * A mixed-precision Adam step holds 16 bytes per parameter of model states (2 fp16 params,
+#   2 fp16 grads, 12 fp32 master + moments); activations scale with batch and depth and with the
+#   format's width.
+# * Checkpointing trades one extra forward pass of the checkpointed segments for a peak of
+#   about k + n/k layer outputs, 2√n at best, with identical gradients.
+# * ZeRO partitions the 16 bytes across ranks: 4 + 12/N, 2 + 14/N, 16/N bytes per parameter,
+#   for 2Ψ, 2Ψ and 3Ψ elements of communication per step (ring: × (N−1)/N).
