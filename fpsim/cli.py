@@ -1,17 +1,24 @@
-"""The ``fpsim`` command line: ``fpsim formats``, ``fpsim show``, ``fpsim demo`` and friends."""
+"""The fpsim command line: fpsim formats, fpsim show, fpsim demo and friends.
+
+Run a command with --help for its options, e.g. fpsim show --help.
+"""
 
 from __future__ import annotations
 
 import argparse
+import decimal
+import re
 import sys
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 
 import numpy as np
 
 from .encoding import bit_string, classify, next_down, next_up
 from .flags import Flags
-from .formats import PRESETS, get_format
-from .modes import Rounding
+from .formats import PRESETS, NaNEncoding, get_float_format
+from .modes import Rounding, as_rounding, rounding_aliases
+from .rounding import as_rational, round_rational
 from .rounding import round as fp_round
 
 
@@ -20,9 +27,10 @@ def _fmt_num(v: float) -> str:
 
 
 def formats_table() -> str:
-    """The table of preset formats: bits, bias, min subnormal, min normal, max, eps, u.
+    """The table of preset formats: bits, bias, min subnormal, min normal, max, eps, u, and a
+    legend of the NaN column.
 
-    >>> "fp16" in formats_table()
+    >>> "fp16" in formats_table() and "fnuz  no infinity" in formats_table()
     True
     """
     head = ("format", "bits", "e", "m", "bias", "min subnormal", "min normal", "max", "eps",
@@ -34,32 +42,53 @@ def formats_table() -> str:
                      _fmt_num(f.max), _fmt_num(f.eps), _fmt_num(f.unit_roundoff),
                      "yes" if f.has_infinity else "no", f.nan_encoding.value))
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=False)),
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip(),
              "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) for r in rows]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+              for r in rows]
+    lines += ["", "NaN column (the format's NaN encoding):"]
+    lines += [f"  {e.value:5s} {e.meaning}" for e in NaNEncoding]
+    lines += ["Other formats by name: eXmY (X exponent, Y mantissa bits), e.g. e3m4, e4m3fn, "
+              "e5m2fnuz."]
     return "\n".join(lines)
 
 
-def show_value(value: float, fmt_name: str, rounding: str = "nearest_even") -> str:
-    """A value rounded to a format: the value, its bits, class, error and neighbours.
+def _fmt_exact(q: Fraction) -> str:
+    """An exact rational to 7 significant digits, at any size (beyond float64 too)."""
+    if q == 0:
+        return "0"
+    with decimal.localcontext() as ctx:
+        ctx.prec = 7
+        d = decimal.Decimal(q.numerator) / decimal.Decimal(q.denominator)
+    return f"{d:+.6e}"
 
-    >>> print(show_value(0.1, "fp16").splitlines()[1])
+
+def show_value(value, fmt_name: str, rounding: str = "nearest_even") -> str:
+    """A value rounded to a format: the value, its bits, class, error and neighbours. The
+    value (a decimal string, int, Fraction or float) is read exactly and rounded once.
+
+    >>> print(show_value("0.1", "fp16").splitlines()[1])
     rounded      : 0.0999755859375
+    >>> print(show_value("1e999", "fp16", "rtz").splitlines()[-2])
+    flags        : INEXACT|OVERFLOW
     """
-    fmt = get_format(fmt_name)
-    v, fl = fp_round(value, fmt, rounding, flags=True)
+    fmt = get_float_format(fmt_name)
+    mode = as_rounding(rounding)
+    v, fl = round_rational(value, fmt, mode, flags=True)
     v = float(v)
-    lines = [f"input        : {value!r} -> {fmt.name}, rounding {Rounding(rounding).value}"
-             if rounding in Rounding._value2member_map_ else
-             f"input        : {value!r} -> {fmt.name}, rounding {rounding}",
-             f"rounded      : {v!r}",
-             f"bits         : {bit_string(v, fmt)}   (sign | exponent | mantissa)",
-             f"class        : {classify(v, fmt)}"]
-    if np.isfinite(v) and np.isfinite(value):
-        err = v - value
-        rel = abs(err) / abs(value) if value != 0 else 0.0
-        lines.append(f"error        : {err:+.6g} (relative {rel:.3g}, unit roundoff "
-                     f"{fmt.unit_roundoff:.3g})")
+    lines = [f"input        : {value} -> {fmt.name}, rounding {mode.value}",
+             f"rounded      : {v!r}"]
+    if np.isnan(v) and not fmt.has_nan:
+        lines.append(f"bits         : none ({fmt.name} has no NaN: the result is INVALID)")
+    else:
+        lines += [f"bits         : {bit_string(v, fmt)}   (sign | exponent | mantissa)",
+                  f"class        : {classify(v, fmt)}"]
+    x = as_rational(value)[0]
+    if np.isfinite(v) and isinstance(x, Fraction):
+        err = Fraction(v) - x
+        rel = abs(err / x) if x != 0 else Fraction(0)
+        lines.append(f"error        : {_fmt_exact(err)} (relative {_fmt_exact(rel)[1:]}, "
+                     f"unit roundoff {fmt.unit_roundoff:.3g})")
     flags = Flags(int(fl))
     lines.append(f"flags        : {flags.name if flags else 'none'}")
     if not np.isnan(v):
@@ -102,12 +131,13 @@ def _cmd_formats(args: argparse.Namespace) -> int:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     try:
-        value = float(args.value)
-    except ValueError:
-        print(f"fpsim show: VALUE must be a number, got {args.value!r}", file=sys.stderr)
+        decimal.Decimal(args.value.strip())
+    except ArithmeticError:
+        print(f"fpsim show: VALUE must be a decimal number such as 0.1, 65520, 1e999, -0, inf "
+              f"or nan, got {args.value!r}", file=sys.stderr)
         return 2
     for name in args.format:
-        print(show_value(value, name, args.rounding))
+        print(show_value(args.value, name, args.rounding))
         print()
     return 0
 
@@ -125,12 +155,21 @@ def _register(name: str, help_text: str, configure: Callable, handler: Callable)
     _COMMANDS[name] = (help_text, configure, handler)
 
 
+def _rounding_help() -> str:
+    aliases = rounding_aliases()
+    return "rounding mode (default nearest_even): " + "; ".join(
+        f"{m.value} ({', '.join(aliases[m])})" if aliases[m] else m.value for m in Rounding)
+
+
 def _configure_show(p: argparse.ArgumentParser) -> None:
-    p.add_argument("value", help="a real number, e.g. 0.1 or 65520")
+    p.add_argument("value", help="a decimal number, read exactly and rounded once, e.g. 0.1, "
+                                 "65520, 1e999, -0, inf, nan")
     p.add_argument("--format", "-f", action="append", default=None,
-                   help="format name (repeatable; default fp16): " + ", ".join(PRESETS))
-    p.add_argument("--rounding", "-r", default="nearest_even",
-                   help="rounding mode: " + ", ".join(m.value for m in Rounding))
+                   help="format name (repeatable; default fp16): " + ", ".join(PRESETS)
+                   + ", an alias (half, bfloat16, e4m3, ...) or eXmY (e3m4, e4m3fn, e5m2fnuz)")
+    p.add_argument("--rounding", "-r", default="nearest_even", help=_rounding_help())
+    # read "-1e999" as a value, not an option (argparse's own pattern misses exponents)
+    p._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$", re.I)
 
 
 _register("formats", "table of the preset formats", lambda p: None, _cmd_formats)
@@ -173,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     >>> build_parser().prog
     'fpsim'
     """
-    parser = argparse.ArgumentParser(prog="fpsim", description=__doc__)
+    parser = argparse.ArgumentParser(prog="fpsim", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (help_text, configure, _) in _COMMANDS.items():
         configure(sub.add_parser(name, help=help_text))
@@ -189,9 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
+    if args.command is None:  # a command is required: help on stderr, a usage error
+        parser.print_help(sys.stderr)
+        return 2
     if getattr(args, "format", "x") is None:
         args.format = ["fp16"]
     try:

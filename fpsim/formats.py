@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import functools
 import math
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -62,6 +63,20 @@ class NaNEncoding(str, enum.Enum):
     FNUZ = "fnuz"
     NONE = "none"
 
+    @property
+    def meaning(self) -> str:
+        """One line saying what the encoding does with the top codes.
+
+        >>> NaNEncoding.FNUZ.meaning
+        'no infinity and no -0: the pattern of -0 is the one NaN'
+        """
+        return {
+            "ieee": "exponent all ones is infinity (mantissa 0) or NaN (mantissa != 0)",
+            "fn": "no infinity: only exponent and mantissa all ones is NaN",
+            "fnuz": "no infinity and no -0: the pattern of -0 is the one NaN",
+            "none": "no NaN and no infinity: every pattern is a finite number",
+        }[self.value]
+
 
 def _pow2(k: int) -> float:
     """2**k as an exact float (k within the float64 range)."""
@@ -110,15 +125,27 @@ class Format:
         object.__setattr__(self, "nan_encoding", enc)
         object.__setattr__(self, "exponent_bits", int(self.exponent_bits))
         object.__setattr__(self, "mantissa_bits", int(self.mantissa_bits))
+        if not isinstance(self.subnormals, (bool, np.bool_)):
+            raise ValueError(
+                f"Format.subnormals must be True (gradual underflow) or False (none: the "
+                f"format flushes), got {self.subnormals!r}")
+        object.__setattr__(self, "subnormals", bool(self.subnormals))
         if self.bias is None:
             object.__setattr__(self, "bias", (1 << (self.exponent_bits - 1)) - 1)
+        if isinstance(self.bias, bool) or not isinstance(self.bias, (int, np.integer)):
+            raise TypeError(f"Format.bias must be an int or None, got {self.bias!r}")
         object.__setattr__(self, "bias", int(self.bias))
         if self.name is None:
-            suffix = {NaNEncoding.IEEE: "", NaNEncoding.FN: "fn", NaNEncoding.FNUZ: "fnuz",
-                      NaNEncoding.NONE: "fn"}[enc]
-            object.__setattr__(self, "name", f"e{self.exponent_bits}m{self.mantissa_bits}{suffix}")
+            object.__setattr__(self, "name", _default_name(self))
+        elif not isinstance(self.name, str):
+            raise TypeError(f"Format.name must be a str or None, got {type(self.name).__name__}")
         if enc is NaNEncoding.IEEE and self.exponent_bits < 2:
             raise ValueError("an IEEE-style format needs >= 2 exponent bits (one code is inf/NaN)")
+        if enc is NaNEncoding.IEEE and self.mantissa_bits == 0:
+            raise ValueError(
+                "an IEEE-style format needs >= 1 mantissa bit: with none, NaN (exponent all "
+                "ones, mantissa != 0) has no pattern and would read as infinity; use "
+                "nan_encoding 'fn', 'fnuz' or 'none' for a 0-mantissa format")
         if enc is NaNEncoding.FN and self.exponent_bits + self.mantissa_bits < 2:
             raise ValueError("an 'fn' format needs at least 2 exponent+mantissa bits")
         # float64 must hold every value exactly: precision, largest and smallest exponents.
@@ -427,6 +454,60 @@ _STORAGE: dict[tuple, np.dtype] = {
 }
 
 
+_NAME_RE = re.compile(
+    r"(?:float\d+_)?e(\d+)m(\d+)(?:b(\d+))?(fnuz|fn)?((?:_(?:b-?\d+|nonan|nosub|ieee))*)")
+_SUFFIX = {NaNEncoding.IEEE: "", NaNEncoding.FN: "fn", NaNEncoding.FNUZ: "fnuz",
+           NaNEncoding.NONE: "_nonan"}
+
+
+def _conventional_bias(exponent_bits: int, enc: NaNEncoding) -> int:
+    """The bias an eXmY name implies: IEEE's 2**(E-1) - 1, or LLVM's 2**(E-1) for 'fnuz'."""
+    return (1 << (exponent_bits - 1)) - (0 if enc is NaNEncoding.FNUZ else 1)
+
+
+def _default_name(f: Format) -> str:
+    """The eXmY name of a format, read back by :func:`get_format`: 'fn' / 'fnuz' suffixes
+    (OCP / LLVM), then '_nonan' (no NaN at all), '_b<bias>' for a bias other than the one the
+    name implies, '_nosub' without subnormals, and '_ieee' where the bare name is the alias of
+    a preset with another layout ('e4m3' means OCP's e4m3fn)."""
+    enc = NaNEncoding(f.nan_encoding)
+    name = f"e{f.exponent_bits}m{f.mantissa_bits}{_SUFFIX[enc]}"
+    if f.bias != _conventional_bias(f.exponent_bits, enc):
+        name += f"_b{f.bias}"
+    if not f.subnormals:
+        name += "_nosub"
+    aliases = globals().get("_ALIASES", {})
+    if name in aliases and PRESETS[aliases[name]]._key() != f._key():
+        name += "_ieee"  # only IEEE layouts collide with the OCP aliases
+    return name
+
+
+def _parse_name(key: str) -> Format | None:
+    """The format an eXmY name describes (see :func:`_default_name`), or None."""
+    m = _NAME_RE.fullmatch(key)
+    if m is None:
+        return None
+    quals = [q for q in m.group(5).split("_") if q]
+    if m.group(3) is not None:  # ml_dtypes' spelling: e4m3b11fnuz
+        quals.append(f"b{m.group(3)}")
+    enc = {None: NaNEncoding.IEEE, "fn": NaNEncoding.FN, "fnuz": NaNEncoding.FNUZ}[m.group(4)]
+    if "nonan" in quals:
+        if enc is not NaNEncoding.IEEE:
+            raise ValueError(f"format name {key!r}: '_nonan' replaces the 'fn'/'fnuz' suffix")
+        enc = NaNEncoding.NONE
+    if "ieee" in quals and enc is not NaNEncoding.IEEE:
+        raise ValueError(f"format name {key!r}: '_ieee' takes no 'fn'/'fnuz'/'_nonan'")
+    e, mbits = int(m.group(1)), int(m.group(2))
+    bias = [int(q[1:]) for q in quals if q.startswith("b")]
+    if len(bias) > 1 or len(quals) != len(set(quals)):
+        raise ValueError(f"format name {key!r} repeats a qualifier")
+    if e < 1:
+        raise ValueError(f"format name {key!r}: a format needs at least 1 exponent bit")
+    f = Format(e, mbits, bias=bias[0] if bias else _conventional_bias(e, enc), nan_encoding=enc,
+               subnormals="nosub" not in quals)
+    return next((p for p in PRESETS.values() if p._key() == f._key()), f)
+
+
 def list_formats() -> list[str]:
     """Names of the preset floating-point formats.
 
@@ -438,14 +519,21 @@ def list_formats() -> list[str]:
 
 
 def get_format(fmt: Format | IntFormat | str | np.dtype | type) -> Format | IntFormat:
-    """Look a format up by preset name, alias ("half", "bfloat16", "e4m3", "int8", ...) or
+    """Look a format up by preset name, alias ("half", "bfloat16", "e4m3", "int8", ...),
+    eXmY name (``"e3m4"``, ``"e4m3fn"``, ``"e5m2fnuz"``: E exponent and Y mantissa bits; the
+    ``fn`` suffix: no infinity, NaN at all ones; ``fnuz``: no infinity, no -0, bias 2**(E-1);
+    qualifiers ``_nonan``, ``_b<bias>``, ``_nosub``, as :attr:`Format.name` writes them;
+    ml_dtypes' names such as ``float8_e4m3b11fnuz`` too) or
     NumPy / ml_dtypes dtype; a :class:`Format` or :class:`IntFormat` is returned unchanged.
+    Float operations take the floating-point ones (:func:`get_float_format`).
 
     >>> import fpsim
     >>> fpsim.get_format("half") is fpsim.FP16
     True
     >>> fpsim.get_format("E5M2").max
     57344.0
+    >>> f = fpsim.get_format("e3m4"); f.max, f == fpsim.Format(3, 4)
+    (15.5, True)
     """
     if isinstance(fmt, (Format, IntFormat)):
         return fmt
@@ -456,13 +544,20 @@ def get_format(fmt: Format | IntFormat | str | np.dtype | type) -> Format | IntF
             return PRESETS[key]
         if key in INT_PRESETS:
             return INT_PRESETS[key]
+        parsed = _parse_name(key)
+        if parsed is not None:
+            return parsed
         valid = ", ".join(list(PRESETS) + list(INT_PRESETS) + sorted(_ALIASES))
-        raise ValueError(f"unknown format {fmt!r}; valid names: {valid}")
+        raise ValueError(f"unknown format {fmt!r}; valid names: {valid}, or eXmY names "
+                         "(E exponent and Y mantissa bits, e.g. e3m4, e4m3fn, e5m2fnuz)")
+    if fmt is None:  # np.dtype(None) is float64: never a silent default
+        raise TypeError(f"fmt must be a Format, a format name or a dtype, got None; names: "
+                        f"{', '.join(list(PRESETS) + list(INT_PRESETS))}")
     try:
         dt = np.dtype(fmt)
     except TypeError:
         raise TypeError(
-            f"expected a Format, a format name or a dtype, got {type(fmt).__name__}"
+            f"fmt must be a Format, a format name or a dtype, got {type(fmt).__name__}"
         ) from None
     for key, storage in _STORAGE.items():
         if storage == dt:
@@ -485,7 +580,7 @@ def get_float_format(fmt: Format | str | np.dtype | type) -> Format:
     f = get_format(fmt)
     if isinstance(f, IntFormat):
         raise TypeError(
-            f"{f.name} is an integer format; this operation needs a floating-point format "
+            f"fmt {f.name!r} is an integer format; this operation needs a floating-point format "
             f"({', '.join(PRESETS)}); use fpsim.integer for integer arithmetic"
         )
     return f

@@ -14,6 +14,7 @@ __all__ = [
     "Subnormals",
     "Tininess",
     "as_rounding",
+    "rounding_aliases",
     "as_overflow",
     "as_subnormals",
     "as_tininess",
@@ -21,7 +22,14 @@ __all__ = [
 
 
 class Rounding(str, enum.Enum):
-    """Rounding modes (IEEE 754 attributes plus round-to-odd and stochastic rounding)."""
+    """Rounding modes (IEEE 754 attributes plus round-to-odd and stochastic rounding).
+
+    Every function taking a mode also accepts these aliases (:func:`rounding_aliases`):
+    ``rne``, ``rn``, ``nearest``, ``rnear_even``, ``ties_to_even`` (nearest_even); ``rna``,
+    ``rnear_maxmag``, ``ties_to_away`` (nearest_away); ``rz``, ``rtz``, ``rminmag``,
+    ``truncate`` (toward_zero); ``ru``, ``rmax``, ``toward_positive`` (up); ``rd``, ``rmin``,
+    ``toward_negative`` (down); ``ro``, ``rodd`` (odd); ``sr`` (stochastic).
+    """
 
     NEAREST_EVEN = "nearest_even"  # IEEE roundTiesToEven, the default
     NEAREST_AWAY = "nearest_away"  # IEEE roundTiesToAway
@@ -67,6 +75,18 @@ _ROUNDING_ALIASES = {
     "ro": Rounding.ODD, "rodd": Rounding.ODD,
     "sr": Rounding.STOCHASTIC,
 }
+
+
+def rounding_aliases() -> dict[Rounding, list[str]]:
+    """The other names each rounding mode answers to (TestFloat's, CUDA's, common ones).
+
+    >>> rounding_aliases()[Rounding.TOWARD_ZERO]
+    ['rz', 'rtz', 'rminmag', 'truncate']
+    """
+    out: dict[Rounding, list[str]] = {m: [] for m in Rounding}
+    for alias, mode in _ROUNDING_ALIASES.items():
+        out[mode].append(alias)
+    return out
 
 
 def _lookup(enum_cls: type[enum.Enum], value: object, what: str, aliases: dict | None = None):

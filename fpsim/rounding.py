@@ -30,8 +30,12 @@ import numpy as np
 
 from . import flags as _flags
 from .flags import Flags
-from .formats import Format, NaNEncoding
-from .formats import get_float_format as get_format
+from .formats import (
+    Format,
+    NaNEncoding,
+    get_float_format,
+    get_format,  # noqa: F401 - the one lookup, re-exported as before
+)
 from .modes import (
     Overflow,
     Rounding,
@@ -43,7 +47,7 @@ from .modes import (
     as_tininess,
 )
 
-__all__ = ["round", "round_rational", "round_pair", "cast", "seed", "default_rng",
+__all__ = ["round", "round_rational", "as_rational", "round_pair", "cast", "seed", "default_rng",
            "as_float64"]
 
 _U = np.uint64
@@ -408,7 +412,7 @@ def _split_rational(x: Fraction) -> tuple[int, int, int]:
 
 
 def _prepare(fmt, rounding, overflow, subnormals, tininess, random_bits):
-    fmt = get_format(fmt)
+    fmt = get_float_format(fmt)
     mode = as_rounding(rounding)
     ovf = as_overflow(overflow)
     sub = as_subnormals(subnormals)
@@ -593,9 +597,13 @@ def _run_wide(x: np.ndarray, hi: np.ndarray, fmt, mode, ovf, flush, daz, tin, rn
     return out, fl
 
 
-def _as_rational(x) -> tuple[Fraction | float, bool]:
-    """An exact number for :func:`round_rational`: (a Fraction, or a float for inf / NaN,
-    and whether it is negative, which also holds the sign of a zero)."""
+def as_rational(x) -> tuple[Fraction | float, bool]:
+    """The exact value of ``x`` as :func:`round_rational` reads it: (a Fraction, or a float
+    for inf / NaN; whether it is negative, which also holds the sign of a zero).
+
+    >>> as_rational("-0.1")
+    (Fraction(-1, 10), True)
+    """
     if isinstance(x, str):
         try:
             x = Decimal(x.strip())
@@ -622,7 +630,7 @@ def _as_rational(x) -> tuple[Fraction | float, bool]:
 
 
 def _round_rational(x, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want, flags):
-    v, negative = _as_rational(x)
+    v, negative = as_rational(x)
     gen = default_rng(rng) if mode is Rounding.STOCHASTIC else None
     if isinstance(v, float):  # inf, NaN: the float64 kernel
         out, fl = _kernel(np.array([v]).view(np.uint64), _params(fmt), mode, ovf, flush, daz,
@@ -883,7 +891,7 @@ def cast(
     >>> fpsim.cast([1.0, 1/3], "bf16").dtype.name
     'bfloat16'
     """
-    fmt = get_format(fmt)
+    fmt = get_float_format(fmt)
     out = round(x, fmt, rounding, **kwargs)
     values = out[0] if kwargs.get("flags") else out
     arr = np.asarray(values).astype(fmt.storage_dtype)

@@ -281,3 +281,79 @@ def test_int_format_custom_and_refused():
         fpsim.IntFormat(65)
     with pytest.raises(TypeError):
         fpsim.IntFormat(8.0)  # type: ignore[arg-type]
+
+
+# eXmY names (issue 15, item 10) and argument checks
+
+ML_FLOATS = ["float8_e3m4", "float8_e4m3", "float8_e4m3fn", "float8_e4m3fnuz",
+             "float8_e4m3b11fnuz", "float8_e5m2", "float8_e5m2fnuz", "float6_e2m3fn",
+             "float6_e3m2fn", "float4_e2m1fn"]
+
+
+@pytest.mark.parametrize("name", [n for n in ML_FLOATS if hasattr(ml_dtypes, n)])
+def test_exmy_names_match_ml_dtypes(name):
+    """ml_dtypes' type names, and their eXmY part alone where it is not an OCP alias, give
+    the format ml_dtypes implements (its finfo is the reference)."""
+    fi = ml_dtypes.finfo(getattr(ml_dtypes, name))
+    short = name.split("_", 1)[1]
+    for n in {name, short if short not in ("e4m3", "e2m3fn", "e3m2fn", "e2m1fn") else name}:
+        f = fpsim.get_format(n)
+        assert (f.max, f.smallest_normal, f.smallest_subnormal, f.eps, f.mantissa_bits) == (
+            float(fi.max), float(fi.smallest_normal), float(fi.smallest_subnormal),
+            float(fi.eps), int(fi.nmant)), n
+        assert f.has_infinity == bool(np.isinf(np.array(np.inf).astype(fi.dtype)))
+
+
+def test_exmy_examples_of_the_issue():
+    assert fpsim.get_format("e3m4") == fpsim.Format(3, 4)
+    assert fpsim.get_format("E4M3FN") is fpsim.FP8_E4M3
+    assert fpsim.get_format("e5m2fnuz") is fpsim.FP8_E5M2FNUZ
+    assert fpsim.get_format("e5m10") is fpsim.FP16  # a preset's layout gives the preset
+    assert fpsim.get_format("e4m3") is fpsim.FP8_E4M3  # OCP's meaning of the bare name
+    assert fpsim.get_format("e4m3_ieee") == fpsim.Format(4, 3)
+    assert fpsim.rounding.get_format is fpsim.get_format  # one lookup, not two
+    assert fpsim.rounding.get_format("int8") is fpsim.INT8
+
+
+def test_every_default_name_round_trips():
+    """Format(...).name read back by get_format is the same layout, over a grid of fields."""
+    n = 0
+    for e in range(1, 9):
+        for m in (0, 1, 2, 3, 4, 7, 10):
+            for enc in NaNEncoding:
+                for bias in (None, (1 << (e - 1)), 3, -2):
+                    for sub in (True, False):
+                        try:
+                            f = fpsim.Format(e, m, bias=bias, nan_encoding=enc, subnormals=sub)
+                        except ValueError:
+                            continue
+                        g = fpsim.get_format(f.name)
+                        assert g == f and g.name in (f.name, g.name), (f.name, f, g)
+                        n += 1
+    assert n > 500
+
+
+@pytest.mark.parametrize("name, match", [
+    ("e0m3", "exponent bit"), ("e3m4fn_nonan", "_nonan"), ("e3m4_b2_b3", "repeats"),
+    ("e3m4fnuz_ieee", "_ieee"), ("e12m3", "outside what float64 holds"), ("e5m0", "mantissa"),
+])
+def test_bad_exmy_names(name, match):
+    with pytest.raises(ValueError, match=match):
+        fpsim.get_format(name)
+
+
+def test_format_argument_checks():
+    with pytest.raises(TypeError, match="fmt must be a Format.*got None.*fp16"):
+        fpsim.get_format(None)
+    with pytest.raises(TypeError, match="fmt must be a Format"):
+        fpsim.round(0.1, None)
+    with pytest.raises(ValueError, match="subnormals must be True .* or False .*'no'"):
+        fpsim.Format(4, 3, subnormals="no")
+    with pytest.raises(TypeError, match="bias must be an int"):
+        fpsim.Format(4, 3, bias=7.5)
+    with pytest.raises(ValueError, match="IEEE-style format needs >= 1 mantissa bit.*'fn'"):
+        fpsim.Format(5, 0)
+    f = fpsim.Format(5, 0, nan_encoding="fn")  # NaN has its own pattern
+    assert Fraction(f.max) == Spec.of(f).max == 2**15
+    with pytest.raises(TypeError, match="fmt 'int8' is an integer format"):
+        fpsim.round(1.0, "int8")
