@@ -1,0 +1,285 @@
+"""fpsim.mx.quantize against an exact model of the OCP MX v1.0 spec written with Fractions (the
+element grids built from the bit fields, the shared exponent by comparing with powers of two,
+round to nearest even by searching the grid), plus the API contract: errors, axes, padding,
+stochastic rounding, packing and storage."""
+
+from __future__ import annotations
+
+import bisect
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fpsim
+import fpsim.mx as mx
+
+MX_NAMES = ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "mxint8"]
+
+
+def grid(name: str) -> list[Fraction]:
+    """Non-negative element values in code order, from the bit fields (independent of fpsim)."""
+    if name == "mxint8":
+        return [Fraction(k, 64) for k in range(128) if k <= 127]
+    ebits, mbits, kind = {"mxfp8_e4m3": (4, 3, "fn"), "mxfp8_e5m2": (5, 2, "ieee"),
+                          "mxfp6_e2m3": (2, 3, "none"), "mxfp6_e3m2": (3, 2, "none"),
+                          "mxfp4": (2, 1, "none"), "nvfp4": (2, 1, "none")}[name]
+    bias = (1 << (ebits - 1)) - 1
+    out = []
+    for e in range(1 << ebits):
+        for m in range(1 << mbits):
+            if kind == "ieee" and e == (1 << ebits) - 1:
+                continue
+            if kind == "fn" and e == (1 << ebits) - 1 and m == (1 << mbits) - 1:
+                continue
+            if e == 0:
+                out.append(Fraction(m, 1 << mbits) * Fraction(2) ** (1 - bias))
+            else:
+                out.append((1 + Fraction(m, 1 << mbits)) * Fraction(2) ** (e - bias))
+    return out
+
+
+GRIDS = {n: grid(n) for n in MX_NAMES}
+EMAX = {"mxfp8_e4m3": 8, "mxfp8_e5m2": 15, "mxfp6_e2m3": 2, "mxfp6_e3m2": 4, "mxfp4": 2,
+        "mxint8": 0}
+
+
+def floor_log2(a: Fraction) -> int:
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    while Fraction(2) ** e > a:
+        e -= 1
+    while Fraction(2) ** (e + 1) <= a:
+        e += 1
+    return e
+
+
+def rne(v: Fraction, g: list[Fraction]) -> Fraction:
+    """v rounded to the grid g (non-negative, code order), ties to the even code, saturating."""
+    a = abs(v)
+    if a >= g[-1]:
+        r = g[-1]
+    else:
+        i = bisect.bisect_right(g, a) - 1  # g[i] <= a < g[i+1]
+        lo, hi = g[i], g[i + 1]
+        if a - lo < hi - a or (a - lo == hi - a and i % 2 == 0):
+            r = lo
+        else:
+            r = hi
+    return -r if v < 0 else r
+
+
+def spec_block(vals, name: str, mode: str):
+    """(shared exponent, exact dequantized values) of one block, per the spec's algorithm."""
+    fr = [Fraction(float(v)) for v in vals]
+    amax = max(abs(v) for v in fr)
+    if amax == 0:
+        s = -127
+    else:
+        e = floor_log2(amax)
+        if mode == "ceil" and Fraction(2) ** e != amax:
+            e += 1
+        s = max(-127, min(127, e - EMAX[name]))
+    x = Fraction(2) ** s
+    return s, [rne(v / x, GRIDS[name]) * x for v in fr]
+
+
+def boundary_block_values(name: str, rng) -> np.ndarray:
+    """Midpoints of the element grid (and just either side, in float64) scaled by 2**k, with the
+    element max at the head of each block so that the floor scale is 2**k."""
+    g = [float(v) for v in GRIDS[name]]
+    mids = [(a + b) / 2 for a, b in zip(g[:-1], g[1:], strict=True)]
+    vals = []
+    for m in mids:
+        vals += [m, m * (1 + 2.0**-40), m * (1 - 2.0**-40)]
+    vals = np.array(vals) * np.where(rng.random(len(vals)) < 0.5, -1, 1)
+    k = int(rng.integers(-30, 30))
+    per = 31
+    n = -(-len(vals) // per)
+    out = np.zeros((n, 32))
+    out[:, 0] = g[-1]
+    flat = np.zeros(n * per)
+    flat[: len(vals)] = vals
+    out[:, 1:] = flat.reshape(n, per)
+    return out * 2.0**k
+
+
+@pytest.mark.parametrize("name", MX_NAMES)
+@pytest.mark.parametrize("mode", ["floor", "ceil"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_against_exact_spec_model(name, mode, dtype):
+    rng = np.random.default_rng(hash((name, mode, dtype.__name__)) % 2**32)
+    rand = rng.standard_normal((24, 32)) * np.ldexp(1.0, rng.integers(-20, 20, (24, 1)))
+    rand[rng.random(rand.shape) < 0.02] *= 1e4  # outliers
+    rand[2] = 0.0
+    rand[3] = np.ldexp(1.0, rng.integers(-10, 10, 32))  # powers of two
+    x = np.concatenate([rand, boundary_block_values(name, rng)]).astype(dtype)
+    q = mx.quantize(x, name, scale_mode=mode)
+    assert q.elements.dtype == q.fmt.storage_dtype and q.scales.dtype == ml_dtypes.float8_e8m0fnu
+    codes = q.scales.view(np.uint8)
+    dq = q.dequantize()
+    assert dq.dtype == np.float32 and dq.shape == x.shape
+    for r in range(x.shape[0]):
+        s, vals = spec_block(x[r], name, mode)
+        assert int(codes[r, 0]) == s + 127
+        got = [Fraction(float(v)) for v in dq[r]]
+        assert got == vals, (r, [(float(a), float(b)) for a, b in zip(got, vals, strict=True)
+                                 if a != b][:4])
+
+
+def test_every_value_of_every_element_format_round_trips():
+    for name in MX_NAMES:
+        g = np.array([float(v) for v in GRIDS[name]])
+        x = np.concatenate([g, -g])
+        pad = (-x.size) % 32
+        x = np.concatenate([x, np.zeros(pad)])
+        x = x.reshape(-1, 32)
+        x[:, 0] = g[-1]  # amax = element max: the scale is 1 (code 127)
+        q = mx.quantize(x, name)
+        assert (q.scales.view(np.uint8) == 127).all()
+        np.testing.assert_array_equal(q.dequantize(), x.astype(np.float32))
+
+
+def test_even_and_rceil_scales_named_rules():
+    f = mx.get_mx_format("mxfp4")
+    # even: amax 7 (= 1.75 * 4) rounds (to 1 mantissa bit, half away) to 8: the scale moves up
+    assert int(mx.e8m0_exponent(np.array([7.0]), f, mx.ScaleMode.EVEN)[0]) == 1
+    assert int(mx.e8m0_exponent(np.array([6.9]), f, mx.ScaleMode.EVEN)[0]) == 0
+    # rceil: smallest 2**s with amax / 2**s <= 6
+    for amax in (6.0, 6.0001, 12.0, 0.75, 3e-30):
+        s = int(mx.e8m0_exponent(np.array([amax]), f, mx.ScaleMode.RCEIL)[0])
+        assert amax / 2.0**s <= 6.0 < amax / 2.0 ** (s - 1)
+
+
+def test_zero_blocks_nan_and_inf():
+    x = np.zeros((3, 32), np.float32)
+    x[1, 4] = np.nan
+    x[2, :] = 1.0
+    x[2, 7] = np.inf
+    q = mx.quantize(x, "mxfp8_e4m3")
+    assert q.scales.view(np.uint8).tolist() == [[0], [255], [127 + 128 - 8]]
+    dq = q.dequantize()
+    assert (dq[0] == 0).all() and np.isnan(dq[1]).all()
+    # inf saturates to 448 * 2**120, beyond float32: it decodes to inf again; the finite
+    # values of its block are lost
+    assert dq[2, 7] == np.inf and (dq[2, :7] == 0).all()
+    # formats without NaN elements: the NaN scale carries the block's NaN
+    for name in ("mxfp4", "mxfp6_e2m3", "mxint8"):
+        assert np.isnan(mx.quantize(x, name).dequantize()[1]).all()
+    assert mx.quantize(x, "mxint8").scales.view(np.uint8)[2, 0] == 255  # 2**128 overflows
+    assert mx.quantize(x, "mxfp4", scale_mode="rceil").scales.view(np.uint8)[2, 0] == 254
+    # float64 input beyond E8M0's range: NaN scale
+    big = mx.quantize(np.full(32, 1e300), "mxfp8_e4m3")
+    assert big.scales.view(np.uint8)[0] == 255
+
+
+def test_saturation_and_mxint8_range():
+    x = np.array([1.0] * 31 + [1.99], np.float64)
+    q = mx.quantize(x, "mxint8")
+    assert q.elements.dtype == np.int8
+    assert q.elements.max() == 127 and q.elements.min() >= -127
+    assert mx.quantize(-x, "mxint8").elements.min() == -127
+    # floor scale: 7.9 / 2**(2 - 2) would be 7.9 > 6, saturates to 6 in mxfp4
+    assert mx.quantize(np.array([7.9] + [0.0] * 31), "mxfp4").dequantize()[0] == 6.0
+
+
+def test_axis_padding_and_input_untouched():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((5, 40, 3)).astype(np.float32)
+    keep = x.copy()
+    q = mx.quantize(x, "mxfp6_e3m2", axis=1)
+    np.testing.assert_array_equal(x, keep)
+    assert q.scales.shape == (5, 2, 3) and q.elements.shape == (5, 64, 3) and q.axis == 1
+    assert q.dequantize().shape == x.shape
+    padded = np.concatenate([x, np.zeros((5, 24, 3), np.float32)], axis=1)
+    qt = mx.quantize(np.moveaxis(padded, 1, -1), "mxfp6_e3m2")
+    np.testing.assert_array_equal(np.moveaxis(qt.dequantize(), -1, 1)[:, :40], q.dequantize())
+    np.testing.assert_array_equal(mx.quantize(x, "mxfp6_e3m2", axis=-2).dequantize(),
+                                  q.dequantize())
+
+
+@pytest.mark.parametrize("name", ["mxfp8_e4m3", "mxfp4", "mxint8", "nvfp4"])
+def test_stochastic_rounding_is_unbiased_and_reproducible(name):
+    bs = 16 if name == "nvfp4" else 32
+    x = np.full((4000, bs), 0.3, np.float32)
+    x[:, 0] = 0.9  # amax fixes the scale; 0.3 falls between two element values
+    q1 = mx.quantize(x, name, rounding="stochastic", rng=5)
+    q2 = mx.quantize(x, name, rounding="stochastic", rng=5)
+    np.testing.assert_array_equal(q1.elements.view(np.uint8), q2.elements.view(np.uint8))
+    d = q1.dequantize()[:, 1:].astype(np.float64)
+    rn = mx.quantize(x, name).dequantize()[:, 1:]
+    assert len(np.unique(d)) == 2 and np.isin(rn[0, 0], np.unique(d))
+    lo, hi = np.unique(d)
+    se = (hi - lo) / 2 / np.sqrt(d.size)
+    assert abs(d.mean() - float(np.float32(0.3))) < 5 * se
+
+
+def unpack(packed: np.ndarray, bits: int, n: int) -> np.ndarray:
+    """Reference unpacking: a little-endian bit stream, first value in the lowest bits."""
+    stream = int.from_bytes(packed.tobytes(), "little")
+    return np.array([(stream >> (bits * i)) & ((1 << bits) - 1) for i in range(n)], np.uint8)
+
+
+@pytest.mark.parametrize("name,bits_per_value", [
+    ("mxfp8_e4m3", 8.25), ("mxfp8_e5m2", 8.25), ("mxfp6_e2m3", 6.25), ("mxfp6_e3m2", 6.25),
+    ("mxfp4", 4.25), ("mxint8", 8.25), ("nvfp4", 4.5)])
+def test_pack_and_nbytes(name, bits_per_value):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    q = mx.quantize(x, name)
+    assert q.nbytes * 8 / x.size == bits_per_value
+    packed = q.pack()
+    bits = q.fmt.elem_bits
+    assert packed.dtype == np.uint8 and packed.size == x.size * bits // 8
+    codes = q.elements.view(np.uint8).reshape(-1) & ((1 << bits) - 1)
+    np.testing.assert_array_equal(unpack(packed, bits, x.size), codes)
+    if name == "nvfp4":
+        qp = mx.quantize(x, name, per_tensor_scale=mx.nvfp4_per_tensor_scale(x))
+        assert qp.nbytes == q.nbytes + 4
+
+
+def test_nvfp4_recipe_scales():
+    x = np.linspace(-3.0, 3.0, 32, dtype=np.float32)
+    q = mx.quantize(x, "nvfp4")
+    assert q.block_size == 16 and q.scales.dtype == ml_dtypes.float8_e4m3fn
+    assert q.scales.astype(np.float32).tolist() == [0.5, 0.5]  # 3 / 6, exact in e4m3
+    pts = mx.nvfp4_per_tensor_scale(x)
+    assert pts == float(np.float32(3.0) / np.float32(2688.0))
+    qt = mx.quantize(x, "nvfp4", per_tensor_scale=pts)
+    # fp4's top spacing 2 times a block scale about 0.5: error at most half of 1
+    assert np.abs(qt.dequantize() - x).max() <= 0.5 * 1.01
+
+
+@pytest.mark.parametrize("kwargs,err,match", [
+    ({"fmt": "mxfp3"}, ValueError, "valid: 'mxfp8_e4m3'"),
+    ({"block_size": 0}, ValueError, "block_size"),
+    ({"block_size": 2.5}, TypeError, "block_size"),
+    ({"block_size": True}, TypeError, "block_size"),
+    ({"axis": 2}, ValueError, "axis 2 is out of range"),
+    ({"axis": 1.0}, TypeError, "axis"),
+    ({"scale_mode": "round"}, ValueError, "valid: 'floor', 'ceil', 'even', 'rceil'"),
+    ({"rounding": "banker"}, ValueError, "nearest_even"),
+    ({"per_tensor_scale": 1.0}, ValueError, "NVFP4"),
+    ({"fmt": "nvfp4", "per_tensor_scale": -1.0}, ValueError, "positive"),
+    ({"fmt": "nvfp4", "per_tensor_scale": "x"}, TypeError, "per_tensor_scale"),
+    ({"fmt": "nvfp4", "scale_mode": "ceil"}, ValueError, "scale_mode"),
+])
+def test_bad_arguments(kwargs, err, match):
+    args = {"fmt": "mxfp8_e4m3", **kwargs}
+    with pytest.raises(err, match=match):
+        mx.quantize(np.ones((2, 32)), **args)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="at least one dimension"):
+        mx.quantize(1.0, "mxfp4")
+    with pytest.raises(TypeError, match="real"):
+        mx.quantize(np.ones(4, complex), "mxfp4")
+    with pytest.raises(TypeError, match="real numbers"):
+        mx.quantize(["a", "b"], "mxfp4")
+
+
+def test_lazy_attribute_and_formats():
+    assert fpsim.mx.quantize is mx.quantize
+    assert set(mx.MX_FORMATS) == set(MX_NAMES) | {"nvfp4"}
+    assert mx.get_mx_format("MXFP4").name == "mxfp4"
