@@ -283,3 +283,16 @@ def test_lazy_attribute_and_formats():
     assert fpsim.mx.quantize is mx.quantize
     assert set(mx.MX_FORMATS) == set(MX_NAMES) | {"nvfp4"}
     assert mx.get_mx_format("MXFP4").name == "mxfp4"
+
+
+def test_fast_fp4_rounding_equals_ml_dtypes_cast():
+    from fpsim.mx.quantize import _fp4_rne
+
+    # every 97th float32 pattern of [0, 6], both signs, and each decision point's neighbours
+    a = np.arange(0, 0x40C00001, 97, dtype=np.int64).astype(np.int32).view(np.float32)
+    t = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.0, 0.5, 1.0, 2.0, 4.0],
+                 np.float32)
+    y = np.concatenate([a, -a, t, -t, np.nextafter(t, np.float32(0)),
+                        np.nextafter(t, np.float32(9))])
+    np.testing.assert_array_equal(_fp4_rne(y).view(np.uint8),
+                                  y.astype(ml_dtypes.float4_e2m1fn).view(np.uint8))

@@ -180,8 +180,8 @@ def nvfp4_per_tensor_scale(x) -> float:
     >>> nvfp4_per_tensor_scale(np.array([2688.0, -1.0]))
     1.0
     """
-    a = np.abs(np.asarray(x, dtype=np.float32))
-    amax = np.float32(a.max()) if a.size else np.float32(0.0)
+    a = np.asarray(x, dtype=np.float32)
+    amax = np.maximum(a.max(), -a.min()) if a.size else np.float32(0.0)  # no |x| temporary
     return float(amax / np.float32(float(_FP4_MAX) * float(_E4M3_MAX)))
 
 
@@ -247,22 +247,56 @@ def _as_input(x, nvfp4: bool) -> np.ndarray:
     return arr.astype(np.float32) if nvfp4 else arr
 
 
-def _round_elements(y: np.ndarray, fmt: MXFormat, mode: Rounding, rng) -> np.ndarray:
-    """Elements P (float32 or float64 array, scaled, NaN where the block is NaN) rounded with
-    saturation to the element storage dtype."""
+def _block_amax(blocks: np.ndarray) -> np.ndarray:
+    """Largest magnitude along the last axis, NaN if the block holds a NaN: the maximum of the
+    sign-cleared bit patterns (they order like the magnitudes, every NaN above inf), which
+    NumPy reduces faster over short rows than the float maximum."""
+    it = np.int32 if blocks.dtype == _F32 else np.int64
+    mask = it(np.iinfo(it).max)
+    if blocks.shape[-1] == 0:
+        return np.zeros(blocks.shape[:-1], blocks.dtype)
+    return (blocks.view(it) & mask).max(axis=-1).view(blocks.dtype)
+
+
+# fp4 e2m1's decision points between neighbouring codes (0, 0.5, 1, 1.5, 2, 3, 4, 6): a tie
+# goes to the even code, so the comparison is ">=" where the upper neighbour's code is even
+_FP4_STEPS = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False),
+              (3.5, True), (5.0, False))
+
+
+def _fp4_rne(y: np.ndarray) -> np.ndarray:
+    """float32 values with |y| <= 6 (NaN-free) rounded to nearest even fp4 e2m1: the code
+    magnitude is the number of decision points passed (seven comparisons into uint8, about
+    twice as fast as ml_dtypes' cast; the same results, see the tests), the sign bit is bit 3."""
+    a = np.abs(y)
+    code = np.zeros(y.shape, np.uint8)
+    for t, ties_up in _FP4_STEPS:
+        code += (a >= np.float32(t)) if ties_up else (a > np.float32(t))
+    code |= np.signbit(y).view(np.uint8) << np.uint8(3)
+    return code.view(ml_dtypes.float4_e2m1fn)
+
+
+def _round_elements(y: np.ndarray, fmt: MXFormat, mode: Rounding, rng,
+                    has_nan: bool) -> np.ndarray:
+    """Elements P (a fresh float32 or float64 array, scaled, NaN where the block is NaN;
+    overwritten) rounded with saturation to the element storage dtype. ``has_nan``: whether
+    any block is NaN (the NaN scan is skipped otherwise)."""
     emax = y.dtype.type(fmt.elem_max)
     if fmt.is_int:
         v = np.clip(y * y.dtype.type(1 << MXINT8_FRACTION_BITS), -127, 127)
-        v = np.where(np.isnan(v), 0, v)
+        if has_nan:
+            v[np.isnan(v)] = 0
         if mode is Rounding.NEAREST_EVEN:
             r = np.rint(v)
         else:
             r = round_to_integral(v.astype(np.float64), "fp64", mode, rng=rng)
         return np.clip(r, -127, 127).astype(np.int8)
-    y = np.clip(y, -emax, emax)  # saturate, infinities included; NaN passes through
-    if not fmt.element.has_nan:
-        y = np.where(np.isnan(y), y.dtype.type(0), y)
+    y = np.clip(y, -emax, emax, out=y)  # saturate, infinities included; NaN passes through
+    if not fmt.element.has_nan and has_nan:
+        y[np.isnan(y)] = 0
     if mode is Rounding.NEAREST_EVEN and y.dtype == _F32:
+        if fmt.element.bits == 4:
+            return _fp4_rne(y)
         return y.astype(fmt.storage_dtype)  # ml_dtypes: one correct rounding from fp32
     r = fp_round(y, fmt.element, mode, overflow="saturate", rng=rng)
     return np.asarray(r).astype(fmt.storage_dtype)
@@ -338,7 +372,7 @@ def quantize(
         pad = np.zeros(v.shape[:-1] + (nb * bs - n,), v.dtype)
         v = np.concatenate([v, pad], axis=-1)
     blocks = v.reshape(v.shape[:-1] + (nb, bs))
-    amax = np.abs(blocks).max(axis=-1) if bs else np.zeros(blocks.shape[:-1], v.dtype)
+    amax = _block_amax(blocks)
     dt = blocks.dtype.type
     if nv:
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -364,7 +398,7 @@ def quantize(
         with np.errstate(invalid="ignore", over="ignore"):
             y = blocks * recip[..., None]
         scales = codes.view(ml_dtypes.float8_e8m0fnu)
-    elems = _round_elements(y, f, mode, rng)
+    elems = _round_elements(y, f, mode, rng, bool(np.isnan(amax).any()))
     elems = elems.reshape(elems.shape[:-2] + (nb * bs,))
     return MXArray(
         fmt=f,
