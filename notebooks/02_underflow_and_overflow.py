@@ -204,7 +204,7 @@ print(f"exact {1 + steps * u:.5f}; round to nearest {w_rne.mean():.5f}; "
 # record every gradient fp16 would have to hold. What we chose, and why:
 #
 # - **Model**: a multilayer perceptron 64 → 64 → 64 → 10 with ReLU (PyTorch's default
-#   initialisation) on the 8×8 digits shipped with fpsim (1,347 training images).
+#   initialisation) on the 8×8 digits shipped with fpsim (the training split, printed below).
 # - **Loss**: cross-entropy averaged over the batch of 64 (`reduction="mean"`, PyTorch's
 #   default). The mean divides every gradient by 64, six binades lower than a summed loss, which
 #   is what makes small gradients appear in a network this small.
@@ -239,7 +239,9 @@ class MLP(nn.Module):
         return h
 
 
-data = load_digits()  # 1,347 training and 450 test images, 64 features in [0, 1]
+data = load_digits()  # 64 features in [0, 1]
+print(f"digits: {len(data.x_train):,} training and {len(data.x_test):,} test images "
+      "(load_digits() holds out a quarter)")
 
 
 def batches(n_epochs, batch=64, seed=0):
@@ -540,8 +542,10 @@ print(f"test accuracy with DeepSpeed's scaler: {acc_ds:.3f}")
 #
 # - fp16 holds magnitudes from $2^{-24}$ to 65504; values below half the smallest subnormal
 #   become zero silently (with an UNDERFLOW flag nobody reads).
-# - An fp16 weight loses every update at most half its ulp, about $1/2048$ of the weight: hence
-#   fp32 master weights.
+# - An fp16 weight loses every update below half its ulp, which is between $2^{-12}$ and
+#   $2^{-11} = 1/2048$ of the weight depending on where the weight sits in its binade; an update
+#   of exactly half an ulp is a tie: lost on an even weight, doubled on an odd one (section 2).
+#   Hence fp32 master weights.
 # - Real gradients span many binades, and the small ones grow in number as a network becomes
 #   confident; with a mean-reduced loss a noticeable share falls below $2^{-24}$.
 # - A loss scale shifts the whole histogram by $\log_2 S$ binades; it must stop short of 65504.

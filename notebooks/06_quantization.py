@@ -52,7 +52,9 @@ from fpsim.optim import Adam
 from fpsim.quant import experiment as ex
 from fpsim.viz import style
 
-data = load_digits()                  # 1,347 training and 450 test images, 64 features in [0, 1]
+data = load_digits()                  # 64 features in [0, 1]
+print(f"digits: {len(data.x_train):,} training and {len(data.x_test):,} test images "
+      "(load_digits() holds out a quarter)")
 
 def acc(model, x=data.x_test, y=data.y_test):
     return ex.accuracy(model, x, y)
@@ -67,15 +69,32 @@ print(f"FP32 test accuracy: {acc(net):.3f}")
 # An 8-bit affine quantizer maps a real range [min, max] (widened to contain 0, so that 0 is
 # exact) onto the integers [0, 255]: `s = (max - min) / 255`, `z = 0 - round(min / s)`, and
 # `q = clamp(round(x / s) + z, 0, 255)`. PyTorch computes this in float32, multiplying by the
-# float32 reciprocal of `s`; fpsim does the same, bit for bit.
+# float32 reciprocal of `s`. Where `x / s` lands on a tie the order of rounding and adding `z`
+# matters: PyTorch's `quantize_per_tensor` adds the zero point first (59 + 195.5 = 254.5 → 254,
+# ties to even), rounding first gives 196 + 59 = 255. The cell compares fpsim's `quantize` with
+# results recorded from PyTorch and prints how many agree.
 
 # %%
 obs = q.MinMaxObserver(dtype="quint8")     # PyTorch's activation observer: affine, [0, 255]
 obs(np.array([-0.7, 0.2, 2.3], np.float32))
 scale, zp = obs.calculate_qparams()
 print(f"scale {scale[0]:.6g}, zero point {zp[0]}")
-print("0.0 ->", q.quantize(np.float32(0.0), scale[0], zp[0], dtype="uint8"), "(0 is exact)")
-print("2.3 ->", q.quantize(np.float32(2.3), scale[0], zp[0], dtype="uint8"))
+xs = np.array([-0.7, -0.35, 0.0, 0.2, 0.5, 1.0, 1.5, 2.0, 2.3], np.float32)
+# Recorded with PyTorch 2.13.0 (CPU): MinMaxObserver(dtype=torch.quint8) on [-0.7, 0.2, 2.3] gives
+# scale 0.0117647061124444 and zero point 59, and torch.quantize_per_tensor(xs, scale, 59,
+# torch.quint8).int_repr() gives these (the same on the qnnpack, onednn, x86, fbgemm engines).
+torch_scale, torch_zp = 0.0117647061124444, 59
+torch_q = np.array([0, 29, 59, 76, 102, 144, 186, 229, 254])
+fpsim_q = q.quantize(xs, scale[0], zp[0], dtype="uint8")
+same = float(scale[0]) == torch_scale and zp[0] == torch_zp
+print(f"same scale and zero point as PyTorch: {same}")
+x_over_s = xs * (np.float32(1) / np.float32(scale[0]))  # float32, as PyTorch computes it
+print("    x   x/s (fp32)  fpsim  PyTorch")
+for x, t, a, b in zip(xs, x_over_s, fpsim_q, torch_q, strict=True):
+    print(f"{x:5.2f}  {t:10.4f}  {a:5d}  {b:7d}  {'tie' if t % 1 == 0.5 else '   '}"
+          f"{'' if a == b else '  differ'}")
+print(f"fpsim agrees with PyTorch on {np.sum(fpsim_q == torch_q)} of {xs.size} values; "
+      "0.0 -> the zero point exactly")
 
 # %% [markdown]
 # *Fake* quantization rounds to the grid and maps back to floats, so a float network sees the
@@ -257,8 +276,8 @@ fig
 #
 # ### Exercise 3
 #
-# Repeat PTQ vs QAT at 4 and at 2 bits. Where is the gap largest? (One seed and 450 test images:
-# one image is 0.22 points, so small gaps are noise.)
+# Repeat PTQ vs QAT at 4 and at 2 bits. Where is the gap largest? (One seed and 449 test images,
+# as printed at the top: one image is 100/449 = 0.22 points, so small gaps are noise.)
 
 # %% [markdown]
 # #### Solution
@@ -367,14 +386,17 @@ for r in (2, 32):
 # use E5M2 (max 57344, smallest subnormal 2⁻¹⁶). Each tensor gets a per-tensor scale that maps
 # its recent amax to the format's maximum, `scale = fmt.max / amax`, taken from a history of
 # the amaxes of the previous steps (Transformer Engine's *delayed scaling*): the scale used at
-# step t was computed from steps before t, so it always lags by one step. `FP8Linear` casts
+# step t was computed from steps before t, so it always lags by one step. The history length
+# here is fpsim's default for `FP8Linear`, 16 steps, chosen so that a run of about 130 steps
+# shows an old amax leave the window; Transformer Engine's `DelayedScaling` recipe defaults to
+# `amax_history_len=1024` (so does `q.DelayedScaling` used on its own). `FP8Linear` casts
 # input and weight to E4M3 and the incoming gradient to E5M2, multiplies the fp8 values with
 # fp32 accumulation, and descales.
 
 # %%
 fp8 = nn.Sequential(q.FP8Linear(64, 64, rng=0), nn.ReLU(), q.FP8Linear(64, 10, rng=1))
 opt = Adam(fp8.parameters(), lr=1e-2)
-scales = []
+scales, batch_sizes = [], []
 for epoch in range(6):
     order = np.random.default_rng(epoch).permutation(len(data.x_train))
     fp8.train()
@@ -385,20 +407,35 @@ for epoch in range(6):
         loss.backward()
         opt.step()
         l2 = fp8[2]
+        batch_sizes.append(len(idx))
         scales.append([float(l2.input_scaling.scale), float(l2.weight_scaling.scale),
                        float(l2.grad_scaling.scale)])
 print(f"FP8-trained accuracy after 6 epochs: {acc(fp8):.3f}")
 scales = np.array(scales)
+steps = np.arange(1, len(scales) + 1)             # step 1 is the first
 with style.context():
     fig, ax = style.new_figure((7, 3))
     for k, (name, fmt) in enumerate((("input (E4M3)", "fp8_e4m3"), ("weight (E4M3)", "fp32"),
                                      ("gradient (E5M2)", "fp8_e5m2"))):
-        ax.semilogy(scales[:, k], label=name, color=style.format_color(fmt), base=2)
+        ax.semilogy(steps, scales[:, k], label=name, color=style.format_color(fmt), base=2)
     ax.set_xlabel("training step")
     ax.set_ylabel("scale")
     ax.set_title("Delayed scales of the output layer")
     ax.legend()
+g = scales[:, 2]                                  # the gradient's scale used at each step
+ratio = g[:-1] / g[1:]
+fall = int(np.argmax(ratio)) + 1                  # index of the largest drop (step fall + 1)
+back = fall + int(np.argmax(g[fall:] > g[fall]))  # index where it rises again
+print(f"the gradient's scale drops {ratio[fall - 1]:.1f}x at step {fall + 1}, after step {fall} "
+      f"had a batch of {batch_sizes[fall - 1]} images (a mean over {batch_sizes[fall - 1]}, not "
+      f"64), and rises again {back - fall} steps later (history length "
+      f"{l2.grad_scaling.amax_history.size})")
 fig
+
+# %% [markdown]
+# *What to see:* every scale leaves 1 after step 1; the gradient's scale dips when an epoch's
+# last, partial batch (printed above) divides the loss by a few images instead of 64, and comes
+# back exactly one history length later, when that amax leaves the window.
 
 # %% [markdown]
 # Step 1 runs with every scale at 1 (nothing has been seen yet); from step 2 on, the gradient's
