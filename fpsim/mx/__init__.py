@@ -20,7 +20,8 @@ from .formats import (
     as_scale_mode,
     get_mx_format,
 )
+from .matmul import block_dots, matmul
 from .quantize import MXArray, e8m0_exponent, nvfp4_per_tensor_scale, quantize
 
 __all__ = ["quantize", "MXArray", "MXFormat", "ScaleMode", "MX_FORMATS", "get_mx_format",
-           "as_scale_mode", "nvfp4_per_tensor_scale", "e8m0_exponent"]
+           "as_scale_mode", "nvfp4_per_tensor_scale", "e8m0_exponent", "matmul", "block_dots"]
