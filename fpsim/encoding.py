@@ -66,8 +66,8 @@ def to_bits(
     '0xfe'
     """
     fmt = get_float_format(fmt)
-    scalar = np.ndim(x) == 0
     v = np.asarray(_round(x, fmt, rounding, **kwargs), dtype=np.float64)
+    scalar = v.ndim == 0
     b = v.view(np.uint64)
     sign = b >> _U(63)
     a = b & ~SIGN
@@ -91,8 +91,11 @@ def to_bits(
         payload = ((a & FRAC) >> _U(52 - m)) | quiet
         mant = np.where(inf, _U(0), np.where(nan, payload, mant))
     elif nan.any() or inf.any():
-        if fmt.nan_encoding is NaNEncoding.NONE:
-            raise ValueError(f"format {fmt.name} has no NaN or infinity to encode")
+        if fmt.nan_encoding is NaNEncoding.NONE:  # only NaN gets here: inf rounds to max
+            raise ValueError(
+                f"x holds NaN, which {fmt.name} cannot encode: it has no NaN pattern. "
+                "fpsim.round returns NaN with the INVALID flag for it; fpsim.cast refuses it "
+                "too")
         if fmt.nan_encoding is NaNEncoding.FN:
             exp_field = np.where(nan, top, exp_field)
             mant = np.where(nan, mmask, mant)

@@ -611,7 +611,15 @@ def dp4a(a, b, c=0) -> np.ndarray:
         raise ValueError(f"dp4a needs a last axis that is a multiple of 4, got shape {A.shape}")
     C = _int_array(c, "dp4a accumulator")
     _check_range(C, -(1 << 31), (1 << 31) - 1, "dp4a accumulator", "int32")
-    groups = (A * B).reshape(A.shape[:-1] + (A.shape[-1] // 4, 4)).sum(axis=-1)
+    out_shape = A.shape[:-1] + (A.shape[-1] // 4,)
+    try:
+        fits = np.broadcast_shapes(C.shape, out_shape) == out_shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"dp4a: c of shape {C.shape} does not broadcast to the result shape "
+                         f"{out_shape} (a's shape with its last axis divided by 4)")
+    groups = (A * B).reshape(out_shape + (4,)).sum(axis=-1)
     # int64 is exact (|sum| < 2**17 + 2**31); wrapping the exact sum once equals wrapping it
     # after every addition (reduction modulo 2**32 is a ring homomorphism)
     return _wrap(groups + C.astype(np.int64), get_int_format("int32"))

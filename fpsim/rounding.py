@@ -464,7 +464,11 @@ def as_float64(x) -> tuple[np.ndarray, np.ndarray | None, bool]:
     >>> float(hi), float(lo), scalar
     (1.152921504606847e+18, 1.0, True)
     """
-    scalar = np.ndim(x) == 0
+    try:
+        scalar = np.ndim(x) == 0
+    except ValueError as exc:  # ragged nested lists
+        raise ValueError(f"x must be a number or a rectangular array of numbers; NumPy says: "
+                         f"{exc}") from None
     if isinstance(x, (complex, np.complexfloating)):
         raise TypeError("complex input is not supported: round the real and imaginary parts")
     if isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 1 << 63:
@@ -520,13 +524,13 @@ def as_float64(x) -> tuple[np.ndarray, np.ndarray | None, bool]:
         except (TypeError, ValueError):
             pass
     raise TypeError(
-        f"expected real numbers (Python or NumPy floats/ints, ml_dtypes arrays), "
-        f"got dtype {arr.dtype} ({type(x).__name__})"
+        f"x must hold real numbers (Python or NumPy floats/ints, ml_dtypes arrays, or one "
+        f"Fraction / Decimal), got dtype {arr.dtype} ({type(x).__name__})"
     )
 
 
 def _finish(out_bits: np.ndarray, fl, shape, scalar, want_flags: bool, where: str):
-    out = out_bits.view(np.float64).reshape(shape)
+    out = (out_bits.view(np.float64) if out_bits.dtype == np.uint64 else out_bits).reshape(shape)
     if fl is not None:
         fl = fl.reshape(shape)
         if _flags.flags_active():
@@ -538,11 +542,25 @@ def _finish(out_bits: np.ndarray, fl, shape, scalar, want_flags: bool, where: st
     return (out, fl) if want_flags else out
 
 
-def _run(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want):
+def _refuse_nan(values: np.ndarray, fmt: Format) -> None:
+    """Storing needs a pattern: a NaN has none in a format without NaN (fp6, fp4)."""
+    if fmt.nan_encoding is NaNEncoding.NONE and np.isnan(values).any():
+        raise ValueError(
+            f"x holds NaN, which {fmt.name} cannot encode: it has no NaN pattern. "
+            "fpsim.round returns NaN with the INVALID flag for it; clean the input or store "
+            "in a format with NaN")
+
+
+def _run(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want,
+         store: np.dtype | None = None, pair_lo: np.ndarray | None = None):
+    """Round float16/32/64 ``x64`` chunk by chunk: returns (float64 patterns, or values in
+    the ``store`` dtype when given, so no full-size float64 temporary exists; flags). With
+    ``pair_lo`` (float64, flat) the values are the checked pairs ``x64 + pair_lo``, taken to
+    53 bits with round-to-odd chunk by chunk (:func:`round_pair`)."""
     p = _params(fmt)
     flat = np.ascontiguousarray(x64).reshape(-1)
     n = flat.size
-    out = np.empty(n, dtype=np.uint64)
+    out = np.empty(n, dtype=np.uint64 if store is None else store)
     fl = np.empty(n, dtype=np.uint8) if want else None
     narrow = flat.dtype != np.float64  # float16/32 input: widen chunk by chunk (exact)
     bits = flat if narrow else flat.view(np.uint64)
@@ -551,10 +569,19 @@ def _run(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bits, wan
         hi = min(n, lo + CHUNK)
         if narrow:
             chunk = _widen(bits[lo:hi]).view(np.uint64)
+        elif pair_lo is not None:
+            h, low = flat[lo:hi], pair_lo[lo:hi]
+            _check_pair(h, low, lo)
+            chunk = _odd_from_pair(h, low).view(np.uint64)
         else:
             chunk = bits[lo:hi]
         r, f = _kernel(chunk, p, mode, ovf, flush, daz, tin, gen, random_bits, want)
-        out[lo:hi] = r
+        if store is None:
+            out[lo:hi] = r
+        else:  # exact: the format's values are values of its storage dtype
+            v = r.view(np.float64)
+            _refuse_nan(v, fmt)
+            out[lo:hi] = v
         if want:
             fl[lo:hi] = f
     return out, fl
@@ -712,6 +739,14 @@ def round(  # noqa: A001 - the natural name, as numpy.round
     >>> float(v), fpsim.Flags(int(f))
     (0.0, <Flags.INEXACT|UNDERFLOW: 3>)
     """
+    return _round_impl(x, fmt, rounding, overflow, subnormals, tininess, rng, random_bits,
+                       flags, None)
+
+
+def _round_impl(x, fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
+                store):
+    """:func:`round`; with a ``store`` dtype, the common path writes its values straight
+    into an array of that dtype (:func:`cast`), others return float64 values."""
     fmt, mode, ovf, flush, daz, tin, random_bits = _prepare(
         fmt, rounding, overflow, subnormals, tininess, random_bits)
     want = bool(flags) or _flags.flags_active()
@@ -735,21 +770,43 @@ def round(  # noqa: A001 - the natural name, as numpy.round
             snan = np.isnan(out) & ((out.view(np.uint64) & QUIET) == ZERO)
             fl[snan] = np.uint8(Flags.INVALID)
         return _finish(out.view(np.uint64), fl, out.shape, scalar, bool(flags), "round")
-    out, fl = _run(hi, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want)
+    out, fl = _run(hi, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want, store)
     return _finish(out, fl, np.shape(hi), scalar, bool(flags), "round")
+
+
+_PAIR_SCREEN = 0.5 + 2.0**-53  # hi + lo * this == hi  iff  |lo| < about the spacing at hi
+
+
+def _check_pair(hi: np.ndarray, lo: np.ndarray, offset: int = 0) -> None:
+    """The precondition of :func:`round_pair`: where hi is finite, hi is the float64 nearest
+    to hi + lo and lo is finite with its sign exact (TwoSum, exact products, remainders).
+    Screened by one float addition: it fails where |lo| reaches the spacing at hi on lo's
+    side (the algorithm's real need), or lo is inf / NaN; hi = +-max with lo of its sign
+    stands for a value beyond float64 (as :func:`as_float64` gives for huge ints)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        ok = hi + lo * _PAIR_SCREEN == hi
+    if ok.all():
+        return
+    i = np.flatnonzero(~ok)
+    h, low = hi[i], lo[i]
+    fine = ~np.isfinite(h) | (np.isfinite(low) & (np.abs(h) == np.finfo(np.float64).max)
+                              & (np.signbit(h) == np.signbit(low)))
+    if not fine.all():
+        j = int(np.flatnonzero(~fine)[0])
+        raise ValueError(
+            f"round_pair needs (hi, lo) with hi the float64 nearest to hi + lo and lo finite "
+            f"(|lo| at most half the float64 spacing at hi); element {offset + int(i[j])} has "
+            f"hi={float(h[j])!r}, lo={float(low[j])!r}")
 
 
 def _odd_from_pair(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
     """hi + lo rounded to 53 bits with round-to-odd (exact for any later rounding to <= 51
-    bits). Requires hi = RN(hi + lo) or at least sign(lo) exact and |lo| < ulp(hi)."""
+    bits). Requires hi + lo in [hi, hi's neighbour toward lo) (:func:`_check_pair`)."""
     hb = hi.view(np.uint64)
-    sign = hb & SIGN
-    a = hb ^ sign
-    inexact = (lo != 0) & np.isfinite(hi)
-    toward_zero = inexact & (np.signbit(lo) != np.signbit(hi))
-    a = np.where(toward_zero, a - ONE, a)
-    a = np.where(inexact, a | ONE, a)
-    return (a | sign).view(np.float64)
+    inexact = ((lo != 0) & (np.abs(hi) < np.inf)).view(np.uint8).astype(_U)
+    # toward zero (lo's sign opposite to hi's): the magnitude pattern minus one, then odd
+    toward_zero = ((hb ^ lo.view(np.uint64)) >> _U(63)) & inexact
+    return ((hb - toward_zero) | inexact).view(np.float64)
 
 
 def _pair_to_float64(hi, lo, mode: Rounding, overflow: Overflow, flush: bool, rng,
@@ -816,7 +873,9 @@ def round_pair(
     _scalar: bool | None = None,
 ):
     """Round the exact value ``hi + lo`` (a float64 pair, ``hi`` the nearest float64 to the
-    sum, ``lo`` the remainder whose sign must be exact) once to ``fmt``.
+    sum, ``lo`` the remainder whose sign must be exact) once to ``fmt``. A pair that is not
+    one (|lo| as large as the float64 spacing at ``hi``, ``lo`` NaN or infinite where ``hi``
+    is finite) is a ValueError.
 
     This is how arithmetic is correctly rounded: an error-free transformation (TwoSum, exact
     products, exact remainders) gives the pair; deterministic modes go through round-to-odd at
@@ -843,15 +902,17 @@ def round_pair(
     hi_a = np.ascontiguousarray(hi_a, dtype=np.float64).reshape(-1)
     lo_a = np.ascontiguousarray(lo_a, dtype=np.float64).reshape(-1)
     if identity:  # fp64 itself (int64 / long double input): hi or its neighbour toward lo
+        _check_pair(hi_a, lo_a)
         out, fl = _pair_to_float64(hi_a, lo_a, mode, ovf, flush, rng, random_bits)
         return _finish(out, fl if want else None, shape, scalar, bool(flags), "round_pair")
     if daz:  # denormal operands were handled by the caller; here only the value matters
         daz = False
     if mode is not Rounding.STOCHASTIC:
-        v = _odd_from_pair(hi_a, lo_a)
-        out, fl = _run(v, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want)
+        out, fl = _run(hi_a, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want,
+                       pair_lo=lo_a)
         return _finish(out, fl, shape, scalar, bool(flags), "round_pair")
     # Stochastic: t0 = the value toward zero, ulp the quantum there; p = |exact - t0| / ulp.
+    _check_pair(hi_a, lo_a)
     v = _odd_from_pair(hi_a, lo_a)
     t0, _ = _run(v, fmt, Rounding.TOWARD_ZERO, Overflow.SATURATE, False, False, tin, None,
                  None, False)
@@ -887,12 +948,28 @@ def cast(
     """Round to ``fmt`` and return the values in the format's storage dtype (np.float16,
     ml_dtypes.bfloat16 / float8, float32, ...): the real width, exact.
 
+    Chunked as :func:`round`: the peak memory is the input, the output at its real width and
+    one chunk. A NaN, which formats without NaN (fp6, fp4) cannot store, is a ValueError
+    (:func:`round` returns NaN with INVALID for it; :func:`fpsim.to_bits` refuses it too).
+
     >>> import fpsim
     >>> fpsim.cast([1.0, 1/3], "bf16").dtype.name
     'bfloat16'
     """
     fmt = get_float_format(fmt)
-    out = round(x, fmt, rounding, **kwargs)
-    values = out[0] if kwargs.get("flags") else out
-    arr = np.asarray(values).astype(fmt.storage_dtype)
-    return (arr, out[1]) if kwargs.get("flags") else arr
+    allowed = {"overflow", "subnormals", "tininess", "rng", "random_bits", "flags"}
+    unknown = sorted(set(kwargs) - allowed)
+    if unknown:
+        raise TypeError(f"cast() got unexpected keyword arguments {unknown}; valid: "
+                        f"{', '.join(sorted(allowed))}")
+    flags = bool(kwargs.pop("flags", False))
+    kw = {"overflow": "inf", "subnormals": "keep", "tininess": "after", "rng": None,
+          "random_bits": None} | kwargs
+    store = fmt.storage_dtype
+    out = _round_impl(x, fmt, rounding, kw["overflow"], kw["subnormals"], kw["tininess"],
+                      kw["rng"], kw["random_bits"], flags, store)
+    values = np.asarray(out[0] if flags else out)
+    if values.dtype != store:  # the other paths (scalars, long double, wide ints, fp64)
+        _refuse_nan(values, fmt)
+        values = values.astype(store)
+    return (values, out[1]) if flags else values

@@ -7,11 +7,14 @@ and MPFR through gmpy2 (values of the IEEE modes MPFR has).
 - inputs beyond float64: long doubles far outside its range and just inside its subnormals
   (false ties), 64-bit integers, Python ints, Fractions, Decimals and decimal strings, all
   rounded once (:func:`fpsim.rounding.round_rational`);
+- NaN into formats without NaN, ragged and junk input: one rule, clear errors;
+- memory: round and cast hold the input, the output and one chunk (tracemalloc).
 """
 
 from __future__ import annotations
 
 import math
+import tracemalloc
 from decimal import Decimal
 from fractions import Fraction
 
@@ -272,3 +275,83 @@ def test_round_rational_inputs():
     b = [float(round_rational(Fraction(0.1), "bf16", "stochastic", rng=np.random.default_rng(1)))
          for _ in range(1)]
     assert set(b) <= set(a.tolist())
+
+
+# ---------------------------------------------------------------------------------------
+# 5. One rule for NaN into formats without NaN; clear errors for bad input
+# ---------------------------------------------------------------------------------------
+
+NO_NAN_FORMATS = [fpsim.FP6_E2M3, fpsim.FP6_E3M2, fpsim.FP4_E2M1,
+                  fpsim.Format(3, 3, nan_encoding="none"), fpsim.Format(4, 0, nan_encoding="none")]
+
+
+@pytest.mark.parametrize("fmt", NO_NAN_FORMATS, ids=str)
+def test_nan_into_a_format_without_nan(fmt):
+    """round: NaN with INVALID (the exact reference's rule); cast and to_bits, which need a
+    pattern, refuse it by name; infinities saturate to max with INEXACT everywhere."""
+    x = np.array([1.0, np.nan, -np.nan])
+    v, fl = fpsim.round(x, fmt, flags=True)
+    for xi, vi, fi in zip(x, v, fl, strict=True):
+        want, want_fl = round_exact(float(xi), fmt)
+        assert same(float(vi), want) and int(fi) == want_fl
+    for fn in (fpsim.cast, fpsim.to_bits):
+        for bad in (x, np.nan, np.float32(np.nan), [[0.5, np.nan]]):
+            with pytest.raises(ValueError, match=f"NaN, which {fmt.name} cannot encode"):
+                fn(bad, fmt)
+    inf = np.array([np.inf, -np.inf])
+    assert np.array_equal(fpsim.cast(inf, fmt).astype(np.float64), [fmt.max, -fmt.max])
+    assert np.array_equal(fpsim.from_bits(fpsim.to_bits(inf, fmt), fmt), [fmt.max, -fmt.max])
+    v, fl = fpsim.round(inf, fmt, flags=True)
+    assert np.array_equal(v, [fmt.max, -fmt.max]) and set(fl) == {Flags.INEXACT}
+
+
+@pytest.mark.parametrize("fmt", [fpsim.FP16, fpsim.BF16, fpsim.FP8_E4M3, fpsim.FP8_E5M2FNUZ],
+                         ids=str)
+def test_nan_into_formats_with_nan_is_kept(fmt):
+    assert np.isnan(fpsim.cast([np.nan], fmt).astype(np.float64)).all()
+    assert np.isnan(fpsim.from_bits(fpsim.to_bits(np.nan, fmt), fmt))
+
+
+def test_ragged_and_junk_input_is_refused_by_name():
+    ragged = [[1.0, 2.0], [3.0]]
+    for fn in (lambda x: fpsim.round(x, "fp16"), lambda x: fpsim.cast(x, "bf16"),
+               lambda x: fpsim.to_bits(x, "fp16"), lambda x: fpsim.round(x, "fp16", flags=True)):
+        with pytest.raises(ValueError, match="x must be a number or a rectangular array"):
+            fn(ragged)
+        with pytest.raises(TypeError, match="x must hold real numbers"):
+            fn([1.0, None])
+    with pytest.raises(TypeError, match="cast.. got unexpected keyword arguments"):
+        fpsim.cast(1.0, "fp16", rouding="up")
+
+
+# ---------------------------------------------------------------------------------------
+# 6. Memory: round and cast hold the input, the output and one chunk
+# ---------------------------------------------------------------------------------------
+
+
+def peak_bytes(fn) -> tuple[int, object]:
+    fn()  # warm caches (format parameters, generators)
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    try:
+        out = fn()
+        return tracemalloc.get_traced_memory()[1], out
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("src", [np.float64, np.float32])
+def test_round_and_cast_memory_is_output_plus_one_chunk(src):
+    n = 10**6
+    x = np.random.default_rng(0).standard_normal(n).astype(src)
+    chunk = 16 * fpsim.rounding.CHUNK * 8  # generous: a few dozen chunk-sized temporaries
+    for fn, out_bytes in [(lambda: fpsim.round(x, "bf16"), 8 * n),
+                          (lambda: fpsim.round(x, "fp16", "stochastic", rng=0), 8 * n),
+                          (lambda: fpsim.round(x, "fp8_e4m3", flags=True), 9 * n),
+                          (lambda: fpsim.cast(x, "bf16"), 2 * n),
+                          (lambda: fpsim.cast(x, "fp8_e5m2"), n)]:
+        peak, out = peak_bytes(fn)
+        assert peak <= out_bytes + chunk, (peak, out_bytes)
+    # before: cast held a float64 copy of the whole result beside its output
+    peak, _ = peak_bytes(lambda: fpsim.cast(x, "fp16"))
+    assert peak < 8 * n

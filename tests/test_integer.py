@@ -399,3 +399,16 @@ def test_bad_input_errors():
         to_int([0.5], "int8", "up", random_bits=8)
     with pytest.raises(ValueError, match="rounding mode"):
         to_int([0.5], "int8", "sideways")
+
+
+def test_dp4a_accumulator_must_broadcast_to_the_result():
+    """c of another shape than the result's (..., k) is refused by name, never broadcast
+    into a bigger result or a NumPy error (issue 15)."""
+    a = np.arange(16, dtype=np.int8).reshape(2, 8)
+    ref = (a.astype(np.int64) ** 2).reshape(2, 2, 4).sum(-1)  # exact int64 reference
+    for c in (0, [1, 2], [[1], [2]], np.ones((2, 2), np.int32)):
+        got = integer.dp4a(a, a, c)
+        assert got.shape == (2, 2) and np.array_equal(got, ref + np.asarray(c))
+    for c in ([1, 2, 3], np.zeros((3, 2), np.int32), np.zeros((2, 2, 1), np.int32)):
+        with pytest.raises(ValueError, match=r"dp4a: c of shape .* result shape \(2, 2\)"):
+            integer.dp4a(a, a, c)

@@ -938,13 +938,40 @@ def test_round_pair_stochastic_uses_the_pair():
                          rng=3)
     assert set(np.unique(r)) <= {1.0, 1 + 2.0**-10}
     assert within(int((r > 1).sum()), 0.5, n)
-    # 1 + 0.3 ulp: lo carries it
-    r = fpsim.round_pair(np.full(n, 1.0), np.full(n, 0.3 * 2.0**-10), "fp16", "stochastic",
+    # 1 + 0.3 ulp in hi
+    r = fpsim.round_pair(np.full(n, 1 + 0.3 * 2.0**-10), np.zeros(n), "fp16", "stochastic",
                          rng=3)
     assert within(int((r > 1).sum()), 0.3, n)
-    r = fpsim.round_pair(np.full(n, 1.0), np.full(n, (4 + 63 / 64) / 16 * 2.0**-10), "fp16",
+    r = fpsim.round_pair(np.full(n, 1 + (4 + 63 / 64) / 16 * 2.0**-10), np.zeros(n), "fp16",
                          "stochastic", rng=3, random_bits=4)
     assert within(int((r > 1).sum()), 0.25, n)
+    # lo decides: just below the midpoint, 4 random bits give 7/16 (8/16 if lo were lost)
+    r = fpsim.round_pair(np.full(n, 1 + 2.0**-11), np.full(n, -(2.0**-60)), "fp16",
+                         "stochastic", rng=3, random_bits=4)
+    assert within(int((r > 1).sum()), 7 / 16, n)
+
+
+@pytest.mark.parametrize("mode", ["nearest_even", "up", "stochastic"])
+@pytest.mark.parametrize("fmt", ["fp16", "bf16", "fp64"])
+def test_round_pair_checks_its_precondition(mode, fmt):
+    """(hi, lo) must be a pair: hi the float64 nearest to hi + lo, lo finite (issue 15)."""
+    for hi, lo in [(1.0, 1.0), (1.0, math.nan), (1.0, math.inf), (1.0, 2.0**-52),
+                   (1.0, -(2.0**-53)), (0.0, 5e-324), (2.0**-1022, -(2.0**-1074)),
+                   ([1.0, 2.0], [0.0, 1.0])]:
+        with pytest.raises(ValueError, match="round_pair needs"):
+            fpsim.round_pair(hi, lo, fmt, mode, rng=0)
+    # pairs are accepted: ties (hi even), the largest float64 with a value beyond it,
+    # specials with any lo, the exact error of a sum
+    for hi, lo in [(1.0, 2.0**-53), (3.0, 2.0**-52), (1.0, -(2.0**-54)), (math.inf, 5.0),
+                   (math.nan, 1.0), (np.finfo(np.float64).max, 2.0**1000), (1.0, 0.0)]:
+        fpsim.round_pair(hi, lo, fmt, mode, rng=0)
+    a, b = RNG_PAIR.standard_normal(1000), RNG_PAIR.standard_normal(1000) * 1e-9
+    s = a + b
+    bb = s - a
+    fpsim.round_pair(s, (a - (s - bb)) + (b - bb), fmt, mode, rng=0)
+
+
+RNG_PAIR = np.random.default_rng(15)
 
 
 def test_round_pair_refuses_wide_formats():
