@@ -108,3 +108,12 @@ def test_rounding_aliases_are_documented():
     for aliases in rounding_aliases().values():
         for a in aliases:
             assert f"``{a}``" in doc
+
+
+def test_readme_lists_every_rounding_alias():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for mode, aliases in rounding_aliases().items():
+        for a in aliases:
+            assert re.search(rf"`{mode.value}` \([^)]*`{a}`", " ".join(readme.split())), a
