@@ -296,3 +296,13 @@ def test_fast_fp4_rounding_equals_ml_dtypes_cast():
                         np.nextafter(t, np.float32(9))])
     np.testing.assert_array_equal(_fp4_rne(y).view(np.uint8),
                                   y.astype(ml_dtypes.float4_e2m1fn).view(np.uint8))
+
+
+def test_docs_mx_examples_run():
+    import doctest
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "mx.md"
+    result = doctest.testfile(str(doc), module_relative=False,
+                              optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 20 and result.failed == 0
