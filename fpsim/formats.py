@@ -55,7 +55,9 @@ class NaNEncoding(str, enum.Enum):
     - ``IEEE``: exponent all ones is infinity (mantissa 0) or NaN (mantissa != 0).
     - ``FN``: "finite": no infinity; only exponent and mantissa all ones is NaN (e4m3fn).
     - ``FNUZ``: "finite, unsigned zero": no infinity, no -0; the pattern of -0 is the one NaN.
-    - ``NONE``: every pattern is a finite number (the OCP MX fp6 / fp4 formats).
+    - ``NONE``: every pattern is a finite number (the OCP MX fp6 / fp4 formats). Infinities
+      round to +-max (INEXACT); a NaN has no pattern: :func:`fpsim.round` gives NaN with
+      INVALID, :func:`fpsim.cast` and :func:`fpsim.to_bits` raise ValueError.
     """
 
     IEEE = "ieee"
@@ -89,7 +91,8 @@ class Format:
     fraction bits, the implicit leading bit not counted).
 
     Defining fields are orthogonal; ``bias`` defaults to ``2**(exponent_bits-1) - 1`` and
-    ``name`` to ``"e{E}m{M}"``. Only formats whose every value float64 holds exactly are
+    ``name`` to ``"e{E}m{M}"`` plus what it takes for :func:`get_format` to read the same
+    layout back (``fn`` / ``fnuz`` suffixes, ``_nonan``, ``_b<bias>``, ``_nosub``, ``_ieee``). Only formats whose every value float64 holds exactly are
     accepted (at most 52 mantissa bits, exponents inside float64's), so every result of fpsim is
     an exact float64.
 

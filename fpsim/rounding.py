@@ -730,6 +730,11 @@ def round(  # noqa: A001 - the natural name, as numpy.round
     - ``subnormals``: ``keep``, ``flush`` (tiny results become signed zero), ``daz`` (inputs
       below 2**emin read as zero), ``flush_daz``.
 
+    Inputs float64 cannot hold (long doubles, 64-bit and Python integers beyond 2**53, a
+    :class:`~fractions.Fraction` or :class:`~decimal.Decimal`) are rounded once, exactly, at
+    any size (:func:`round_rational`). A NaN into a format without NaN (fp6, fp4) gives NaN
+    with INVALID here; :func:`cast` and :func:`fpsim.to_bits`, which need its pattern, raise.
+
     >>> import fpsim
     >>> float(fpsim.round(65519.0, "fp16")), float(fpsim.round(65520.0, "fp16"))
     (65504.0, inf)
