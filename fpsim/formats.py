@@ -92,9 +92,9 @@ class Format:
 
     Defining fields are orthogonal; ``bias`` defaults to ``2**(exponent_bits-1) - 1`` and
     ``name`` to ``"e{E}m{M}"`` plus what it takes for :func:`get_format` to read the same
-    layout back (``fn`` / ``fnuz`` suffixes, ``_nonan``, ``_b<bias>``, ``_nosub``, ``_ieee``). Only formats whose every value float64 holds exactly are
-    accepted (at most 52 mantissa bits, exponents inside float64's), so every result of fpsim is
-    an exact float64.
+    layout back (``fn`` / ``fnuz`` suffixes, ``_nonan``, ``_b<bias>``, ``_nosub``,
+    ``_ieee``). Only formats whose every value float64 holds exactly are accepted (at most 52
+    mantissa bits, exponents inside float64's), so every result of fpsim is an exact float64.
 
     >>> import fpsim
     >>> f = fpsim.Format(exponent_bits=5, mantissa_bits=6)
