@@ -550,9 +550,13 @@ def get_format(fmt: Format | IntFormat | str | np.dtype | type) -> Format | IntF
         parsed = _parse_name(key)
         if parsed is not None:
             return parsed
+        m = re.fullmatch(r"(u?)int(\d+)", key)  # IntFormat(...).name reads back too
+        if m is not None:
+            return IntFormat(int(m.group(2)), signed=not m.group(1))
         valid = ", ".join(list(PRESETS) + list(INT_PRESETS) + sorted(_ALIASES))
         raise ValueError(f"unknown format {fmt!r}; valid names: {valid}, or eXmY names "
-                         "(E exponent and Y mantissa bits, e.g. e3m4, e4m3fn, e5m2fnuz)")
+                         "(E exponent and Y mantissa bits, e.g. e3m4, e4m3fn, e5m2fnuz), or "
+                         "int<N> / uint<N> (2 <= N <= 64)")
     if fmt is None:  # np.dtype(None) is float64: never a silent default
         raise TypeError(f"fmt must be a Format, a format name or a dtype, got None; names: "
                         f"{', '.join(list(PRESETS) + list(INT_PRESETS))}")

@@ -333,6 +333,17 @@ def test_every_default_name_round_trips():
     assert n > 500
 
 
+def test_int_names_round_trip():
+    for bits in (2, 3, 4, 8, 12, 16, 32, 64):
+        for signed in (True, False):
+            f = fpsim.IntFormat(bits, signed)
+            g = fpsim.get_format(f.name)
+            assert g == f and (g.min, g.max) == (f.min, f.max)
+    assert fpsim.get_format("int64").max == np.iinfo(np.int64).max
+    with pytest.raises(ValueError, match="bits must lie in"):
+        fpsim.get_format("int65")
+
+
 @pytest.mark.parametrize("name, match", [
     ("e0m3", "exponent bit"), ("e3m4fn_nonan", "_nonan"), ("e3m4_b2_b3", "repeats"),
     ("e3m4fnuz_ieee", "_ieee"), ("e12m3", "outside what float64 holds"), ("e5m0", "mantissa"),
