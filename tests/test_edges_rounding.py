@@ -355,3 +355,34 @@ def test_round_and_cast_memory_is_output_plus_one_chunk(src):
     # before: cast held a float64 copy of the whole result beside its output
     peak, _ = peak_bytes(lambda: fpsim.cast(x, "fp16"))
     assert peak < 8 * n
+
+
+def test_stochastic_rounding_of_wide_inputs_has_the_exact_probability():
+    """Long doubles, int64 beyond 2**53 and Fractions round up with probability (distance to
+    the value below) / spacing, the exact Fraction; with random_bits, floor(p * 2**r) / 2**r."""
+    def near(count, p, n):
+        return abs(count - p * n) <= 5 * math.sqrt(n * p * (1 - p)) + 1
+
+    n = 40_000
+    gen = np.random.default_rng(5)
+    cases = [(fpsim.FP16, Fraction(1) + Fraction(1, 3) * 2**-10, Fraction(1), 2.0**-10)]
+    if HAS_LONG_DOUBLE:
+        x = LD(1) + LD(1) / LD(3) * np.ldexp(LD(1), -10)
+        cases.append((fpsim.FP16, x, Fraction(1), 2.0**-10))
+        y = np.ldexp(LD(5), -1080) / LD(3)  # below float64's smallest subnormal
+        cases.append((fpsim.FP64, y, Fraction(0), 2.0**-1074))
+    cases.append((fpsim.BF16, np.int64(2**62 + 2**53 + 12345), Fraction(2**62), 2.0**55))
+    for fmt, x, below, q in cases:
+        exact = ld_fraction(x) if isinstance(x, LD) else Fraction(int(x)) if isinstance(
+            x, np.integer) else x
+        p = (exact - below) / Fraction(q)
+        arr = np.full(n, x) if not isinstance(x, Fraction) else None
+        for bits in (None, 4):
+            if arr is None:
+                got = np.array([float(round_rational(x, fmt, "stochastic", rng=gen,
+                                                     random_bits=bits)) for _ in range(2000)])
+            else:
+                got = fpsim.round(arr, fmt, "stochastic", rng=gen, random_bits=bits)
+            assert set(np.unique(got)) <= {float(below), float(below) + q}
+            want = p if bits is None else Fraction(math.floor(p * 16), 16)
+            assert near(int((got > float(below)).sum()), float(want), got.size), (fmt, x, bits)
