@@ -115,16 +115,16 @@ class MXArray:
         >>> q.dequantize().tolist()
         [0.0, 0.0, -0.0, 96.0]
         """
-        p = np.moveaxis(self.element_values(), self.axis, -1)
+        p = _move(self.element_values(), self.axis, -1)
         nb = self.scales.shape[self.axis]
         p = p.reshape(p.shape[:-1] + (nb, self.block_size))
-        s = np.moveaxis(self.scale_values, self.axis, -1)
+        s = _move(self.scale_values, self.axis, -1)
         if self.per_tensor_scale is not None:
             s = np.float32(self.per_tensor_scale) * s
         with np.errstate(invalid="ignore", over="ignore"):
             out = p * s[..., None]
         out = out.reshape(out.shape[:-2] + (-1,))[..., : self.shape[self.axis]]
-        return np.ascontiguousarray(np.moveaxis(out, -1, self.axis))
+        return np.ascontiguousarray(_move(out, -1, self.axis))
 
     def pack(self) -> np.ndarray:
         """The elements at their real width, as a flat uint8 array: 8-bit elements one per
@@ -170,6 +170,16 @@ class MXArray:
         return (f"MXArray(fmt={self.fmt.name!r}, shape={self.shape}, axis={self.axis}, "
                 f"block_size={self.block_size}, blocks={self.num_blocks}, "
                 f"nbytes={self.nbytes})")
+
+
+def _move(a: np.ndarray, src: int, dst: int) -> np.ndarray:
+    """np.moveaxis without its overhead in the common cases (nothing to move; a 2-D swap)."""
+    nd = a.ndim
+    if src % nd == dst % nd:
+        return a
+    if nd == 2:
+        return a.T
+    return np.moveaxis(a, src, dst)
 
 
 def nvfp4_per_tensor_scale(x) -> float:
@@ -367,7 +377,7 @@ def quantize(
     shape = arr.shape
     n = shape[ax]
     nb = -(-n // bs)
-    v = np.moveaxis(arr, ax, -1)
+    v = _move(arr, ax, -1)
     if nb * bs != n:
         pad = np.zeros(v.shape[:-1] + (nb * bs - n,), v.dtype)
         v = np.concatenate([v, pad], axis=-1)
@@ -402,8 +412,8 @@ def quantize(
     elems = elems.reshape(elems.shape[:-2] + (nb * bs,))
     return MXArray(
         fmt=f,
-        scales=np.ascontiguousarray(np.moveaxis(scales, -1, ax)),
-        elements=np.ascontiguousarray(np.moveaxis(elems, -1, ax)),
+        scales=np.ascontiguousarray(_move(scales, -1, ax)),
+        elements=np.ascontiguousarray(_move(elems, -1, ax)),
         shape=tuple(shape),
         axis=ax,
         block_size=bs,

@@ -22,6 +22,20 @@ Table 1 (digits):
 - FP8: the network trained from scratch with :class:`~fpsim.quant.layers.FP8Linear` layers
   (E4M3 forward, E5M2 backward, delayed scaling with a 16-step amax history).
 
+Table 3, block-scaled training (:class:`~fpsim.quant.mx_layers.MXLinear`, fake-quantized GEMM
+operands, each trained from scratch as the FP8 row): a BF16 baseline (bf16 weights and
+gradients, fp32 master weights and Adam moments), MXFP8 (Transformer Engine's recipe: E4M3 in
+both passes, 1x32 blocks), NVFP4 with every GEMM operand rounded to nearest even in 1x16
+blocks (weights too) and no Hadamard transform, and NVIDIA's NVFP4 recipe (16x16 weight
+blocks, stochastic rounding of gradients, random Hadamard transforms on the weight-gradient
+inputs, the last layer in BF16). Then one outlier: the FP32 model evaluated with input pixel 0
+(blank in every digit) set to ``outlier`` (2**20) and that pixel's weights zeroed, so FP32 is
+unchanged, and the inputs quantized per tensor to FP8 E4M3 (scale 448 / amax), to MXFP8 and to
+NVFP4 (two-level): per-tensor FP8 flushes every ordinary pixel, MX loses only the outlier's
+block (the top half of the image), and NVFP4 fails like per-tensor FP8: its per-tensor scale
+``amax / (6 * 448)`` pushes the ordinary blocks' e4m3 scales below e4m3's 2**-6, where they
+clamp, and their values (at most 1) land below fp4's 0.25 and round to 0.
+
 Table 2, QLoRA in miniature: the fp32 model is fine-tuned to a shifted task (every image
 moved ``shift`` pixels; the test images too), by full fine-tuning in fp32, in mixed precision
 (bf16 weights and gradients, fp32 master weights and Adam moments) and by QLoRA; memory is
@@ -47,8 +61,10 @@ from .. import nn, optim
 from ..autograd import functional as F
 from ..autograd.tensor import Tensor, no_grad
 from ..datasets import load_digits
+from .fp8_scaling import fp8_dequantize, fp8_quantize
 from .layers import FP8Linear, NF4Linear, check_bits, model_size_bytes
 from .lora import lora_parameters, prepare_qlora, training_memory
+from .mx_layers import MXLinear, fake_quantize_mx
 from .qat import (
     convert,
     disable_observer,
@@ -92,6 +108,7 @@ class ExperimentConfig:
     lora_lr: float = 1e-2
     ft_epochs: int = 10
     shift: tuple[int, int] = (1, 0)
+    outlier: float = 2.0**20
 
 
 QUICK = ExperimentConfig(epochs=12, qat_epochs=4, seeds=(0,), ft_epochs=6)
@@ -121,9 +138,10 @@ class ExperimentResult:
     table: list[Row]
     finetune: list[Row]
     seconds: float = 0.0
+    block_scaled: list[Row] = field(default_factory=list)
 
     def row(self, method: str, table: str = "table") -> Row:
-        """The row named ``method`` of ``table`` ("table" or "finetune")."""
+        """The row named ``method`` of ``table`` ("table", "finetune" or "block_scaled")."""
         for r in getattr(self, table):
             if r.method == method:
                 return r
@@ -134,7 +152,8 @@ class ExperimentResult:
         def rows(rs):
             return [dict(asdict(r), accuracy=r.accuracy) for r in rs]
         return {"config": asdict(self.config), "table": rows(self.table),
-                "finetune": rows(self.finetune), "seconds": self.seconds}
+                "finetune": rows(self.finetune), "block_scaled": rows(self.block_scaled),
+                "seconds": self.seconds}
 
 
 def make_mlp(hidden: int = 64, seed: int = 0) -> nn.Sequential:
@@ -226,6 +245,36 @@ def _fp8_model(hidden: int, seed: int) -> nn.Sequential:
                          FP8Linear(hidden, 10, rng=seed + 1000))
 
 
+def _mx_model(hidden: int, seed: int, last_bf16: bool = False, **kw) -> nn.Sequential:
+    last = (nn.Linear(hidden, 10, rng=seed + 1000).to("bf16") if last_bf16
+            else MXLinear(hidden, 10, rng=seed + 1000, **kw))
+    return nn.Sequential(MXLinear(64, hidden, rng=seed, **kw), nn.ReLU(), last)
+
+
+BLOCK_ROWS = ("BF16 (fp32 master)", "MXFP8 (E4M3, 1x32)", "NVFP4 (RNE, 1x16, no RHT)",
+              "NVFP4 recipe (SR, RHT, 2-D W)", "outlier: FP32", "outlier: FP8 per-tensor",
+              "outlier: MXFP8", "outlier: NVFP4")
+
+
+def _outlier_rows(net: nn.Module, s, outlier: float) -> dict[str, float]:
+    """Accuracy of ``net`` with input pixel 0 (blank in every digit) set to ``outlier`` and its
+    weights zeroed (FP32 unchanged), the inputs quantized per tensor to E4M3 or in blocks."""
+    net = copy.deepcopy(net)
+    w = net[0].weight.numpy(np.float32).copy()
+    w[:, 0] = 0.0
+    net[0].weight.data = w
+    x = np.asarray(s.x_test, np.float32).copy()
+    x[:, 0] = np.float32(outlier)
+    scale = np.float32(448.0) / np.abs(x).max()
+    inputs = {
+        "outlier: FP32": x,
+        "outlier: FP8 per-tensor": fp8_dequantize(fp8_quantize(x, scale), scale),
+        "outlier: MXFP8": fake_quantize_mx(x, "mxfp8_e4m3", 1, "rceil"),
+        "outlier: NVFP4": fake_quantize_mx(x, "nvfp4", 1),
+    }
+    return {k: accuracy(net, v, s.y_test) for k, v in inputs.items()}
+
+
 def run_experiment(config: ExperimentConfig | None = None, *, quick: bool = False,
                    progress=None) -> ExperimentResult:
     """Run both tables (module docstring); ``quick`` uses :data:`QUICK`. ``progress(str)``,
@@ -252,6 +301,7 @@ def run_experiment(config: ExperimentConfig | None = None, *, quick: bool = Fals
     ft_names = ["FP32, not fine-tuned", "full fine-tune fp32", "full fine-tune mixed (bf16)",
                 "NF4, not fine-tuned", "QLoRA (NF4 + LoRA)"]
     ft = {n: Row(n) for n in ft_names}
+    bsc = {n: Row(n) for n in BLOCK_ROWS}
 
     def put(rows, name, acc, model=None, train_bytes=None):
         r = rows[name]
@@ -303,6 +353,25 @@ def run_experiment(config: ExperimentConfig | None = None, *, quick: bool = Fals
             training_memory(fp8, opt).total)
         say(f"seed {seed}: nf4 / fp8 done")
 
+        # table 3: block-scaled training, and the outlier
+        bf = make_mlp(cfg.hidden, seed).to("bf16")
+        opt = train(bf, s.x_train, s.y_train, cfg.epochs, cfg.lr, seed=seed,
+                    master_weights=True, **kw)
+        put(bsc, "BF16 (fp32 master)", accuracy(bf, s.x_test, s.y_test), bf,
+            training_memory(bf, opt).total)
+        for name, mkw in (("MXFP8 (E4M3, 1x32)", dict(recipe="mxfp8")),
+                          ("NVFP4 (RNE, 1x16, no RHT)",
+                           dict(recipe="nvfp4", stochastic_gradients=False, hadamard=False,
+                                weight_2d=False)),
+                          ("NVFP4 recipe (SR, RHT, 2-D W)",
+                           dict(recipe="nvfp4", last_bf16=True))):
+            m = _mx_model(cfg.hidden, seed, **mkw)
+            opt = train(m, s.x_train, s.y_train, cfg.epochs, cfg.lr, seed=seed, **kw)
+            put(bsc, name, accuracy(m, s.x_test, s.y_test), m, training_memory(m, opt).total)
+        for name, acc in _outlier_rows(net, s, cfg.outlier).items():
+            put(bsc, name, acc)
+        say(f"seed {seed}: block-scaled done")
+
         # table 2: fine-tuning to the shifted task
         put(ft, "FP32, not fine-tuned", accuracy(net, xs_test, s.y_test), net)
         full = copy.deepcopy(net)
@@ -334,12 +403,20 @@ def run_experiment(config: ExperimentConfig | None = None, *, quick: bool = Fals
         "FP8 (E4M3 fwd / E5M2 bwd)": "trained from scratch, delayed scaling",
         "full fine-tune mixed (bf16)": "bf16 weights, fp32 master + Adam",
         "QLoRA (NF4 + LoRA)": f"r={cfg.lora_rank}; NF4 base frozen",
+        "BF16 (fp32 master)": "bf16 weights and gradients, fp32 master + Adam",
+        "MXFP8 (E4M3, 1x32)": "Transformer Engine's MXFP8: both passes E4M3, E8M0 rceil",
+        "NVFP4 (RNE, 1x16, no RHT)": "every layer NVFP4, nearest even",
+        "NVFP4 recipe (SR, RHT, 2-D W)": "16x16 W blocks, SR grads, RHT wgrad, last layer BF16",
+        "outlier: FP32": f"FP32 model; pixel 0 = {cfg.outlier:g}, its weights 0",
+        "outlier: FP8 per-tensor": "inputs E4M3, scale 448 / amax",
+        "outlier: MXFP8": "inputs MXFP8 (1x32 blocks)",
+        "outlier: NVFP4": "inputs NVFP4, per-tensor scale amax / (6 * 448)",
     }
-    for rows in (table, ft):
+    for rows in (table, ft, bsc):
         for n, r in rows.items():
             r.note = notes.get(n, "")
     return ExperimentResult(cfg, list(table.values()), list(ft.values()),
-                            time.perf_counter() - t0)
+                            time.perf_counter() - t0, list(bsc.values()))
 
 
 def _fmt_bytes(v: int | None) -> str:
@@ -396,6 +473,10 @@ def format_result(result: ExperimentResult) -> str:
             f"QLoRA in miniature: fine-tuning the FP32 model to digits shifted by {cfg.shift} "
             f"pixels ({cfg.ft_epochs} epochs, lr {cfg.lora_lr:g})", ""]
     out += _table_lines(result.finetune, "shifted-test accuracy")
+    if result.block_scaled:
+        out += ["", "Block-scaled training (fake-quantized GEMM operands, trained from scratch), "
+                "and one input outlier", ""]
+        out += _table_lines(result.block_scaled, "test accuracy")
     out += ["", f"({result.seconds:.1f} s)"]
     return "\n".join(out)
 
@@ -403,7 +484,7 @@ def format_result(result: ExperimentResult) -> str:
 def configure_parser(p: argparse.ArgumentParser) -> None:
     """Options of ``fpsim quant``."""
     p.add_argument("--quick", action="store_true",
-                   help="one seed and fewer epochs (what the tests run; < 20 s)")
+                   help="one seed and fewer epochs (what the tests run; < 40 s)")
     p.add_argument("--bits", type=int, default=None,
                    help="bit width of the sensitive setting (2..8; default 3)")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default 5; "
