@@ -117,3 +117,14 @@ def test_readme_lists_every_rounding_alias():
     for mode, aliases in rounding_aliases().items():
         for a in aliases:
             assert re.search(rf"`{mode.value}` \([^)]*`{a}`", " ".join(readme.split())), a
+
+
+def test_every_command_help_is_plain_text(capsys):
+    from fpsim.cli import _COMMANDS
+
+    for name in _COMMANDS:
+        with pytest.raises(SystemExit) as e:
+            main([name, "--help"])
+        out = capsys.readouterr().out
+        assert e.value.code == 0 and f"usage: fpsim {name}" in out
+        assert "``" not in out and ":func:" not in out and ":class:" not in out, name
