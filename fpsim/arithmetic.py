@@ -377,8 +377,8 @@ def _add_flat(a, b, c: _Ctx, exact_operands: bool = True):
     with np.errstate(invalid="ignore", over="ignore"):
         s = a + b
         inv = (np.isnan(s) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
-        if plan.add_fast and not _FORCE_GENERAL:
-            lo = None if plan.add_exact and exact_operands else _two_sum_err(a, b, s)
+        if plan.add_fast and exact_operands and not _FORCE_GENERAL:
+            lo = None if plan.add_exact else _two_sum_err(a, b, s)
             if lo is not None and not lo.any():
                 lo = None
             out, fl = _round_hl(_zero_sign(s, a, b, c.mode), lo, c)
@@ -398,12 +398,12 @@ def _add_flat(a, b, c: _Ctx, exact_operands: bool = True):
     return out, fl, inv
 
 
-def _mul_flat(a, b, c: _Ctx):
+def _mul_flat(a, b, c: _Ctx, exact_operands: bool = True):
     plan = _plan(c.fmt)
     with np.errstate(invalid="ignore", over="ignore"):
         prod = a * b
         inv = (np.isnan(prod) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
-        if plan.mul_fast and not _FORCE_GENERAL:
+        if plan.mul_fast and exact_operands and not _FORCE_GENERAL:
             out, fl = _round_hl(prod, None, c)
             return out, fl, inv
         reg = np.isfinite(a) & np.isfinite(b) & (a != 0) & (b != 0)
@@ -411,7 +411,7 @@ def _mul_flat(a, b, c: _Ctx):
         o_sp, f_sp = _round_hl(prod[sp], None, c)  # zeros, infinities, NaN: exact
         ma, ea = np.frexp(a[reg])
         mb, eb = np.frexp(b[reg])
-        if c.fmt.precision_bits <= _MAX_FMA_PRECISION:
+        if c.fmt.precision_bits <= _MAX_FMA_PRECISION and exact_operands:
             h, lo = ma * mb, np.zeros(ma.shape)
         else:
             h, lo = _two_prod(ma, mb)
@@ -428,10 +428,10 @@ def _div_pair(a, b):
     return q, r / b
 
 
-def _div_flat(a, b, c: _Ctx):
+def _div_flat(a, b, c: _Ctx, exact_operands: bool = True):
     plan = _plan(c.fmt)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        if plan.div_fast and not _FORCE_GENERAL:
+        if plan.div_fast and exact_operands and not _FORCE_GENERAL:
             q, lo = _div_pair(a, b)
             inv = (np.isnan(q) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
             out, fl = _round_hl(q, _finite_or_zero(lo), c)
@@ -456,7 +456,7 @@ def _sqrt_pair(a):
     return s, r / (2.0 * s)
 
 
-def _sqrt_flat(a, c: _Ctx):
+def _sqrt_flat(a, c: _Ctx, exact_operands: bool = True):
     plan = _plan(c.fmt)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if plan.sqrt_fast and not _FORCE_GENERAL:
@@ -479,7 +479,7 @@ def _sqrt_flat(a, c: _Ctx):
     return out, fl, inv
 
 
-def _fma_flat(a, b, d, c: _Ctx):
+def _fma_flat(a, b, d, c: _Ctx, exact_operands: bool = True):
     plan = _plan(c.fmt)
     with np.errstate(invalid="ignore", over="ignore"):
         prod = a * b
@@ -522,6 +522,57 @@ def _fma_flat(a, b, d, c: _Ctx):
     return out, fl, inv
 
 
+# -- the shared kernel ------------------------------------------------------------------------
+
+def context(fmt: Format | str, rounding: Rounding | str = "nearest_even", *,
+            overflow: Overflow | str = "inf", subnormals: Subnormals | str = "keep",
+            tininess: Tininess | str = "after", rng=None, random_bits: int | None = None,
+            flags: bool = False, what: str = "arithmetic") -> _Ctx:
+    """The validated options of an operation (what :func:`compute` takes); for the layers
+    above (``fpsim.autograd``), which hold their options in their own settings."""
+    return _context(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
+                    what=what)
+
+
+def daz_operand(v: np.ndarray, c: _Ctx) -> np.ndarray:
+    """Subnormal operand values read as (signed) zero when ``c`` asks for DAZ."""
+    if not c.daz:
+        return v
+    return np.where(np.abs(v) < c.fmt.smallest_normal, np.copysign(0.0, v), v)
+
+
+def compute(name: str, vals, c: _Ctx, snan: np.ndarray | None = None, *,
+            exact_operands: bool = True):
+    """The one rounded-arithmetic kernel of fpsim, shared by the array functions below and by
+    the Tensor ops of :mod:`fpsim.autograd`: ``name`` (add, sub, mul, div, sqrt, fma) on flat
+    float64 arrays ``vals`` of equal length, rounded once per ``c``. Returns ``(values, flags)``
+    (flags None unless ``c.want``), INVALID and DIVBYZERO included (``snan``: the elements
+    with a signalling-NaN operand).
+
+    ``exact_operands=False`` admits any float64 operands (not only values of ``c.fmt``, e.g. a
+    Python scalar kept at its exact value): the frexp-scaled general path with an exact error
+    term then runs for add, sub, mul and div (sqrt and fma need values of ``c.fmt``).
+    Callers hide the flag contexts (:func:`_quiet`) and record the flags themselves."""
+    kernel = _KERNELS[name]
+    if exact_operands:
+        out, fl, inv = kernel(*vals, c)
+    else:
+        if name not in ("add", "sub", "mul", "div"):
+            raise ValueError(f"{name} needs operands that are values of the format")
+        out, fl, inv = kernel(*vals, c, exact_operands=False)
+    if c.want:
+        if inv is not None and inv.any():
+            fl[inv] = np.uint8(Flags.INVALID)
+        if snan is not None:
+            fl[snan] = np.uint8(Flags.INVALID)
+        if name == "div":
+            a, b = vals
+            dz = (b == 0) & np.isfinite(a) & (a != 0)
+            if dz.any():
+                fl[dz] |= np.uint8(Flags.DIVBYZERO)
+    return out, fl
+
+
 # -- public functions -------------------------------------------------------------------------
 
 def _apply(name: str, kernel, args, fmt, rounding, overflow, subnormals, tininess, rng,
@@ -535,17 +586,8 @@ def _apply(name: str, kernel, args, fmt, rounding, overflow, subnormals, tinines
         )
     with _quiet():
         vals, snan, shape, scalar = _operands(args, c)
-        out, fl, inv = kernel(*vals, c)
+        out, fl = compute(name, vals, c, snan)
     if c.want:
-        if inv is not None and inv.any():
-            fl[inv] = np.uint8(Flags.INVALID)
-        if snan is not None:
-            fl[snan] = np.uint8(Flags.INVALID)
-        if name == "div":
-            a, b = vals
-            dz = (b == 0) & np.isfinite(a) & (a != 0)
-            if dz.any():
-                fl[dz] |= np.uint8(Flags.DIVBYZERO)
         fl = fl.reshape(shape)
         if _flags.flags_active():
             _flags.record(fl, name)
@@ -584,8 +626,8 @@ def add(
                   rng, random_bits, flags)
 
 
-def _sub_flat(a, b, c):
-    return _add_flat(a, -b, c)
+def _sub_flat(a, b, c, exact_operands: bool = True):
+    return _add_flat(a, -b, c, exact_operands)
 
 
 def sub(
@@ -713,3 +755,7 @@ def fma(
     """
     return _apply("fma", _fma_flat, (a, b, c), fmt, rounding, overflow, subnormals,
                   tininess, rng, random_bits, flags)
+
+
+_KERNELS = {"add": _add_flat, "sub": _sub_flat, "mul": _mul_flat, "div": _div_flat,
+            "sqrt": _sqrt_flat, "fma": _fma_flat}

@@ -264,13 +264,23 @@ def _finish(name, out, fl, snan_rows, out_shape, c: _Ctx, flags: bool):
     return (out, fl) if flags else out
 
 
+def _check_axis(axis, name: str = "axis") -> None:
+    """axis: None, an int or a tuple of ints (a clear TypeError otherwise)."""
+    if axis is None:
+        return
+    items = axis if isinstance(axis, (tuple, list)) else (axis,)
+    for a in items:
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
+            raise TypeError(f"{name} must be None, an int or a tuple of ints, got {axis!r}")
+
+
 def _to_rows(v: np.ndarray, axis, keepdims: bool):
     """Move the reduced axes last: (rows, n) array and the output shape."""
     if axis is None:
         axes = tuple(range(v.ndim))
     else:
         axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-        axes = tuple(normalize_axis_tuple(axes, v.ndim)) if axes else ()
+        axes = tuple(normalize_axis_tuple(axes, v.ndim, "axis")) if axes else ()
     keep = [i for i in range(v.ndim) if i not in axes]
     moved = np.transpose(v, keep + list(axes))
     kept_shape = tuple(v.shape[i] for i in keep)
@@ -312,6 +322,7 @@ def sum(  # noqa: A001 - the natural name, as numpy.sum
     >>> sum(np.ones((2, 3)), "fp16", axis=1)
     array([3., 3.])
     """
+    _check_axis(axis)
     c = _context(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
                  what="sum")
     order = _as_order(order)
@@ -361,6 +372,8 @@ def dot(
     ...                                                   rounding="up"))
     (4.125, 4.09375)
     """
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"dot: axis must be an int, got {axis!r}")
     c = _context(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
                  what="dot")
     order = _as_order(order)
@@ -374,6 +387,14 @@ def dot(
         shape = np.broadcast_shapes(np.shape(va), np.shape(vb))
         if len(shape) == 0:
             raise ValueError("dot needs arrays with at least one axis")
+        for name, v in (("a", va), ("b", vb)):
+            if np.ndim(v) == 0:
+                raise ValueError(f"dot: {name} must have at least one axis, got a scalar")
+        ax = int(normalize_axis_tuple(int(axis), len(shape), "axis")[0]) - len(shape)
+        ka, kb = (np.shape(v)[ax] if -ax <= np.ndim(v) else 1 for v in (va, vb))
+        if ka != kb:
+            raise ValueError(f"dot: the reduced axis (axis={axis}) has length {ka} in a and "
+                             f"{kb} in b; they must be equal")
         va, vb = np.broadcast_to(va, shape), np.broadcast_to(vb, shape)
         A, out_shape = _to_rows(va, axis, False)
         B, _ = _to_rows(vb, axis, False)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import flags as _flags
 from ..formats import (
     BF16,
     FP8_E4M3,
@@ -291,7 +292,8 @@ def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.nda
     ``x`` is float64 (values computed exactly or in float64), or an array already holding values
     of ``fmt`` (returned unchanged), or float32 values whose rounding is innocuous (an op may
     pass float32 only under the :data:`F32_SAFE` rule). ``mode`` overrides the context's mode
-    (construction always uses nearest even).
+    (construction always uses nearest even). Inside a :func:`fpsim.flag_context` the rounding
+    records its IEEE flags there.
 
     >>> import fpsim
     >>> round_to(np.array([0.1]), fpsim.FP16).dtype
@@ -307,6 +309,8 @@ def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.nda
         plain = (mode is Rounding.NEAREST_EVEN and s.overflow is Overflow.INF
                  and s.subnormals is Subnormals.KEEP)
     kind = x.dtype.kind
+    if _flags.flags_active():
+        plain = False  # fpsim.cast computes the IEEE flags and records them in the contexts
     if (kind == "f" and x.dtype.itemsize <= 8) or kind == "V":  # ints, long double: cast below
         if x.dtype != np.float64 and x.dtype != np.float32:
             x = widen(x)

@@ -16,19 +16,21 @@ wrapped numbers) and enters as float64.
 =============================  ============  ==============================================
 op                             output        forward / backward computation
 =============================  ============  ==============================================
-add, sub, mul, div, sqrt       promoted      Round to nearest even: fp32 / fp16 results by
-                                             the IEEE float32 operation (+ one native cast
-                                             for fp16: float32 has 24 >= 2*11+2 bits, so by
-                                             Figueroa's theorem this is one correct
-                                             rounding); other formats in float64, one
-                                             rounding (correct for operands of <= 24 bits:
-                                             53 >= 2*24+2). Other modes (directed,
-                                             stochastic): float64 plus the exact error term
-                                             (TwoSum, Dekker's TwoProduct, the exact
-                                             remainder of / and sqrt), rounded once by
-                                             fpsim.round_pair; so too a Python scalar that
-                                             is not a value of the output format (it enters
-                                             as its exact float64 value). fp64 results:
+add, sub, mul, div, sqrt       promoted      The exact result rounded once, as
+                                             fpsim.add / sub / mul / div / sqrt round it: the
+                                             arithmetic layer's kernel
+                                             (fpsim.arithmetic.compute), every mode and
+                                             format, IEEE flags into an active
+                                             fpsim.flag_context. Round to nearest even
+                                             without flags may go faster, with the same
+                                             result: fp32 / fp16 by the IEEE float32
+                                             operation (+ one native cast for fp16: 24 >=
+                                             2*11+2 bits, Figueroa's theorem); formats of
+                                             <= 25 bits whose float64 operation cannot
+                                             overflow or underflow by one float64 operation
+                                             and one rounding (53 >= 2*25+2). A Python scalar
+                                             that is not a value of the output format enters
+                                             at its exact float64 value. fp64 results:
                                              float64. Backward: float64, one rounding;
                                              broadcast dims summed in float64.
 pow                            promoted      float64 ``**``, one rounding; backward float64.
@@ -79,10 +81,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..formats import FP32, Format, get_format
-from ..modes import Rounding, as_rounding
+from .. import arithmetic as _arithmetic
+from .. import flags as _flags
+from ..formats import FP16, FP32, Format, get_format
+from ..modes import Rounding, Subnormals, as_rounding
 from ..rounding import round as fpsim_round
-from ..rounding import round_pair
 from . import accumulate as _acc
 from .context import (
     F32_SAFE,
@@ -95,6 +98,7 @@ from .context import (
     settings,
     widen,
 )
+from .fastcast import f64_to_f16
 from .generator import get_generator
 from .special import erfc
 from .tensor import Tensor, as_format, make_result
@@ -185,63 +189,76 @@ def _float32_ok(fmt: Format, *vals) -> bool:
     return all(isinstance(v, Tensor) or _representable(v, fmt) for v in vals)
 
 
-def _two_prod(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Dekker's TwoProduct with Veltkamp splitting: p + e == a * b exactly (finite, no
-    overflow or underflow)."""
-    p = a * b
-    ca, cb = 134217729.0 * a, 134217729.0 * b  # 2**27 + 1
-    ah = ca - (ca - a)
-    bh = cb - (cb - b)
-    al, bl = a - ah, b - bh
-    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
-
-
-def _error_term(op: str, a, b, r: np.ndarray) -> np.ndarray:
-    """A float64 ``lo`` with ``r + lo`` the exact result of ``a op b`` (add, sub, mul), or with
-    the exact sign of the remainder (div: (a - r b) / b; sqrt: (a - r r) / 2r)."""
-    if op in ("add", "sub"):
-        b = b if op == "add" else -b
-        bb = r - a
-        return (a - (r - bb)) + (b - bb)
-    if op == "mul":
-        return _two_prod(np.asarray(a, dtype=_F64), np.asarray(b, dtype=_F64))[1]
-    if op == "div":
-        p, e = _two_prod(r, np.asarray(b, dtype=_F64))
-        return ((a - p) - e) / b
-    p, e = _two_prod(r, r)  # sqrt
-    return ((a - p) - e) / (2.0 * r)
-
-
 _ARITH = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+_PLAN_FAST = {"add": "add_fast", "sub": "add_fast", "mul": "mul_fast", "div": "div_fast",
+              "sqrt": "sqrt_fast"}
+
+
+def _float64_ok(op: str, fmt: Format, st) -> bool:
+    """May ``op`` run as one float64 operation and one rounding to nearest even (see the
+    table)? Yes when the format has at most 25 bits (53 >= 2p + 2: Figueroa's theorem), the
+    float64 operation cannot overflow or lose bits to float64's subnormals for operands of the
+    format (the arithmetic kernel's plan), subnormals are kept and the mode is nearest even."""
+    return (st.mode is Rounding.NEAREST_EVEN and st.subnormals is Subnormals.KEEP
+            and fmt.precision_bits <= 25 and getattr(_arithmetic._plan(fmt), _PLAN_FAST[op]))
 
 
 def _arith(op: str, x, y, fmt: Format) -> np.ndarray:
-    """``x op y`` (Tensors or scalars; ``sqrt`` takes only x) rounded ONCE to ``fmt``: the
-    float32 IEEE operation where exact enough (see the table); else float64, which round to
-    nearest makes exact (Figueroa); other modes round the exact value hi + lo given by an
-    error-free transformation (fpsim.round_pair), so directed and stochastic rounding see the
-    exact result."""
-    if op == "sqrt":
-        if _float32_ok(fmt):
-            return round_to(np.sqrt(_val(x, _F32)), fmt)
-        a = _val(x)
-        r = np.sqrt(a)
-        b = None
-    else:
-        if _float32_ok(fmt, x, y):
-            return round_to(np.asarray(_ARITH[op](_val(x, _F32), _val(y, _F32))), fmt)
-        a, b = _val(x), _val(y)
-        r = np.asarray(_ARITH[op](a, b))
+    """``x op y`` (Tensors or scalars; ``sqrt`` takes only x) rounded ONCE to ``fmt``, as
+    :func:`fpsim.add` / ``sub`` / ``mul`` / ``div`` / ``sqrt`` round it: round to nearest even
+    without flags may take the float32 IEEE operation (fp16 / fp32, see the table) or one
+    float64 operation (:func:`_float64_ok`); everything else (directed and stochastic modes,
+    wide-exponent formats, flush / DAZ, an active :func:`fpsim.flag_context`, a Python scalar
+    that is not a value of ``fmt``) runs the arithmetic layer's kernel
+    (:func:`fpsim.arithmetic.compute`), which records the IEEE flags in the active flag
+    contexts."""
+    vals = (x,) if op == "sqrt" else (x, y)
     st = settings()
-    if fmt.mantissa_bits > 51 or (st.mode is Rounding.NEAREST_EVEN and all(
-            isinstance(v, Tensor) or _representable(v, fmt) for v in (x, y) if v is not None)):
-        return round_to(r, fmt)  # float64 then one rounding to nearest is exact (Figueroa)
-    a, r = np.broadcast_arrays(a, r)
-    lo = np.where(np.isfinite(r) & (r != 0), _error_term(op, a, b, r), 0.0)
-    lo = np.where(np.isfinite(lo), lo, 0.0)
-    vals = round_pair(r, lo, fmt, st.mode, rng=st.rng, overflow=st.overflow,
-                      subnormals=st.subnormals)
-    return np.asarray(vals).astype(fmt.storage_dtype)
+    want = _flags.flags_active()
+    if not want:
+        if _float32_ok(fmt, *vals):
+            f32 = [_val(v, _F32) for v in vals]
+            r = np.sqrt(f32[0]) if op == "sqrt" else _ARITH[op](*f32)
+            return round_to(np.asarray(r), fmt)
+        if fmt.mantissa_bits > _arithmetic._MAX_MANTISSA:  # fp64: float64's own operations
+            a = [_val(v) for v in vals]
+            return round_to(np.asarray(np.sqrt(a[0]) if op == "sqrt" else _ARITH[op](*a)), fmt)
+        exact = all(isinstance(v, Tensor) or _representable(v, fmt) for v in vals)
+        if exact and _float64_ok(op, fmt, st):
+            a = [_val(v) for v in vals]
+            return round_to(np.asarray(np.sqrt(a[0]) if op == "sqrt" else _ARITH[op](*a)), fmt)
+    elif fmt.mantissa_bits > _arithmetic._MAX_MANTISSA:
+        raise ValueError(f"{op}: IEEE flags are computed for formats of at most "
+                         f"{_arithmetic._MAX_MANTISSA} mantissa bits, got {fmt.name}")
+    else:
+        exact = all(isinstance(v, Tensor) or _representable(v, fmt) for v in vals)
+    c = _arithmetic.context(fmt, st.mode, overflow=st.overflow, subnormals=st.subnormals,
+                       rng=st.rng, flags=want, what=op)
+    shape = np.broadcast_shapes(*(_shape(v) for v in vals))
+    flat = [np.ascontiguousarray(np.broadcast_to(_val(v), shape), dtype=_F64).reshape(-1)
+            for v in vals]
+    flat = [_arithmetic.daz_operand(v, c) for v in flat]
+    snan = None
+    if want:
+        for v in vals:
+            if isinstance(v, Tensor):
+                m = _arithmetic._snan_mask(v._data)
+                if m is not None:
+                    m = np.broadcast_to(m, shape).reshape(-1)
+                    snan = m if snan is None else (snan | m)
+    with _flags.suspended(), np.errstate(all="ignore"):
+        out, fl = _arithmetic.compute(op, flat, c, snan, exact_operands=exact)
+    if want:
+        _flags.record(fl.reshape(shape), op)
+    return _store(out.reshape(shape), fmt)
+
+
+def _store(values: np.ndarray, fmt: Format) -> np.ndarray:
+    """float64 values of ``fmt`` -> its storage array (exact: no rounding happens)."""
+    if fmt == FP16:
+        return f64_to_f16(values)  # exact here; NumPy's own cast is slow on subnormals
+    with np.errstate(over="ignore", invalid="ignore"):
+        return values.astype(fmt.storage_dtype)
 
 
 def _sum_to(g: np.ndarray, shape: tuple) -> np.ndarray:

@@ -27,6 +27,9 @@ def manual_seed(seed: int) -> np.random.Generator:
     global _generator
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"manual_seed takes an int, got {seed!r}")
+    if seed < 0:
+        raise ValueError(f"manual_seed: seed must be a non-negative int (NumPy's generators "
+                         f"take seeds >= 0), got {seed}")
     _generator = np.random.default_rng(int(seed))
     _seed_rounding(int(seed))
     return _generator

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..formats import FP32, Format, get_float_format
 from ..modes import Rounding
+from ..rounding import round as fpsim_round
 from .context import round_to
 
 __all__ = [
@@ -157,7 +158,7 @@ class Tensor:
         fmt = as_format(fmt)
         if isinstance(data, Tensor):
             data = data._data
-        src = np.asarray(data)
+        src = _real_array(data, fmt)
         if src.dtype == fmt.storage_dtype and fmt.dtype is not None:
             arr = src.copy()
         else:
@@ -710,6 +711,25 @@ class Tensor:
         True
         """
         return _F.log_softmax(self, dim)
+
+
+def _real_array(data, fmt: Format) -> np.ndarray:
+    """``data`` as a real NumPy array; a Python int beyond int64 is rounded once from its exact
+    value to ``fmt`` (nearest even; float64 holds the result exactly). Anything else that is
+    not real numbers is a TypeError."""
+    if isinstance(data, int) and not isinstance(data, bool) and \
+            not -(1 << 63) <= data < (1 << 63):
+        return np.asarray(fpsim_round(data, fmt))  # the exact integer, one rounding
+    try:
+        src = np.asarray(data)
+    except ValueError as e:  # ragged nested lists
+        raise ValueError(f"Tensor: data must be a rectangular array of real numbers ({e})") \
+            from None
+    if src.dtype.kind not in "biufV":
+        raise TypeError(
+            f"Tensor: data must hold real numbers (Python floats / ints within int64, NumPy or "
+            f"ml_dtypes arrays), got {type(data).__name__} of dtype {src.dtype}")
+    return src
 
 
 def _shape_arg(shape: tuple) -> tuple:
