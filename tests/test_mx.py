@@ -288,8 +288,8 @@ def test_lazy_attribute_and_formats():
 def test_fast_fp4_rounding_equals_ml_dtypes_cast():
     from fpsim.mx.quantize import _fp4_rne
 
-    # every 97th float32 pattern of [0, 6], both signs, and each decision point's neighbours
-    a = np.arange(0, 0x40C00001, 97, dtype=np.int64).astype(np.int32).view(np.float32)
+    # every 331st float32 pattern of [0, 6], both signs, and each decision point's neighbours
+    a = np.arange(0, 0x40C00001, 331, dtype=np.int64).astype(np.int32).view(np.float32)
     t = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.0, 0.5, 1.0, 2.0, 4.0],
                  np.float32)
     y = np.concatenate([a, -a, t, -t, np.nextafter(t, np.float32(0)),
@@ -306,3 +306,86 @@ def test_docs_mx_examples_run():
     result = doctest.testfile(str(doc), module_relative=False,
                               optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 20 and result.failed == 0
+
+
+def directed(v: Fraction, g: list[Fraction], mode: str) -> Fraction:
+    """v rounded to the grid g (non-negative, code order) by a directed / away mode,
+    saturating at the grid's max."""
+    a = abs(v)
+    if a >= g[-1]:
+        r = g[-1]
+    else:
+        i = bisect.bisect_right(g, a) - 1
+        lo, hi = g[i], g[i + 1]
+        if a == lo:
+            r = lo
+        elif mode == "toward_zero":
+            r = lo
+        elif mode == "nearest_away":
+            r = hi if a - lo >= hi - a else lo
+        else:  # up / down: toward +inf / -inf on the signed value
+            r = hi if (mode == "up") == (v > 0) else lo
+    return -r if v < 0 else r
+
+
+def scale_exponent(amax: Fraction, name: str, mode: str) -> int:
+    """The shared exponent of the four scale modes, from their definitions, exactly."""
+    if amax == 0:
+        return -127
+    mbits = {"mxfp8_e4m3": 3, "mxfp8_e5m2": 2, "mxfp6_e2m3": 3, "mxfp6_e3m2": 2, "mxfp4": 1,
+             "mxint8": 6}[name]
+    emax = EMAX[name]
+    e = floor_log2(amax)
+    if mode == "ceil" and Fraction(2) ** e != amax:
+        e += 1
+    if mode == "even":  # amax rounded half away to mbits fraction bits first
+        ulp = Fraction(2) ** (e - mbits)
+        if (amax / ulp - int(amax / ulp)) >= Fraction(1, 2):
+            amax = (int(amax / ulp) + 1) * ulp
+        e = floor_log2(amax)
+    if mode == "rceil":  # smallest s with amax / 2**s <= elem_max
+        emax_val = GRIDS[name][-1]
+        s = floor_log2(amax / emax_val)
+        if Fraction(2) ** s < amax / emax_val:
+            s += 1
+        return max(-127, min(127, s))
+    return max(-127, min(127, e - emax))
+
+
+@pytest.mark.parametrize("name", MX_NAMES)
+@pytest.mark.parametrize("mode", ["even", "rceil"])
+def test_even_and_rceil_against_their_definitions(name, mode):
+    rng = np.random.default_rng(len(name) + len(mode))
+    x = rng.standard_normal((40, 32)) * np.ldexp(1.0, rng.integers(-30, 30, (40, 1)))
+    g = [float(v) for v in GRIDS[name]]
+    # block maxima at and around each mantissa rounding point of the element's top binade
+    for r, top in enumerate(np.linspace(g[-1] / 2, g[-1] * 2, 20)):
+        x[r, 0] = top
+    x[20:30, 0] = np.ldexp(1.0, rng.integers(-5, 5, 10)) * (2 - 2.0 ** -rng.integers(1, 8, 10))
+    x = x.astype(np.float32)
+    q = mx.quantize(x, name, scale_mode=mode)
+    codes = q.scales.view(np.uint8)[:, 0].astype(int) - 127
+    dq = q.dequantize()
+    for r in range(x.shape[0]):
+        fr = [Fraction(float(v)) for v in x[r]]
+        s = scale_exponent(max(abs(v) for v in fr), name, mode)
+        assert codes[r] == s, (r, float(x[r, 0]))
+        want = [rne(v / Fraction(2) ** s, GRIDS[name]) * Fraction(2) ** s for v in fr]
+        assert [Fraction(float(v)) for v in dq[r]] == want
+
+
+@pytest.mark.parametrize("name", ["mxfp6_e3m2", "mxfp8_e5m2", "mxint8"])
+@pytest.mark.parametrize("mode", ["toward_zero", "up", "down", "nearest_away"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_other_rounding_modes_against_exact_model(name, mode, dtype):
+    rng = np.random.default_rng(len(name) * 3 + len(mode))
+    x = np.concatenate([rng.standard_normal((8, 32)) * 3,
+                        boundary_block_values(name, rng)]).astype(dtype)
+    q = mx.quantize(x, name, rounding=mode)
+    dq = q.dequantize()
+    for r in range(x.shape[0]):
+        s = int(q.scales.view(np.uint8)[r, 0]) - 127
+        fr = [Fraction(float(v)) for v in x[r]]
+        want = [directed(v / Fraction(2) ** s, GRIDS[name], mode) * Fraction(2) ** s
+                for v in fr]
+        assert [Fraction(float(v)) for v in dq[r]] == want
