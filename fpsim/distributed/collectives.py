@@ -31,6 +31,7 @@ things are kept apart:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -39,29 +40,67 @@ import numpy as np
 from ..formats import get_float_format
 from ..rounding import cast
 
-__all__ = ["Communicator", "CommStats", "ring_volume", "COLLECTIVES", "REDUCE_OPS"]
+__all__ = ["Communicator", "CommStats", "ring_volume", "ordered_reduce", "COLLECTIVES",
+           "REDUCE_OPS"]
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 REDUCE_OPS = ("sum", "mean")
 
 
+def _count_arg(name: str, v, minimum: int) -> int:
+    """``v`` as an int >= ``minimum``: ints and integral floats; bool, complex, fractional,
+    non-finite and smaller values refused by name."""
+    if isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an int, got {v!r}")
+    if isinstance(v, (int, np.integer)):
+        n = int(v)
+    elif isinstance(v, (float, np.floating)):
+        if not (math.isfinite(v) and float(v).is_integer()):
+            raise ValueError(f"{name} must be a whole number of elements, got {v!r}")
+        n = int(v)
+    else:
+        raise TypeError(f"{name} must be an int, got {type(v).__name__} {v!r}")
+    if n < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {v!r}")
+    return n
+
+
 def ring_volume(collective: str, size: int, world_size: int) -> float:
     """Elements one rank sends (and receives) in a ring ``collective`` on a buffer of ``size``
     elements (the full buffer: the input of all-reduce and reduce-scatter, the output of
-    all-gather); broadcast: what a middle rank of the chain sends.
+    all-gather); broadcast: what a middle rank of the chain sends. ``size`` is a whole number
+    >= 0 and ``world_size`` one >= 1 (ints, or floats with an integral value).
 
     >>> ring_volume("all_reduce", 1000, 4), ring_volume("all_gather", 1000, 4)
     (1500.0, 750.0)
     """
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}; valid: {', '.join(COLLECTIVES)}")
-    n = int(world_size)
-    if n < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    size = _count_arg("size", size, 0)
+    n = _count_arg("world_size", world_size, 1)
     if collective == "broadcast":
         return float(size) if n > 1 else 0.0
     factor = 2 if collective == "all_reduce" else 1
     return factor * (n - 1) * size / n
+
+
+def ordered_reduce(arrays: Sequence[np.ndarray], op: str, world_size: int) -> np.ndarray:
+    """The reduction every communicator uses: the arrays (one per rank, in rank order 0, 1,
+    ..., N-1) added in float64 in that order, divided by ``world_size`` for ``mean``, and
+    rounded ONCE, to nearest even, to the arrays' format.
+
+    >>> ordered_reduce([np.array([1.0], np.float16), np.array([2.0], np.float16)], "mean", 2)
+    array([1.5], dtype=float16)
+    """
+    if op not in REDUCE_OPS:
+        raise ValueError(f"unknown reduction {op!r}; valid: {', '.join(REDUCE_OPS)}")
+    fmt = get_float_format(arrays[0].dtype)
+    acc = arrays[0].astype(np.float64)
+    for a in arrays[1:]:
+        acc = acc + a.astype(np.float64)
+    if op == "mean":
+        acc = acc / world_size
+    return np.asarray(cast(acc, fmt, "nearest_even"))
 
 
 @dataclass
@@ -107,6 +146,8 @@ class Communicator:
     [[2.0], [3.0]]
     """
 
+    engine = "sim"  # the backend's name in reports
+
     def __init__(self, world_size: int) -> None:
         if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)):
             raise TypeError(f"world_size must be an int, got {world_size!r}")
@@ -127,8 +168,8 @@ class Communicator:
 
     # ----------------------------------------------------------------------- helpers
     def _check(self, arrays: Sequence[np.ndarray], name: str) -> list[np.ndarray]:
-        if len(arrays) != self.world_size:
-            raise ValueError(f"{name} needs one array per rank ({self.world_size}), got "
+        if len(arrays) != len(self.local_ranks):
+            raise ValueError(f"{name} needs one array per rank ({len(self.local_ranks)}), got "
                              f"{len(arrays)}")
         arrs = [np.asarray(a) for a in arrays]
         first = arrs[0]
@@ -155,15 +196,27 @@ class Communicator:
 
     def _reduce(self, arrs: list[np.ndarray], op: str) -> np.ndarray:
         """Rank-order float64 accumulation, then one rounding to the arrays' format."""
-        if op not in REDUCE_OPS:
-            raise ValueError(f"unknown reduction {op!r}; valid: {', '.join(REDUCE_OPS)}")
-        fmt = get_float_format(arrs[0].dtype)
-        acc = arrs[0].astype(np.float64)
-        for a in arrs[1:]:
-            acc = acc + a.astype(np.float64)
-        if op == "mean":
-            acc = acc / self.world_size
-        return np.asarray(cast(acc, fmt, "nearest_even"))
+        return ordered_reduce(arrs, op, self.world_size)
+
+    # ------------------------------------------- what is not traffic: flags and reports
+    @property
+    def local_ranks(self) -> tuple[int, ...]:
+        """The ranks whose arrays this communicator's calls take and return, in order: all of
+        them here (one process simulates every rank)."""
+        return tuple(range(self.world_size))
+
+    def all_true(self, flags: Sequence[bool]) -> bool:
+        """Whether every rank's flag is true (one flag per local rank); a control message,
+        not counted as traffic."""
+        return all(bool(f) for f in flags)
+
+    def gather_report(self, values: Sequence) -> list:
+        """Every rank's value (one per local rank in, all N in rank order out), for reports;
+        not counted as traffic."""
+        if len(values) != len(self.local_ranks):
+            raise ValueError(f"gather_report needs one value per local rank "
+                             f"({len(self.local_ranks)}), got {len(values)}")
+        return list(values)
 
     # ------------------------------------------------------------------- collectives
     def all_reduce(self, arrays: Sequence[np.ndarray], op: str = "sum") -> list[np.ndarray]:

@@ -39,9 +39,18 @@ bits as one process that runs the N micro-batches one after another and averages
 gradients the same way (tests/test_zero_sim.py). A step whose averaged gradients contain inf or
 NaN is skipped on every rank (the flag's one-element all-reduce is not counted).
 
-The simulation runs the ranks one after another on one workspace model (the ``model`` given),
-into which each rank's full parameters are loaded before its forward pass; the workspace is
-compute scratch, not part of any rank's state. Stage 3 gathers the whole model at once (a real
+One implementation, two communicator backends. The engine holds the state of its *local*
+ranks (``comm.local_ranks``) and runs every collective through ``comm``:
+
+- :class:`~fpsim.distributed.collectives.Communicator` (the default) simulates all N ranks in
+  one process: the local ranks are 0..N-1, run one after another on one workspace model (the
+  ``model`` given), into which each rank's full parameters are loaded before its forward pass;
+  the workspace is compute scratch, not part of any rank's state.
+- :class:`~fpsim.distributed.mpi.MPICommunicator` runs each rank in its own MPI process: the
+  local rank is the process's own, the collectives are MPI messages of the arrays' real width,
+  and the reduction is the same ordered one, so both give the same bits
+  (:mod:`fpsim.distributed.mpi`).
+ Stage 3 gathers the whole model at once (a real
 implementation gathers layer by layer: the same volume, a smaller transient buffer).
 """
 
@@ -105,7 +114,10 @@ class ZeroEngine:
     to ``param_fmt`` in place and used as the ranks' compute workspace. ``loss_fn(output,
     target)`` (default :func:`fpsim.functional.cross_entropy`) returns the mean loss of a
     micro-batch. ``loss_scale``: a static loss scale. ``offload``: keep the gradient and
-    optimizer partitions on the host (ZeRO-Offload; stages 2 and 3).
+    optimizer partitions on the host (ZeRO-Offload; stages 2 and 3). ``comm``: the
+    communicator backend (default: a simulated :class:`Communicator` of ``world_size``
+    ranks; an :class:`~fpsim.distributed.mpi.MPICommunicator` for one rank per MPI process,
+    whose size must be ``world_size``). ``ranks`` holds the local ranks' state only.
 
     >>> import numpy as np, fpsim
     >>> from fpsim import nn
@@ -122,7 +134,7 @@ class ZeroEngine:
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, *, offload: bool = False,
                  param_fmt: Format | str = FP16, loss_fn: Callable | None = None,
-                 loss_scale: float = 1.0) -> None:
+                 loss_scale: float = 1.0, comm: Communicator | None = None) -> None:
         from ..nn import Module
 
         if isinstance(stage, bool) or stage not in ZERO_STAGES:
@@ -141,7 +153,12 @@ class ZeroEngine:
                              f"{stage}")
         if not (loss_scale > 0 and np.isfinite(loss_scale)):
             raise ValueError(f"loss_scale must be positive and finite, got {loss_scale!r}")
-        self.comm = Communicator(world_size)
+        if comm is None:
+            comm = Communicator(world_size)
+        elif comm.world_size != world_size:
+            raise ValueError(f"world_size is {world_size!r} but the communicator has "
+                             f"{comm.world_size} ranks")
+        self.comm = comm
         self.stage = int(stage)
         self.world_size = self.comm.world_size
         self.offload = bool(offload)
@@ -163,7 +180,7 @@ class ZeroEngine:
         self.shard = self.padded // n
         flat = self._flatten([p.data for p in self._params])
         self.ranks: list[ZeroRank] = []
-        for r in range(n):
+        for r in self.comm.local_ranks:
             own = self._own(flat, r)
             full_opt = self.stage == 0
             part = flat if full_opt else own
@@ -176,7 +193,7 @@ class ZeroEngine:
                 exp_avg_sq=np.zeros(part.size, np.float32),
                 offload=self.offload))
         self.skipped_steps = 0
-        self.last_step_comm: list[int] = [0] * n
+        self.last_step_comm: list[int] = [0] * len(self.ranks)
         self.last_loss: float | None = None
 
     # ------------------------------------------------------------------- layout
@@ -201,12 +218,22 @@ class ZeroEngine:
             p._data = a
             p.grad = None
 
-    def full_params(self, rank: int = 0) -> np.ndarray:
-        """Rank ``rank``'s full flat fp16 parameters (stage 3: the partitions concatenated,
-        outside the communication count)."""
+    def full_params(self, rank: int | None = None) -> np.ndarray:
+        """Rank ``rank``'s full flat fp16 parameters (default: the first local rank's; stage 3:
+        every rank's partition, gathered outside the communication count: with an MPI
+        communicator every rank must call this)."""
         if self.stage == 3:
-            return np.concatenate([rk.params for rk in self.ranks])
-        return self.ranks[rank].params.copy()
+            return np.concatenate(self.comm.gather_report([rk.params for rk in self.ranks]))
+        return self._local(rank).params.copy()
+
+    def _local(self, rank: int | None) -> ZeroRank:
+        if rank is None:
+            return self.ranks[0]
+        for rk in self.ranks:
+            if rk.rank == rank:
+                return rk
+        raise ValueError(f"rank {rank!r} is not held here; local ranks: "
+                         f"{list(self.comm.local_ranks)}")
 
     def load_into(self, model) -> None:
         """Copy the current parameters into ``model`` (same architecture), rounding to its
@@ -225,21 +252,22 @@ class ZeroEngine:
             raise ValueError(f"the global batch ({len(x)} inputs, {len(y)} targets) must "
                              f"split evenly across {n} ranks")
         before = [s.sent_elements for s in self.comm.stats]
-        xs, ys = np.split(x, n), np.split(y, n)
+        xs, ys = np.split(x, n), np.split(y, n)  # only the local ranks' slices are used
         if self.stage == 3:  # gathered for the forward pass, and again for the backward pass
             fwd = self.comm.all_gather([rk.params for rk in self.ranks])
             bwd = self.comm.all_gather([rk.params for rk in self.ranks])
         else:
             fwd = bwd = [rk.params for rk in self.ranks]
         losses, full_grads = [], []
-        for r in range(n):
-            self._load(fwd[r])
+        for rk, pf, pb in zip(self.ranks, fwd, bwd, strict=True):
+            r = rk.rank
+            self._load(pf)
             out = self.model(Tensor(xs[r], self.param_fmt))
             loss = self.loss_fn(out, ys[r])
             losses.append(loss.item())
             if self.loss_scale != 1.0:
                 loss = loss * self.loss_scale
-            self._load(bwd[r])
+            self._load(pb)
             with np.errstate(over="ignore", invalid="ignore"):  # overflow skips the step
                 loss.backward()
             full_grads.append(self._flatten([p.grad for p in self._params]))
@@ -247,7 +275,8 @@ class ZeroEngine:
         self._optimizer_step(shards)
         self.last_step_comm = [s.sent_elements - b for s, b in zip(self.comm.stats, before,
                                                                    strict=True)]
-        self.last_loss = float(np.mean(losses))
+        # the mean of all ranks' losses in rank order (a report: not counted as traffic)
+        self.last_loss = float(np.mean(self.comm.gather_report(losses)))
         return self.last_loss
 
     def _reduce(self, full_grads: list[np.ndarray]) -> list[np.ndarray]:
@@ -275,7 +304,7 @@ class ZeroEngine:
                 rk.transfers["d2h"] += int(g.nbytes)
             g = g.astype(np.float32)
             g32.append(g * inv if self.loss_scale != 1.0 else g)
-        if not all(np.isfinite(g).all() for g in g32):
+        if not self.comm.all_true([np.isfinite(g).all() for g in g32]):
             self.skipped_steps += 1
             return
         new = []
@@ -292,9 +321,10 @@ class ZeroEngine:
             rk.params = p16
 
     # ----------------------------------------------------------------- reports
-    def model_state_bytes(self, rank: int = 0) -> dict[str, int]:
-        """Rank ``rank``'s model-state bytes (see :meth:`ZeroRank.model_state_bytes`)."""
-        return self.ranks[rank].model_state_bytes()
+    def model_state_bytes(self, rank: int | None = None) -> dict[str, int]:
+        """Rank ``rank``'s model-state bytes (default: the first local rank's; see
+        :meth:`ZeroRank.model_state_bytes`)."""
+        return self._local(rank).model_state_bytes()
 
     @no_grad()
     def evaluate(self, x) -> Tensor:
