@@ -389,3 +389,12 @@ def test_other_rounding_modes_against_exact_model(name, mode, dtype):
         want = [directed(v / Fraction(2) ** s, GRIDS[name], mode) * Fraction(2) ** s
                 for v in fr]
         assert [Fraction(float(v)) for v in dq[r]] == want
+
+
+@pytest.mark.parametrize("name", MX_NAMES + ["nvfp4"])
+@pytest.mark.parametrize("shape,axis", [((0,), 0), ((3, 0), 1), ((0, 32), 1), ((0, 32), 0),
+                                        ((2, 0, 5), 2)])
+def test_empty_arrays(name, shape, axis):
+    q = mx.quantize(np.zeros(shape, np.float32), name, axis=axis)
+    assert q.dequantize().shape == shape and q.pack().size == 0
+    assert q.nbytes == q.scales.size + (q.elements.size * q.fmt.elem_bits + 7) // 8

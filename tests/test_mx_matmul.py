@@ -128,3 +128,12 @@ def test_nan_blocks_and_errors():
         mx.matmul(qa, qb, "fp16")
     with pytest.raises(TypeError, match="MXArray"):
         mx.matmul(np.ones((2, 64)), qb)
+
+
+@pytest.mark.parametrize("m,k,n", [(0, 32, 2), (2, 32, 0), (2, 0, 3)])
+def test_empty_shapes(m, k, n):
+    qa = mx.quantize(np.ones((m, k)), "mxfp8_e4m3", axis=1)
+    qb = mx.quantize(np.ones((k, n)), "mxfp8_e4m3", axis=0)
+    for acc in ("exact", "fp32", tc.BlockFMA(16)):
+        r = mx.matmul(qa, qb, acc)
+        assert r.shape == (m, n) and (r == 0).all()

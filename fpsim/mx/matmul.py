@@ -206,7 +206,7 @@ def matmul(qa: MXArray, qb: MXArray, accumulate="fp32") -> np.ndarray:
         stack = np.concatenate(terms, axis=0)  # (terms, M, N)
         out = np.empty((m, n))
         bad = nan.any(axis=0)
-        flat = stack.reshape(stack.shape[0], -1)
+        flat = stack.reshape(stack.shape[0], m * n)
         for j in range(m * n):  # math.fsum per output: the reference mode, small shapes
             out.flat[j] = math.fsum(flat[:, j].tolist())
         out[bad] = np.nan

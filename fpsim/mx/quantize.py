@@ -123,7 +123,7 @@ class MXArray:
             s = np.float32(self.per_tensor_scale) * s
         with np.errstate(invalid="ignore", over="ignore"):
             out = p * s[..., None]
-        out = out.reshape(out.shape[:-2] + (-1,))[..., : self.shape[self.axis]]
+        out = out.reshape(out.shape[:-2] + (nb * self.block_size,))[..., : self.shape[self.axis]]
         return np.ascontiguousarray(_move(out, -1, self.axis))
 
     def pack(self) -> np.ndarray:
