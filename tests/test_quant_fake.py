@@ -5,8 +5,10 @@ for nearbyint."""
 
 from __future__ import annotations
 
+import json
 import math
 from fractions import Fraction
+from pathlib import Path
 
 import gmpy2
 import ml_dtypes
@@ -203,7 +205,9 @@ def test_quantize_dequantize_reference():
         sf = f32(Fraction(scale))
         inv = f32(1 / sf)
         for xi, qi in zip(x, q, strict=True):
-            r = z + round(f32(Fraction(float(xi)) * inv))
+            # per tensor, 8-bit: the zero point added before rounding, one float32 rounding
+            # of x * inv + z (FBGEMM's FMA kernel)
+            r = round(f32(Fraction(float(xi)) * inv + z))
             assert int(qi) == min(max(r, qmin), qmax)
         d = dequantize(q, scale, z)
         assert d.dtype == np.float32
@@ -216,6 +220,9 @@ def test_quantize_per_channel_and_int32():
     q = quantize(x, [0.5, 0.25], [0, 1], axis=0)
     assert q.tolist() == [[2, -2], [5, -3]]
     assert dequantize(q, [0.5, 0.25], [0, 1], axis=0).tolist() == x.tolist()
+    # ties: rint(x * inv + z) with two float32 roundings: 1.5 + 1 = 2.5 -> 2, -3.5 + 1 -> -2
+    qt = quantize(np.array([[0.375, -0.875]], np.float32), [0.25], [1], axis=0)
+    assert qt.tolist() == [[2, -2]]
     big = quantize(np.float32(1e12), 1.0, 0, dtype="int32")
     assert int(big) == 2**31 - 1
 
@@ -331,3 +338,134 @@ def test_quant_range_values():
     assert quant_range(4) == (-8, 7)
     assert quant_range(8, narrow_range=True) == (-127, 127)
     assert quant_range(2) == (-2, 1)
+
+
+# -- recorded PyTorch 2.13 results at the rounding ties ------------------------------------------
+# tests/data/torch/quant_ties.npz, written by tools/record_torch_quant_ties.py with torch 2.13.0
+# (CPU, x86-64 AVX2): every half-integer x * (1 / scale) of each range and its float32
+# neighbours, several scales (non-powers of two included) and zero points, per tensor and per
+# channel, quint8 / qint8 / qint32.
+
+TIES = Path(__file__).parent / "data" / "torch" / "quant_ties.npz"
+QDTYPES = {"quint8": "uint8", "qint8": "int8", "qint32": "int32"}
+
+
+@pytest.fixture(scope="module")
+def ties():
+    with np.load(TIES) as d:
+        data = {k: d[k] for k in d.files}
+    data["meta"] = json.loads(str(data["meta"]))
+    return data
+
+
+def _bits_equal(a, b) -> np.ndarray:
+    return np.asarray(a, np.float32).view(np.int32) == np.asarray(b, np.float32).view(np.int32)
+
+
+def _rounding_first(x, scale, z, qmin, qmax):
+    """The textbook order, rounding before adding the zero point (what PyTorch does NOT do
+    in quantize_per_tensor / quantize_per_channel)."""
+    inv = np.float32(1) / np.float32(scale)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.clip(z + np.rint(x * inv).astype(np.float64), qmin, qmax)
+
+
+def test_recorded_file_is_torch_2_13(ties):
+    assert ties["meta"]["torch"].startswith("2.13.")
+    assert len(ties["meta"]["per_tensor"]) == 30 and len(ties["meta"]["per_channel"]) == 5
+
+
+def test_quantize_per_tensor_matches_torch_at_ties(ties):
+    n = differs_rounding_first = differs_unfused = 0
+    for i, m in enumerate(ties["meta"]["per_tensor"]):
+        x, want = ties[f"pt{i}/x"], ties[f"pt{i}/q"]
+        dt, s, z = QDTYPES[m["dtype"]], m["scale"], m["zero_point"]
+        got = quantize(x, s, z, dtype=dt)
+        assert got.dtype == np.dtype(dt)
+        bad = np.nonzero(got.astype(np.int64) != want)[0]
+        assert bad.size == 0, (m, x[bad[:5]], got[bad[:5]], want[bad[:5]])
+        n += x.size
+        qmin, qmax = np.iinfo(dt).min, np.iinfo(dt).max
+        differs_rounding_first += int((_rounding_first(x, s, z, qmin, qmax) != want).sum())
+        if dt != "int32":  # the 8-bit kernel rounds x * inv + z once (FMA), not twice
+            inv = np.float32(1) / np.float32(s)
+            with np.errstate(over="ignore", invalid="ignore"):
+                twice = np.clip(np.rint(x * inv + np.float32(z)), qmin, qmax)
+            differs_unfused += int((twice != want).sum())
+    assert n > 60000
+    # the data reaches both distinctions, so this test can tell the kernels apart
+    assert differs_rounding_first > 1000 and differs_unfused > 100
+
+
+def test_quantize_per_channel_matches_torch_at_ties(ties):
+    differs = 0
+    for i, m in enumerate(ties["meta"]["per_channel"]):
+        x, want = ties[f"pc{i}/x"], ties[f"pc{i}/q"]
+        s, z = ties[f"pc{i}/scales"], ties[f"pc{i}/zero_points"]
+        dt, axis = QDTYPES[m["dtype"]], m["axis"]
+        got = quantize(x, s, z, dtype=dt, axis=axis)
+        np.testing.assert_array_equal(got.astype(np.int64), want, err_msg=str(m))
+        # one scale per channel: each channel alone, per tensor, is NOT the same kernel for
+        # 8-bit (FMA there); count the difference to be sure the data shows it
+        if dt != "int32":
+            xm, wm = np.moveaxis(x, axis, 0), np.moveaxis(want, axis, 0)
+            for c in range(s.size):
+                differs += int((quantize(xm[c], s[c], z[c], dtype=dt) != wm[c]).sum())
+    assert differs > 0
+
+
+def test_dequantize_matches_torch(ties):
+    for i, m in enumerate(ties["meta"]["per_tensor"]):
+        q, want = ties[f"pt{i}/q"], ties[f"pt{i}/dq"]
+        dt, s, z = QDTYPES[m["dtype"]], m["scale"], m["zero_point"]
+        got = dequantize(q.astype(dt), s, z)
+        assert got.dtype == np.float32
+        # PyTorch computes q - z in int32 and wraps on overflow; fpsim does not
+        fits = np.abs(q - z) <= 2**31 - 1 if dt == "int32" else np.ones(q.shape, bool)
+        assert _bits_equal(got, want)[fits].all(), m
+        assert fits.mean() > 0.5
+    for i, m in enumerate(ties["meta"]["per_channel"]):
+        q, want = ties[f"pc{i}/q"], ties[f"pc{i}/dq"]
+        dt = QDTYPES[m["dtype"]]
+        got = dequantize(q.astype(dt), ties[f"pc{i}/scales"], ties[f"pc{i}/zero_points"],
+                         axis=m["axis"])
+        assert _bits_equal(got, want).all(), m
+
+
+def test_fake_quantize_matches_torch_at_ties(ties):
+    # fake quantization rounds first, then adds the zero point (the other order)
+    differs_add_first = 0
+    for i, m in enumerate(ties["meta"]["fake"]):
+        x = ties[f"fq{i}/x"]
+        args = (m["scale"], m["zero_point"], m["quant_min"], m["quant_max"])
+        assert _bits_equal(fake_quantize(x, *args), ties[f"fq{i}/out"]).all(), m
+        np.testing.assert_array_equal(fake_quantize_ste_mask(x, *args), ties[f"fq{i}/mask"])
+        if m["quant_max"] - m["quant_min"] < 2**16:
+            finite = np.isfinite(x)
+            q = quantize(x[finite], m["scale"], m["zero_point"], m["quant_min"],
+                         m["quant_max"], "int8" if m["quant_min"] < 0 else "uint8")
+            fq_q = np.rint(ties[f"fq{i}/out"][finite] / np.float32(m["scale"])) + m["zero_point"]
+            differs_add_first += int((q != fq_q).sum())
+    assert differs_add_first > 1000
+
+
+def test_fake_quantize_per_channel_matches_torch(ties):
+    for i, m in enumerate(ties["meta"]["fake_per_channel"]):
+        x, s, z = ties[f"fqc{i}/x"], ties[f"fqc{i}/scales"], ties[f"fqc{i}/zero_points"]
+        out = fake_quantize_per_channel(x, s, z, 0, m["quant_min"], m["quant_max"])
+        assert _bits_equal(out, ties[f"fqc{i}/out"]).all(), m
+        mask = fake_quantize_ste_mask(x, s, z, m["quant_min"], m["quant_max"], axis=0)
+        np.testing.assert_array_equal(mask, ties[f"fqc{i}/mask"])
+    # x86-64: +inf (and 1e30 * 10, beyond int64) becomes qmin per channel
+    assert fake_quantize_per_channel(np.float32([[np.inf, 1e30, -np.inf]]), [0.1], [3], 0,
+                                     -8, 7).tolist() == [[np.float32(-1.1)] * 3]
+    assert fake_quantize(np.float32([np.inf, -np.inf]), 0.1, 3, -8, 7).tolist() == [
+        np.float32(0.4), np.float32(-1.1)]
+
+
+def test_notebook_06_example():
+    # notebook 06's cell: MinMaxObserver on [-0.7, 0.2, 2.3] (scale 0.0117647061124444,
+    # zero point 59), values recorded there from torch.quantize_per_tensor
+    xs = np.array([-0.7, -0.35, 0.0, 0.2, 0.5, 1.0, 1.5, 2.0, 2.3], np.float32)
+    q = quantize(xs, 0.0117647061124444, 59, dtype="uint8")
+    assert q.tolist() == [0, 29, 59, 76, 102, 144, 186, 229, 254]

@@ -125,7 +125,9 @@ def test_bad_input():
     with pytest.raises(ValueError, match="amax_history_len"):
         DelayedScaling(amax_history_len=0)
     with pytest.raises(ValueError, match="unknown format"):
-        fp8_scale(1.0, "e9m9")
+        fp8_scale(1.0, "e4m3x")
+    with pytest.raises(ValueError, match="fmt e9m9 .* beyond float32's range"):
+        fp8_scale(1.0, "e9m9")  # a valid name since eXmY names are accepted, but too wide
     with pytest.raises(TypeError):
         fp8_scale(1.0, "int8")
     with pytest.raises(ValueError, match="scale"):

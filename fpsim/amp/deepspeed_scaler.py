@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .scaler import _positive, _positive_int, _ScalerBase
+from .scaler import _flag, _positive, _positive_int, _ScalerBase
 
 __all__ = ["DynamicLossScaler", "WINDOW_RULES"]
 
@@ -75,8 +75,9 @@ class DynamicLossScaler(_ScalerBase):
         self.scale_factor = _positive("scale_factor", scale_factor)
         if not self.scale_factor > 1.0:
             raise ValueError(f"scale_factor must be > 1, got {scale_factor!r}")
-        self.consecutive_hysteresis = bool(consecutive_hysteresis)
-        self.raise_error_at_min_scale = bool(raise_error_at_min_scale)
+        self.consecutive_hysteresis = _flag("consecutive_hysteresis", consecutive_hysteresis)
+        self.raise_error_at_min_scale = _flag("raise_error_at_min_scale",
+                                              raise_error_at_min_scale)
         if window_rule not in WINDOW_RULES:
             raise ValueError(
                 f"unknown window_rule {window_rule!r}; valid: {', '.join(WINDOW_RULES)}"

@@ -145,7 +145,7 @@ class _ScalerBase:
     _allow_fp16 = False  # PyTorch refuses to unscale FP16 gradients (master weights expected)
 
     def __init__(self, enabled: bool = True) -> None:
-        self._enabled = bool(enabled)
+        self._enabled = _flag("enabled", enabled)
         self._per_optimizer_states: dict[int, dict[str, Any]] = {}
         self._iteration = 0
         self.history: list[dict[str, Any]] = []
@@ -273,8 +273,10 @@ def _as_new_scale(new_scale: Any) -> float:
 
 
 def _positive(name: str, value: Any) -> float:
+    """``value`` as a float, checked to be a real, finite, positive number."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+        raise TypeError(f"{name} must be a real number (int or float), got "
+                        f"{type(value).__name__} {value!r}")
     v = float(value)
     if not (v > 0 and np.isfinite(v)):
         raise ValueError(f"{name} must be positive and finite, got {value!r}")
@@ -282,9 +284,20 @@ def _positive(name: str, value: Any) -> float:
 
 
 def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    """``value`` as an int, checked to be an integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be a positive int, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive int (>= 1), got {value!r}")
     return int(value)
+
+
+def _flag(name: str, value: Any) -> bool:
+    """``value`` as a bool; a string such as "no" is refused (``bool("no")`` is True)."""
+    if not isinstance(value, (bool, np.bool_, int, np.integer)):
+        raise TypeError(f"{name} must be a bool (True or False), got {type(value).__name__} "
+                        f"{value!r}")
+    return bool(value)
 
 
 class GradScaler(_ScalerBase):
@@ -330,16 +343,20 @@ class GradScaler(_ScalerBase):
         enabled: bool = True,
     ) -> None:
         super().__init__(enabled)
+        # the types are checked even when disabled (PyTorch checks nothing then); the ranges
+        # only when enabled, as PyTorch, with PyTorch's messages
+        growth = _positive("growth_factor", growth_factor)
+        backoff = _positive("backoff_factor", backoff_factor)
         if self._enabled:
-            if not growth_factor > 1.0:
-                raise ValueError("The growth factor must be > 1.0.")
-            if not backoff_factor < 1.0:
-                raise ValueError("The backoff factor must be < 1.0.")
-            if not backoff_factor > 0.0:
-                raise ValueError(f"The backoff factor must be > 0, got {backoff_factor!r}.")
+            if not growth > 1.0:
+                raise ValueError(f"The growth factor must be > 1.0, got growth_factor="
+                                 f"{growth_factor!r}")
+            if not backoff < 1.0:
+                raise ValueError(f"The backoff factor must be < 1.0, got backoff_factor="
+                                 f"{backoff_factor!r} (valid: 0 < backoff_factor < 1)")
         self._init_scale = _positive("init_scale", init_scale)
-        self._growth_factor = float(growth_factor)
-        self._backoff_factor = float(backoff_factor)
+        self._growth_factor = growth
+        self._backoff_factor = backoff
         self._growth_interval = _positive_int("growth_interval", growth_interval)
         self._init_growth_tracker = 0
         self._scale: np.float32 | None = None

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -60,6 +61,14 @@ def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, *,
     >>> bool((np.abs(t.numpy()) <= 1).all())
     True
     """
+    for name, v in (("a", a), ("b", b)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"uniform_: {name} must be a real number, got {type(v).__name__} "
+                            f"{v!r}")
+        if not math.isfinite(v):
+            raise ValueError(f"uniform_: {name} must be finite, got {v!r}")
+    if a > b:
+        raise ValueError(f"uniform_ expects a <= b (the range [a, b)), got a={a} > b={b}")
     tensor.data = get_generator(rng).uniform(a, b, size=tensor.shape)
     return tensor
 
@@ -78,6 +87,9 @@ def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in",
         raise ValueError(f"mode must be 'fan_in' or 'fan_out', got {mode!r}")
     fan_in, fan_out = calculate_fan_in_and_fan_out(tensor)
     fan = fan_in if mode == "fan_in" else fan_out
+    if 0 in tensor.shape:  # as PyTorch: nothing to fill
+        warnings.warn("Initializing zero-element tensors is a no-op", UserWarning, stacklevel=2)
+        return tensor
     bound = math.sqrt(3.0) * calculate_gain(nonlinearity, a) / math.sqrt(fan)
     return uniform_(tensor, -bound, bound, rng=rng)
 

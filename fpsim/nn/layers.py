@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from ..autograd import functional as F
-from ..autograd.conv import _check_padding_string, _IntPair, _pair
+from ..autograd.conv import _check_padding_string, _IntPair, _ints, _pair
 from ..autograd.generator import get_generator
 from ..autograd.tensor import Tensor, as_format
 from ..formats import FP32, FP64, Format
@@ -20,6 +20,27 @@ from .module import Module, Parameter
 
 __all__ = ["Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "LayerNorm", "BatchNorm1d",
            "BatchNorm2d", "Dropout", "ReLU", "GELU", "Tanh", "Sigmoid", "Flatten", "Identity"]
+
+
+def _size(value, name: str, op: str) -> int:
+    """A layer size: an int >= 1 (TypeError for other types, ValueError below 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{op}: {name} must be a positive int, got {type(value).__name__} "
+                        f"{value!r}")
+    if value < 1:
+        raise ValueError(f"{op}: {name} must be a positive int (>= 1), got {value!r}")
+    return int(value)
+
+
+def _real(value, name: str, op: str, lo: float, hi: float = math.inf) -> float:
+    """A finite real number in [lo, hi] (TypeError for other types)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{op}: {name} must be a real number, got {type(value).__name__} "
+                        f"{value!r}")
+    if not (math.isfinite(value) and lo <= value <= hi):
+        rng = f">= {lo}" if hi == math.inf else f"in [{lo}, {hi}]"
+        raise ValueError(f"{op}: {name} must be a finite number {rng}, got {value!r}")
+    return float(value)
 
 
 def _reset_weight_and_bias(weight: Parameter, bias: Parameter | None, rng) -> None:
@@ -45,6 +66,8 @@ class Linear(Module):
                  fmt: Format | str = FP32, rng: np.random.Generator | int | None = None) -> None:
         super().__init__()
         fmt = as_format(fmt)
+        in_features = _size(in_features, "in_features", "Linear")
+        out_features = _size(out_features, "out_features", "Linear")
         self.in_features, self.out_features = in_features, out_features
         self.weight = Parameter(np.zeros((out_features, in_features)), fmt)
         if bias:
@@ -81,8 +104,14 @@ class Conv2d(Module):
                  rng: np.random.Generator | int | None = None) -> None:
         super().__init__()
         fmt = as_format(fmt)
-        if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
-            raise ValueError(f"Conv2d: groups must be a positive integer, got {groups!r}")
+        in_channels = _size(in_channels, "in_channels", "Conv2d")
+        out_channels = _size(out_channels, "out_channels", "Conv2d")
+        groups = _size(groups, "groups", "Conv2d")
+        _ints(kernel_size, "kernel_size", "Conv2d", 1)
+        _ints(stride, "stride", "Conv2d", 1)
+        _ints(dilation, "dilation", "Conv2d", 1)
+        if not isinstance(padding, str):
+            _ints(padding, "padding", "Conv2d", 0)
         if in_channels % groups:
             raise ValueError(f"Conv2d: in_channels ({in_channels}) must be divisible by groups "
                              f"({groups})")
@@ -132,6 +161,11 @@ class MaxPool2d(Module):
                  padding: _IntPair = 0, dilation: _IntPair = 1, return_indices: bool = False,
                  ceil_mode: bool = False) -> None:
         super().__init__()
+        _ints(kernel_size, "kernel_size", "MaxPool2d", 1)
+        if stride is not None:
+            _ints(stride, "stride", "MaxPool2d", 1)
+        _ints(padding, "padding", "MaxPool2d", 0)
+        _ints(dilation, "dilation", "MaxPool2d", 1)
         self.kernel_size = kernel_size
         self.stride = stride if stride is not None else kernel_size  # as PyTorch
         self.padding, self.dilation = padding, dilation
@@ -158,6 +192,10 @@ class AvgPool2d(Module):
                  padding: _IntPair = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                  divisor_override: int | None = None) -> None:
         super().__init__()
+        _ints(kernel_size, "kernel_size", "AvgPool2d", 1)
+        if stride is not None:
+            _ints(stride, "stride", "AvgPool2d", 1)
+        _ints(padding, "padding", "AvgPool2d", 0)
         self.kernel_size = kernel_size
         self.stride = stride if stride is not None else kernel_size  # as PyTorch
         self.padding, self.ceil_mode = padding, ceil_mode
@@ -182,8 +220,16 @@ class LayerNorm(Module):
                  bias: bool = True, *, fmt: Format | str = FP32) -> None:
         super().__init__()
         fmt = as_format(fmt)
-        ns = (normalized_shape,) if isinstance(normalized_shape, (int, np.integer)) else tuple(
-            normalized_shape)
+        if isinstance(normalized_shape, (int, np.integer)):
+            ns = (normalized_shape,)
+        elif (hasattr(normalized_shape, "__iter__") and not isinstance(normalized_shape, str)
+              and len(ns := tuple(normalized_shape)) > 0):
+            pass
+        else:
+            raise TypeError(f"LayerNorm: normalized_shape must be an int or a non-empty "
+                            f"list/tuple of ints, got {normalized_shape!r}")
+        ns = tuple(_size(n, "normalized_shape", "LayerNorm") for n in ns)
+        eps = _real(eps, "eps", "LayerNorm", 0.0)
         self.normalized_shape, self.eps = ns, eps
         if elementwise_affine:
             self.weight = Parameter(np.ones(ns), fmt)
@@ -210,6 +256,11 @@ class _BatchNorm(Module):
                  fmt: Format | str = FP32) -> None:
         super().__init__()
         fmt = as_format(fmt)
+        op = type(self).__name__
+        num_features = _size(num_features, "num_features", op)
+        eps = _real(eps, "eps", op, 0.0)
+        if momentum is not None:  # None: the cumulative moving average
+            momentum = _real(momentum, "momentum", op, 0.0, 1.0)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         if affine:
@@ -281,6 +332,9 @@ class Dropout(Module):
     def __init__(self, p: float = 0.5, inplace: bool = False, *,
                  rng: np.random.Generator | int | None = None) -> None:
         super().__init__()
+        if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)):
+            raise TypeError(f"Dropout: p must be a real number in [0, 1], got "
+                            f"{type(p).__name__} {p!r}")
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
         self.p = p
@@ -352,7 +406,10 @@ class Flatten(Module):
 
     def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
         super().__init__()
-        self.start_dim, self.end_dim = start_dim, end_dim
+        for name, v in (("start_dim", start_dim), ("end_dim", end_dim)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"Flatten: {name} must be an int, got {type(v).__name__} {v!r}")
+        self.start_dim, self.end_dim = int(start_dim), int(end_dim)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.flatten(x, self.start_dim, self.end_dim)

@@ -1,7 +1,8 @@
 """Quantize, dequantize and fake-quantize, bit for bit as PyTorch's CPU kernels; LSQ gradients;
 TensorRT's symmetric int8 scheme.
 
-The formula (PyTorch 2.x, ``aten/src/ATen/native/quantized/cpu/kernels/QuantizedOpKernels.cpp``,
+Fake quantization rounds *before* adding the zero point (PyTorch 2.13,
+``aten/src/ATen/native/quantized/cpu/kernels/QuantizedOpKernels.cpp``,
 ``_fake_quantize_tensor_helper``), for a float32 tensor::
 
     inv_scale = 1.0f / scale                       # float32 division, scale cast to float32
@@ -21,15 +22,32 @@ float32 (rounds to 128) while ``x / scale`` is 127.49999 (127); the
 round-half-to-even of ``x / s + z`` in textbook notation is only the ideal. fpsim computes in
 float32 the same way, so results are PyTorch's to the bit. ``fmax`` ignores NaN, so a NaN
 input fake-quantizes to ``(qmin - z) * s`` with mask False, as in PyTorch; ``+-inf`` clamp to
-``qmax`` / ``qmin`` (the per-channel C++ kernel casts +-inf to int64, which C++ leaves
-undefined; fpsim uses the per-tensor behaviour for both). A float64 input computes
+``qmax`` / ``qmin`` per tensor. The per-channel kernel casts ``qval_f`` to int64 before
+clamping, which C++ leaves undefined beyond int64's range; x86-64 gives INT64_MIN there, so
+``+inf``, NaN and every ``|qval_f| >= 2**63`` (``1e30`` with scale 0.1) become ``qmin``, as
+PyTorch 2.13 on x86-64 does and fpsim models. A float64 input computes
 ``x * inv_scale`` in float64 and the output product in float32, as PyTorch's double kernel;
 float16 / bfloat16 inputs compute in float32 and round the output back.
 
-:func:`quantize` follows ATen's ``quantize_val`` / FBGEMM's ``Quantize`` (the input cast to
-float32, ``zero_point + nearbyint(x * inv_scale)`` clamped); :func:`dequantize` computes
-``(q - z) * s`` exactly rounded to float32 (PyTorch's vectorised CPU path may instead compute
-``q * s + (-z * s)`` with an FMA, which can differ in the last bit when ``z != 0``).
+:func:`quantize` follows PyTorch 2.13's CPU kernels, which add the zero point *before*
+rounding, unlike fake quantization (checked against ``torch.quantize_per_tensor`` /
+``quantize_per_channel`` results recorded by ``tools/record_torch_quant_ties.py`` into
+``tests/data/torch/quant_ties.npz``; ``inv = 1.0f / float(scale)``, ``rint`` half to even):
+
+- per tensor, quint8 / qint8 (FBGEMM's ``Quantize<T, LEGACY=true>`` on an AVX2 + FMA CPU,
+  ``_mm256_fmadd_ps``): ``q = clamp(rint(fma(x, inv, z)))``, ``x * inv + z`` rounded once to
+  float32. ``quantize(2.3, 0.0117647061124444, 59, dtype="uint8")`` is 254:
+  ``195.5 + 59 = 254.5`` rounds to even, where rounding first gives ``196 + 59 = 255``;
+- per tensor, qint32 (FBGEMM's scalar ``Quantize``) and per channel, every dtype (ATen's
+  ``quantize_val``): ``q = clamp(rint(float32(float32(x * inv) + float32(z))))``, two float32
+  roundings before ``rint``. The two differ where ``x * inv`` rounds onto a half-integer;
+  a CPU without AVX2 / FMA uses the second formula per tensor too.
+
+:func:`dequantize` is ``float32(q - z) * float32(scale)`` per tensor (FBGEMM's
+``Dequantize``: one rounding for 8-bit values, two beyond ``|q - z| = 2**24``), and
+``float32(float64(float32(q) - float32(z)) * scale)`` per channel (ATen's per-channel kernel
+multiplies by the double scale). ``q - z`` is exact here; PyTorch computes it in int32 and
+wraps when it overflows (a qint32 value at one end with a zero point of the other sign).
 """
 
 from __future__ import annotations
@@ -39,7 +57,7 @@ import math
 import numpy as np
 
 from ..formats import IntFormat
-from .qparams import as_qdtype, quant_range
+from .qparams import _real_array, as_qdtype, quant_range
 
 __all__ = [
     "quantize",
@@ -75,7 +93,7 @@ def _float_input(x) -> tuple[np.ndarray, type, np.dtype]:
 
 
 def _scale32(scale, name: str = "scale") -> np.ndarray:
-    s = np.asarray(scale, dtype=np.float64)
+    s = _real_array(scale, name)
     if not np.isfinite(s).all() or (s <= 0).any():
         raise ValueError(f"{name} must be finite and positive, got {scale!r}")
     s32 = s.astype(np.float32)  # the kernels take `float sc`
@@ -107,6 +125,16 @@ def _zero_points(zero_point, qmin: int, qmax: int) -> np.ndarray:
         raise ValueError(f"zero_point must be between quant_min and quant_max "
                          f"[{qmin}, {qmax}], got {zero_point!r}")
     return z
+
+
+def _int_zero_points(zero_point) -> np.ndarray:
+    z = np.asarray(zero_point)
+    if z.dtype.kind == "f":
+        if not (np.isfinite(z).all() and (z == np.round(z)).all()):
+            raise ValueError(f"zero_point must be an integer, got {zero_point!r}")
+    elif z.dtype.kind not in "iu":
+        raise TypeError(f"zero_point must be an integer, got {zero_point!r}")
+    return z.astype(np.int64)
 
 
 def _channel_shape(x: np.ndarray, axis: int, n: int, what: str) -> tuple[int, ...]:
@@ -143,6 +171,10 @@ def _fake_quant_core(arr, ct, s32, z, qmin, qmax, per_channel=False):
         t = arr.astype(ct, copy=False) * inv  # float32 * float32 (float64 * float for double)
         qval_f = z.astype(ct) + np.rint(t)  # int64 + float is a float add in C++
         mask = (qval_f >= ct(qmin)) & (qval_f <= ct(qmax))
+        if per_channel:
+            # static_cast<int64_t> of NaN or of |v| >= 2**63 is x86-64's INT64_MIN, which
+            # then clamps to qmin (PyTorch 2.13 on x86-64; undefined in C++)
+            qval_f = np.where(np.abs(qval_f) < ct(2.0**63), qval_f, ct(qmin))
         if max(-qmin, qmax) <= 2**24 and np.abs(z).max(initial=0) <= 2**24:
             # every integer involved is exact in float32, so the double clamp, the int64
             # cast and the float conversion of (q - z) change nothing: stay in ct
@@ -223,24 +255,48 @@ def fake_quantize_ste_mask(x, scale, zero_point, quant_min: int, quant_max: int,
 
 # -- real quantization --------------------------------------------------------------------------
 
+def _fma_to_float32(x32: np.ndarray, inv: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """float32 ``fma(x, inv, z)``: ``x * inv + z`` rounded once, as ``_mm256_fmadd_ps``.
+
+    The float64 product of two float32 values is exact; the float64 sum is made
+    round-to-odd (its error by TwoSum, the result moved to the odd neighbour when inexact),
+    and a round-to-odd value with 53 >= 24 + 2 bits rounds to float32 exactly as the exact
+    sum would."""
+    p = x32.astype(np.float64) * inv.astype(np.float64)
+    zz = z.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = p + zz
+        bb = s - p
+        err = (p - (s - bb)) + (zz - bb)  # TwoSum: s + err == p + zz exactly
+        even = (s.view(np.int64) & 1) == 0
+        fix = (err != 0) & even & np.isfinite(s)
+        s = np.where(fix, np.nextafter(s, s + np.sign(err)), s)
+        return s.astype(np.float32)
+
+
 def quantize(x, scale, zero_point, quant_min: int | None = None, quant_max: int | None = None,
              dtype: str | IntFormat = "int8", axis: int | None = None) -> np.ndarray:
-    """Quantize to integers: ``clamp(zero_point + nearbyint(float32(x) * (1.0f / scale)),
-    quant_min, quant_max)`` as ATen's ``quantize_val`` (FBGEMM ``Quantize``, non-legacy).
+    """Quantize to integers as PyTorch 2.13's ``torch.quantize_per_tensor`` (``axis=None``)
+    and ``torch.quantize_per_channel`` (``axis``) on an x86-64 CPU, bit for bit: the zero
+    point is added *before* rounding (see the module docstring for the two kernels):
+    ``clamp(rint(x * (1.0f / scale) + zero_point), quant_min, quant_max)`` in float32.
 
     ``dtype`` is "int8" / "qint8", "uint8" / "quint8", "int32" / "qint32" or an IntFormat of
-    those; ``quant_min`` / ``quant_max`` default to its full range. ``axis`` selects
-    per-channel scales and zero points. NaN input raises ValueError (an integer has no NaN);
-    +-inf clamp.
+    those; ``quant_min`` / ``quant_max`` default to its full range (a narrower range clamps
+    the result further). The input is cast to float32 (PyTorch quantizes float32 tensors
+    only). NaN input raises ValueError (an integer has no NaN); +-inf clamp.
 
     >>> quantize(np.array([-1.0, 0.05, 0.15, 100.0], np.float32), 0.1, 3)
-    array([ -7,   3,   5, 127], dtype=int8)
+    array([ -7,   4,   4, 127], dtype=int8)
 
-    The reciprocal matters (FBGEMM's own example): 0.273939937 * (1 / 0.00214854861) is 127.5
-    in float32 and rounds to 128, where 0.273939937 / 0.00214854861 would give 127.
+    0.05 * 10 and 0.15 * 10 are 0.5 and 1.5 in float32: 3.5 and 4.5 round to the even 4.
+    The reciprocal matters too (FBGEMM's own example): 0.273939937 * (1 / 0.00214854861) is
+    127.5 in float32 and rounds to 128, where 0.273939937 / 0.00214854861 would give 127.
 
     >>> quantize(np.float32(0.273939937), 0.00214854861, 0, dtype="uint8")
     np.uint8(128)
+    >>> int(quantize(np.float32(2.3), 0.0117647061124444, 59, dtype="uint8"))  # 254.5 -> 254
+    254
     """
     fmt = as_qdtype(dtype).int_format
     qmin = fmt.min if quant_min is None else quant_min
@@ -249,7 +305,7 @@ def quantize(x, scale, zero_point, quant_min: int | None = None, quant_max: int 
     if qmin < fmt.min or qmax > fmt.max:
         raise ValueError(f"[{qmin}, {qmax}] does not fit {fmt.name} [{fmt.min}, {fmt.max}]")
     arr, _, _ = _float_input(x)
-    arr = arr.astype(np.float32)  # quantize_val takes `float value`
+    arr = arr.astype(np.float32)  # PyTorch quantizes float tensors
     if np.isnan(arr).any():
         raise ValueError("cannot quantize NaN to an integer")
     if axis is None:
@@ -257,15 +313,26 @@ def quantize(x, scale, zero_point, quant_min: int | None = None, quant_max: int 
         z = _zero_points(zero_point, qmin, qmax).reshape(())
     else:
         s32, z = _per_channel_params(arr, scale, zero_point, axis, qmin, qmax)
-    inv = np.float32(1.0) / s32
+    inv = np.float32(1.0) / s32  # float inv_scale = 1.0f / (float)scale
     with np.errstate(over="ignore", invalid="ignore"):
-        qf = z.astype(np.float32) + np.rint(arr * inv)
-        q = np.clip(qf.astype(np.float64), qmin, qmax)  # clamp<double, T>
+        if axis is None and fmt.bits == 8:
+            qf = _fma_to_float32(arr, inv, z)  # FBGEMM QuantizeAvx2<T, LEGACY=true>
+        else:
+            # FBGEMM's scalar Quantize<T, LEGACY=true> (qint32) and ATen's quantize_val
+            # (per channel): float product, float add of the int32 zero point
+            qf = arr * inv + z.astype(np.float32)
+        # nearbyint, then clamp<double, T>
+        q = np.clip(np.rint(qf).astype(np.float64), qmin, qmax)
     return q.astype(fmt.dtype)
 
 
 def dequantize(q, scale, zero_point, axis: int | None = None) -> np.ndarray:
-    """float32 ``(q - zero_point) * scale``, one rounding (see the module docstring).
+    """float32 values of quantized integers as PyTorch 2.13's ``Tensor.dequantize()``:
+    ``float32(q - zero_point) * float32(scale)`` per tensor and
+    ``float32(float64(float32(q) - float32(zero_point)) * scale)`` per channel (``axis``,
+    the scales used as float64, as PyTorch's per-channel double scales). Both are one
+    rounding of ``(q - z) * scale`` for 8-bit values. ``q - z`` is computed exactly (PyTorch
+    wraps it in int32).
 
     >>> dequantize(np.array([-7, 4, 5, 127], np.int8), 0.1, 3)
     array([-1.      ,  0.1     ,  0.2     , 12.400001], dtype=float32)
@@ -275,15 +342,21 @@ def dequantize(q, scale, zero_point, axis: int | None = None) -> np.ndarray:
         raise TypeError(f"dequantize expects integers, got dtype {qa.dtype}")
     if axis is None:
         s32 = _scale32(scale).reshape(())
-        z = np.asarray(zero_point, dtype=np.int64).reshape(())
-    else:
-        s32 = _scale32(scale, "scales").reshape(-1)
-        z = np.asarray(zero_point, dtype=np.int64).reshape(-1)
-        shape = _channel_shape(qa, axis, s32.size, "scales")
-        s32, z = s32.reshape(shape), z.reshape(shape)
-    diff = qa.astype(np.int64) - z
-    # (q - z) has at most 33 bits: the float64 product is exact, then one rounding to float32
-    return (diff.astype(np.float64) * s32.astype(np.float64)).astype(np.float32)
+        z = _int_zero_points(zero_point).reshape(())
+        if s32.size != 1 or z.size != 1:
+            raise ValueError("dequantize takes one scale and zero_point without axis; pass "
+                             "axis for per-channel values")
+        # FBGEMM Dequantize: scale * (src - zero_point), int -> float, then a float product
+        return (qa.astype(np.int64) - z).astype(np.float32) * s32
+    s32 = _scale32(scale, "scales").reshape(-1)
+    s64 = np.asarray(scale, dtype=np.float64).reshape(-1)
+    z = _int_zero_points(zero_point).reshape(-1)
+    if s64.size != z.size:
+        raise ValueError(f"scales and zero_points lengths differ: {s64.size} vs {z.size}")
+    shape = _channel_shape(qa, axis, s32.size, "scales")
+    s64, z = s64.reshape(shape), z.reshape(shape)
+    diff = qa.astype(np.float32) - z.astype(np.float32)  # (float)q - zero_point, in float
+    return (diff.astype(np.float64) * s64).astype(np.float32)  # float * double -> float
 
 
 # -- LSQ (Esser et al. 2020) ----------------------------------------------------------------------
@@ -357,14 +430,23 @@ def tensorrt_scale(amax, num_bits: int = 8, narrow_range: bool = False) -> np.nd
     1.0
     """
     _, qmax = quant_range(num_bits, True, narrow_range)
-    return (np.asarray(amax, np.float32) / np.float32(qmax)).astype(np.float32)
+    return (_amax32(amax) / np.float32(qmax)).astype(np.float32)
+
+
+def _amax32(amax) -> np.ndarray:
+    """``amax`` as float32, checked: real, finite and >= 0 (TypeError / ValueError)."""
+    a = _real_array(amax, "amax")
+    with np.errstate(over="ignore"):
+        a32 = a.astype(np.float32)
+    if not np.isfinite(a32).all() or (a < 0).any():
+        raise ValueError(f"amax must be finite in float32 and >= 0 (the largest |x|), got "
+                         f"{amax!r}")
+    return a32
 
 
 def _trt_inverse_scale(amax, num_bits, narrow_range):
     qmin, qmax = quant_range(num_bits, True, narrow_range)
-    a = np.asarray(amax, np.float32)
-    if not np.isfinite(a).all() or (a < 0).any():
-        raise ValueError(f"amax must be finite and >= 0, got {amax!r}")
+    a = _amax32(amax)
     with np.errstate(divide="ignore"):
         inv = np.float32(qmax) / a  # pytorch-quantization's `scale = max_bound / amax`
     tiny = a <= np.float32(2.0**-24)  # amax below fp16's smallest value: everything -> 0

@@ -17,10 +17,13 @@ Follows Transformer Engine 1.x (``transformer_engine/pytorch/fp8.py``: ``_defaul
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from ..formats import Format, get_float_format
 from ..rounding import cast
+from .qparams import _real_array
 
 __all__ = ["fp8_scale", "fp8_quantize", "fp8_dequantize", "DelayedScaling"]
 
@@ -28,7 +31,31 @@ _FP32_MAX = np.float32(np.finfo(np.float32).max)
 
 
 def _fp8_format(fmt: Format | str) -> Format:
-    return get_float_format(fmt)
+    f = get_float_format(fmt)
+    if not f.max <= float(_FP32_MAX):
+        raise ValueError(f"fmt {f.name} reaches {f.max:.4g}, beyond float32's range: the FP8 "
+                         "scaling recipe computes in float32; use a format no wider than fp32 "
+                         "(e.g. e4m3, e5m2)")
+    return f
+
+
+def _scale_array(scale, name: str = "scale") -> np.ndarray:
+    """float32 scale(s), checked finite and positive in float32."""
+    s = _real_array(scale, name)
+    with np.errstate(over="ignore"):
+        s32 = s.astype(np.float32)
+    if not (np.isfinite(s32).all() and (s32 > 0).all()):
+        raise ValueError(f"{name} must be finite and positive (in float32), got {scale!r}")
+    return s32
+
+
+def _margin(margin) -> float:
+    if isinstance(margin, bool) or not isinstance(margin, numbers.Real):
+        raise TypeError(f"margin must be a real number (binades of headroom), got "
+                        f"{type(margin).__name__} {margin!r}")
+    if not np.isfinite(float(margin)):
+        raise ValueError(f"margin must be finite, got {margin!r}")
+    return float(margin)
 
 
 def fp8_scale(amax, fmt: Format | str = "e4m3", margin: float = 0, prev_scale=1.0,
@@ -43,10 +70,13 @@ def fp8_scale(amax, fmt: Format | str = "e4m3", margin: float = 0, prev_scale=1.
     128.0
     """
     f = _fp8_format(fmt)
-    a = np.asarray(amax, dtype=np.float32)
-    prev = np.asarray(prev_scale, dtype=np.float32)
-    if not np.isfinite(float(margin)):
-        raise ValueError(f"margin must be finite, got {margin!r}")
+    a64 = _real_array(amax, "amax")
+    if (a64 < 0).any():  # NaN / inf / 0 keep the previous scale, as Transformer Engine
+        raise ValueError(f"amax must be >= 0 (the largest |x|), got {amax!r}")
+    with np.errstate(over="ignore"):
+        a = a64.astype(np.float32)
+    prev = _scale_array(prev_scale, "prev_scale")
+    margin = _margin(margin)
     fmax = np.float32(f.max)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         ratio = fmax / a
@@ -72,7 +102,7 @@ def fp8_quantize(x, scale, fmt: Format | str = "e4m3") -> np.ndarray:
     (100 is halfway between e4m3's 96 and 104 and rounds to the even 96.)
     """
     f = _fp8_format(fmt)
-    xs = np.asarray(x, dtype=np.float32) * np.asarray(scale, dtype=np.float32)
+    xs = np.asarray(x, dtype=np.float32) * _scale_array(scale)
     return cast(xs, f, overflow="saturate")
 
 
@@ -82,9 +112,7 @@ def fp8_dequantize(q, scale) -> np.ndarray:
     >>> fp8_dequantize(fp8_quantize(np.array([1.0, 3.0], np.float32), 100.0), 100.0)
     array([0.96     , 2.8799999], dtype=float32)
     """
-    s = np.asarray(scale, dtype=np.float32)
-    if not (np.isfinite(s).all() and (s > 0).all()):
-        raise ValueError(f"scale must be finite and positive, got {scale!r}")
+    s = _scale_array(scale)
     scale_inv = np.float32(1.0) / s
     return (np.asarray(q).astype(np.float32) * scale_inv).astype(np.float32)
 
@@ -110,7 +138,7 @@ class DelayedScaling:
         if amax_compute_algo not in ("max", "most_recent"):
             raise ValueError(f"unknown amax_compute_algo {amax_compute_algo!r}; valid: 'max', "
                              "'most_recent'")
-        self.margin = float(margin)
+        self.margin = _margin(margin)
         self.amax_compute_algo = amax_compute_algo
         self.power_of_two = bool(power_of_two)
         self.amax_history = np.zeros(int(amax_history_len), np.float32)

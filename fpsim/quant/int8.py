@@ -142,6 +142,21 @@ def _scale32(v, name):
     return a.astype(np.float32)
 
 
+def _zero_points(v, name: str, dtype) -> np.ndarray:
+    """Integer zero point(s) as a 1-d int64 array, checked to fit ``dtype``'s range."""
+    a = np.asarray(v)
+    if a.dtype.kind == "f" and np.isfinite(a).all() and (a == np.round(a)).all():
+        a = a.astype(np.int64)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer (or integers), got {v!r}")
+    a = a.astype(np.int64).reshape(-1)
+    info = np.iinfo(dtype)
+    if a.size and (a.min() < info.min or a.max() > info.max):
+        raise ValueError(f"{name} {v!r} outside {np.dtype(dtype).name} [{info.min}, "
+                         f"{info.max}]")
+    return a
+
+
 def int8_linear(x_q, w_q, bias_int32, x_scale, x_zp, w_scale, w_zp, out_scale, out_zp, *,
                 out_dtype: str = "int8", requantize: str = "tflite",
                 accumulator_overflow: str = "error") -> np.ndarray:
@@ -184,9 +199,19 @@ def int8_linear(x_q, w_q, bias_int32, x_scale, x_zp, w_scale, w_zp, out_scale, o
     xs = _scale32(x_scale, "x_scale").reshape(())
     os_ = _scale32(out_scale, "out_scale").reshape(())
     ws = np.broadcast_to(_scale32(w_scale, "w_scale").reshape(-1), (n,))
-    wz = np.broadcast_to(np.asarray(w_zp, dtype=np.int64).reshape(-1), (n,))
-    xz = int(np.asarray(x_zp).reshape(()))
-    oz = int(np.asarray(out_zp).reshape(()))
+    wz = _zero_points(w_zp, "w_zp", wq.dtype)
+    if wz.size not in (1, n):
+        raise ValueError(f"w_zp must be a scalar or one per output channel ({n}), got "
+                         f"{wz.size} values")
+    wz = np.broadcast_to(wz, (n,))
+    xz = _zero_points(x_zp, "x_zp", xq.dtype)
+    if xz.size != 1:
+        raise ValueError(f"x_zp must be one zero point, got {xz.size} values")
+    xz = int(xz[0])
+    oz = _zero_points(out_zp, "out_zp", ofmt.dtype)
+    if oz.size != 1:
+        raise ValueError(f"out_zp must be one zero point, got {oz.size} values")
+    oz = int(oz[0])
     if not ofmt.min <= oz <= ofmt.max:
         raise ValueError(f"out_zp {oz} outside {ofmt.name} [{ofmt.min}, {ofmt.max}]")
     xc = xq.astype(np.float64) - xz

@@ -22,6 +22,7 @@ from .qparams import (
     FLOAT32_EPS,
     QDtype,
     QScheme,
+    _eps32,
     as_qdtype,
     as_qscheme,
     calculate_qmin_qmax,
@@ -62,9 +63,7 @@ class _ObserverBase:
         self.reduce_range = bool(reduce_range)
         self.quant_min, self.quant_max, self.has_customized_qrange = calculate_qmin_qmax(
             quant_min, quant_max, self.dtype, self.reduce_range)
-        self.eps = np.float32(eps)
-        if not self.eps > 0:
-            raise ValueError(f"eps must be positive, got {eps}")
+        self.eps = _eps32(eps)
         self.reset_min_max_vals()
 
     def reset_min_max_vals(self) -> None:
@@ -127,6 +126,10 @@ class MovingAverageMinMaxObserver(_ObserverBase):
                  qscheme: QScheme | str = "per_tensor_affine", reduce_range: bool = False,
                  quant_min: int | None = None, quant_max: int | None = None,
                  eps: float = FLOAT32_EPS) -> None:
+        if isinstance(averaging_constant, bool) or not isinstance(
+                averaging_constant, (int, float, np.integer, np.floating)):
+            raise TypeError(f"averaging_constant must be a real number in (0, 1], got "
+                            f"{type(averaging_constant).__name__} {averaging_constant!r}")
         if not 0 < float(averaging_constant) <= 1:
             raise ValueError(f"averaging_constant must be in (0, 1], got {averaging_constant}")
         self.averaging_constant = float(averaging_constant)

@@ -19,6 +19,7 @@ default ``(1.0, 0)``.
 from __future__ import annotations
 
 import enum
+import numbers
 import warnings
 
 import numpy as np
@@ -151,6 +152,30 @@ def _check_int(name: str, v) -> int:
     return int(v)
 
 
+def _real_array(value, name: str) -> np.ndarray:
+    """``value`` as a float64 array: real numbers only (ints, floats, Fractions, real
+    arrays); TypeError naming ``name`` for None, strings, complex or bool values."""
+    a = np.asarray(value)
+    if a.dtype.kind == "O" and all(isinstance(v, numbers.Real) and not isinstance(v, bool)
+                                   for v in a.reshape(-1)):
+        return a.astype(np.float64)
+    if a.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be a real number (or an array of them), got "
+                        f"{type(value).__name__} {value!r}")
+    return a.astype(np.float64)
+
+
+def _eps32(eps) -> np.float32:
+    """The observer's minimum scale as float32: a real number, positive and finite there."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps must be a positive real number, got {type(eps).__name__} {eps!r}")
+    with np.errstate(over="ignore", under="ignore"):
+        e = np.float32(eps)
+    if not (np.isfinite(e) and e > 0):
+        raise ValueError(f"eps must be positive and finite in float32, got {eps!r}")
+    return e
+
+
 def calculate_qmin_qmax(
     quant_min: int | None,
     quant_max: int | None,
@@ -174,11 +199,11 @@ def calculate_qmin_qmax(
         raise ValueError("give both quant_min and quant_max, or neither")
     if quant_min is not None:
         qmin, qmax = _check_int("quant_min", quant_min), _check_int("quant_max", quant_max)
-        if not qmin <= 0 <= qmax:
-            raise ValueError(f"a user-specified quantization range must include 0, got "
-                             f"[{qmin}, {qmax}]")
         if not qmin < qmax:
             raise ValueError(f"quant_min must be strictly less than quant_max, got "
+                             f"[{qmin}, {qmax}]")
+        if not qmin <= 0 <= qmax:
+            raise ValueError(f"a user-specified quantization range must include 0, got "
                              f"[{qmin}, {qmax}]")
         fmt = qdtype.int_format
         if qmax - qmin + 1 > (1 << fmt.bits) or qmin < fmt.min or qmax > fmt.max:
@@ -225,14 +250,21 @@ def calculate_qparams(
         raise ValueError(f"min_val and max_val shapes differ: {mn.shape} vs {mx.shape}")
     if np.isnan(mn).any() or np.isnan(mx).any():
         raise ValueError("min_val / max_val contain NaN: the calibration data had NaN")
-    eps32 = np.float32(eps)
+    eps32 = _eps32(eps)
+    qmin, qmax = _check_int("quant_min", quant_min), _check_int("quant_max", quant_max)
+    if not qmin < qmax:
+        raise ValueError(f"quant_min must be strictly less than quant_max, got "
+                         f"[{qmin}, {qmax}]")
+    fmt = qdtype.int_format
+    if qmin < fmt.min or qmax > fmt.max:
+        raise ValueError(f"quantization range [{qmin}, {qmax}] does not fit {qdtype.value} "
+                         f"[{fmt.min}, {fmt.max}]")
     if mn.size == 0 or (mn.size == 1 and mn[0] == np.inf and mx[0] == -np.inf):
         warnings.warn("must run observer before calling calculate_qparams; returning the "
                       "default scale 1.0 and zero point 0", UserWarning, stacklevel=2)
         return np.array([1.0], np.float32), np.array([0], np.int64)
     if (mn > mx).any():
         raise ValueError(f"min_val must be <= max_val, got min {mn} and max {mx}")
-    qmin, qmax = int(quant_min), int(quant_max)
     zero32 = np.float32(0.0)
     min_neg = np.minimum(mn, zero32)
     max_pos = np.maximum(mx, zero32)
