@@ -523,3 +523,49 @@ def test_describe_opt_level_and_errors():
         get_opt_level("O4")
     with pytest.raises(TypeError):
         get_opt_level(2)
+
+
+@pytest.mark.parametrize("kwargs, exc, msg", [
+    ({"growth_factor": "2"}, TypeError, "growth_factor must be a real number"),
+    ({"growth_factor": None}, TypeError, "growth_factor must be a real number"),
+    ({"growth_factor": True}, TypeError, "growth_factor must be a real number"),
+    ({"growth_factor": 1.0}, ValueError, "growth factor must be > 1.0, got growth_factor=1.0"),
+    ({"growth_factor": 0.5}, ValueError, "growth factor must be > 1.0"),
+    ({"growth_factor": float("inf")}, ValueError, "growth_factor must be positive and finite"),
+    ({"growth_factor": float("nan")}, ValueError, "growth_factor must be positive and finite"),
+    ({"backoff_factor": "0.5"}, TypeError, "backoff_factor must be a real number"),
+    ({"backoff_factor": 1.0}, ValueError, r"backoff_factor=1.0 \(valid: 0 < backoff_factor < 1"),
+    ({"backoff_factor": 2}, ValueError, "backoff factor must be < 1.0"),
+    ({"backoff_factor": 0.0}, ValueError, "backoff_factor must be positive and finite"),
+    ({"backoff_factor": -0.5}, ValueError, "backoff_factor must be positive and finite"),
+    ({"init_scale": "65536"}, TypeError, "init_scale must be a real number"),
+    ({"init_scale": 0.0}, ValueError, "init_scale must be positive and finite"),
+    ({"init_scale": -1}, ValueError, "init_scale must be positive and finite"),
+    ({"growth_interval": 2.5}, TypeError, "growth_interval must be a positive int"),
+    ({"growth_interval": "10"}, TypeError, "growth_interval must be a positive int"),
+    ({"growth_interval": 0}, ValueError, r"growth_interval must be a positive int \(>= 1\)"),
+    ({"enabled": "no"}, TypeError, r"enabled must be a bool \(True or False\)"),
+])
+def test_grad_scaler_argument_errors(kwargs, exc, msg):
+    with pytest.raises(exc, match=msg):
+        GradScaler(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, exc, msg", [
+    ({"init_scale": None}, TypeError, "init_scale must be a real number"),
+    ({"scale_factor": "2"}, TypeError, "scale_factor must be a real number"),
+    ({"scale_factor": 1}, ValueError, "scale_factor must be > 1"),
+    ({"scale_factor": 0}, ValueError, "scale_factor must be positive"),
+    ({"scale_window": 0}, ValueError, r"scale_window must be a positive int \(>= 1\)"),
+    ({"scale_window": 1.5}, TypeError, "scale_window must be a positive int"),
+    ({"hysteresis": 0}, ValueError, "hysteresis must be a positive int"),
+    ({"hysteresis": "2"}, TypeError, "hysteresis must be a positive int"),
+    ({"min_scale": 0}, ValueError, "min_scale must be positive and finite"),
+    ({"min_scale": float("nan")}, ValueError, "min_scale must be positive and finite"),
+    ({"consecutive_hysteresis": "no"}, TypeError, "consecutive_hysteresis must be a bool"),
+    ({"raise_error_at_min_scale": None}, TypeError, "raise_error_at_min_scale must be a bool"),
+    ({"window_rule": "x"}, ValueError, "unknown window_rule 'x'; valid: "),
+])
+def test_dynamic_loss_scaler_argument_errors(kwargs, exc, msg):
+    with pytest.raises(exc, match=msg):
+        DynamicLossScaler(**kwargs)

@@ -232,3 +232,62 @@ def test_small_cnn_learns_bars():
     with no_grad():
         acc = (model(x).numpy().argmax(1) == y).mean()
     assert losses[-1] < 0.5 * losses[0] and acc >= 0.95
+
+
+@pytest.mark.parametrize("make, exc, msg", [
+    (lambda: nn.Linear(0, 3), ValueError, r"Linear: in_features must be a positive int \(>= 1\)"
+                                          ", got 0"),
+    (lambda: nn.Linear(3, 0), ValueError, "Linear: out_features must be a positive int"),
+    (lambda: nn.Linear(-2, 3), ValueError, "Linear: in_features must be a positive int"),
+    (lambda: nn.Linear(2.5, 3), TypeError, "Linear: in_features must be a positive int, got "
+                                           "float 2.5"),
+    (lambda: nn.Linear(3, "4"), TypeError, "Linear: out_features must be a positive int"),
+    (lambda: nn.Linear(True, 3), TypeError, "Linear: in_features must be a positive int"),
+    (lambda: nn.Conv2d(0, 4, 3), ValueError, "Conv2d: in_channels must be a positive int"),
+    (lambda: nn.Conv2d(2, -4, 3), ValueError, "Conv2d: out_channels must be a positive int"),
+    (lambda: nn.Conv2d(2.0, 4, 3), TypeError, "Conv2d: in_channels must be a positive int"),
+    (lambda: nn.Conv2d(2, 4, 0), ValueError, "Conv2d: kernel_size must be positive"),
+    (lambda: nn.Conv2d(2, 4, (3, -1)), ValueError, "Conv2d: kernel_size must be positive"),
+    (lambda: nn.Conv2d(2, 4, 3, stride=0), ValueError, "Conv2d: stride must be positive"),
+    (lambda: nn.Conv2d(2, 4, 3, padding=-1), ValueError, "Conv2d: padding must be non-negative"),
+    (lambda: nn.Conv2d(2, 4, 3, dilation=0), ValueError, "Conv2d: dilation must be positive"),
+    (lambda: nn.Conv2d(2, 4, 3, groups=0), ValueError, "Conv2d: groups must be a positive int"),
+    (lambda: nn.Conv2d(2, 4, 3, groups=2.0), TypeError, "Conv2d: groups must be a positive int"),
+    (lambda: nn.MaxPool2d(0), ValueError, "MaxPool2d: kernel_size must be positive"),
+    (lambda: nn.AvgPool2d(2, stride=0), ValueError, "AvgPool2d: stride must be positive"),
+    (lambda: nn.LayerNorm(0), ValueError, "LayerNorm: normalized_shape must be a positive int"),
+    (lambda: nn.LayerNorm((4, -1)), ValueError, "LayerNorm: normalized_shape must be a positive"),
+    (lambda: nn.LayerNorm(2.5), TypeError, "LayerNorm: normalized_shape must be an int or a "
+                                           "non-empty"),
+    (lambda: nn.LayerNorm([]), TypeError, "LayerNorm: normalized_shape must be an int or a "
+                                          "non-empty"),
+    (lambda: nn.LayerNorm(4, eps=-1e-5), ValueError, "LayerNorm: eps must be a finite number"),
+    (lambda: nn.BatchNorm1d(0), ValueError, "BatchNorm1d: num_features must be a positive int"),
+    (lambda: nn.BatchNorm2d(3.0), TypeError, "BatchNorm2d: num_features must be a positive int"),
+    (lambda: nn.BatchNorm2d(3, momentum=2), ValueError, r"BatchNorm2d: momentum must be a "
+                                                        r"finite number in \[0.0, 1.0\]"),
+    (lambda: nn.BatchNorm2d(3, eps="1e-5"), TypeError, "BatchNorm2d: eps must be a real number"),
+    (lambda: nn.Dropout("0.5"), TypeError, r"Dropout: p must be a real number in \[0, 1\]"),
+    (lambda: nn.Flatten(1.5), TypeError, "Flatten: start_dim must be an int"),
+])
+def test_layer_argument_errors(make, exc, msg):
+    with pytest.raises(exc, match=msg):
+        make()
+
+
+def test_layer_sizes_accept_numpy_ints_and_shapes():
+    assert nn.Linear(np.int64(3), np.int32(2), rng=0).weight.shape == (2, 3)
+    assert nn.LayerNorm(np.array([2, 3])).normalized_shape == (2, 3)
+    assert nn.BatchNorm2d(3, momentum=None).momentum is None
+
+
+def test_init_zero_element_and_bad_uniform_range():
+    t = Tensor(np.zeros((0, 3)))
+    with pytest.warns(UserWarning, match="zero-element tensors is a no-op"):
+        nn.init.kaiming_uniform_(t)  # as PyTorch: no ZeroDivisionError
+    with pytest.raises(ValueError, match=r"uniform_ expects a <= b"):
+        nn.init.uniform_(Tensor(np.zeros(2)), 1.0, 0.0)
+    with pytest.raises(TypeError, match="uniform_: a must be a real number"):
+        nn.init.uniform_(Tensor(np.zeros(2)), None, 1.0)
+    with pytest.raises(ValueError, match="uniform_: b must be finite"):
+        nn.init.uniform_(Tensor(np.zeros(2)), 0.0, float("inf"))

@@ -469,3 +469,53 @@ def test_notebook_06_example():
     xs = np.array([-0.7, -0.35, 0.0, 0.2, 0.5, 1.0, 1.5, 2.0, 2.3], np.float32)
     q = quantize(xs, 0.0117647061124444, 59, dtype="uint8")
     assert q.tolist() == [0, 29, 59, 76, 102, 144, 186, 229, 254]
+
+
+# -- argument errors name the argument and the valid choices ------------------------------------
+
+@pytest.mark.parametrize("amax, exc, msg", [
+    (None, TypeError, "amax must be a real number"),
+    ("1.0", TypeError, "amax must be a real number"),
+    (1 + 2j, TypeError, "amax must be a real number"),
+    (-1.0, ValueError, "amax must be finite in float32 and >= 0"),
+    (float("nan"), ValueError, "amax must be finite"),
+    (float("inf"), ValueError, "amax must be finite"),
+    (1e39, ValueError, "amax must be finite in float32"),
+])
+def test_tensorrt_amax_errors(amax, exc, msg):
+    x = np.ones(2, np.float32)
+    for fn in (lambda: tensorrt_scale(amax), lambda: tensorrt_quantize(x, amax),
+               lambda: tensorrt_fake_quantize(x, amax)):
+        with pytest.raises(exc, match=msg):
+            fn()
+
+
+@pytest.mark.parametrize("scale, exc", [(None, TypeError), ("0.1", TypeError),
+                                        (0.0, ValueError), (-0.1, ValueError),
+                                        (float("nan"), ValueError), (float("inf"), ValueError),
+                                        (1e-50, ValueError)])
+def test_scale_errors_name_the_scale(scale, exc):
+    x = np.ones(2, np.float32)
+    with pytest.raises(exc, match="scale"):
+        quantize(x, scale, 0)
+    with pytest.raises(exc, match="scale"):
+        fake_quantize(x, scale, 0, 0, 255)
+    with pytest.raises(exc, match="scale"):
+        dequantize(np.ones(2, np.int8), scale, 0)
+
+
+def test_quantize_dtype_and_range_errors():
+    x = np.ones(2, np.float32)
+    with pytest.raises(ValueError, match="unknown quantized dtype 'int4'; valid: 'qint8', "
+                                         "'quint8', 'qint32'"):
+        quantize(x, 0.1, 0, dtype="int4")
+    with pytest.raises(TypeError, match="zero_point must be an integer, got None"):
+        quantize(x, 0.1, None)
+    with pytest.raises(ValueError, match="zero_point must be between quant_min and quant_max"):
+        quantize(x, 0.1, 300, dtype="uint8")
+    with pytest.raises(ValueError, match="quant_min should be less than or equal to quant_max"):
+        quantize(x, 0.1, 0, 5, 0, "uint8")
+    with pytest.raises(ValueError, match="scale must be one value per tensor without axis"):
+        dequantize(np.ones(2, np.int8), [0.1, 0.2], [0, 0])
+    with pytest.raises(ValueError, match="zero_point must be one value per tensor without axis"):
+        quantize(x, 0.1, [0, 0])

@@ -132,3 +132,32 @@ def test_bad_input():
         fp8_scale(1.0, "int8")
     with pytest.raises(ValueError, match="scale"):
         fp8_dequantize(np.zeros(2, ml_dtypes.float8_e4m3fn), 0.0)
+
+
+@pytest.mark.parametrize("scale, exc", [(0.0, ValueError), (-1.0, ValueError),
+                                        (float("nan"), ValueError), (float("inf"), ValueError),
+                                        (1e39, ValueError), (None, TypeError),
+                                        ("2", TypeError), (1j, TypeError)])
+def test_fp8_scale_argument_errors(scale, exc):
+    x = np.ones(3, np.float32)
+    with pytest.raises(exc, match="scale must be"):
+        fp8_quantize(x, scale)
+    with pytest.raises(exc, match="scale must be"):
+        fp8_dequantize(np.zeros(2, ml_dtypes.float8_e4m3fn), scale)
+    with pytest.raises(exc, match="prev_scale must be"):
+        fp8_scale(0.0, prev_scale=scale)
+
+
+def test_fp8_amax_and_margin_errors():
+    with pytest.raises(ValueError, match="amax must be >= 0"):
+        fp8_scale(-1.0)
+    with pytest.raises(TypeError, match="amax must be a real number"):
+        fp8_scale(None)
+    with pytest.raises(TypeError, match="margin must be a real number"):
+        fp8_scale(1.0, margin="1")
+    with pytest.raises(ValueError, match="margin must be finite"):
+        DelayedScaling(margin=float("nan"))
+    with pytest.raises(ValueError, match="beyond float32's range"):
+        DelayedScaling("e9m9")
+    # NaN / inf / 0 amax keep the previous scale (Transformer Engine), no error
+    assert fp8_scale(np.array([np.nan, np.inf, 0.0]), prev_scale=8.0).tolist() == [8.0] * 3

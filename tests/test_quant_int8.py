@@ -260,3 +260,24 @@ def test_bad_input():
         multiply_by_quantized_multiplier(2**30, 2**30, 2)
     with pytest.raises(ValueError, match="finite"):
         quantize_multiplier(float("inf"))
+
+
+def test_int8_linear_zero_point_errors():
+    x = np.ones((1, 2), np.int8)
+    w = np.ones((2, 2), np.int8)
+    args = dict(bias_int32=None, x_scale=0.1, w_scale=0.1, out_scale=0.1)
+    with pytest.raises(TypeError, match="x_zp must be an integer"):
+        int8_linear(x, w, x_zp=0.5, w_zp=0, out_zp=0, **args)
+    with pytest.raises(ValueError, match=r"x_zp 200 outside int8 \[-128, 127\]"):
+        int8_linear(x, w, x_zp=200, w_zp=0, out_zp=0, **args)
+    with pytest.raises(TypeError, match="w_zp must be an integer"):
+        int8_linear(x, w, x_zp=0, w_zp=None, out_zp=0, **args)
+    with pytest.raises(ValueError, match=r"w_zp must be a scalar or one per output channel"):
+        int8_linear(x, w, x_zp=0, w_zp=[0, 0, 0], out_zp=0, **args)
+    with pytest.raises(ValueError, match=r"out_zp 300 outside int8"):
+        int8_linear(x, w, x_zp=0, w_zp=0, out_zp=300, **args)
+    with pytest.raises(ValueError, match="out_scale must be finite and positive"):
+        int8_linear(x, w, x_zp=0, w_zp=0, out_zp=0, bias_int32=None, x_scale=0.1, w_scale=0.1,
+                    out_scale=0.0)
+    # integral floats are integers
+    assert int8_linear(x, w, x_zp=1.0, w_zp=0, out_zp=0, **args).tolist() == [[0, 0]]

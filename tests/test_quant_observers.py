@@ -221,3 +221,46 @@ def test_bad_input():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         calculate_qparams(0.0, 0.0, 0, 255)  # a zero range is fine: no warning
+
+
+def test_qparams_range_and_eps_errors():
+    with pytest.raises(ValueError, match=r"quant_min must be strictly less than quant_max, got "
+                                         r"\[5, 0\]"):
+        calculate_qparams(-1.0, 1.0, 5, 0)
+    with pytest.raises(ValueError, match="quant_min must be strictly less than quant_max"):
+        calculate_qparams(-1.0, 1.0, 5, 5)
+    with pytest.raises(TypeError, match="quant_min must be an int"):
+        calculate_qparams(-1.0, 1.0, 0.5, 255)
+    with pytest.raises(ValueError, match=r"does not fit quint8 \[0, 255\]"):
+        calculate_qparams(-1.0, 1.0, -128, 127)  # a signed range with the default quint8
+    with pytest.raises(ValueError, match="eps must be positive and finite"):
+        calculate_qparams(-1.0, 1.0, 0, 255, eps=-1.0)
+    with pytest.raises(ValueError, match="eps must be positive and finite"):
+        calculate_qparams(-1.0, 1.0, 0, 255, eps=1e-50)  # 0 in float32
+    with pytest.raises(TypeError, match="eps must be a positive real number"):
+        MinMaxObserver(eps="1e-6")
+    with pytest.raises(ValueError, match="unknown quantized dtype 'float16'; valid: 'qint8', "
+                                         "'quint8', 'qint32'"):
+        calculate_qparams(-1.0, 1.0, 0, 255, dtype="float16")
+
+
+def test_observer_range_errors():
+    with pytest.raises(ValueError, match=r"quant_min must be strictly less than quant_max, got "
+                                         r"\[5, 0\]"):
+        MinMaxObserver(quant_min=5, quant_max=0)
+    with pytest.raises(ValueError, match="quant_min must be strictly less than quant_max"):
+        MinMaxObserver(quant_min=0, quant_max=0)
+    with pytest.raises(ValueError, match="must include 0"):
+        MinMaxObserver(quant_min=5, quant_max=10)
+    with pytest.raises(ValueError, match="give both quant_min and quant_max"):
+        MinMaxObserver(quant_min=0)
+    with pytest.raises(ValueError, match="unknown quantized dtype 'int4'; valid: "):
+        PerChannelMinMaxObserver(dtype="int4")
+    with pytest.raises(ValueError, match="unknown qscheme 'foo'; valid: 'per_tensor_affine'"):
+        MinMaxObserver(qscheme="foo")
+    with pytest.raises(TypeError, match="averaging_constant must be a real number"):
+        MovingAverageMinMaxObserver(averaging_constant="0.1")
+    with pytest.raises(ValueError, match=r"averaging_constant must be in \(0, 1\]"):
+        MovingAverageMinMaxObserver(averaging_constant=0)
+    with pytest.raises(ValueError, match=r"quant_min must be strictly less"):
+        calculate_qmin_qmax(3, 3, "qint8")

@@ -127,6 +127,14 @@ def _zero_points(zero_point, qmin: int, qmax: int) -> np.ndarray:
     return z
 
 
+def _scalar(a: np.ndarray, name: str) -> np.ndarray:
+    """The one value of a per-tensor parameter, as a 0-d array."""
+    if a.size != 1:
+        raise ValueError(f"{name} must be one value per tensor without axis (got {a.size}); "
+                         "pass axis for per-channel parameters")
+    return a.reshape(())
+
+
 def _int_zero_points(zero_point) -> np.ndarray:
     z = np.asarray(zero_point)
     if z.dtype.kind == "f":
@@ -245,8 +253,8 @@ def fake_quantize_ste_mask(x, scale, zero_point, quant_min: int, quant_max: int,
     qmin, qmax = _check_range(quant_min, quant_max)
     arr, ct, _ = _float_input(x)
     if axis is None:
-        s32 = _scale32(scale).reshape(())
-        z = _zero_points(zero_point, qmin, qmax).reshape(())
+        s32 = _scalar(_scale32(scale), "scale")
+        z = _scalar(_zero_points(zero_point, qmin, qmax), "zero_point")
     else:
         s32, z = _per_channel_params(arr, scale, zero_point, axis, qmin, qmax)
     _, mask = _fake_quant_core(arr, ct, s32, z, qmin, qmax, per_channel=axis is not None)
@@ -309,8 +317,8 @@ def quantize(x, scale, zero_point, quant_min: int | None = None, quant_max: int 
     if np.isnan(arr).any():
         raise ValueError("cannot quantize NaN to an integer")
     if axis is None:
-        s32 = _scale32(scale).reshape(())
-        z = _zero_points(zero_point, qmin, qmax).reshape(())
+        s32 = _scalar(_scale32(scale), "scale")
+        z = _scalar(_zero_points(zero_point, qmin, qmax), "zero_point")
     else:
         s32, z = _per_channel_params(arr, scale, zero_point, axis, qmin, qmax)
     inv = np.float32(1.0) / s32  # float inv_scale = 1.0f / (float)scale
@@ -341,11 +349,8 @@ def dequantize(q, scale, zero_point, axis: int | None = None) -> np.ndarray:
     if qa.dtype.kind not in "iu":
         raise TypeError(f"dequantize expects integers, got dtype {qa.dtype}")
     if axis is None:
-        s32 = _scale32(scale).reshape(())
-        z = _int_zero_points(zero_point).reshape(())
-        if s32.size != 1 or z.size != 1:
-            raise ValueError("dequantize takes one scale and zero_point without axis; pass "
-                             "axis for per-channel values")
+        s32 = _scalar(_scale32(scale), "scale")
+        z = _scalar(_int_zero_points(zero_point), "zero_point")
         # FBGEMM Dequantize: scale * (src - zero_point), int -> float, then a float product
         return (qa.astype(np.int64) - z).astype(np.float32) * s32
     s32 = _scale32(scale, "scales").reshape(-1)
@@ -382,8 +387,8 @@ def lsq_grad(x, s, quant_min: int, quant_max: int, zero_point: int = 0
     qmin, qmax = _check_range(quant_min, quant_max)
     arr, _, _ = _float_input(x)
     arr = arr.astype(np.float32)  # the learnable kernels read float inputs
-    s32 = _scale32(s).reshape(())
-    z = int(_zero_points(zero_point, qmin, qmax).reshape(()))
+    s32 = _scalar(_scale32(s), "s")
+    z = int(_scalar(_zero_points(zero_point, qmin, qmax), "zero_point"))
     inv = np.float32(1.0) / s32
     with np.errstate(over="ignore", invalid="ignore"):
         xq = np.rint(np.float32(z) + arr * inv)  # nearbyint(zero_point + x * inv_scale)
