@@ -139,3 +139,12 @@ def test_quant_experiment_block_scaled_table():
     assert row["outlier: MXFP8"].accuracy > row["outlier: FP8 per-tensor"].accuracy + 0.15
     assert "Block-scaled training" in ex.format_result(r)
     assert r.to_dict()["block_scaled"][0]["method"] == "BF16 (fp32 master)"
+
+
+def test_inference_bytes():
+    lin = MXLinear(64, 10, recipe="nvfp4", rng=0)  # 16x16 tiles: 4 x 1 of them, padded
+    assert lin.inference_nbytes() == 64 * 10 // 2 + 4 * 1 + 4 + 4 * 10
+    lin = MXLinear(64, 10, recipe="nvfp4", weight_2d=False, rng=0)
+    assert lin.inference_nbytes() == 64 * 10 // 2 + 10 * 4 + 4 + 4 * 10
+    lin = MXLinear(64, 10, recipe="mxfp8", rng=0)
+    assert lin.inference_nbytes() == 64 * 10 + 10 * 2 + 4 * 10

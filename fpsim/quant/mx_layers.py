@@ -53,7 +53,7 @@ from ..formats import FP32
 from ..nn import init
 from ..nn.module import Module, Parameter
 
-__all__ = ["MXLinear", "RECIPES", "hadamard16", "fake_quantize_mx"]
+__all__ = ["MXLinear", "RECIPES", "hadamard16", "fake_quantize_mx", "fake_quantize_nbytes"]
 
 # recipe: (format, scale mode, stochastic gradients, hadamard on wgrad, 2-D weight blocks)
 RECIPES = {
@@ -91,6 +91,18 @@ def fake_quantize_mx(x: np.ndarray, fmt: str, axis: int, scale_mode: str = "floo
     else:
         q = mx.quantize(x, fmt, axis=axis, scale_mode=scale_mode, rounding=rounding, rng=rng)
     return q.dequantize()
+
+
+def fake_quantize_nbytes(w: np.ndarray, fmt: str) -> int:
+    """Storage of ``w`` quantized along its rows (axis 1) in ``fmt``, NVFP4's per-tensor
+    scale included.
+
+    >>> fake_quantize_nbytes(np.ones((2, 32), np.float32), "nvfp4")  # 32 + 4 scales + 4
+    40
+    """
+    pts = mx.nvfp4_per_tensor_scale(w) if fmt == "nvfp4" else None
+    q = mx.quantize(w, fmt, axis=1, per_tensor_scale=pts if pts else None)
+    return q.nbytes
 
 
 def _quantize_weight_2d(w: np.ndarray, rounding: str, rng) -> np.ndarray:
@@ -220,10 +232,15 @@ class MXLinear(Module):
         return make_result(out, FP32, parents, backward, "mx_linear")
 
     def inference_nbytes(self) -> int:
-        """Bytes the quantized weight (packed elements and scales) and the fp32 bias take."""
+        """Bytes the quantized weight (packed elements and scales: one per 1x32 / 1x16 block,
+        or per 16x16 tile with ``weight_2d``, plus NVFP4's fp32 per-tensor scale) and the fp32
+        bias take."""
         w32 = self.weight.numpy(np.float32)
-        q = mx.quantize(w32, self.fmt, axis=1)
-        return q.nbytes + (0 if self.bias is None else 4 * self.bias.numel())
+        bias = 0 if self.bias is None else 4 * self.bias.numel()
+        if self.weight_2d:
+            tiles = -(-self.out_features // _TILE) * -(-self.in_features // _TILE)
+            return (w32.size * 4 + 7) // 8 + tiles + 4 + bias
+        return fake_quantize_nbytes(w32, self.fmt) + bias
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
