@@ -16,12 +16,15 @@ padding), ``model_state_bytes_per_rank`` (bytes of fp16 parameters, gradients an
 optimizer states each rank holds after the last step) and ``bytes_sent_per_rank`` (the bytes
 each rank sent, counted by the engine: for MPI, the payloads it handed to MPI).
 
-``--engine mpi`` starts ``mpiexec -n N`` itself (the one next to the Python interpreter, else
-on PATH, else ``--mpiexec``) and runs this same command in each process. Under your own
+``--engine mpi`` starts ``mpiexec -n N`` itself (``--mpiexec``, else the one next to the Python
+interpreter, else the first on PATH) and runs this same command in each process. Under your own
 launcher (a hostfile across machines, a batch system) start the same command directly; it
-recognises MPICH's, Open MPI's and PMIx's launchers, or say so with ``--no-launch``::
+recognises MPICH's, Open MPI's and PMIx's launchers, or say so with ``--no-launch``
+(with MPICH's Hydra add ``-disable-auto-cleanup`` so that a rank that dies without a word is
+named by the others' deadlines; without it Hydra ends the job at once)::
 
-    mpiexec -n 8 -f hosts fpsim zero --engine mpi --ranks 8 --stage 3 --steps 10 --json
+    mpiexec -n 8 -f hosts -disable-auto-cleanup fpsim zero --engine mpi --ranks 8 --stage 3 \
+        --steps 10 --json
 
 This module is part of the command-line layer: it imports the demo model from
 :mod:`fpsim.training` when a command runs.
@@ -158,6 +161,7 @@ def run_zero(args: argparse.Namespace, comm: Communicator | None = None,
     from ..datasets import load_digits
 
     comm = Communicator(args.ranks) if comm is None else comm
+    comm.reset()  # the result counts this run's traffic only
     data = load_digits()
     x, y = data.x_train, data.y_train
     eng = ZeroEngine(demo_model, args.stage, args.ranks, lr=args.lr, offload=args.offload,
@@ -256,6 +260,16 @@ def _worker_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
+def _is_hydra(mpiexec: str) -> bool:
+    """Whether ``mpiexec`` is MPICH's (or Intel MPI's) Hydra launcher."""
+    try:
+        out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True,
+                             timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "HYDRA" in out.stdout.upper()
+
+
 def _launch(args: argparse.Namespace) -> int:
     from .mpi import MPI_EXTRA_HINT, MissingMPIError
 
@@ -263,8 +277,12 @@ def _launch(args: argparse.Namespace) -> int:
         raise MissingMPIError("--engine mpi needs mpi4py, which is not installed; "
                               + MPI_EXTRA_HINT)
     mpiexec = find_mpiexec(args.mpiexec)
-    cmd = [mpiexec, "-n", str(args.ranks), sys.executable, "-m", "fpsim.cli",
-           *_worker_argv(args)]
+    cmd = [mpiexec, "-n", str(args.ranks)]
+    if _is_hydra(mpiexec):
+        # Hydra kills every rank as soon as one exits without MPI_Abort, before anyone can
+        # say which: let the survivors' deadlines name it, then MPI_Abort
+        cmd.append("-disable-auto-cleanup")
+    cmd += [sys.executable, "-m", "fpsim.cli", *_worker_argv(args)]
     proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if proc.returncode == 0:
         sys.stderr.write(proc.stderr)
