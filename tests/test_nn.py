@@ -291,3 +291,19 @@ def test_init_zero_element_and_bad_uniform_range():
         nn.init.uniform_(Tensor(np.zeros(2)), None, 1.0)
     with pytest.raises(ValueError, match="uniform_: b must be finite"):
         nn.init.uniform_(Tensor(np.zeros(2)), 0.0, float("inf"))
+
+
+def test_module_registration_errors():
+    m = nn.Module()
+    with pytest.raises(TypeError, match="parameter name should be a string, got int 3"):
+        m.register_parameter(3, None)
+    with pytest.raises(ValueError, match="buffer name must be a non-empty string without '.'"):
+        m.register_buffer("a.b", Tensor([0.0]))
+    with pytest.raises(ValueError, match="module name must be a non-empty string"):
+        m.add_module("", nn.Module())
+    with pytest.raises(TypeError, match="module 'x' must be an fpsim.nn.Module or None, got int"):
+        m.add_module("x", 3)
+    with pytest.raises(TypeError, match="state_dict must be a mapping"):
+        nn.Linear(2, 2, rng=0).load_state_dict([1.0, 2.0])
+    with pytest.raises(ValueError, match="training mode is expected to be boolean"):
+        m.train("no")

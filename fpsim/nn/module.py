@@ -9,7 +9,7 @@ even), as ``model.half()`` does in PyTorch.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -17,6 +17,14 @@ from ..autograd.tensor import Tensor, as_format
 from ..formats import FP32, Format
 
 __all__ = ["Module", "Parameter", "Sequential"]
+
+
+def _check_name(name, what: str) -> None:
+    """PyTorch's rules for a registered name: a non-empty str without '.'."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what} name should be a string, got {type(name).__name__} {name!r}")
+    if not name or "." in name:
+        raise ValueError(f"{what} name must be a non-empty string without '.', got {name!r}")
 
 
 class Parameter(Tensor):
@@ -114,6 +122,7 @@ class Module:
         >>> m = Module(); m.register_parameter("w", Parameter([1.0])); list(m.state_dict())
         ['w']
         """
+        _check_name(name, "parameter")
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"cannot assign {type(param).__name__} as parameter {name!r} "
                             "(fpsim.nn.Parameter or None required)")
@@ -126,6 +135,7 @@ class Module:
         >>> m = Module(); m.register_buffer("count", Tensor(0.0)); [n for n, _ in m.named_buffers()]
         ['count']
         """
+        _check_name(name, "buffer")
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"buffer {name!r} must be a Tensor or None, got "
                             f"{type(tensor).__name__}")
@@ -139,6 +149,10 @@ class Module:
         >>> m = Module(); m.add_module("inner", Module()); [n for n, _ in m.named_children()]
         ['inner']
         """
+        _check_name(name, "module")
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"module {name!r} must be an fpsim.nn.Module or None, got "
+                            f"{type(module).__name__}")
         self._modules[name] = module
 
     # ------------------------------------------------------------------- traversal
@@ -343,6 +357,9 @@ class Module:
         >>> Linear(2, 2, rng=1).load_state_dict(Linear(2, 2, rng=0).state_dict())
         ([], [])
         """
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"state_dict must be a mapping of names to arrays (from "
+                            f"state_dict()), got {type(state_dict).__name__}")
         own: dict[str, Tensor] = {}
         for mod_name, mod in self.named_modules():
             for store in (mod._parameters, mod._buffers):
