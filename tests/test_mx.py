@@ -171,6 +171,11 @@ def test_zero_blocks_nan_and_inf():
     # float64 input beyond E8M0's range: NaN scale
     big = mx.quantize(np.full(32, 1e300), "mxfp8_e4m3")
     assert big.scales.view(np.uint8)[0] == 255
+    # the last representable scale 2**127 holds amax up to 2**(127 + emax_elem + 1)
+    for name, emax in (("mxfp8_e4m3", 8), ("mxfp4", 2), ("mxint8", 0)):
+        top = mx.quantize(np.full(32, 2.0 ** (127 + emax)), name).scales.view(np.uint8)[0]
+        over = mx.quantize(np.full(32, 2.0 ** (128 + emax)), name).scales.view(np.uint8)[0]
+        assert (top, over) == (254, 255)
 
 
 def test_saturation_and_mxint8_range():

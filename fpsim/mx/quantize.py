@@ -17,7 +17,7 @@ Contract of :func:`quantize` (``x`` real values, ``axis`` the blocked axis):
    the spec leaves non-finite inputs to the implementation), so its infinities saturate to
    +-elem_max and its finite values lose all precision; with "rceil" the scale code is 254
    (``cvt.rp.satfinite`` of inf). A shared exponent beyond 127 (an inf block of MXINT8, or a
-   float64 amax >= 2**128) is the NaN scale.
+   float64 amax of 2**(128 + emax_elem) or more) is the NaN scale.
 4. Elements ``P = x / X``: exact (X is a power of two), then rounded to the element format by
    ``rounding`` (round to nearest even by default; ``"stochastic"`` and the other fpsim modes
    too) with saturation: magnitudes beyond the element max, infinities included, become
