@@ -1,4 +1,14 @@
-"""Benchmark: fpsim's correctly rounded add, mul and fma in fp16 and fp32, every rounding mode.
+"""Benchmark: fpsim's correctly rounded arithmetic: the default path, and add, mul, fma.
+
+The second table: add, mul and fma in fp16 and fp32, every rounding mode.
+
+Ratio convention (every table): speed vs reference = reference time / fpsim time, measured in
+the same run (1.0 = as fast as the reference, < 1 slower).
+
+First table, the default path (round to nearest even, no flags) on arrays of the format's own
+dtype against the native operation on the same arrays (NumPy float16, ml_dtypes bfloat16):
+fp16 and bf16 add, mul, div and sqrt. Target: fp16 div and sqrt, bf16 add, mul, div and sqrt
+>= 0.5.
 
 Operands are arrays of the format's own dtype (np.float16 / np.float32; N(0, 1) values, 10**6
 by default). Prints, for each operation, mode and format, the best time, the rate in millions
@@ -15,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 
+import ml_dtypes
 import numpy as np
 from timing import best_time  # benchmarks/ is on sys.path when a script runs
 
@@ -25,12 +36,44 @@ MODES = ["nearest_even", "nearest_away", "toward_zero", "up", "down", "odd", "st
 
 
 
+def native_table(n: int, repeat: int) -> None:
+    """The default path against native float16 / bfloat16 operations on the same arrays."""
+    import fpsim
+    rng = np.random.default_rng(1)
+    x32 = rng.standard_normal(n).astype(np.float32)
+    y32 = rng.standard_normal(n).astype(np.float32)
+    cases = []
+    for name, dt in (("fp16", np.float16), ("bf16", ml_dtypes.bfloat16)):
+        a, b = x32.astype(dt), y32.astype(dt)
+        pos = np.abs(a)
+        cases += [
+            (name, "add", lambda a=a, b=b: a + b, lambda a=a, b=b, f=name: fpsim.add(a, b, f)),
+            (name, "mul", lambda a=a, b=b: a * b, lambda a=a, b=b, f=name: fpsim.mul(a, b, f)),
+            (name, "div", lambda a=a, b=b: a / b, lambda a=a, b=b, f=name: fpsim.div(a, b, f)),
+            (name, "sqrt", lambda p=pos: np.sqrt(p), lambda p=pos, f=name: fpsim.sqrt(p, f)),
+        ]
+    print(f"default path (nearest even, no flags), {n:.0e} elements, best of {repeat}; "
+          "speed vs native = native time / fpsim time")
+    print(f"{'format':6s} {'op':10s} {'native ms':>10s} {'fpsim ms':>9s} {'vs native':>10s}")
+    with np.errstate(all="ignore"):
+        for fmt, op, nat, ours in cases:
+            tn = tf = float("inf")
+            for _ in range(repeat):  # alternate, so that both see the same load
+                tn, tf = min(tn, best_time(nat, 1)), min(tf, best_time(ours, 1))
+            print(f"{fmt:6s} {op:10s} {tn * 1e3:10.2f} {tf * 1e3:9.2f} {tn / tf:10.2f}")
+    print()
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=10**6)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--flags", action="store_true", help="also compute the IEEE flags")
+    p.add_argument("--native-only", action="store_true", help="only the default-path table")
     args = p.parse_args(argv)
+    if args.native_only:
+        native_table(args.n, args.repeat)
+        return
     rng = np.random.default_rng(0)
     data = {dt: [rng.standard_normal(args.n).astype(dt) for _ in range(3)]
             for dt in (np.float16, np.float32)}
@@ -40,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         "mul": best_time(lambda: a16 * b16, args.repeat),
         "fma": best_time(lambda: a16 * b16 + c16, args.repeat),
     }
+    native_table(args.n, args.repeat)
     print(f"fpsim arithmetic, {args.n:.0e} elements, best of {args.repeat}"
           f"{', with flags' if args.flags else ''}")
     print("NumPy float16: " + ", ".join(f"{k} {args.n / t / 1e6:.0f} M ops/s"

@@ -57,7 +57,7 @@ import numpy as np
 
 from . import flags as _flags
 from .flags import Flags
-from .formats import Format, get_float_format
+from .formats import BF16, FP16, FP32, Format, get_float_format
 from .modes import (
     Overflow,
     Rounding,
@@ -573,6 +573,59 @@ def compute(name: str, vals, c: _Ctx, snan: np.ndarray | None = None, *,
     return out, fl
 
 
+# -- the native path --------------------------------------------------------------------------
+
+# Round to nearest even with IEEE policies and no flags, in fp16, bf16 or fp32: NumPy's
+# float16 and float32 and ml_dtypes' bfloat16 arithmetic give exactly fpsim's result, so it
+# runs natively. Why it is the same rounding, for + - * / sqrt:
+# - float32 operations are IEEE 754 correctly rounded (nearest even, gradual underflow,
+#   overflow to inf): fp32 itself.
+# - NumPy's float16 and ml_dtypes' bfloat16 loops widen both operands exactly to float32, run
+#   the float32 operation and round the float32 result once more to the 16-bit type (nearest
+#   even). float32 has p' = 24 >= 2p + 2 bits (p = 11 for fp16, 8 for bf16), so by
+#   Figueroa's theorem the double rounding equals one rounding of the exact result; also
+#   where the 16-bit result is subnormal (its grid there is coarser still) or overflows
+#   (unbounded-exponent rounding decides, float32 reaches beyond both formats' largest
+#   finite values: fp16 overflows inside float32's range, bf16's threshold (2 - 2**-8) *
+#   2**127 is a float32 number and float32 overflow rounds to inf as bf16 does).
+# - operands are first converted to the format, as fpsim does (nearest even, silently): a
+#   float16 / float32 / float64 array's native cast (NumPy's float64 -> float16 cast is one
+#   rounding, not via float32; ml_dtypes' float64 -> bfloat16 cast as well: checked against
+#   fpsim.round on midpoints in tests/test_edges_arith.py); other inputs (ints, lists, long
+#   double) take the general path.
+# - not native: any other mode or format, overflow="saturate", flush / DAZ, flags=True or an
+#   active flag context (the flags come from the general kernel), the stochastic generator.
+# Results are float64 (the API's contract); NaN results are quiet NaNs.
+_NATIVE_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+               "sqrt": np.sqrt}
+_NATIVE_FORMATS = (FP16, BF16, FP32)
+_NATIVE_INPUTS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _native(name: str, args, c: _Ctx):
+    """The native result (float64) of the operation, or None when it may not run natively."""
+    if (c.want or c.mode is not Rounding.NEAREST_EVEN or c.overflow is not Overflow.INF
+            or c.daz or c.result_subnormals is not Subnormals.KEEP or _FORCE_GENERAL
+            or name not in _NATIVE_OPS or c.fmt not in _NATIVE_FORMATS):
+        return None
+    dt = c.fmt.dtype
+    ops = []
+    for a in args:
+        if isinstance(a, float):
+            a = np.float64(a)
+        if not isinstance(a, (np.ndarray, np.generic)):
+            return None
+        if a.dtype != dt:
+            if a.dtype not in _NATIVE_INPUTS:
+                return None
+            with np.errstate(over="ignore", invalid="ignore"):
+                a = a.astype(dt)  # one rounding to nearest even (see above)
+        ops.append(a)
+    with np.errstate(all="ignore"):
+        r = _NATIVE_OPS[name](*ops)
+        return np.asarray(r).astype(np.float64)
+
+
 # -- public functions -------------------------------------------------------------------------
 
 def _apply(name: str, kernel, args, fmt, rounding, overflow, subnormals, tininess, rng,
@@ -584,6 +637,9 @@ def _apply(name: str, kernel, args, fmt, rounding, overflow, subnormals, tinines
             f"fma supports formats of at most {_MAX_FMA_PRECISION} precision bits (the product "
             f"must be exact in float64), got {c.fmt.name} with {c.fmt.precision_bits}"
         )
+    out = _native(name, args, c)
+    if out is not None:
+        return out[()] if out.ndim == 0 else out
     with _quiet():
         vals, snan, shape, scalar = _operands(args, c)
         out, fl = compute(name, vals, c, snan)

@@ -4,10 +4,14 @@ the element-by-element reference loop."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import fpsim
+from fpsim import arithmetic
+from tests.exact import round_exact
+from tests.test_arith_mpfr import mpfr_op
 
 
 def test_dot_length_mismatch_names_both_lengths():
@@ -32,3 +36,114 @@ def test_sum_axis_type_errors(axis):
 def test_sum_axis_out_of_range():
     with pytest.raises(ValueError, match="axis 5"):  # NumPy's AxisError is a ValueError
         fpsim.sum(np.ones((2, 3)), "fp16", axis=5)
+
+
+# -- the native default path (fp16 / bf16 / fp32, nearest even, no flags) ---------------------
+
+NATIVE = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16}
+OPS = {"add": fpsim.add, "sub": fpsim.sub, "mul": fpsim.mul, "div": fpsim.div}
+
+
+def _general(monkeypatch, op, args, fmt):
+    """The general kernel's result (the native path off)."""
+    with monkeypatch.context() as m:
+        m.setattr(arithmetic, "_FORCE_GENERAL", True)
+        return (fpsim.sqrt if op == "sqrt" else OPS[op])(*args, fmt)
+
+
+def _same(a, b) -> np.ndarray:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return ((a == b) & (np.signbit(a) == np.signbit(b))) | (np.isnan(a) & np.isnan(b))
+
+
+def _all_patterns(dt) -> np.ndarray:
+    return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(dt)
+
+
+def _tie_partners(x: np.ndarray, fmt) -> np.ndarray:
+    """x * 2**-p (a half ulp of x: x + it is a tie), x's neighbours, tiny and huge values."""
+    p = fmt.precision_bits
+    with np.errstate(all="ignore"):
+        return np.asarray(x.astype(np.float64) * 2.0**-p).astype(x.dtype)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "sqrt"])
+@pytest.mark.parametrize("name", list(NATIVE))
+def test_native_path_equals_general_kernel_on_every_pattern(monkeypatch, name, op):
+    """Every 16-bit pattern (subnormals, ties, overflow, inf, NaN) against a shuffled one, its
+    half-ulp partner (ties in sums) and specials: the native result equals the general
+    kernel's bit for bit."""
+    fmt, dt = fpsim.get_format(name), NATIVE[name]
+    a = _all_patterns(dt)
+    rng = np.random.default_rng(5)
+    partners = [rng.permutation(a), _tie_partners(a, fmt), np.full_like(a, 3.0),
+                np.full_like(a, fmt.smallest_subnormal), np.full_like(a, -fmt.max)]
+    if op == "sqrt":
+        partners = partners[:1]
+    for b in partners:
+        args = (a,) if op == "sqrt" else (a, b)
+        assert arithmetic._native(op, args, arithmetic.context(fmt)) is not None  # taken
+        got = fpsim.sqrt(*args, fmt) if op == "sqrt" else OPS[op](*args, fmt)
+        want = _general(monkeypatch, op, args, fmt)
+        bad = ~_same(got, want)
+        assert not bad.any(), (name, op, [x[bad][:3] for x in args], got[bad][:3],
+                               want[bad][:3])
+
+
+@pytest.mark.parametrize("name", list(NATIVE))
+def test_native_path_against_mpfr(name):
+    fmt, dt = fpsim.get_format(name), NATIVE[name]
+    rng = np.random.default_rng(11)
+    bits = rng.integers(0, 1 << 16, size=(2, 400)).astype(np.uint16)
+    a, b = bits[0].view(dt), bits[1].view(dt)
+    for op in ("add", "sub", "mul", "div", "sqrt"):
+        args = (np.abs(a),) if op == "sqrt" else (a, b)
+        got = fpsim.sqrt(*args, fmt) if op == "sqrt" else OPS[op](*args, fmt)
+        for i in range(got.size):
+            xs = [float(x[i]) for x in args]
+            if any(np.isnan(xs)) or any(np.isinf(xs)):
+                continue  # MPFR has no signed NaN / IEEE specials to compare here
+            with np.errstate(all="ignore"):
+                want = mpfr_op(op, xs, fmt, "nearest_even")
+            assert _same(got[i], want), (name, op, xs, float(got[i]), want)
+
+
+@pytest.mark.parametrize("name", list(NATIVE))
+def test_native_path_float64_operands_round_once(monkeypatch, name):
+    """float64 operands are converted by the native cast: at and next to every midpoint of
+    the format in a few binades (normal and subnormal) the native cast equals the exact
+    rounding (ml_dtypes might round twice, via float32: it must not) and the results equal
+    the general kernel's."""
+    fmt, dt = fpsim.get_format(name), NATIVE[name]
+    with np.errstate(invalid="ignore"):
+        vals = _all_patterns(dt).astype(np.float64)
+    vals = np.unique(vals[np.isfinite(vals) & (vals > 0)])
+    mids = (vals[:-1] + vals[1:]) / 2  # exact in float64
+    x = np.concatenate([mids, np.nextafter(mids, 0), np.nextafter(mids, np.inf),
+                        mids * (1 + 2.0**-40), mids * (1 - 2.0**-40)])
+    x = np.concatenate([x, -x, [fmt.max * (1 + 2.0**-fmt.precision_bits) * (1 - 2.0**-50)]])
+    sample = x[np.random.default_rng(2).choice(x.size, 300, replace=False)]
+    for v in sample:  # the native cast against exact rounding (a Fraction model)
+        assert float(np.float64(v).astype(dt)) == round_exact(float(v), fmt)[0], v
+    with np.errstate(over="ignore"):
+        assert _same(x.astype(dt), fpsim.round(x, fmt)).all()
+    y = np.full_like(x, 1.0)
+    for op in OPS:
+        assert _same(OPS[op](x, y, fmt), _general(monkeypatch, op, (x, y), fmt)).all(), op
+    assert _same(fpsim.sqrt(np.abs(x), fmt), _general(monkeypatch, "sqrt", (np.abs(x),),
+                                                      fmt)).all()
+
+
+def test_native_path_is_not_taken_for_other_options():
+    a = np.array([1.0, 2.0**-24], np.float16)
+    b = np.array([2.0**-11, 2.0**-30], np.float16)
+    assert fpsim.add(a, b, "fp16", "up")[0] == 1.0 + 2.0**-10  # directed mode: the kernel
+    assert fpsim.mul(a, b, "fp16", subnormals="flush")[1] == 0.0
+    v, f = fpsim.add(a, b, "fp16", flags=True)
+    assert int(f[0]) == int(fpsim.Flags.INEXACT)
+    with fpsim.flag_context() as ctx:
+        fpsim.add(a, b, "fp16")
+    assert fpsim.Flags.INEXACT in ctx
+    assert fpsim.mul(np.float16(300.0), np.float16(300.0), "fp16", overflow="saturate") == \
+        65504.0
+    assert type(fpsim.add(np.float16(1.0), 2.0, "fp16")) is np.float64
