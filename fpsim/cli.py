@@ -207,6 +207,8 @@ _register("memory", "ZeRO model-state memory per rank, communication, fits-on-GP
 _register("zero", "ZeRO stages 0-3 on N ranks: simulated, or MPI processes (fpsim[mpi])",
           _lazy("fpsim.distributed.cli", "configure_parser"),
           _lazy("fpsim.distributed.cli", "run_cli"))
+_register("notebooks", "write student editions of the course notebooks (solutions removed)",
+          _lazy("fpsim.course", "configure_parser"), _lazy("fpsim.course", "run_cli"))
 
 
 def build_parser() -> argparse.ArgumentParser:

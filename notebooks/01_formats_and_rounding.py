@@ -41,8 +41,10 @@ import numpy as np
 
 import fpsim
 from fpsim import viz
+from fpsim.course import checker
 from fpsim.viz import style  # fpsim's figures are plain matplotlib Figures; we reuse its look
 
+check = checker("01")  # check("question", answer) says right or wrong, never the answer
 print("fpsim", fpsim.__version__)
 
 # %% [markdown]
@@ -86,12 +88,12 @@ viz.number_line("fp16", xmin=2036, xmax=2060, scale="linear")
 #
 # What is the largest $N$ such that *every* integer $0, 1, \dots, N$ is exactly representable,
 # in bf16, fp16 and fp8 e4m3? Find it with `fpsim.round` and explain it from the number of
-# mantissa bits.
+# mantissa bits. Check your fp16 value with `check("largest N in fp16", N)`.
 
 # %%
 # your code here
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 #
 # *(Expand the hidden cell below to see one solution.)*
@@ -105,6 +107,9 @@ for name in ("bf16", "fp16", "fp8_e4m3"):
           f"2**(M + 1) = {2 ** (f.mantissa_bits + 1)}")
 # With M mantissa bits the spacing in [2**(M+1), 2**(M+2)) is 2, so 2**(M+1) + 1 is the first
 # integer that is missing.
+
+# %% tags=["solution"]
+check("largest N in fp16", 2 ** (fpsim.FP16.mantissa_bits + 1))
 
 # %% [markdown]
 # ## 3 · Every rounding mode
@@ -139,7 +144,7 @@ viz.rounding_modes("fp8_e4m3", 1.0, 1.5)
 # %%
 # your code here
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 #
 # *(Expand the hidden cell below to see one solution.)*
@@ -182,8 +187,16 @@ viz.relative_error(["fp16", "bf16"], 2.0**-28, 2.0**4)
 # gives infinity once $x \ge \text{max} + \tfrac12\text{ulp}$ (65520 in fp16), rounding toward
 # zero stays at max. fp8 e4m3 (OCP "fn") has **no infinity**: overflow gives NaN, and training
 # code therefore *saturates* (clamps to ±448).
+#
+# **Predict, then run.** `fpsim.add(65519, 1, "fp16")` rounds the exact sum, 65520, once: is the
+# result 65504, 65520 or infinity? Enter your prediction in the next cell, then run the one after
+# it.
+
+# %% tags=["solution"]
+check("fp16 add(65519, 1)", math.inf)
 
 # %%
+print("fpsim.add(65519, 1, 'fp16') ->", float(fpsim.add(65519.0, 1.0, "fp16")))
 for x in (65519.0, 65520.0, 70000.0):
     print(x, "->", float(fpsim.round(x, "fp16")), "| toward_zero:",
           float(fpsim.round(x, "fp16", "toward_zero")))
@@ -281,7 +294,7 @@ print("fpsim.fma:   ", float(exact).hex(), "  float64 then fp32:", float(naive).
 # %%
 # your code here
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 #
 # *(Expand the hidden cell below to see one solution.)*
@@ -360,7 +373,7 @@ fig
 # %%
 # your code here
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 #
 # *(Expand the hidden cell below to see one solution.)*

@@ -46,10 +46,19 @@ import fpsim
 from fpsim import amp, nn, optim
 from fpsim.autograd import Tensor, no_grad
 from fpsim.autograd import functional as F
+from fpsim.course import checker
 from fpsim.datasets import load_digits
 from fpsim.viz import style  # fpsim's colours and helpers; figures are plain matplotlib
 
+check = checker("02")  # check("question", answer) says right or wrong, never the answer
 print("fpsim", fpsim.__version__)
+
+# %% [markdown]
+# **Predict first.** fp16's smallest positive number is $2^{-24}$. What does rounding
+# $2^{-25}$, exactly half of it, to fp16 give? Enter your prediction, then read on.
+
+# %% tags=["solution"]
+check("fp16(2**-25)", 0.0)
 
 # %% [markdown]
 # ## 1 · fp16's limits, exactly
@@ -149,12 +158,13 @@ fig
 #
 # For the fp16 weights $w = 0.1$ (rounded to fp16), $3$ and $2048$, find the smallest positive
 # fp16 update $u$ for which `fpsim.add(w, u, "fp16")` differs from $w$. (*Hint:* `fpsim.ulp`,
-# `fpsim.next_up`, and mind the ties.) What does $2048 + 1$ give in fp16?
+# `fpsim.next_up`, and mind the ties.) What does $2048 + 1$ give in fp16? Check it with
+# `check("fp16 2048 + 1", ...)`.
 
 # %%
 # your code here
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 #
 # *(Expand the hidden cell below to see one solution.)*
@@ -168,6 +178,9 @@ for w in (float(fpsim.round(0.1, "fp16")), 3.0, 2048.0):
           f"(w/u = {w / u:.0f}) -> {float(fpsim.add(w, u, 'fp16'))!r}")
 print("2048 + 1 in fp16:", float(fpsim.add(2048.0, 1.0, "fp16")))  # a tie: 2048 is even
 
+# %% tags=["solution"]
+check("fp16 2048 + 1", float(fpsim.add(2048.0, 1.0, "fp16")))
+
 # %% [markdown]
 # ### Exercise 2
 #
@@ -180,7 +193,7 @@ print("2048 + 1 in fp16:", float(fpsim.add(2048.0, 1.0, "fp16")))  # a tie: 2048
 # %%
 # your code here
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 #
 # *(Expand the hidden cell below to see one solution.)*
@@ -415,7 +428,7 @@ for k in (0, 3, 7, 10, 13, 16, 17, 18, 20):
 # %%
 # your code here
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 #
 # *(Expand the hidden cell below to see one solution.)*
@@ -521,7 +534,7 @@ fig
 # %%
 # your code here
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 #
 # *(Expand the hidden cell below to see one solution.)*

@@ -45,12 +45,14 @@ import fpsim
 from fpsim import amp, nn, optim
 from fpsim.autograd import Tensor, no_grad
 from fpsim.autograd import functional as F
+from fpsim.course import checker
 from fpsim.datasets import load_digits
 from fpsim.viz import style
 
 data = load_digits()  # 64 features in [0, 1]
 print(f"digits: {len(data.x_train):,} training and {len(data.x_test):,} test images "
       "(load_digits() holds out a quarter)")
+check = checker("03")  # check("question", answer) says right or wrong, never the answer
 print("fpsim", fpsim.__version__)
 
 
@@ -325,7 +327,7 @@ fig
 # %%
 # your code here
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 #
 # *(Expand the hidden cell below to see one solution.)*
@@ -427,7 +429,7 @@ fig
 # %%
 # your code here
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 #
 # *(Expand the hidden cell below to see one solution.)*
@@ -493,12 +495,13 @@ for name, r in runs.items():
 #
 # Replace SGD by `optim.Adam(..., master_weights=True)` on the fp16 model, take one step, and
 # count the bytes per parameter of the weights, gradients and optimizer state (`master`,
-# `exp_avg`, `exp_avg_sq`). Do you get ZeRO's $2 + 2 + 12 = 16$?
+# `exp_avg`, `exp_avg_sq`). Do you get ZeRO's $2 + 2 + 12 = 16$? Check your total with
+# `check("bytes per parameter, Adam + master", ...)`.
 
 # %%
 # your code here
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 #
 # *(Expand the hidden cell below to see one solution.)*
@@ -517,6 +520,9 @@ per_param = {"weights": sum(p.data.nbytes for p in params) / n,
 per_param |= {k: sum(opt.state[p][k].nbytes for p in params) / n
               for k in ("master", "exp_avg", "exp_avg_sq")}
 print(per_param, "total", sum(per_param.values()))
+
+# %% tags=["solution"]
+check("bytes per parameter, Adam + master", sum(per_param.values()))
 
 # %% [markdown]
 # ## 6 · Apex's opt levels and autocast

@@ -40,8 +40,11 @@ import numpy as np
 import fpsim
 import fpsim.tensorcore as tc
 from fpsim import viz
+from fpsim.course import checker
 from fpsim.tensorcore import perf
 from fpsim.viz import style
+
+check = checker("04")  # check("question", answer) says right or wrong, never the answer
 
 # %% [markdown]
 # ## 1 · The block FMA model
@@ -126,7 +129,7 @@ for c in (1 - 2.0**-24, 1.0):
 # %%
 # your code here
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 #
 # *(Expand the hidden cell below to see one solution.)*
@@ -198,7 +201,7 @@ viz.error_vs_k((16, 64, 256, 1024, 4096), ["A100", wider, rne], trials=10)
 # %%
 # your code here
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 #
 # *(Expand the hidden cell below to see one solution.)*
@@ -285,12 +288,13 @@ viz.gemm_efficiency(range(256, 4097, 32), gpu="A100", dtype="fp16", K=4096)
 #
 # A layer computes an fp16 GEMM with $M = 8192$ tokens, $K = 4096$ and $N$ output features on an
 # A100. Among $N = 5000, \dots, 6000$, which multiples of 64 reach at least 98% utilisation? How
-# does the best one compare with $N = 5120$? Then repeat for an H100.
+# does the best one compare with $N = 5120$? Then repeat for an H100. How many waves does
+# $N = 5120$ (2560 tiles of 128 × 128) take on the A100? `check("A100 waves for 2560 tiles", ...)`
 
 # %%
 # your code here
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 #
 # *(Expand the hidden cell below to see one solution.)*
@@ -306,6 +310,9 @@ for gpu in ("A100", "H100"):
         r = est[n]
         print(f"  N={n}: {r.tiles} tiles in {r.waves} waves, utilisation {r.utilisation:.1%}, "
               f"{r.time_s * 1e3:.3f} ms")
+
+# %% tags=["solution"]
+check("A100 waves for 2560 tiles", perf.gemm_time_estimate(8192, 5120, 4096, "A100", "fp16").waves)
 
 # %% [markdown]
 # ## Summary

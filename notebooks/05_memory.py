@@ -42,9 +42,12 @@ from fpsim import memory, nn
 from fpsim.autograd import Tensor, manual_seed
 from fpsim.autograd import functional as F
 from fpsim.autograd.checkpoint import checkpoint_sequential
+from fpsim.course import checker
 from fpsim.distributed import ZeroEngine
 from fpsim.optim import Adam
 from fpsim.viz import style
+
+check = checker("05")  # check("question", answer) says right or wrong, never the answer
 
 
 def mlp(width, layers, fmt, act=nn.ReLU, seed=0):
@@ -141,7 +144,7 @@ fig
 # (PyTorch saves `self`), not its output. Predict the peak of saved activations in units of one
 # layer's output (512 × 256 fp16 = 256 KiB), then measure it.
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
@@ -281,7 +284,7 @@ for k in range(2, 9):
 # For n = 36 layers: which k minimises the measured peak, and what does it cost in recomputed
 # FLOPs? Compare with `memory.optimal_checkpoint_segments(36)`. (Use width 32 to keep it quick.)
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
@@ -379,7 +382,7 @@ for c in [(2, True), (3, True)]:
 # a rank sends per step in stage 3. Check with a `ZeroEngine` (one step is enough). Hint: Psi
 # must divide by N for the formula to be exact (otherwise the flat buffer is padded).
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
@@ -426,15 +429,19 @@ fig
 #
 # ZeRO-Offload trained 13 B parameters on one 32 GB V100. With the engine's offload model (GPU:
 # fp16 parameters only), how many parameters fit in the model states of one 80 GB GPU with
-# N_d = 1, and how much host memory do they need?
+# N_d = 1, and how much host memory do they need? Check the number of parameters with
+# `check("parameters on 80 GB with offload", ...)`.
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
 psi_max = 80e9 / 2                      # 2 bytes of fp16 parameters per parameter on the GPU
 print(f"{psi_max / 1e9:.0f} B parameters; host: 14 bytes each = {14 * psi_max / 1e9:.0f} GB")
 print("13 B on a V100: GPU", 2 * 13e9 / 1e9, "GB of 32; host", 14 * 13e9 / 1e9, "GB")
+
+# %% tags=["solution"]
+check("parameters on 80 GB with offload", psi_max)
 
 # %% [markdown]
 # ## Summary

@@ -47,6 +47,7 @@ from fpsim import nn
 from fpsim import quant as q
 from fpsim.autograd import Tensor, no_grad
 from fpsim.autograd import functional as F
+from fpsim.course import checker
 from fpsim.datasets import load_digits
 from fpsim.optim import Adam
 from fpsim.quant import experiment as ex
@@ -55,6 +56,8 @@ from fpsim.viz import style
 data = load_digits()                  # 64 features in [0, 1]
 print(f"digits: {len(data.x_train):,} training and {len(data.x_test):,} test images "
       "(load_digits() holds out a quarter)")
+check = checker("06")  # check("question", answer) says right or wrong, never the answer
+
 
 def acc(model, x=data.x_test, y=data.y_test):
     return ex.accuracy(model, x, y)
@@ -125,9 +128,11 @@ fig
 # ### Exercise 1
 #
 # A tensor ranges over [-1, 3]. Predict the quint8 scale and zero point, and the value that 1.0
-# becomes after fake quantization. Check with `q.calculate_qparams` and `q.fake_quantize`.
+# becomes after fake quantization. Check with `q.calculate_qparams` and `q.fake_quantize`, and
+# your predictions with `check("quint8 scale for [-1, 3]", ...)` and
+# `check("quint8 zero point for [-1, 3]", ...)`.
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
@@ -135,6 +140,9 @@ fig
 s, z = q.calculate_qparams(-1.0, 3.0, 0, 255)
 print(s[0], 4 / 255, z[0])
 print(q.fake_quantize(np.float32(1.0), s[0], z[0], 0, 255), "=", (128 - 64) * 4 / 255)
+
+# %% tags=["solution"]
+print(check("quint8 scale for [-1, 3]", s[0]), check("quint8 zero point for [-1, 3]", z[0]))
 
 
 # %% [markdown]
@@ -207,7 +215,7 @@ fig
 # 32 (ReLU(32 z) = 32 ReLU(z)). Predict which of per-tensor / per-channel PTQ suffers more, then
 # measure. (Hint: the activations are quantized per tensor in both.)
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
@@ -279,7 +287,7 @@ fig
 # Repeat PTQ vs QAT at 4 and at 2 bits. Where is the gap largest? (One seed and 449 test images,
 # as printed at the top: one image is 100/449 = 0.22 points, so small gaps are noise.)
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
@@ -366,7 +374,7 @@ fig
 # parameter costs 2 bytes of bf16 weight, 2 of gradient and 12 of optimizer state), then
 # measure them together with the accuracy.
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
@@ -446,7 +454,7 @@ fig
 # With `amax_history_len=16`, one batch whose inputs are 10× larger arrives at step 5. Predict
 # for how many steps the input scale stays low, then check with a single `FP8Linear`.
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # #### Solution
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
