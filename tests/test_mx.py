@@ -403,3 +403,22 @@ def test_empty_arrays(name, shape, axis):
     q = mx.quantize(np.zeros(shape, np.float32), name, axis=axis)
     assert q.dequantize().shape == shape and q.pack().size == 0
     assert q.nbytes == q.scales.size + (q.elements.size * q.fmt.elem_bits + 7) // 8
+
+
+@pytest.mark.parametrize("name", MX_NAMES + ["nvfp4"])
+def test_nan_scale_blocks_hold_defined_element_codes(name):
+    import warnings
+
+    x = np.ones((3, 32))
+    x[0, 3] = np.nan
+    x[1, :] = 2.0**200  # E8M0 overflow (float64 input): NaN scale without a NaN input
+    x[2, 5] = np.inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no invalid casts inside
+        q = mx.quantize(x, name)
+    codes = q.elements.view(np.uint8)
+    nan_scale = np.repeat(np.isnan(q.scales.astype(np.float32)), q.block_size, axis=1)
+    assert nan_scale[0, 3] and (nan_scale[1].all() or name == "nvfp4")
+    if q.fmt.is_int or not q.fmt.element.has_nan:
+        assert (codes[nan_scale] == 0).all()  # +0: the NaN scale carries the NaN
+    assert np.isnan(q.dequantize()[nan_scale]).all()

@@ -254,7 +254,10 @@ def _as_input(x, nvfp4: bool) -> np.ndarray:
         arr = arr.astype(np.float64, copy=False)
     except (TypeError, ValueError):
         raise TypeError(f"quantize: x must hold real numbers, got dtype {arr.dtype}") from None
-    return arr.astype(np.float32) if nvfp4 else arr
+    if nvfp4:
+        with np.errstate(over="ignore"):  # beyond float32: inf, as the recipe's fp32 reads it
+            return arr.astype(np.float32)
+    return arr
 
 
 def _block_amax(blocks: np.ndarray) -> np.ndarray:
@@ -408,7 +411,9 @@ def quantize(
         with np.errstate(invalid="ignore", over="ignore"):
             y = blocks * recip[..., None]
         scales = codes.view(ml_dtypes.float8_e8m0fnu)
-    elems = _round_elements(y, f, mode, rng, bool(np.isnan(amax).any()))
+    # a NaN scale (a NaN in the block, or an E8M0 overflow) makes the block's P NaN
+    nan_blocks = bool(np.isnan(scales.astype(np.float32)).any())
+    elems = _round_elements(y, f, mode, rng, nan_blocks)
     elems = elems.reshape(elems.shape[:-2] + (nb * bs,))
     return MXArray(
         fmt=f,
