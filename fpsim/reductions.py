@@ -24,6 +24,11 @@ Orders (the accumulation model; ``x`` the values along the reduced axis, convert
   adds are exact and the sum is taken in float64 directly; ``accumulator="fp64"`` accumulates
   in NumPy float64 (round to nearest even only).
 
+The sequential order in fp16, bf16 or fp32 with round to nearest even, IEEE policies and no
+flags runs as NumPy's ``add.accumulate`` on the format's own type (the same correctly rounded
+add per element, see :func:`fpsim.add`'s native path); the element-by-element loop, vectorised
+across independent rows, runs everywhere else.
+
 The rounding mode and policies apply to every operation (the accumulator's adds too); with
 ``flags=True`` the result comes with the OR of the IEEE flags of every operation that produced
 each output element.
@@ -40,6 +45,7 @@ try:
 except ImportError:  # NumPy < 2
     from numpy.core.numeric import normalize_axis_tuple
 
+from . import arithmetic as _arith
 from . import flags as _flags
 from .arithmetic import (
     _add_flat,
@@ -102,7 +108,41 @@ class _Acc:
         return self.add(a, -b, rows_of)
 
 
+_NATIVE_BLOCK = 1 << 16  # columns per native accumulate: bounded scratch memory
+
+
+def _native_sequential(X, c: _Ctx):
+    """The sequential sum by the native add of the format's own type (np.add.accumulate runs
+    ``out[k] = out[k-1] + x[k]`` with one correctly rounded add per element), or None when
+    that is not fpsim's rounding: as for the native arithmetic (:func:`fpsim.arithmetic._native`:
+    fp16, bf16 or fp32, nearest even, IEEE policies, no flags), each add of two values of
+    the format computed in float32 and rounded once to the format equals the correctly rounded
+    add (float32 has >= 2p + 2 bits). X holds values of the format (exact to cast)."""
+    if (c.want or c.mode is not Rounding.NEAREST_EVEN or c.overflow is not Overflow.INF
+            or c.daz or c.result_subnormals is not Subnormals.KEEP or _arith._FORCE_GENERAL
+            or c.fmt not in _arith._NATIVE_FORMATS):
+        return None
+    dt = c.fmt.dtype
+    rows, n = X.shape
+    s = None
+    with np.errstate(all="ignore"):
+        for j in range(0, n, _NATIVE_BLOCK):  # a few blocks: each one vectorised
+            blk = X[:, j:j + _NATIVE_BLOCK].astype(dt)
+            if s is not None:
+                blk[:, 0] = s + blk[:, 0]  # the same native add, carried across blocks
+            s = np.add.accumulate(blk, axis=1)[:, -1]
+        return s.astype(np.float64)
+
+
 def _sequential(X, acc: _Acc):
+    native = _native_sequential(X, acc.c)
+    if native is not None:
+        return native
+    return _sequential_loop(X, acc)
+
+
+def _sequential_loop(X, acc: _Acc):
+    """The reference loop: one rounded add per column, vectorised across the rows."""
     s = X[:, 0].copy()
     for k in range(1, X.shape[1]):
         s = acc.add(s, X[:, k])

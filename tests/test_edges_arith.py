@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import fpsim
-from fpsim import arithmetic
+from fpsim import arithmetic, reductions
 from tests.exact import round_exact
 from tests.test_arith_mpfr import mpfr_op
 
@@ -147,3 +147,56 @@ def test_native_path_is_not_taken_for_other_options():
     assert fpsim.mul(np.float16(300.0), np.float16(300.0), "fp16", overflow="saturate") == \
         65504.0
     assert type(fpsim.add(np.float16(1.0), 2.0, "fp16")) is np.float64
+
+
+# -- sequential sums by the native add -----------------------------------------------------------
+
+def _reference_sequential(X, fmt):
+    """The element-by-element loop (one fpsim.add per column), kept as the reference."""
+    c = arithmetic.context(fmt)
+    return reductions._sequential_loop(np.asarray(X, np.float64), reductions._Acc(c, len(X)))
+
+
+@pytest.mark.parametrize("block", [7, 1 << 16])
+@pytest.mark.parametrize("name", ["fp16", "bf16", "fp32"])
+def test_native_sequential_sum_equals_reference_loop(monkeypatch, name, block):
+    monkeypatch.setattr(reductions, "_NATIVE_BLOCK", block)
+    fmt = fpsim.get_format(name)
+    rng = np.random.default_rng(9)
+    rows, n = 40, 300
+    scale = 2.0 ** rng.integers(fmt.emin - fmt.mantissa_bits, fmt.emax + 1, (rows, 1))
+    X = np.asarray(fpsim.round(rng.standard_normal((rows, n)) * scale, fmt))
+    X[0] = 1.0  # stagnation at 2**p: ties to even
+    X[1, ::2] = fmt.max  # overflow to inf, then inf - inf = NaN
+    X[1, 1::2] = -fmt.max
+    X[2] = fmt.smallest_subnormal  # subnormal sums
+    X[3, 5] = np.inf
+    c = arithmetic.context(fmt)
+    got = reductions._native_sequential(X, c)
+    assert got is not None
+    want = _reference_sequential(X, fmt)
+    assert (((got == want) & (np.signbit(got) == np.signbit(want)))
+            | (np.isnan(got) & np.isnan(want))).all()
+    assert _same(fpsim.sum(X, fmt, axis=1), want).all()
+    assert _same(fpsim.dot(X, np.ones(n), fmt), want).all()  # exact products, same sums
+
+
+def test_sequential_sum_of_a_million_ones_is_fast_and_stagnates():
+    """bf16 stops at 256 (256 + 1 ties to even), fp16 at 2048 (issue 15: was ~39 s)."""
+    assert fpsim.sum(np.ones(10**6), "bf16") == 256.0
+    assert fpsim.sum(np.ones(10**6), "fp16") == 2048.0
+    assert fpsim.sum(np.ones(3 * 10**5, np.float32), "fp32") == 3e5
+
+
+def test_sequential_general_path_unchanged_for_other_modes():
+    x = np.ones(300)
+    # mode up: 256 + 1 rounds up to 258, every add then gains an ulp
+    assert float(fpsim.sum(x, "bf16", rounding="up")) == float(
+        _reference_sequential_mode(x, "bf16", "up"))
+
+
+def _reference_sequential_mode(x, fmt, mode):
+    s = x[0]
+    for v in x[1:]:
+        s = fpsim.add(s, v, fmt, mode)
+    return s
