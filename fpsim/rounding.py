@@ -139,16 +139,14 @@ def _params(fmt: Format) -> _Params:
 
 
 def _increment_round(a, s, mode: Rounding, neg, rnd, random_bits):
-    """Round magnitude patterns ``a`` by dropping ``s`` low bits (0 <= s <= 52, scalar or
-    array). Dropping no bit (s = 0: a 52-bit format's normal range) is the identity."""
-    if np.ndim(s) == 0 and int(s) == 0:
-        return a.copy()
+    """Round magnitude patterns ``a`` by dropping ``s`` low bits (0 <= s <= 52, a uint64
+    scalar or array). Dropping no bit (s = 0: a 52-bit format's normal range) is the
+    identity: the increments below are 0 there."""
     mask = (ONE << s) - ONE
     if mode is Rounding.NEAREST_EVEN:
-        # half - 1, plus 1 when the kept lsb is odd; "& mask" makes both 0 where s = 0 (an
-        # array s): there the lsb is kept, nothing is dropped
+        # half - 1, plus 1 when the kept lsb is odd; "& mask": both 0 where s = 0
         lsb = (a >> s) & ONE
-        inc = (mask >> ONE) + (lsb if np.ndim(s) == 0 else lsb & mask)
+        inc = (mask >> ONE) + (lsb & mask if isinstance(s, np.ndarray) or s == ZERO else lsb)
     elif mode is Rounding.NEAREST_AWAY:
         inc = (mask + ONE) >> ONE  # exactly half: ties carry (0 where s = 0)
     elif mode is Rounding.TOWARD_ZERO:
