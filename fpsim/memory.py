@@ -60,7 +60,7 @@ GIB = 2**30
 
 def _positive_number(name: str, v) -> Fraction:
     """``v`` as an exact Fraction (floats are exact binary fractions), checked > 0."""
-    if isinstance(v, bool):
+    if isinstance(v, (bool, str, bytes)):
         raise TypeError(f"{name} must be a number, got {v!r}")
     if isinstance(v, (int, Fraction)):
         f = Fraction(v)
@@ -74,6 +74,15 @@ def _positive_number(name: str, v) -> Fraction:
         f = Fraction(fv)
     if not f > 0:
         raise ValueError(f"{name} must be positive and finite, got {v!r}")
+    return f
+
+
+def _param_count(name: str, v) -> Fraction:
+    """A count of parameters or elements: positive, finite and whole (``7.5e9`` is fine,
+    ``1.5`` is not)."""
+    f = _positive_number(name, v)
+    if f.denominator != 1:
+        raise ValueError(f"{name} must be a whole number, got {v!r}")
     return f
 
 
@@ -114,7 +123,7 @@ def zero_model_state_bytes(num_params: float, stage: int, dp_degree: int, k: flo
     >>> zero_model_state_bytes(7.5e9, 0, 64) / 1e9, zero_model_state_bytes(7.5e9, 3, 64) / 1e9
     (120.0, 1.875)
     """
-    psi = _positive_number("num_params", num_params)
+    psi = _param_count("num_params", num_params)
     kk = _positive_number("k", k) if k != 0 else Fraction(0)
     return float(_model_state_exact(psi, _stage(stage), _positive_int("dp_degree", dp_degree),
                                     kk))
@@ -172,18 +181,20 @@ def zero_communication_volume(num_params: float, stage: int) -> float:
     >>> zero_communication_volume(1e9, 2), zero_communication_volume(1e9, 3)
     (2000000000.0, 3000000000.0)
     """
-    psi = _positive_number("num_params", num_params)
+    psi = _param_count("num_params", num_params)
     return float((3 if _stage(stage) == 3 else 2) * psi)
 
 
 def zero_communication_bytes(num_params: float, stage: int, bytes_per_element: float = 2
                              ) -> float:
-    """Bytes communicated per rank and step (fp16 / bf16 elements: 2 bytes each).
+    """Bytes communicated per rank and step (fp16 / bf16 elements: 2 bytes each;
+    ``bytes_per_element`` may be fractional, e.g. 0.5 for packed 4-bit elements).
 
     >>> zero_communication_bytes(1e9, 3) / 1e9
     6.0
     """
-    return zero_communication_volume(num_params, stage) * float(bytes_per_element)
+    width = _positive_number("bytes_per_element", bytes_per_element)
+    return float(Fraction(zero_communication_volume(num_params, stage)) * width)
 
 
 def fits_on_gpu(num_params: float, stage: int, dp_degree: int, gpu_memory_gb: float = 80,
@@ -271,21 +282,33 @@ def memory_report(num_params: float, gpus: int, stage: int | None = None, k: flo
     """The text ``fpsim memory`` prints.
 
     >>> print(memory_report(7.5e9, 64, stage=3).splitlines()[-1])
-    3      P_os+g+p       1.875      1.746           2.25e+10             45  yes
+    3      P_os+g+p  1.875  1.746           2.25e+10              45  yes
     """
+    psi = float(_param_count("num_params", num_params))
+    gpus = _positive_int("gpus", gpus)
+    cap = float(_positive_number("gpu_memory_gb", gpu_memory_gb))
+    kk = float(_positive_number("k", k)) if k != 0 else 0.0
     stages = ZERO_STAGES if stage is None else (_stage(stage),)
-    lines = [f"model states per rank: {num_params:g} parameters, {gpus} data-parallel ranks, "
-             f"K = {k:g} (mixed-precision Adam: 2 + 2 + K bytes per parameter)",
-             f"{'stage':6s} {'split':8s}  {'GB':>10s} {'GiB':>10s} {'comm/step (elems)':>18s} "
-             f"{'comm GB (fp16)':>14s}  fits {gpu_memory_gb:g} GB",
-             ]
+    head = ["stage", "split", "GB", "GiB", "comm/step (elems)", "comm GB (fp16)",
+            f"fits {cap:g} GB"]
+    rows = []
     for s in stages:
-        b = zero_model_state_bytes(num_params, s, gpus, k)
-        c = zero_communication_volume(num_params, s)
-        fits = "yes" if fits_on_gpu(num_params, s, gpus, gpu_memory_gb, k) else "no"
-        lines.append(f"{s:<6d} {_STAGE_NAMES[s]:8s}  {b / GB:10.4g} {b / GIB:10.4g} "
-                     f"{c:18.4g} {2 * c / GB:14.4g}  {fits}")
-    return "\n".join(lines)
+        b = zero_model_state_bytes(psi, s, gpus, kk)
+        c = zero_communication_volume(psi, s)
+        fits = "yes" if fits_on_gpu(psi, s, gpus, cap, kk) else "no"
+        rows.append([str(s), _STAGE_NAMES[s], f"{b / GB:.4g}", f"{b / GIB:.4g}", f"{c:.4g}",
+                     f"{2 * c / GB:.4g}", fits])
+    # every column as wide as its widest cell; text left-aligned, numbers right-aligned
+    widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
+    right = [False, False, True, True, True, True, False]
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if r else c.ljust(w)
+                         for c, w, r in zip(cells, widths, right, strict=True)).rstrip()
+
+    lines = [f"model states per rank: {psi:g} parameters, {gpus} data-parallel ranks, "
+             f"K = {kk:g} (mixed-precision Adam: 2 + 2 + K bytes per parameter)"]
+    return "\n".join(lines + [line(r) for r in [head] + rows])
 
 
 def run_cli(args: argparse.Namespace) -> int:
@@ -323,6 +346,9 @@ def zero_measured_vs_formula(engine, rank: int = 0) -> dict:
     model-state bytes it holds and the elements it sent in its last step, next to
     :func:`zero_model_state_bytes` (K = 12) and the communication volume, both under the ring
     convention (``2 (N-1)/N Psi`` or ``3 (N-1)/N Psi``) and as the paper writes it (2 or 3 Psi).
+    Psi is the flat buffer the ranks hold: the parameters padded to a multiple of N
+    (``engine.padded``; the same as ``engine.num_params`` when N divides it). ``rank`` must
+    be one of the engine's local ranks.
 
     >>> from fpsim import nn
     >>> from fpsim.distributed import ZeroEngine
@@ -331,15 +357,17 @@ def zero_measured_vs_formula(engine, rank: int = 0) -> dict:
     >>> d["measured_bytes"], d["formula_bytes"]
     (32, 32.0)
     """
-    psi, n, stage = engine.num_params, engine.world_size, engine.stage
+    psi, n, stage = engine.padded, engine.world_size, engine.stage
     held = engine.model_state_bytes(rank)
+    local = [rk.rank for rk in engine.ranks].index(rank)
     factor = 3 if stage == 3 else 2
     return {
-        "num_params": psi, "stage": stage, "world_size": n,
+        "num_params": engine.num_params, "padded_params": psi, "stage": stage,
+        "world_size": n,
         "measured_bytes": held["total"], "device_bytes": held["device"],
         "host_bytes": held["host"],
         "formula_bytes": zero_model_state_bytes(psi, stage, n, 12),
-        "measured_comm_elements": engine.last_step_comm[rank],
+        "measured_comm_elements": engine.last_step_comm[local],
         "ring_comm_elements": factor * (n - 1) * psi / n,
         "paper_comm_elements": zero_communication_volume(psi, stage),
     }

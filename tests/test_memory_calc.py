@@ -161,3 +161,64 @@ def test_bad_input():
         activation_bytes([(2, -1)], "fp16")
     with pytest.raises(ValueError, match="unknown format"):
         activation_bytes([(2,)], "fp7")
+
+
+@pytest.mark.parametrize("bad,exc,message", [
+    (-1, ValueError, "positive"), (-7.5e9, ValueError, "positive"), (0, ValueError, "positive"),
+    (1.5, ValueError, "whole number"), (Fraction(3, 2), ValueError, "whole number"),
+    (1j, TypeError, "number"), (complex(4, 0), TypeError, "number"), (None, TypeError, "number"),
+    (float("inf"), ValueError, "finite"), (float("nan"), ValueError, "finite"),
+])
+def test_communication_sizes_refused(bad, exc, message):
+    for stage in (0, 3):
+        with pytest.raises(exc, match=f"num_params.*{message}"):
+            zero_communication_bytes(bad, stage)
+        with pytest.raises(exc, match=f"num_params.*{message}"):
+            zero_communication_volume(bad, stage)
+    with pytest.raises(exc, match="num_params"):
+        zero_model_state_bytes(bad, 1, 4)
+
+
+def test_communication_bytes_per_element():
+    assert zero_communication_bytes(1e9, 2, bytes_per_element=4) == 8e9
+    assert zero_communication_bytes(10, 3, bytes_per_element=0.5) == 15  # packed 4-bit
+    for bad, exc in ((-2, ValueError), (0, ValueError), (1j, TypeError), ("2", TypeError),
+                     (float("nan"), ValueError)):
+        with pytest.raises(exc, match="bytes_per_element"):
+            zero_communication_bytes(1e9, 2, bytes_per_element=bad)
+
+
+def test_memory_report_bad_input():
+    from fpsim.memory import memory_report
+
+    with pytest.raises(TypeError, match="num_params must be a number, got None"):
+        memory_report(None, 8)
+    with pytest.raises(TypeError, match="gpus"):
+        memory_report(1e9, None)
+    with pytest.raises(ValueError, match="gpus must be >= 1"):
+        memory_report(1e9, 0)
+    with pytest.raises(ValueError, match="gpu_memory_gb"):
+        memory_report(1e9, 8, gpu_memory_gb=-80)
+
+
+@pytest.mark.parametrize("argv", [["--params", "7.5e9", "--gpus", "64"],
+                                  ["--params", "1e12", "--gpus", "1024", "--gpu-memory", "1e5"],
+                                  ["--params", "1000", "--gpus", "3", "--k", "8"]])
+def test_cli_columns_aligned(argv, capsys):
+    p = argparse.ArgumentParser()
+    configure_parser(p)
+    run_cli(p.parse_args(argv))
+    table = capsys.readouterr().out.splitlines()[1:]
+    head = table[0]
+    # each column's header and cells share their span: text columns start where the header
+    # starts, number columns end where it ends
+    starts = [head.index(h) for h in ("stage", "split", "fits")]
+    ends = [head.index(h) + len(h) for h in ("GB ", "GiB", "(elems)", "(fp16)")]
+    ends[0] -= 1
+    for row in table[1:]:
+        cells = row.split()
+        assert len(cells) == 7
+        assert row[starts[0]:].startswith(cells[0]) and row[starts[1]:].startswith(cells[1])
+        assert row[starts[2]:] == cells[6]
+        for end, cell in zip(ends, cells[2:6], strict=True):
+            assert row[:end].endswith(cell) and row[end] == " "

@@ -173,6 +173,21 @@ def test_collective_errors():
         Communicator(0)
     with pytest.raises(ValueError, match="valid: all_reduce"):
         ring_volume("gather", 4, 2)
+    for size, exc, message in ((-4, ValueError, "size must be >= 0"),
+                               (2.5, ValueError, "whole number"),
+                               (1j, TypeError, "size must be an int"),
+                               (float("nan"), ValueError, "whole number"),
+                               (True, TypeError, "size must be an int"),
+                               ("8", TypeError, "size must be an int")):
+        with pytest.raises(exc, match=message):
+            ring_volume("all_reduce", size, 4)
+    for n, exc, message in ((0, ValueError, ">= 1"), (-2, ValueError, ">= 1"),
+                            (2.5, ValueError, "whole number"),
+                            (2 + 0j, TypeError, "world_size must be an int")):
+        with pytest.raises(exc, match=message):
+            ring_volume("all_gather", 8, n)
+    assert ring_volume("all_gather", 8.0, np.int64(4)) == 6.0
+    assert ring_volume("reduce_scatter", 0, 3) == 0.0
 
 
 # ---------------------------------------------------------------------------- ZeRO
@@ -255,6 +270,12 @@ def test_zero_padding_and_errors():
     x = np.random.default_rng(1).normal(size=(4, 2))
     eng.step(x, np.arange(4) % 3)
     assert np.all(eng.ranks[0].params[9:] == 0)
+    d = memory.zero_measured_vs_formula(eng, 2)  # the formula on the padded buffer held
+    assert (d["num_params"], d["padded_params"]) == (9, 12)
+    assert d["measured_bytes"] == d["formula_bytes"] == 4 * 12 + 12 * 12 / 4
+    assert d["measured_comm_elements"] == d["ring_comm_elements"] == 2 * 3 * 12 / 4
+    with pytest.raises(ValueError, match="not held"):
+        eng.model_state_bytes(4)
     with pytest.raises(ValueError, match="stage"):
         ZeroEngine(make_model, 4, 2)
     with pytest.raises(ValueError, match="split evenly"):
