@@ -242,7 +242,10 @@ def test_round_rational_against_mpfr(fmt):
             assert same(got, want), (fmt.name, mode, x, got, want)
 
 
-@pytest.mark.parametrize("fmt", EDGE_FORMATS + [fpsim.FP8_E4M3FNUZ, fpsim.FP6_E3M2], ids=str)
+@pytest.mark.parametrize("fmt", EDGE_FORMATS + [
+    fpsim.FP8_E4M3FNUZ, fpsim.FP6_E3M2, fpsim.Format(5, 2, bias=3),
+    fpsim.Format(2, 4, nan_encoding="fnuz", bias=1), fpsim.Format(4, 3, subnormals=False),
+    fpsim.Format(11, 10), fpsim.Format(3, 0, nan_encoding="fn")], ids=str)
 def test_round_rational_every_mode_and_policy_against_exact(fmt):
     xs = random_rationals(20)
     for mode in MODES:
