@@ -69,6 +69,11 @@ for name in ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"):
 viz.bit_layouts(0.1)
 
 # %% [markdown]
+# *What to see:* 0.1 has no exact binary form, so each format keeps as many bits of its repeating
+# pattern as its mantissa holds; the relative error printed above each row grows from fp32's
+# 1.5e-8 to several percent in fp8.
+
+# %% [markdown]
 # ## 2 · Where the numbers are: the number line
 #
 # Between two powers of two (a *binade*) the values are equally spaced; the spacing doubles from
@@ -78,10 +83,19 @@ viz.bit_layouts(0.1)
 # %%
 viz.number_line("fp8_e4m3")
 
+# %% [markdown]
+# *What to see:* every binade holds the same 8 values, so the spacing doubles from one binade to
+# the next; the 7 subnormals below 2^-6 are evenly spaced, and 448 is the end: e4m3 has no
+# infinity.
+
 # %%
 # fp16 near 2048: the spacing is 1 below 2048 and 2 above, so 2049 is not representable
 print([float(fpsim.round(v, "fp16")) for v in (2047, 2048, 2049, 2050, 2051)])
 viz.number_line("fp16", xmin=2036, xmax=2060, scale="linear")
+
+# %% [markdown]
+# *What to see:* the integers are all there up to 2048; above it fp16's spacing is 2, so every odd
+# integer is missing.
 
 # %% [markdown]
 # ### Exercise 1
@@ -131,9 +145,9 @@ for x in xs:
 viz.rounding_modes("fp8_e4m3", 1.0, 1.5)
 
 # %% [markdown]
-# *What to see:* the nearest modes step at the midpoints (dotted) and part only at the ties; up and down
-# stay on one side of y = x (toward_zero is down for positive x); odd sends every inexact x to an
-# odd neighbour (1.125 or 1.375).
+# *What to see:* the nearest modes step at the midpoints (dotted) and part only at the ties; up
+# and down stay on one side of y = x (toward_zero is down for positive x); odd sends every inexact
+# x to an odd neighbour (1.125 or 1.375).
 
 # %% [markdown]
 # ### Exercise 2
@@ -176,9 +190,9 @@ print("flush:", fpsim.round(vals, f16, subnormals="flush"))
 viz.relative_error(["fp16", "bf16"], 2.0**-28, 2.0**4)
 
 # %% [markdown]
-# *What to see:* for normal numbers the error stays under each format's u (a sawtooth per binade), fp16's
-# 8 times lower; below 2^-14 fp16's subnormals lose precision until 2^-25 and less round to 0
-# (error 1), while bf16 keeps its precision: the curves cross near 2^-17.
+# *What to see:* for normal numbers the error stays under each format's u (a sawtooth per binade),
+# fp16's 8 times lower; below 2^-14 fp16's subnormals lose precision until 2^-25 and less round to
+# 0 (error 1), while bf16 keeps its precision: the curves cross near 2^-17.
 
 # %% [markdown]
 # ## 5 · Overflow
@@ -214,8 +228,8 @@ print("e4m3: 500 ->", float(fpsim.round(500.0, "fp8_e4m3")), "| saturate:",
 viz.stochastic_rounding("fp16", 1 + 2.0**-12, n=4000)
 
 # %% [markdown]
-# *What to see:* left, about three quarters of the roundings go down and one quarter up, so their mean
-# lands on x while round-to-nearest always gives 1; right, the running mean's error shrinks
+# *What to see:* left, about three quarters of the roundings go down and one quarter up, so their
+# mean lands on x while round-to-nearest always gives 1; right, the running mean's error shrinks
 # like 1/√k inside the ±2 standard-error band, round-to-nearest's stays at −0.25 ulp.
 
 # %%
@@ -356,6 +370,10 @@ ax.set_ylabel("running sum in bf16")
 ax.set_title("Adding 0.1 (bf16) over and over in bf16", loc="left")
 ax.legend()
 fig
+
+# %% [markdown]
+# *What to see:* round to nearest stalls at 32 for good, stochastic rounding drifts around the
+# exact line (unbiased, but one run is noisy), and Kahan's compensated sum stays on it.
 
 # %% [markdown]
 # With round-to-nearest the sum first runs *ahead* (between 16 and 32 the spacing is 0.125, and

@@ -149,6 +149,10 @@ ax.legend(loc="upper right")
 fig
 
 # %% [markdown]
+# *What to see:* each format loses every update below 2^-(M+2) of the weight and keeps every one
+# above 2^-(M+1) (dotted); fp16's cliff is at 2^-11 = 1/2048, bf16's at 2^-8, fp32's at 2^-24.
+
+# %% [markdown]
 # This is why the paper keeps an **fp32 master copy** of the weights: the update is computed and
 # applied in fp32, where it survives down to $2^{-24}$ of the weight, and the fp16 copy used by
 # the forward and backward passes is refreshed from it after every step
@@ -352,6 +356,11 @@ fig.suptitle("Gradients of 315 fp32 training steps against fp16's range", x=0.01
 fig
 
 # %% [markdown]
+# *What to see:* the weight gradients sit mostly inside fp16's normal range, while the output
+# layer's activation gradient (fc3 output) has a long tail into the subnormal and flush-to-zero
+# bands; nothing comes near overflow.
+
+# %% [markdown]
 # The logits' gradient is $(\mathrm{softmax}(z) - y)/64$: once an image is classified with
 # confidence, its entries shrink towards zero, and many fall below $2^{-24}$. The hidden layers'
 # output gradients spread over 30 or more binades. The weight gradients sum over the batch and
@@ -372,6 +381,10 @@ ax.set_ylabel("share flushed to 0 in fp16")
 ax.set_title("Non-zero fp32 gradients that fp16 would lose, per epoch", loc="left")
 ax.legend(ncols=2, fontsize=8)
 fig
+
+# %% [markdown]
+# *What to see:* the share that fp16 would flush to zero grows as training goes on, most for the
+# logits' gradient (fc3 output): a confident network has smaller gradients.
 
 # %% [markdown]
 # ## 4 · Loss scaling moves the histogram
@@ -395,6 +408,11 @@ for ax, (label, S) in zip(axes, scales.items(), strict=True):
 axes[0].legend(loc="upper right", fontsize=8)
 axes[-1].set_xlabel("|S x gradient| (binade)")
 fig
+
+# %% [markdown]
+# *What to see:* a loss scale S slides the whole histogram right by log2 S binades without
+# changing its shape, moving values out of the flush and subnormal bands; at 2^16 it is still far
+# from overflow.
 
 # %%
 h = amp.exponent_histogram(pooled)
@@ -516,6 +534,10 @@ ax2.set_xlabel("step")
 ax2.set_ylabel("batch loss")
 ax2.legend(loc="lower left")
 fig
+
+# %% [markdown]
+# *What to see:* the scale climbs every 20 good steps and halves at each overflow (red crosses),
+# settling around 2^18-2^19; the loss of the fp16 run tracks the fp32 run's.
 
 # %% [markdown]
 # The trajectory is the textbook sawtooth: 20 good steps, the scale doubles; once

@@ -113,6 +113,11 @@ with style.context():
 fig
 
 # %% [markdown]
+# *What to see:* the saved activations grow layer by layer through the forward pass and are freed
+# one by one in backward; the peak of the step is where forward ends, on top of the constant model
+# states.
+
+# %% [markdown]
 # ### Activation memory by format
 #
 # The same network in five formats. The saved activations are the input plus the 6 ReLU outputs,
@@ -136,6 +141,10 @@ with style.context():
     ax.set_ylabel("peak saved activations (KiB)")
     ax.set_title("Saved activations of a 6-layer MLP, batch 512")
 fig
+
+# %% [markdown]
+# *What to see:* the activations scale with the format's width: bf16 and fp16 halve fp32, fp8
+# halves them again.
 
 # %% [markdown]
 # ### Exercise 1
@@ -225,6 +234,10 @@ with style.context():
     ax.legend(loc="upper center")
     ax.set_title("Checkpointing 16 layers: memory against recomputation")
 fig
+
+# %% [markdown]
+# *What to see:* the measured peak falls from 17 layer outputs to 8 near k = √16 = 4 and rises
+# again for many segments, never above k + ⌈n/k⌉; the grey bars, the recomputed share, only grow.
 
 # %% [markdown]
 # The measured peak never exceeds the formula and meets it whenever k divides n. fpsim cuts
@@ -365,6 +378,11 @@ with style.context():
 fig
 
 # %% [markdown]
+# *What to see:* each stage partitions one more part (optimizer states, then gradients, then
+# parameters) and every bar meets the ZeRO formula; with offload only the fp16 parameters stay on
+# the GPU.
+
+# %% [markdown]
 # With offload the gradient and optimizer partitions sit in host memory (the formula line marks
 # what the rank holds in total) and the GPU keeps only fp16 parameters. The price is PCIe
 # traffic: per step each rank sends its fp16 gradient partition down and gets its fp16
@@ -419,6 +437,10 @@ with style.context():
     ax.set_title("Model states that fit in 80 GB per GPU")
     ax.legend()
 fig
+
+# %% [markdown]
+# *What to see:* stage 0 never grows, stages 1 and 2 level off at the fp16 parameters (and
+# gradients) every rank keeps, and only stage 3 grows in proportion to the number of ranks.
 
 # %% [markdown]
 # Stages 1 and 2 flatten out at 80 GB / 4 and 80 GB / 2 bytes (the fp16 parameters and

@@ -125,6 +125,11 @@ with style.context():
 fig
 
 # %% [markdown]
+# *What to see:* 8 levels and flat ends on the left; on the right the straight-through gradient is
+# 1 wherever x rounds to a level inside the range (up to half a step beyond it) and 0 where it was
+# clamped.
+
+# %% [markdown]
 # ### Exercise 1
 #
 # A tensor ranges over [-1, 3]. Predict the quint8 scale and zero point, and the value that 1.0
@@ -208,6 +213,10 @@ with style.context():
 fig
 
 # %% [markdown]
+# *What to see:* several output channels have weights far smaller than the largest: one per-tensor
+# scale leaves them only a few of the int8 levels, a per-channel scale fits each.
+
+# %% [markdown]
 # ### Exercise 2
 #
 # Make the network sensitive to per-tensor scales *without changing what it computes*: multiply
@@ -277,6 +286,11 @@ with style.context():
 fig
 
 # %% [markdown]
+# *What to see:* post-training quantization loses most at this width; QAT and LSQ win back about
+# half of the loss, and the fp32 control, fine-tuned as long, shows that the extra epochs alone
+# are not what helps.
+
+# %% [markdown]
 # The converted integer model computes what the QAT model computed (up to the requantization's
 # rounding), because every fake quantizer has a twin in the integer layer. One caveat on LSQ: its
 # gradient scale `1/sqrt(N Q_P)` balances step-size and weight updates under SGD, as in the
@@ -318,6 +332,10 @@ with style.context():
     ax.set_xlabel("weight / block absmax")
     ax.set_title("Layer-1 weights and the 16 NF4 levels")
 fig
+
+# %% [markdown]
+# *What to see:* the weights, divided by their block's absmax, crowd around 0 and thin out towards
+# ±1, and NF4's levels are densest where the weights are; each block's largest weight sits on ±1.
 
 # %%
 nf4 = nn.Sequential(q.NF4Linear.from_linear(net[0]), nn.ReLU(), q.NF4Linear.from_linear(net[2]))
@@ -362,6 +380,11 @@ with style.context():
     ax.set_title("Model states of a fine-tuning step")
     ax.legend()
 fig
+
+# %% [markdown]
+# *What to see:* full fine-tuning costs the same in fp32 and in mixed bf16 (halved weights and
+# gradients, an fp32 master in the optimizer); QLoRA's frozen 4-bit base and small adapters cut it
+# to about a third.
 
 # %% [markdown]
 # In this tiny model the adapters are a third of the parameters (r·(64+64) + r·(64+10) = 1,616
