@@ -519,3 +519,16 @@ def test_quantize_dtype_and_range_errors():
         dequantize(np.ones(2, np.int8), [0.1, 0.2], [0, 0])
     with pytest.raises(ValueError, match="zero_point must be one value per tensor without axis"):
         quantize(x, 0.1, [0, 0])
+
+
+def test_lsq_grad_matches_torch_learnable_kernel_at_ties(ties):
+    # PyTorch's learnable kernel adds the zero point before rounding (its zero point is a
+    # float parameter): nearbyint(z + x * inv_scale), fused; fpsim's lsq_grad does the same.
+    # The backward pass turns the float zero point into int64(z + 0.5) (truncation: -1 -> 0)
+    assert len(ties["meta"]["lsq"]) == 5
+    for i, m in enumerate(ties["meta"]["lsq"]):
+        x = ties[f"lsq{i}/x"]
+        z_kernel = int(np.float32(m["zero_point"]) + np.float32(0.5))  # C++ truncation
+        mask, ds = lsq_grad(x, m["scale"], m["quant_min"], m["quant_max"], z_kernel)
+        np.testing.assert_array_equal(mask, ties[f"lsq{i}/dx_mask"], err_msg=str(m))
+        assert _bits_equal(ds, ties[f"lsq{i}/dscale"]).all(), m

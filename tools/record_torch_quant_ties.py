@@ -16,7 +16,9 @@ points at both ends of each range and beyond 2**24 (qint32). Recorded:
 - ``torch.quantize_per_channel`` (axis 0 of a (C, N) tensor, and axes 1 and 2 of a 3-d one):
   ``int_repr()`` and ``dequantize()``;
 - ``torch.fake_quantize_per_tensor_affine`` and ``torch.fake_quantize_per_channel_affine``
-  on float32 input: the output and the gradient of its sum (the straight-through mask).
+  on float32 input: the output and the gradient of its sum (the straight-through mask);
+- LSQ's ``torch._fake_quantize_learnable_per_tensor_affine`` (grad_factor 1), one element
+  per call: the input's gradient mask and the scale's gradient of each element.
 
 NaN is recorded for fake quantization only (fpsim refuses to quantize NaN to an integer).
 """
@@ -168,6 +170,26 @@ def main() -> int:
         arrays[f"fqc{i}/out"] = y.detach().numpy()
         arrays[f"fqc{i}/mask"] = xt.grad.numpy() != 0
         meta["fake_per_channel"].append({"quant_min": qmin, "quant_max": qmax})
+
+    # LSQ (torch._fake_quantize_learnable_per_tensor_affine, grad_factor 1): one element per
+    # call, so that the scale's gradient of each element is seen before summation
+    meta["lsq"] = []
+    lsq = [(0.1, 3, 0, 15), (1 / 3, 0, -8, 7), (0.3, 17, 0, 255), (NOTEBOOK_SCALE, 59, 0, 255),
+           (0.5, -1, -128, 127)]
+    for i, (scale, z, qmin, qmax) in enumerate(lsq):
+        cand = tie_inputs(scale, z, qmin, qmax)
+        x = np.concatenate([cand[-8:], rng.choice(cand[:-8], 392)]).astype(np.float32)
+        dx, ds = np.zeros(x.size, bool), np.zeros(x.size, np.float32)
+        for j, v in enumerate(x):
+            xt = torch.tensor([v], requires_grad=True)
+            st = torch.tensor([scale], dtype=torch.float32, requires_grad=True)
+            zt = torch.tensor([float(z)], requires_grad=True)
+            torch._fake_quantize_learnable_per_tensor_affine(xt, st, zt, qmin, qmax,
+                                                             1.0).sum().backward()
+            dx[j], ds[j] = bool(xt.grad[0] != 0), float(st.grad[0])
+        arrays[f"lsq{i}/x"], arrays[f"lsq{i}/dx_mask"], arrays[f"lsq{i}/dscale"] = x, dx, ds
+        meta["lsq"].append({"quant_min": qmin, "quant_max": qmax, "scale": scale,
+                            "zero_point": z})
 
     arrays["meta"] = np.array(json.dumps(meta))
     OUT.parent.mkdir(parents=True, exist_ok=True)

@@ -373,12 +373,18 @@ def lsq_grad(x, s, quant_min: int, quant_max: int, zero_point: int = 0
     ``dx_mask`` is the straight-through mask (True where ``qmin <= round(x / s + z) <= qmax``)
     and ``dscale`` the derivative of the fake-quantized value with respect to ``s``:
     ``round(x / s) - x / s`` inside the range, ``qmin - z`` below it and ``qmax - z`` above it
-    (LSQ's ``-v/s + round(v/s)``, ``-Q_N``, ``Q_P``). Computed in float32 as PyTorch's
-    ``_fake_quantize_learnable_per_tensor_affine_backward`` CPU kernel:
-    ``xq = nearbyint(z + x * inv_s)``, ``dscale = (fq(x) - x) * inv_s`` inside. PyTorch (and
-    fpsim) decide inside / outside on the rounded value, the paper on ``x / s`` itself: they
-    differ only within half a step beyond the ends. Multiply the summed ``dscale`` by
-    :func:`lsq_grad_scale`.
+    (LSQ's ``-v/s + round(v/s)``, ``-Q_N``, ``Q_P``). Computed in float32 as PyTorch 2.13's
+    ``_fake_quantize_learnable_per_tensor_affine_backward`` CPU kernel on x86-64, checked
+    against recorded results at the ties: ``xq = nearbyint(fma(x, inv_s, z))`` and, inside,
+    ``dscale = fma(q - z, s, -x) * inv_s`` (the compiler contracts ``z + x * inv_s`` and
+    ``(q - z) * s - x`` into fused multiply-adds, one rounding each); ``xq`` beyond int64 or
+    NaN counts as below the range (x86-64's INT64_MIN). PyTorch (and fpsim) decide inside /
+    outside on the rounded value, the paper on ``x / s`` itself: they differ only within half
+    a step beyond the ends. Multiply the summed ``dscale`` by :func:`lsq_grad_scale`.
+
+    ``zero_point`` is the integer the kernel uses. PyTorch's backward derives it from its
+    float parameter as ``int64(z + 0.5)``, which truncates toward zero, so a negative zero
+    point moves up by one there (-1 -> 0) while the forward pass uses ``nearbyint(z)``.
 
     >>> m, ds = lsq_grad(np.array([0.3, 0.5, 20.0, -20.0], np.float32), 1.0, -8, 7)
     >>> m.tolist(), ds.tolist()
@@ -391,11 +397,11 @@ def lsq_grad(x, s, quant_min: int, quant_max: int, zero_point: int = 0
     z = int(_scalar(_zero_points(zero_point, qmin, qmax), "zero_point"))
     inv = np.float32(1.0) / s32
     with np.errstate(over="ignore", invalid="ignore"):
-        xq = np.rint(np.float32(z) + arr * inv)  # nearbyint(zero_point + x * inv_scale)
+        xq = np.rint(_fma_to_float32(arr, inv, np.asarray(z, np.float32))).astype(np.float64)
+        xq = np.where(np.abs(xq) < 2.0**63, xq, -(2.0**63))  # int64 cast: x86's INT64_MIN
         inside = (xq >= qmin) & (xq <= qmax)
-        xqc = np.clip(np.nan_to_num(xq, nan=qmin), qmin, qmax).astype(np.int64)
-        xfq = ((xqc - z).astype(np.float64) * np.float64(s32)).astype(np.float32)
-        ds_in = (xfq - arr) * inv
+        qz = (np.clip(xq, qmin, qmax) - z).astype(np.float32)  # exact: |q - z| < 2**24 below
+        ds_in = _fma_to_float32(qz, s32, -arr) * inv
     ds = np.where(inside, ds_in, np.where(xq < qmin, np.float32(qmin - z), np.float32(qmax - z)))
     return inside, ds.astype(np.float32)
 
