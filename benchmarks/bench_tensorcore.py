@@ -1,10 +1,14 @@
-"""Speed of the bit-exact tensor-core model (fpsim.tensorcore.matmul) against a float64
-``A @ B`` measured in the same run.
+"""Speed of the bit-exact tensor-core model (fpsim.tensorcore.matmul); speed vs reference =
+float64 ``A @ B`` time / fpsim time, both measured in the same run (1.0 = as fast as NumPy's
+BLAS, below 1 slower).
 
-fp16 inputs, fp32 output, A100 (blocks of 8) and H100 (blocks of 16) models, at 256**3 and
-1024**3 multiply-accumulates. Prints the time, MAC/s and the ratio to NumPy's BLAS float64
-matmul (which neither rounds to fp16 nor models the accumulator). Memory stays bounded: the
-model builds its (k, m, n) temporaries for chunks of ``fpsim.tensorcore.CHUNK_ELEMENTS``.
+fp16 inputs, fp32 output: the NVIDIA A100 (blocks of 8) and H100 (blocks of 16) models, and the
+AMD units built on the generic block FMA: MI100 (exact block sums), MI210 (pairwise fp32
+additions), MI300X (late-added c; fp8 e4m3fnuz with odd/even groups). Prints the time, MAC/s
+and the speed against NumPy's float64 matmul (which neither rounds nor models the
+accumulator), with BLAS pinned to one thread (threadpoolctl); each time is the best of several
+runs, so that other load on the machine disturbs it least. Memory stays bounded: the model
+builds its (k, m, n) temporaries for chunks of ``fpsim.tensorcore.CHUNK_ELEMENTS``.
 
 Run: python benchmarks/bench_tensorcore.py [--quick]
 """
@@ -14,9 +18,13 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 from timing import best_time as best_of  # benchmarks/ is on sys.path when a script runs
 
 import fpsim.tensorcore as tc
+
+UNITS = (("A100", "fp16"), ("H100", "fp16"), ("MI100", "fp16"), ("MI210", "fp16"),
+         ("MI300X", "fp16"), ("MI300X", "fp8_e4m3fnuz"))
 
 
 def main() -> None:
@@ -25,17 +33,23 @@ def main() -> None:
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     sizes = (256,) if args.quick else (256, 1024)
-    for n in sizes:
-        repeat = 1 if (args.quick or n > 512) else 3
-        A = tc.convert_input(rng.standard_normal((n, n)), "fp16")
-        B = tc.convert_input(rng.standard_normal((n, n)), "fp16")
-        t_np = best_of(lambda A=A, B=B: A @ B, 3)
-        for gpu in ("A100", "H100"):
-            t = best_of(lambda A=A, B=B, gpu=gpu: tc.matmul(A, B, gpu=gpu), repeat)
-            macs = n**3
-            print(f"matmul {n}x{n}x{n} fp16->fp32 {gpu}: {t * 1e3:9.1f} ms  "
-                  f"{macs / t / 1e6:7.1f} M MAC/s   float64 A @ B {t_np * 1e3:7.2f} ms  "
-                  f"ratio {t / t_np:7.1f}x")
+    with threadpool_limits(1):
+        for n in sizes:
+            repeat = 1 if (args.quick or n > 512) else 3
+            x = rng.standard_normal((n, n))
+            y = rng.standard_normal((n, n))
+            for gpu, fin in UNITS:
+                if n > 512 and gpu not in ("A100", "H100"):
+                    continue
+                A = tc.convert_input(x, fin)
+                B = tc.convert_input(y, fin)
+                t_np = best_of(lambda A=A, B=B: A @ B, 5)
+                t = best_of(lambda A=A, B=B, gpu=gpu, fin=fin:
+                            tc.matmul(A, B, gpu=gpu, input_format=fin), repeat)
+                macs = n**3
+                print(f"matmul {n}x{n}x{n} {fin}->fp32 {gpu:<6}: {t * 1e3:9.1f} ms  "
+                      f"{macs / t / 1e6:7.1f} M MAC/s   float64 A @ B {t_np * 1e3:7.2f} ms  "
+                      f"speed vs reference {t_np / t:.4f}", flush=True)
 
 
 if __name__ == "__main__":

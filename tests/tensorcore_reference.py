@@ -165,3 +165,123 @@ def matmul(A, B, C, u: Unit) -> list[list[float]]:
     M, K, N = len(A), len(B), len(B[0])
     return [[dot([A[i][k] for k in range(K)], [B[k][j] for k in range(K)], C[i][j], u)
              for j in range(N)] for i in range(M)]
+
+
+# -- the generic block FMA's aligned-summation parameters (docs/tensorcore-model.md) -----------
+
+@dataclass(frozen=True)
+class Generic:
+    """The aligned-summation parameters beyond :class:`Unit`: sticky bit, normalised products,
+    late c (two-operand alignment rounding 'rz' / 'rd' / 'ru' / 'rne', extra bits of the
+    product sum), odd/even groups, truncation of a c far below the products."""
+
+    sticky: bool = False
+    normalised: bool = False
+    late: bool = False
+    armode: str = "rz"
+    late_bits: int = 7
+    odd_even: bool = False
+    c_far: int | None = None
+
+
+def _round_int(q: Fraction, mode: str) -> int:
+    """q rounded to an integer: 'rz', 'rd' (floor), 'ru' (ceiling), 'rne'."""
+    fl = q.numerator // q.denominator
+    if mode == "rd" or (mode == "rz" and q >= 0):
+        return fl
+    if mode == "ru" or mode == "rz":
+        return fl if fl == q else fl + 1
+    rem = q - fl
+    if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and fl % 2 == 1):
+        return fl + 1
+    return fl
+
+
+def _align(terms: list, F: int, mel: int | None, sticky: bool) -> tuple[int, int, int] | None:
+    """Terms (value, exponent) aligned to their largest exponent (floored by mel), magnitudes
+    truncated to F fraction bits (plus a sticky bit): (integer sum, exponent, fraction bits),
+    or None for no non-zero term."""
+    live = [(v, e) for v, e in terms if v != 0]
+    if not live:
+        return None
+    mx = max(e for _, e in live)
+    if mel is not None:
+        mx = max(mx, mel)
+    total = 0
+    for v, _ in live:
+        q = abs(v) * pow2(F - mx)
+        t = q.numerator // q.denominator
+        if sticky:
+            t = 2 * t + (1 if t != q else 0)
+        total += t if v > 0 else -t
+    return total, mx, F + int(sticky)
+
+
+def _two(x: int, ex: int, y: int, ey: int, extra: int, mode: str, far: int | None):
+    """Two signed integer sums with the same fraction bits: the smaller shifted to the larger
+    exponent and rounded by mode (x gaining ``extra`` bits first when it is the smaller)."""
+    if ex < ey:
+        x, y = x << extra, y << extra
+        return _round_int(Fraction(x, 1 << (ey - ex)), mode) + y, ey, extra
+    if ey < ex:
+        m = "rz" if far is not None and ex - ey > far else mode
+        return x + _round_int(Fraction(y, 1 << (ex - ey)), m), ex, 0
+    return x + y, ex, 0
+
+
+def block_generic(a: list, b: list, c: float, u: Unit, g: Generic) -> float:
+    """One block of the aligned family with the generic parameters (finite values)."""
+    F = 23 + u.neab
+    prods = []
+    for x, y in zip(a, b, strict=True):
+        x, y = Fraction(x), Fraction(y)
+        if x == 0 or y == 0:
+            prods.append((Fraction(0), 0))
+            continue
+        e = max(floor_log2(abs(x)), u.in_emin) + max(floor_log2(abs(y)), u.in_emin)
+        v = x * y
+        if g.normalised and abs(v) >= pow2(e + 1):
+            e += 1
+        prods.append((v, e))
+    cf = Fraction(c)
+    ec = max(floor_log2(abs(cf)), -126) if cf != 0 else -126
+    mant = u.out_mant + min(u.neab, 0)
+    if not g.late:
+        r = _align(prods + [(cf, ec)], F, u.mel, g.sticky)
+        if r is None or r[0] == 0:
+            return 0.0
+        total, mx, Fe = r
+        return round_to(total * pow2(mx - Fe), mant, u.out_emin, u.out_emax, u.rounding)
+    if g.odd_even:
+        re = _align(prods[0::2], F, u.mel, g.sticky)
+        ro = _align(prods[1::2], F, u.mel, g.sticky)
+        Fe = F + int(g.sticky)
+        if re is None and ro is None:
+            rp = None
+        elif re is None or ro is None:
+            rp = re or ro
+        else:
+            s, mx, _ = _two(re[0], re[1], ro[0], ro[1], 0, g.armode, None)
+            rp = (s, mx, Fe)
+    else:
+        rp = _align(prods, F, u.mel, g.sticky)
+        Fe = F + int(g.sticky)
+    ic = cf * pow2(Fe - ec)
+    assert ic.denominator == 1
+    if rp is None:
+        total, mx, gain = int(ic), ec, 0
+    else:
+        total, mx, gain = _two(rp[0], rp[1], int(ic), ec, g.late_bits, g.armode, g.c_far)
+    if total == 0:
+        return 0.0
+    return round_to(total * pow2(mx - Fe - gain), mant, u.out_emin, u.out_emax, u.rounding)
+
+
+def dot_generic(a: list, b: list, c: float, u: Unit, g: Generic) -> float:
+    """Chained blocks of :func:`block_generic` (finite inputs)."""
+    d = c
+    for k0 in range(0, max(len(a), 1), u.n):
+        if math.isinf(d):
+            break
+        d = block_generic(list(a[k0:k0 + u.n]), list(b[k0:k0 + u.n]), d, u, g)
+    return d

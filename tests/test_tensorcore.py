@@ -360,7 +360,7 @@ def test_c_broadcasting_and_shape_errors():
         tc.matmul(A, np.ones((4, 4)))
     with pytest.raises(ValueError, match="2-D"):
         tc.matmul(np.ones(3), B)
-    with pytest.raises(ValueError, match="broadcast"):
+    with pytest.raises(ValueError, match="same length K: a has 2, b has 3"):
         tc.dot([1, 2], [1, 2, 3])
     with pytest.raises(ValueError, match="broadcast"):
         tc.dot([[1, 2]] * 3, [1, 2], c=[1, 2])

@@ -220,6 +220,83 @@ def extra_bits(rng, fin, fout, rows, k) -> Case:
     return a, b, c
 
 
+def c_late(rng, fin, fout, rows, k) -> Case:
+    """Does c join the products' alignment, or is it added after the block's products are
+    summed (and at what width)? The B200 fp8 rows fit both (docs/tensorcore-model.md).
+
+    c = +-2**30 (1 + 2**-23) (last bit odd); a product p1 = 2**6 (8 x 8) is half an ulp of c;
+    a product p2 = -2**(6 - j), j = 1..24, sits just below it (rows cycle through j, both
+    signs, and p2 split over two or three products for the rows of the second half). If c
+    joins the alignment (block 32, F = 23 + extra bits below 2**30), p2 is truncated to 0 once
+    j > extra bits - 1 and the exact tie goes to even (up); if the products are summed first,
+    2**6 - 2**(6 - j) is exact and stays below the tie (down) for every j up to 24. The j at
+    which the result flips gives the extra bits of a joined c; no flip means a late c."""
+    fmt = _fmt(fin)
+    a = np.zeros((rows, k))
+    b = np.zeros((rows, k))
+    c = np.zeros(rows)
+    for r in range(rows):
+        j = r % 24 + 1
+        kind = (r // 24) % 4
+        sign = -1.0 if kind % 2 else 1.0
+        c[r] = sign * 2.0**30 * (1 + 2.0**-23)
+        a[r, 0], b[r, 0] = sign * 8.0, 8.0
+        e = 6 - j
+        lo = max(fmt.emin - fmt.mantissa_bits, e - fmt.emax)
+        ea = max(lo, e // 2)
+        if kind < 2:
+            a[r, 1], b[r, 1] = -sign * 2.0**ea, 2.0 ** (e - ea)
+        else:  # the same p2 as two halves in separate products (k = 1, 17)
+            a[r, 1], b[r, 1] = -sign * 2.0**ea, 2.0 ** (e - 1 - ea)
+            a[r, 17 % k], b[r, 17 % k] = -sign * 2.0**ea, 2.0 ** (e - 1 - ea)
+    a, b = _inputs(a, fin), _inputs(b, fin)
+    return a, b, _c(c)
+
+
+def exceptional(rng, fin, fout, rows, k) -> Case:
+    """The exceptional cases of the published model_validation/ExceptionalCasesTest.m, for
+    every pair: c near FLT_MAX (2**127) plus a product of the same size (+inf, or the
+    largest finite value under round toward zero?); +inf x -inf (-inf); +inf + -inf (NaN);
+    two products at the fp16 output's limit (2**15 x 1, twice: +-inf); the same with negative
+    c; c = -0 with zero products (the sign of zero); NaN in c."""
+    fmt = _fmt(fin)
+    big = _big(fin)
+    inf = np.inf if fmt.has_infinity else np.nan
+    a = np.zeros((rows, k))
+    b = np.zeros((rows, k))
+    c = np.zeros(rows)
+    for r in range(rows):
+        kind = r % 8
+        sign = -1.0 if (r // 8) % 2 else 1.0
+        if kind == 0:  # c + a1 b1 with c = 2**127 and a1 b1 as large as the inputs allow
+            c[r] = sign * 2.0**127
+            a[r, 0], b[r, 0] = sign * min(big, 2.0**127), min(2.0, 2.0**127 / min(big, 2.0**127))
+        elif kind == 1:
+            a[r, 0], b[r, 0] = inf, -inf
+        elif kind == 2:
+            a[r, 0], b[r, 0] = -inf, 1.0
+            a[r, 1], b[r, 1] = inf, 1.0
+        elif kind == 3:  # fp16 overflow from two products of 2**15
+            a[r, :2] = sign * min(big, 2.0**15)
+            b[r, :2] = 2.0**15 / min(big, 2.0**15)
+        elif kind == 4:  # negative c pulling the sum past the limit
+            c[r] = -sign * 65504.0
+            a[r, 0], b[r, 0] = -sign * min(big, 2.0**15), 2.0**15 / min(big, 2.0**15)
+        elif kind == 5:  # c = -0, all products zero: the sign of zero
+            c[r] = -0.0
+        elif kind == 6:  # c = -0, products cancelling exactly
+            c[r] = -0.0
+            a[r, :2] = [1.0, 1.0]
+            b[r, :2] = [sign, -sign]
+        else:
+            c[r] = np.nan
+    c = _c(c)
+    if fout == "fp16":
+        with np.errstate(over="ignore"):
+            c = np.asarray(fpsim.round(c, "fp16"), dtype=np.float64)
+    return _inputs(a, fin), _inputs(b, fin), c
+
+
 def multiblock(rng, fin, fout, rows, k) -> Case:
     a = np.abs(rng.standard_normal((rows, k)))
     b = np.abs(rng.standard_normal((rows, k))) * (0.25 if fout == "fp16" else 1.0)
@@ -240,6 +317,8 @@ GROUPS: dict[str, tuple[Callable, int]] = {  # name -> (generator, GPU calls alo
     "subnormal": (subnormal, 1),
     "extra_bits": (extra_bits, 1),
     "multiblock": (multiblock, 8),
+    "c_late": (c_late, 1),
+    "exceptional": (exceptional, 1),
 }
 
 

@@ -266,6 +266,14 @@ def error_vs_k(ks=(16, 64, 256, 1024, 4096), gpus=("V100", "A100", "H100"), *,
     """
     if distribution not in ("uniform", "normal"):
         raise ValueError(f"distribution must be 'uniform' or 'normal', got {distribution!r}")
+    ks = tuple(ks)
+    bad = [k for k in ks if isinstance(k, bool) or not isinstance(k, (int, np.integer))
+           or k < 1]
+    if bad or not ks:
+        raise ValueError(f"ks must be a non-empty sequence of dot-product lengths K >= 1, "
+                         f"got {ks!r}")
+    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
+        raise ValueError(f"trials must be an int >= 1, got {trials!r}")
     from .model import _dot_rows, convert_input
 
     rng = np.random.default_rng(seed)

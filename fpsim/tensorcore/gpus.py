@@ -20,7 +20,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..formats import BF16, FP8_E4M3, FP8_E5M2, FP16, FP32, TF32, Format, get_float_format
+from ..formats import (
+    BF16,
+    FP8_E4M3,
+    FP8_E4M3FNUZ,
+    FP8_E5M2,
+    FP8_E5M2FNUZ,
+    FP16,
+    FP32,
+    TF32,
+    Format,
+    get_float_format,
+)
 from ..modes import Rounding, as_rounding
 
 __all__ = [
@@ -46,6 +57,16 @@ C_MIN_EXPONENT = -126
 MAX_INT_BITS = 53
 
 _OVERFLOW_POLICIES = ("inf", "ieee")
+#: The named choices of the generic block-FMA parameters (first: the default).
+_CHOICES = {
+    "summation": ("aligned", "exact", "pairwise"),
+    "grouping": ("none", "odd_even"),
+    "c_addition": ("joined", "late"),
+    "products": ("unnormalised", "normalised"),
+    "input_subnormals": ("keep", "flush"),
+    "output_subnormals": ("keep", "flush"),
+}
+_ALIGNMENT_ROUNDINGS = (Rounding.TOWARD_ZERO, Rounding.DOWN, Rounding.UP, Rounding.NEAREST_EVEN)
 
 
 @dataclass(frozen=True)
@@ -69,6 +90,42 @@ class BlockFMA:
       (round-toward-zero overflows to the largest finite value).
     - ``name``: a label for reports.
 
+    The generic block-FMA parameters of the published models (each independent of the others;
+    the defaults give the NVIDIA units above, bit for bit):
+
+    - ``summation``: how a block's products are added. ``"aligned"`` (multi-operand alignment
+      to the largest exponent with truncation, as above), ``"exact"`` (a Kulisch accumulator:
+      c plus the products exactly, one rounding; CDNA 1), or ``"pairwise"`` (the products
+      rounded to the output format, added in a binary tree, each addition rounded to the
+      output format, then c added; CDNA 2; needs a power-of-two block and
+      ``output_rounding="nearest_even"``).
+    - ``grouping``: ``"none"`` or ``"odd_even"`` (aligned summation of the products in even
+      and in odd positions separately, each to its own largest exponent; the two sums then
+      meet in a two-operand alignment rounded by ``alignment_rounding``, with no extra bit;
+      CDNA 3 fp8). ``"odd_even"`` needs ``c_addition="late"``.
+    - ``c_addition``: ``"joined"`` (c is one of the aligned terms) or ``"late"`` (the products
+      are summed first; c, with exponent max(floor(log2|c|), -126), -126 for a zero c, is then
+      added by a two-operand alignment: the smaller operand is shifted to the larger one's
+      exponent and rounded by ``alignment_rounding``; when the product sum is the smaller one
+      it first gains ``late_extra_bits`` bits; CDNA 3).
+    - ``alignment_rounding``: rounding of the two-operand alignments (``"toward_zero"``,
+      ``"down"``, ``"up"``, ``"nearest_even"``); multi-operand alignment always truncates.
+    - ``late_extra_bits``: see ``c_addition`` (7 in the CDNA 3 model: a 31-bit adder).
+    - ``c_far_truncation``: if set, a late-added c whose exponent lies more than this many
+      binades below the product sum's is truncated instead of rounded by
+      ``alignment_rounding`` (25 in the CDNA 3 fp8 model).
+    - ``sticky_bit``: in the multi-operand alignment every term gains one bit below its last
+      one, set when any of its bits were shifted out (the sum then has one more fraction bit).
+    - ``products``: ``"unnormalised"`` (a product's significand in [0, 4) keeps exponent
+      e_a + e_b) or ``"normalised"`` (a significand of 2 or more is halved and the exponent
+      raised by one before the alignment exponent is chosen).
+    - ``product_limit``: when True, a block with a product of magnitude at least
+      2**(emax_out + 1) gives +-inf (the product's sign; NaN when both signs overflow),
+      whatever the other terms are.
+    - ``input_subnormals`` / ``output_subnormals``: ``"keep"`` or ``"flush"``: subnormal
+      inputs become +0; a subnormal c, and subnormal block results, become zero (+0; in the
+      pairwise tree a flushed partial sum keeps its sign, as the IEEE product by 0 does).
+
     >>> u = BlockFMA(block_size=16, extra_bits=3, output_rounding="rz", min_exponent=-133)
     >>> u.output_rounding, u.fraction_bits
     (<Rounding.TOWARD_ZERO: 'toward_zero'>, 26)
@@ -81,6 +138,17 @@ class BlockFMA:
     output_fraction_bits: int | None = None
     overflow: str = "inf"
     name: str = field(default="custom", compare=False)
+    summation: str = "aligned"
+    grouping: str = "none"
+    c_addition: str = "joined"
+    alignment_rounding: Rounding | str = Rounding.TOWARD_ZERO
+    late_extra_bits: int = 7
+    c_far_truncation: int | None = None
+    sticky_bit: bool = False
+    products: str = "unnormalised"
+    product_limit: bool = False
+    input_subnormals: str = "keep"
+    output_subnormals: str = "keep"
 
     def __post_init__(self) -> None:
         for fname in ("block_size", "extra_bits"):
@@ -119,6 +187,56 @@ class BlockFMA:
         if self.overflow not in _OVERFLOW_POLICIES:
             raise ValueError(f"BlockFMA.overflow must be one of {_OVERFLOW_POLICIES}, "
                              f"got {self.overflow!r}")
+        for fname, choices in _CHOICES.items():
+            v = getattr(self, fname)
+            if v not in choices:
+                raise ValueError(f"BlockFMA.{fname} must be one of {choices}, got {v!r}")
+        object.__setattr__(self, "alignment_rounding", as_rounding(self.alignment_rounding))
+        if self.alignment_rounding not in _ALIGNMENT_ROUNDINGS:
+            raise ValueError(f"BlockFMA.alignment_rounding must be one of "
+                             f"{[r.value for r in _ALIGNMENT_ROUNDINGS]}, "
+                             f"got {self.alignment_rounding.value!r}")
+        for fname in ("sticky_bit", "product_limit"):
+            if not isinstance(getattr(self, fname), bool):
+                raise TypeError(f"BlockFMA.{fname} must be True or False, "
+                                f"got {getattr(self, fname)!r}")
+        if isinstance(self.late_extra_bits, bool) or not isinstance(self.late_extra_bits, int) \
+                or not 0 <= self.late_extra_bits <= 16:
+            raise ValueError(f"BlockFMA.late_extra_bits must be an int in [0, 16], "
+                             f"got {self.late_extra_bits!r}")
+        if self.c_far_truncation is not None and (
+                isinstance(self.c_far_truncation, bool)
+                or not isinstance(self.c_far_truncation, int) or self.c_far_truncation < 0):
+            raise ValueError(f"BlockFMA.c_far_truncation must be None or an int >= 0, "
+                             f"got {self.c_far_truncation!r}")
+        if self.grouping == "odd_even" and self.c_addition != "late":
+            raise ValueError("BlockFMA(grouping='odd_even') needs c_addition='late' (which "
+                             "group c would join is not defined)")
+        if self.summation != "aligned" and (self.grouping != "none"
+                                            or self.c_addition != "joined"
+                                            or self.sticky_bit):
+            raise ValueError(f"BlockFMA(summation={self.summation!r}) adds c and the products "
+                             f"its own way: grouping, c_addition and sticky_bit apply to "
+                             f"summation='aligned' only")
+        if self.summation == "pairwise":
+            if self.block_size & (self.block_size - 1):
+                raise ValueError(f"BlockFMA(summation='pairwise') needs a power-of-two "
+                                 f"block_size, got {self.block_size}")
+            if self.output_rounding is not Rounding.NEAREST_EVEN:
+                raise ValueError("BlockFMA(summation='pairwise') supports "
+                                 "output_rounding='nearest_even' only")
+        if self.sticky_bit and (self.block_size + 1) << (self.fraction_bits + 3) > \
+                1 << MAX_INT_BITS:
+            raise ValueError("BlockFMA(sticky_bit=True): the exact sum could exceed "
+                             f"2**{MAX_INT_BITS}; use fewer extra bits")
+
+    @property
+    def is_plain(self) -> bool:
+        """True when every generic parameter has its default (the NVIDIA kernel applies)."""
+        return (self.summation == "aligned" and self.grouping == "none"
+                and self.c_addition == "joined" and not self.sticky_bit
+                and self.products == "unnormalised" and not self.product_limit
+                and self.input_subnormals == "keep" and self.output_subnormals == "keep")
 
     @property
     def fraction_bits(self) -> int:
@@ -150,8 +268,36 @@ class BlockFMA:
         """
         floor = "no alignment floor" if self.min_exponent is None else \
             f"alignment floor 2^{self.min_exponent}"
-        return (f"block of {self.block_size} products, {self.fraction_bits} fraction bits "
+        if self.summation == "exact":
+            return (f"block of {self.block_size} products, exact (Kulisch) sum with c, "
+                    f"round {self.output_rounding.value}{self._describe_flags()}")
+        if self.summation == "pairwise":
+            return (f"block of {self.block_size} products, pairwise tree of "
+                    f"{self.output_rounding.value} additions, then c"
+                    f"{self._describe_flags()}")
+        text = (f"block of {self.block_size} products, {self.fraction_bits} fraction bits "
                 f"({self.extra_bits} extra), round {self.output_rounding.value}, {floor}")
+        if self.grouping == "odd_even":
+            text += (f", odd/even products summed apart then merged "
+                     f"({self.alignment_rounding.value})")
+        if self.c_addition == "late":
+            text += (f", c added late ({self.alignment_rounding.value} alignment, "
+                     f"{self.late_extra_bits} extra bits)")
+        if self.sticky_bit:
+            text += ", sticky bit"
+        if self.products == "normalised":
+            text += ", normalised products"
+        return text + self._describe_flags()
+
+    def _describe_flags(self) -> str:
+        out = ""
+        if self.product_limit:
+            out += ", product limit"
+        if self.input_subnormals == "flush":
+            out += ", subnormal inputs flushed"
+        if self.output_subnormals == "flush":
+            out += ", subnormal results flushed"
+        return out
 
     def __repr__(self) -> str:
         extra = ""
@@ -159,9 +305,20 @@ class BlockFMA:
             extra += f", output_fraction_bits={self.output_fraction_bits}"
         if self.overflow != "inf":
             extra += f", overflow={self.overflow!r}"
+        for fname, default in _GENERIC_DEFAULTS.items():
+            v = getattr(self, fname)
+            if v != default:
+                extra += f", {fname}={(v.value if isinstance(v, Rounding) else v)!r}"
         return (f"BlockFMA(block_size={self.block_size}, extra_bits={self.extra_bits}, "
                 f"output_rounding={self.output_rounding.value!r}, "
                 f"min_exponent={self.min_exponent}{extra})")
+
+
+_GENERIC_DEFAULTS = {
+    "summation": "aligned", "grouping": "none", "c_addition": "joined",
+    "alignment_rounding": Rounding.TOWARD_ZERO, "late_extra_bits": 7, "c_far_truncation": None,
+    "sticky_bit": False, "products": "unnormalised", "product_limit": False,
+    "input_subnormals": "keep", "output_subnormals": "keep"}
 
 
 @dataclass(frozen=True)
@@ -243,6 +400,49 @@ _B200_NOTE = ("B200 fp8 is not modelled by default: the published parameters (bl
               "round to nearest even, 7 extra bits: all measured rows) or "
               "gpu='B200-fp8-published' use fitted or published parameters")
 
+#: The published B200 fp8 model with round to nearest even (upstream B200TCRN.m: block 32,
+#: 2 extra bits, RNE).
+_B200_FP8_PUBLISHED_RN = {
+    (f, "fp32"): BlockFMA(32, 2, Rounding.NEAREST_EVEN, -133,
+                          name=f"B200 published RN {f}->fp32")
+    for f in ("fp8_e4m3", "fp8_e5m2")}
+
+# AMD CDNA matrix cores, from the published models (Khattak & Mikaitis, upstream models/
+# MI100MC.m, MI210MC.m, MI300MC.m): fp32 output only, round to nearest even. Upstream has no
+# measured AMD rows: these are the published models, checked against them run in Octave.
+_RNE = Rounding.NEAREST_EVEN
+#: CDNA 1 (MI100): exact (Kulisch) block sums, blocks of 4 (fp16) and 2 (bf16).
+_CDNA1 = {("fp16", "fp32"): BlockFMA(4, 0, _RNE, summation="exact", name="CDNA1 fp16->fp32"),
+          ("bf16", "fp32"): BlockFMA(2, 0, _RNE, summation="exact", name="CDNA1 bf16->fp32")}
+#: CDNA 2 (MI210, MI250): products rounded to fp32 and added pairwise in fp32, then c; blocks
+#: of 4; subnormal inputs and results flushed to zero; overflowing products give inf.
+_CDNA2 = {(f, "fp32"): BlockFMA(4, 0, _RNE, summation="pairwise", product_limit=True,
+                                input_subnormals="flush", output_subnormals="flush",
+                                name=f"CDNA2 {f}->fp32")
+          for f in ("fp16", "bf16")}
+
+
+def _cdna3(n: int, label: str, fp8: bool = False) -> BlockFMA:
+    """CDNA 3 (MI300A, MI300X): products aligned with 1 extra bit, c added late with a
+    round-down two-operand alignment, round to nearest even; fp8: odd/even groups."""
+    if fp8:
+        return BlockFMA(n, 1, _RNE, None, grouping="odd_even", c_addition="late",
+                        alignment_rounding=Rounding.DOWN, c_far_truncation=25,
+                        product_limit=True, name=label)
+    return BlockFMA(n, 1, _RNE, None, c_addition="late", alignment_rounding=Rounding.DOWN,
+                    product_limit=True, name=label)
+
+
+_CDNA3 = {("fp16", "fp32"): _cdna3(8, "CDNA3 fp16->fp32"),
+          ("bf16", "fp32"): _cdna3(8, "CDNA3 bf16->fp32"),
+          ("tf32", "fp32"): _cdna3(4, "CDNA3 tf32->fp32"),
+          ("fp8_e4m3fnuz", "fp32"): _cdna3(16, "CDNA3 fp8_e4m3fnuz->fp32", fp8=True),
+          ("fp8_e5m2fnuz", "fp32"): _cdna3(16, "CDNA3 fp8_e5m2fnuz->fp32", fp8=True)}
+
+_AMD_NOTE = ("published model (Khattak & Mikaitis), no measured AMD rows yet")
+_RTX_NOTE = ("RTX Blackwell: the published model is B200's; fp8 is not modelled by default, "
+             "as on B200 (gpu='B200-fp8-variant' or 'B200-fp8-published' for fp8)")
+
 _UNIQUE: tuple[GpuModel, ...] = (
     GpuModel("V100", "Volta", _VOLTA, ("volta", "teslav100", "v100s")),
     GpuModel("A100", "Ampere", _AMPERE, ("ampere",)),
@@ -259,6 +459,15 @@ _UNIQUE: tuple[GpuModel, ...] = (
              notes="the published B200 fp8 parameters, unverified: ~64% of measured rows"),
     GpuModel("B200-fp8-variant", "Blackwell", {**_BLACKWELL, **_B200_FP8_VARIANT},
              notes="B200 with fp8 fitted to the measured rows: block 32, RNE, 7 extra bits"),
+    GpuModel("B200-fp8-published-rn", "Blackwell", {**_BLACKWELL, **_B200_FP8_PUBLISHED_RN},
+             notes="the upstream B200TCRN.m fp8 parameters (block 32, 2 extra bits, RNE)"),
+    GpuModel("RTXPRO6000", "Blackwell (RTX)", _BLACKWELL, ("rtxpro6000blackwell",),
+             notes=_RTX_NOTE),
+    GpuModel("MI100", "CDNA 1", _CDNA1, ("cdna1",), notes=_AMD_NOTE),
+    GpuModel("MI210", "CDNA 2", _CDNA2, ("cdna2",), notes=_AMD_NOTE),
+    GpuModel("MI250", "CDNA 2", _CDNA2, ("mi250x",), notes=_AMD_NOTE),
+    GpuModel("MI300A", "CDNA 3", _CDNA3, (), notes=_AMD_NOTE),
+    GpuModel("MI300X", "CDNA 3", _CDNA3, ("cdna3", "mi300", "mi325x"), notes=_AMD_NOTE),
 )
 
 #: name -> GpuModel, for every modelled GPU.
@@ -319,7 +528,8 @@ def get_gpu(gpu: str | GpuModel) -> GpuModel:
     return g
 
 
-_INPUT_FORMATS = {f.name: f for f in (FP16, BF16, TF32, FP8_E4M3, FP8_E5M2)}
+_INPUT_FORMATS = {f.name: f for f in (FP16, BF16, TF32, FP8_E4M3, FP8_E5M2, FP8_E4M3FNUZ,
+                                       FP8_E5M2FNUZ)}
 _OUTPUT_FORMATS = {f.name: f for f in (FP32, FP16)}
 
 

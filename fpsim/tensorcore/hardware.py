@@ -42,6 +42,7 @@ __all__ = [
     "check_hardware",
     "configure_parser",
     "run_cli",
+    "get_gpu_or_none",
 ]
 
 _FILE_RE = re.compile(r"^(?P<gpu>[^_]+)_(?P<inp>[a-z0-9]+)_to_(?P<out>[a-z0-9]+)"
@@ -326,10 +327,15 @@ class HardwareReport:
     def __str__(self) -> str:
         out = []
         width = max((len(Path(f.path).name) for f in self.files), default=10)
+        gw = max((len(f.gpu) for f in self.files), default=4)
+        pw = max((len(f"{f.input_format}->{f.output_format}") for f in self.files), default=4)
+        kw = max((len(str(f.k)) for f in self.files), default=1)
+        rw = max((len(str(f.rows)) for f in self.files), default=1)
         for f in self.files:
             status = "ok" if f.ok else f"{f.mismatch_count} MISMATCHES"
-            out.append(f"{Path(f.path).name:<{width}}  {f.gpu:>8} {f.input_format}->"
-                       f"{f.output_format} K={f.k:<3} {f.matches:>6}/{f.rows} rows match  "
+            pair = f"{f.input_format}->{f.output_format}"
+            out.append(f"{Path(f.path).name:<{width}}  {f.gpu:<{gw}}  {pair:<{pw}}  "
+                       f"K={f.k:<{kw}}  {f.matches:>{rw}}/{f.rows:<{rw}} rows match  "
                        f"{status}")
             fo = get_float_format(f.output_format)
             dd = fo.bits // 4
@@ -448,6 +454,18 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help="mismatches to print per file (default 5)")
 
 
+def get_gpu_or_none(name: str) -> GpuModel | None:
+    """The GPU of that name, or None when no modelled GPU has it.
+
+    >>> get_gpu_or_none("MI300X").architecture, get_gpu_or_none("nope")
+    ('CDNA 3', None)
+    """
+    try:
+        return get_gpu(name)
+    except ValueError:
+        return None
+
+
 def run_cli(args: argparse.Namespace) -> int:
     """Handler of ``fpsim check-hardware``: prints the report; exit code 1 on mismatches.
 
@@ -457,11 +475,27 @@ def run_cli(args: argparse.Namespace) -> int:
     ...                            [[0x3f7fffff] + [0] * 3], [0], [0x3f7fc004])
     >>> run_cli(argparse.Namespace(files=[str(p)], gpu=None, input_format=None,
     ...                            output_format=None, show=3))  # doctest: +NORMALIZE_WHITESPACE
-    A2_tf32_to_fp32.txt  A2 tf32->fp32 K=4  1/1 rows match  ok
+    A2_tf32_to_fp32.txt  A2  tf32->fp32  K=4  1/1 rows match  ok
     total: 1/1 rows match in 1 file(s)
     0
     """
-    report = check_hardware(args.files, args.gpu, input_format=args.input_format,
+    missing = [f for f in args.files if not Path(f).is_file()]
+    if missing:
+        raise ValueError(f"no such file: {', '.join(missing)}")
+    gpu = args.gpu
+    if gpu is None:
+        for f in args.files:
+            try:
+                g, fin, fout = parse_file_name(f)
+            except ValueError:
+                continue
+            if get_gpu_or_none(g) is not None and get_gpu(g).name == "B200" \
+                    and fin.startswith("fp8"):
+                raise ValueError(
+                    f"{Path(f).name}: B200 fp8 has no default model (the published parameters "
+                    f"miss measured rows); name one: --gpu B200-fp8-variant (fits every "
+                    f"measured row), --gpu B200-fp8-published or --gpu B200-fp8-published-rn")
+    report = check_hardware(args.files, gpu, input_format=args.input_format,
                             output_format=args.output_format, show=args.show)
     print(report)
     return 0 if report.ok else 1

@@ -223,6 +223,226 @@ def _chain(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple,
     return P[0].copy()
 
 
+# -- the generic block FMA (the published models' other parameters) -------------------------
+
+_ALIGN_ROUND = {Rounding.TOWARD_ZERO: np.trunc, Rounding.DOWN: np.floor, Rounding.UP: np.ceil,
+                Rounding.NEAREST_EVEN: np.rint}
+
+
+def _pow2(e: np.ndarray) -> np.ndarray:
+    """2.0**e for int64 arrays e in float64's normal range, from the exponent bits."""
+    return ((np.asarray(e, dtype=np.int64) + 1023) << 52).view(np.float64)
+
+
+def _aligned_sum(P, E, floor: int, F: int, sticky: bool):
+    """Multi-operand alignment of the terms P (exact, biased exponents E) over axis 0:
+    (exact integer sum, its biased exponent maxE, fraction bits, any non-zero term)."""
+    live = P != 0
+    mx = np.where(live, E, -(1 << 20)).max(axis=0)
+    mx = np.maximum(mx, floor + 1023)
+    scale = _pow2(F - (mx - 1023))
+    t = P * scale
+    tt = np.trunc(t)
+    if sticky:  # one bit below each term's last, set when bits were shifted out
+        tt = 2 * tt + np.sign(t) * (t != tt)
+    return tt.sum(axis=0) + 0.0, mx, F + int(sticky), live.any(axis=0)
+
+
+def _two_operand(x, ex, y, ey, extra: int, mode: Rounding, far: int | None):
+    """x * 2**-fx... : add two signed integer sums x (at exponent ex) and y (at ey), both with
+    the same fraction bits: the one with the smaller exponent is shifted to the larger one's and
+    rounded by ``mode``; when x is the smaller it first gains ``extra`` bits (y too). Returns
+    (integer sum, exponent, extra bits gained)."""
+    rnd = _ALIGN_ROUND[mode]
+    d = np.clip(ey - ex, -600, 600)  # > 0: x is the smaller; 600 places clear every bit
+    gain = np.where(d > 0, extra, 0)
+    xg = x * _pow2(gain)
+    yg = y * _pow2(gain)
+    xs = rnd(xg * _pow2(-np.maximum(d, 0)))
+    ys = yg * _pow2(-np.maximum(-d, 0))
+    yr = rnd(ys)
+    if far is not None:
+        yr = np.where(-d > far, np.trunc(ys), yr)
+    return xs + yr, np.maximum(ex, ey), gain
+
+
+def _c_late(c: np.ndarray, F: int):
+    """c as a signed integer with F fraction bits below 2**Ec, Ec = max(floor(log2|c|), -126)
+    (-126 for a zero c), and Ec biased."""
+    bits = np.ascontiguousarray(c).view(_U)
+    ec = ((bits >> _U(52)) & _U(0x7FF)).astype(np.int64)
+    ec = np.maximum(ec, 1023 + C_MIN_EXPONENT)
+    return c * _pow2(F - (ec - 1023)), ec
+
+
+def _flush(x: np.ndarray, fmt: Format, signed: bool = False) -> np.ndarray:
+    tiny = np.abs(x) < fmt.smallest_normal
+    return np.where(tiny, np.copysign(0.0, x) if signed else 0.0, x)
+
+
+def _exact_round(terms: np.ndarray, rfmt: Format, mode: Rounding,
+                 overflow: str = "inf") -> np.ndarray:
+    """Round the exact sum of the float64 terms over axis 0 once to rfmt: an error-free
+    expansion (two-sum), a faithful float64 approximation, then round to odd at 53 bits
+    (safe before rounding to rfmt's at most 24 bits)."""
+    def two_sum(a, b):
+        s = a + b
+        bb = s - a
+        return s, (a - (s - bb)) + (b - bb)
+
+    def grow(comps, x):
+        out = []
+        q = x
+        for h in comps:
+            q, e = two_sum(q, h)
+            out.append(e)
+        out.append(q)
+        return out
+
+    comps: list = []
+    for x in terms:
+        comps = grow(comps, x)
+    s = np.zeros_like(terms[0])
+    for h in comps:
+        s = s + h
+    for _ in range(8):  # refine until s is a faithful rounding of the exact sum
+        res = grow(comps, -s)
+        r = np.zeros_like(s)
+        for h in res:
+            r = r + h
+        if not (np.abs(r) >= 0.5 * np.spacing(np.abs(s))).any():
+            break
+        s = s + r
+    sign = np.zeros_like(s)
+    for h in res:  # increasing, non-overlapping: the last non-zero component's sign
+        sign = np.where(h != 0, np.sign(h), sign)
+    odd = (s.view(_U) & _U(1)) == 1
+    s_odd = np.where((sign == 0) | odd, s, np.nextafter(s, np.where(sign > 0, np.inf, -np.inf)))
+    r = np.asarray(fp_round(s_odd + 0.0, rfmt, mode), dtype=np.float64)
+    if overflow == "inf":  # the model's overflow rule: an exact sum past the range is +-inf
+        big = np.abs(s_odd) >= _out_params(rfmt).ovf_value
+        r = np.where(big, np.copysign(np.inf, s_odd), r)
+    return r
+
+
+def _pairwise(P: np.ndarray, c: np.ndarray, rfmt: Format, flush: bool) -> np.ndarray:
+    """Products rounded to rfmt, added in a binary tree, every addition rounded to nearest
+    even in rfmt (and flushed), then c."""
+    if rfmt == FP32:  # float32 arithmetic is this: each addition rounded to nearest even
+        def rnd(x):
+            return x
+
+        with np.errstate(over="ignore"):
+            p = P.astype(np.float32)
+            c = c.astype(np.float32)
+    else:
+        def rnd(x):
+            return np.asarray(fp_round(x, rfmt, Rounding.NEAREST_EVEN), dtype=np.float64)
+
+        p = rnd(P)
+    if flush:
+        p = _flush(p, rfmt)
+
+    def tree(x):
+        if x.shape[0] == 1:
+            return x[0]
+        h = x.shape[0] // 2
+        with np.errstate(invalid="ignore", over="ignore"):
+            v = rnd(tree(x[:h]) + tree(x[h:]))
+        return _flush(v, rfmt, signed=True) if flush else v
+
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = rnd(c + tree(p))
+    d = _flush(d, rfmt, signed=True) if flush else d
+    return np.asarray(d, dtype=np.float64)
+
+
+def _block_general(P, E, c, unit: BlockFMA, rfmt: Format, n: int):
+    """One generic block FMA over axis 0 of P (exact products, biased exponents E):
+    (result, trace fields). c is finite or an infinity carried from an overflowed block."""
+    F = unit.fraction_bits
+    floor = _NO_FLOOR if unit.min_exponent is None else unit.min_exponent
+    mode, overflow = unit.output_rounding, unit.overflow
+    flush_out = unit.output_subnormals == "flush"
+    c_inf = ~np.isfinite(c)
+    cf = np.where(c_inf, 0.0, c)
+    if flush_out:
+        cf = _flush(cf, rfmt)
+    if unit.products == "normalised":
+        pe = ((np.abs(P).view(_U) >> _U(52)) & _U(0x7FF)).astype(np.int32)
+        E = np.where((P != 0) & (pe > E), E + 1, E)
+    lim = None
+    if unit.product_limit:
+        big = np.ldexp(1.0, rfmt.emax + 1)
+        pos = (P >= big).any(axis=0)
+        neg = (P <= -big).any(axis=0)
+        if (pos | neg).any():
+            lim = (pos | neg, np.where(pos & neg, np.nan, np.where(pos, np.inf, -np.inf)))
+    info: dict = {}
+    if unit.summation == "exact":
+        d = _exact_round(np.concatenate([cf[None], P]), rfmt, mode, overflow)
+    elif unit.summation == "pairwise":
+        if P.shape[0] < n:  # the last block is padded with zero products, as the unit does
+            P = np.concatenate([P, np.zeros((n - P.shape[0], *P.shape[1:]))])
+        d = _pairwise(P, cf, rfmt, flush_out)
+    elif unit.c_addition == "joined":
+        cb = np.ascontiguousarray(cf).view(_U)
+        ce = np.maximum(((cb >> _U(52)) & _U(0x7FF)).astype(np.int32), 1023 + C_MIN_EXPONENT)
+        s, mx, Fe, _ = _aligned_sum(np.concatenate([cf[None], P]),
+                                    np.concatenate([ce[None], E]), floor, F, unit.sticky_bit)
+        v = s * _pow2(mx - 1023 - Fe)
+        info = {"max_exponent": mx - 1023, "sum": s, "value": v}
+        d = np.empty_like(v)
+        _round_out(v, rfmt, mode, overflow, d)
+    else:  # c added late
+        if unit.grouping == "odd_even":
+            se, me, Fe, le = _aligned_sum(P[0::2], E[0::2], floor, F, unit.sticky_bit)
+            so, mo, _, lo = _aligned_sum(P[1::2], E[1::2], floor, F, unit.sticky_bit)
+            me = np.where(le, me, -(1 << 20))
+            mo = np.where(lo, mo, -(1 << 20))
+            sp, mp, _ = _two_operand(se, me, so, mo, 0, unit.alignment_rounding, None)
+            live = le | lo
+            mp = np.where(live, mp, 0)
+        else:
+            sp, mp, Fe, live = _aligned_sum(P, E, floor, F, unit.sticky_bit)
+        ic, ec = _c_late(cf, Fe)
+        # no non-zero product: the block passes c on unchanged
+        mp = np.where(live, mp, ec)
+        s, mx, gain = _two_operand(sp, mp.astype(np.int64), ic, ec, unit.late_extra_bits,
+                                   unit.alignment_rounding, unit.c_far_truncation)
+        s = s + 0.0
+        v = s * _pow2(mx - 1023 - Fe - gain)
+        info = {"max_exponent": mx - 1023, "sum": s, "value": v}
+        d = np.empty_like(v)
+        _round_out(v, rfmt, mode, overflow, d)
+    if flush_out and unit.summation != "pairwise":
+        d = _flush(d, rfmt)
+    if c_inf.any():
+        d = np.where(c_inf, c, d)
+    if lim is not None:
+        with np.errstate(invalid="ignore"):
+            d = np.where(lim[0], np.where(c_inf, c + lim[1], lim[1]), d)
+    return d, info
+
+
+def _chain_general(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple,
+                   trace: list | None = None) -> np.ndarray:
+    """Chained generic block FMAs (see :func:`_block_general`), blocks in ascending k."""
+    K = av.shape[0]
+    n = unit.block_size
+    d = np.array(np.broadcast_to(c, out_shape), dtype=np.float64)
+    for k0 in range(0, max(K, 1), n):
+        k1 = min(K, k0 + n)
+        P = np.broadcast_to(av[k0:k1] * bv[k0:k1], (k1 - k0, *out_shape))
+        E = np.broadcast_to(ae[k0:k1] + be[k0:k1], (k1 - k0, *out_shape))
+        cin = d
+        d, info = _block_general(np.ascontiguousarray(P), np.ascontiguousarray(E), d, unit,
+                                 rfmt, n)
+        if trace is not None:
+            trace.append({"k0": k0, "k1": k1, "c": cin.copy(), "result": d.copy(), **info})
+    return d
+
+
 def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
          outer: bool, trace: list | None = None) -> np.ndarray:
     """Evaluate chained block FMAs for k-first operands.
@@ -231,6 +451,10 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
     outer=False: aT_raw (K, R), b_raw (K, R), c (R,) -> (R,) (independent dot products)."""
     K = aT_raw.shape[0]
     n = unit.block_size
+    chain = _chain if unit.is_plain else _chain_general
+    if unit.input_subnormals == "flush":  # subnormal inputs become +0 (specials unchanged)
+        aT_raw = np.where(np.abs(aT_raw) < fi.smallest_normal, 0.0, aT_raw)
+        b_raw = np.where(np.abs(b_raw) < fi.smallest_normal, 0.0, b_raw)
     av, ae = _split(aT_raw, fi, 1023)
     bv, be = _split(b_raw, fi, 0)
     a_bad = ~np.isfinite(aT_raw).all(axis=0)
@@ -249,7 +473,7 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
                 n1 = min(N, n0 + nc)
                 shape = (m1 - m0, n1 - n0)
                 cc = c_fin[m0:m1, n0:n1]
-                res = _chain(av[:, m0:m1, None], ae[:, m0:m1, None], bv[:, None, n0:n1],
+                res = chain(av[:, m0:m1, None], ae[:, m0:m1, None], bv[:, None, n0:n1],
                              be[:, None, n0:n1], cc, unit, rfmt, shape, trace)
                 if a_bad[m0:m1].any() or b_bad[n0:n1].any() or c_bad[m0:m1, n0:n1].any():
                     sp = _specials(aT_raw[:, m0:m1, None], b_raw[:, None, n0:n1],
@@ -263,7 +487,7 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
     rc = max(1, CHUNK_ELEMENTS // per_k)
     for r0 in range(0, R, rc):
         r1 = min(R, r0 + rc)
-        res = _chain(av[:, r0:r1], ae[:, r0:r1], bv[:, r0:r1], be[:, r0:r1], c_fin[r0:r1],
+        res = chain(av[:, r0:r1], ae[:, r0:r1], bv[:, r0:r1], be[:, r0:r1], c_fin[r0:r1],
                      unit, rfmt, (r1 - r0,), trace)
         if a_bad[r0:r1].any() or b_bad[r0:r1].any() or c_bad[r0:r1].any():
             sp = _specials(aT_raw[:, r0:r1], b_raw[:, r0:r1], c_raw[r0:r1], per_k)
@@ -271,6 +495,29 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
                 res = np.where(sp[0], sp[1], res)
         out[r0:r1] = res
     return out
+
+
+def _record_invalid(aT_raw, b_raw, c_raw, outer: bool, where: str) -> None:
+    """Inside a flag context: INVALID for each result with 0 * inf among its products or
+    +inf meeting -inf (IEEE's invalid operations; a NaN input is quiet and raises nothing)."""
+    from .. import flags as _flags
+
+    if not _flags.flags_active():
+        return
+    shape = c_raw.shape
+    inv = np.zeros(shape, dtype=bool)
+    pos = c_raw == np.inf
+    neg = c_raw == -np.inf
+    with np.errstate(invalid="ignore"):
+        for k in range(aT_raw.shape[0]):
+            x = aT_raw[k][:, None] if outer else aT_raw[k]
+            y = b_raw[k][None, :] if outer else b_raw[k]
+            p = x * y
+            inv |= np.isnan(p) & ~np.isnan(x) & ~np.isnan(y)
+            pos = pos | (p == np.inf)
+            neg = neg | (p == -np.inf)
+    inv |= pos & neg
+    _flags.record(np.where(inv, np.uint8(_flags.Flags.INVALID), np.uint8(0)), where)
 
 
 def _as_real(x, what: str) -> np.ndarray:
@@ -329,8 +576,9 @@ def matmul(A: npt.ArrayLike, B: npt.ArrayLike, C: npt.ArrayLike | None = None, *
                              f"result") from None
     if M == 0 or N == 0:
         return np.zeros((M, N))
-    return _run(np.ascontiguousarray(Ar.T), np.ascontiguousarray(Br), Cr, unit, fi,
-                unit.result_format(fo), outer=True)
+    aT = np.ascontiguousarray(Ar.T)
+    _record_invalid(aT, Br, Cr, True, "tensorcore.matmul")
+    return _run(aT, np.ascontiguousarray(Br), Cr, unit, fi, unit.result_format(fo), outer=True)
 
 
 def _dot_rows(a_raw: np.ndarray, b_raw: np.ndarray, c_raw: np.ndarray, unit: BlockFMA,
@@ -367,6 +615,11 @@ def dot(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike = 0.0, *,
     br = convert_input(b, fi)
     if ar.ndim == 0 or br.ndim == 0:
         raise ValueError(f"dot needs vectors of length K, got shapes {ar.shape} and {br.shape}")
+    if ar.shape[-1] != br.shape[-1]:
+        raise ValueError(f"a and b must have the same length K: a has {ar.shape[-1]}, b has "
+                         f"{br.shape[-1]}")
+    if ar.shape[-1] == 0:
+        raise ValueError("dot needs at least one product: a and b are empty (K = 0)")
     try:
         ar, br = np.broadcast_arrays(ar, br)
     except ValueError:
@@ -385,6 +638,7 @@ def dot(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike = 0.0, *,
     if explain and batch:
         raise ValueError("explain=True needs one dot product (1-D a and b)")
     trace: list | None = [] if explain else None
+    _record_invalid(a2.T, b2.T, cr.reshape(-1), False, "tensorcore.dot")
     d = _dot_rows(a2, b2, cr.reshape(-1), unit, fi, fo, trace)
     d = d.reshape(batch)
     if not batch:

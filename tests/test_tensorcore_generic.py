@@ -1,0 +1,264 @@
+"""The generic block-FMA parameters (sticky bit, normalised products, late c, odd/even groups,
+c truncated far below, exact and pairwise summation, subnormal flushing, the product limit)
+against independent references: the Fraction reference of tests/tensorcore_reference.py for
+the aligned family, exact Fractions for the exact sum, float32 arithmetic for the pairwise
+tree; plus the argument checks and the issue-14/15 error messages."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import tensorcore_reference as ref
+
+import fpsim
+import fpsim.tensorcore as tc
+
+FORMATS = {"fp16": (-14, 10, 15), "bf16": (-126, 7, 127), "fp8_e4m3": (-6, 3, 8),
+           "fp8_e4m3fnuz": (-7, 3, 7)}
+
+
+def _draw(rng, fin: str, shape, spread: int) -> np.ndarray:
+    emin, m, emax = FORMATS[fin]
+    e = rng.integers(max(emin - m, -spread), min(emax, spread) + 1, shape)
+    x = rng.uniform(1, 2, shape) * np.exp2(e) * rng.choice([-1.0, 1.0], shape)
+    x[rng.random(shape) < 0.1] = 0.0
+    v = tc.convert_input(x, fin)
+    return np.where(np.isfinite(v), v, 0.0)
+
+
+GENERIC_CASES = [
+    ("sticky", dict(sticky_bit=True), ref.Generic(sticky=True)),
+    ("normalised", dict(products="normalised"), ref.Generic(normalised=True)),
+    ("late_rz", dict(c_addition="late"), ref.Generic(late=True)),
+    ("late_rd", dict(c_addition="late", alignment_rounding="down"),
+     ref.Generic(late=True, armode="rd")),
+    ("late_ru_3", dict(c_addition="late", alignment_rounding="up", late_extra_bits=3),
+     ref.Generic(late=True, armode="ru", late_bits=3)),
+    ("late_rne", dict(c_addition="late", alignment_rounding="nearest_even"),
+     ref.Generic(late=True, armode="rne")),
+    ("odd_even", dict(grouping="odd_even", c_addition="late", alignment_rounding="down",
+                      c_far_truncation=25),
+     ref.Generic(late=True, armode="rd", odd_even=True, c_far=25)),
+    ("odd_even_sticky_norm", dict(grouping="odd_even", c_addition="late", sticky_bit=True,
+                                  products="normalised"),
+     ref.Generic(late=True, odd_even=True, sticky=True, normalised=True)),
+]
+
+
+@pytest.mark.parametrize("fin", ["fp16", "bf16", "fp8_e4m3fnuz"])
+@pytest.mark.parametrize("name,kw,g", GENERIC_CASES, ids=[c[0] for c in GENERIC_CASES])
+@pytest.mark.parametrize("rounding", ["rz", "rne"])
+def test_aligned_family_matches_fraction_reference(fin, name, kw, g, rounding):
+    rng = np.random.default_rng([7, len(name), len(fin), len(rounding)])
+    n, neab, mel = 8, 1, (-133 if name.startswith("late") else None)
+    unit = tc.BlockFMA(n, neab, rounding, mel, **kw)
+    emin = FORMATS[fin][0]
+    u = ref.Unit(n, neab, rounding, mel, emin)
+    rows, K = 60, 2 * n + 3
+    spread = 20 if fin != "bf16" else 60
+    a = _draw(rng, fin, (rows, K), spread)
+    b = _draw(rng, fin, (rows, K), spread)
+    c = np.asarray(fpsim.round(rng.standard_normal(rows) * np.exp2(
+        rng.integers(-40, 40, rows)), "fp32"), dtype=np.float64)
+    c[::5] = 0.0
+    c[1::7] = -(a[1::7] * b[1::7]).sum(axis=1)  # cancellation
+    c = np.asarray(fpsim.round(c, "fp32"), dtype=np.float64)
+    got = tc.dot(a, b, c, gpu=unit, input_format=fin)
+    want = np.array([ref.dot_generic(list(a[r]), list(b[r]), float(c[r]), u, g)
+                     for r in range(rows)])
+    np.testing.assert_array_equal(np.asarray(fpsim.to_bits(got, "fp32")),
+                                  np.asarray(fpsim.to_bits(want, "fp32")))
+
+
+def test_exact_summation_is_the_correctly_rounded_sum():
+    rng = np.random.default_rng(3)
+    rows, K = 300, 12
+    a = _draw(rng, "bf16", (rows, K), 66)
+    b = _draw(rng, "bf16", (rows, K), 66)
+    c = np.asarray(fpsim.round(rng.standard_normal(rows) * np.exp2(
+        rng.integers(-140, 100, rows)), "fp32"), dtype=np.float64)
+    c[::3] = -(a[::3, :4] * b[::3, :4]).sum(axis=1) * (1 + 2.0**-30)
+    c = np.asarray(fpsim.round(c, "fp32"), dtype=np.float64)
+    c = np.where(np.isfinite(c), c, 1.0)
+    for mode in ("rne", "rz", "up", "down"):
+        unit = tc.BlockFMA(4, 0, mode, summation="exact")
+        got = tc.dot(a, b, c, gpu=unit, input_format="bf16")
+        want = []
+        for r in range(rows):
+            d = float(c[r])
+            for k0 in range(0, K, 4):
+                s = Fraction(d) + sum(Fraction(float(x)) * Fraction(float(y))
+                                      for x, y in zip(a[r, k0:k0 + 4], b[r, k0:k0 + 4],
+                                                      strict=True))
+                d = _round_fp32(s, mode)
+                if math.isinf(d):
+                    break
+            want.append(d)
+        np.testing.assert_array_equal(got, np.array(want), err_msg=mode)
+
+
+def _round_fp32(s: Fraction, mode: str) -> float:
+    """Exact rational -> fp32 with the mode (MPFR-free: the float64 nearest plus a tie-break
+    by the sign of the remainder, done on Fractions)."""
+    if s == 0:
+        return 0.0
+    e = max(ref.floor_log2(abs(s)), -126)
+    q = s / ref.pow2(e - 23)
+    fl = q.numerator // q.denominator
+    rem = q - fl
+    if mode == "rne":
+        n = fl + (1 if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and fl % 2) else 0)
+    elif mode == "rz":
+        n = fl if s > 0 or rem == 0 else fl + 1
+    elif mode == "up":
+        n = fl if rem == 0 else fl + 1
+    else:
+        n = fl
+    v = n * ref.pow2(e - 23)
+    if abs(s) >= ref.pow2(128) or abs(v) >= ref.pow2(128):  # the model's rule: +-inf
+        return math.copysign(math.inf, float(s))
+    return float(v)
+
+
+def test_pairwise_summation_is_float32_tree():
+    rng = np.random.default_rng(5)
+    rows, K = 500, 8
+    a = _draw(rng, "fp16", (rows, K), 15)
+    b = _draw(rng, "fp16", (rows, K), 15)
+    c = np.asarray(fpsim.round(rng.standard_normal(rows), "fp32"), dtype=np.float64)
+    unit = tc.BlockFMA(4, 0, "rne", summation="pairwise")
+    got = tc.dot(a, b, c, gpu=unit)
+    p = (a * b).astype(np.float32)
+    d = c.astype(np.float32)
+    for k0 in (0, 4):
+        q = p[:, k0:k0 + 4]
+        d = d + ((q[:, 0] + q[:, 1]) + (q[:, 2] + q[:, 3]))
+    np.testing.assert_array_equal(got, d.astype(np.float64))
+
+
+def test_flushing_and_product_limit():
+    unit = tc.BlockFMA(4, 0, "rne", summation="pairwise", input_subnormals="flush",
+                       output_subnormals="flush", product_limit=True)
+    tiny16 = 2.0**-20  # an fp16 subnormal input: flushed to +0
+    assert float(tc.dot([tiny16, 1.0], [1.0, 1.0], 0.0, gpu=unit)) == 1.0
+    assert float(tc.dot([1.0], [2.0**-13], 2.0**-140, gpu=unit)) == 2.0**-13  # c flushed
+    d = tc.dot([2.0**-62], [1.5 * 2.0**-64], -2.0**-125, gpu=unit,
+               input_format="bf16")  # a result of -2**-127, flushed
+    assert float(d) == 0.0 and math.copysign(1, float(d)) == -1.0  # the sign is kept
+    big = 2.0**64
+    d = tc.dot([big, big], [-big, 1.0], 1.0, gpu=unit, input_format="bf16")
+    assert float(d) == -math.inf  # a product of -2**128: -inf (the published model: +inf)
+    d = tc.dot([big, big], [-big, big], 1.0, gpu=unit, input_format="bf16")
+    assert math.isnan(float(d))
+
+
+def test_generic_units_run_through_matmul_and_explain_matches_dot():
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((3, 40))
+    B = rng.standard_normal((40, 2))
+    for gpu, fin in (("MI100", "fp16"), ("MI210", "bf16"), ("MI300X", "tf32"),
+                     ("MI300X", "fp8_e5m2fnuz"), ("RTXPRO6000", "fp16")):
+        D = tc.matmul(A, B, gpu=gpu, input_format=fin)
+        for i in range(3):
+            for j in range(2):
+                d = tc.dot(A[i], B[:, j], 0.0, gpu=gpu, input_format=fin)
+                assert fpsim.to_bits(d, "fp32") == fpsim.to_bits(D[i, j], "fp32")
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(summation="kulisch"), "summation must be one of"),
+    (dict(grouping="odd_even"), "needs c_addition='late'"),
+    (dict(c_addition="early"), "c_addition must be one of"),
+    (dict(alignment_rounding="stochastic"), "alignment_rounding must be one of"),
+    (dict(sticky_bit=1), "sticky_bit must be True or False"),
+    (dict(products="denormalised"), "products must be one of"),
+    (dict(input_subnormals="ftz"), "input_subnormals must be one of"),
+    (dict(late_extra_bits=-1), "late_extra_bits"),
+    (dict(c_far_truncation=-2), "c_far_truncation"),
+    (dict(summation="exact", c_addition="late"), "apply to summation='aligned' only"),
+])
+def test_bad_generic_parameters(kw, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        tc.BlockFMA(8, 1, **kw)
+
+
+def test_pairwise_needs_power_of_two_and_rne():
+    with pytest.raises(ValueError, match="power-of-two"):
+        tc.BlockFMA(6, 0, "rne", summation="pairwise")
+    with pytest.raises(ValueError, match="nearest_even"):
+        tc.BlockFMA(4, 0, "rz", summation="pairwise")
+
+
+def test_defaults_keep_the_plain_kernel():
+    assert all(u.is_plain for g in ("V100", "A100", "Ada", "H100", "B200", "B200-fp8-variant")
+               for u in tc.get_gpu(g).units.values())
+    assert not any(u.is_plain for g in ("MI100", "MI210", "MI300X")
+                   for u in tc.get_gpu(g).units.values())
+    assert repr(tc.get_gpu("A100").unit_for("fp16", "fp32")) == (
+        "BlockFMA(block_size=8, extra_bits=1, output_rounding='toward_zero', min_exponent=-132)")
+
+
+def test_amd_units_and_support():
+    assert tc.get_gpu("MI300X").supported() == [
+        "fp16->fp32", "bf16->fp32", "tf32->fp32", "fp8_e4m3fnuz->fp32", "fp8_e5m2fnuz->fp32"]
+    assert tc.get_gpu("MI250").units == tc.get_gpu("MI210").units
+    with pytest.raises(ValueError, match="MI100 has no tensor-core mode fp16 inputs -> fp16"):
+        tc.dot([1.0], [1.0], gpu="MI100", output_format="fp16")
+    with pytest.raises(ValueError, match="MI300X has no tensor-core mode fp8_e4m3 inputs"):
+        tc.dot([1.0], [1.0], gpu="MI300X", input_format="fp8_e4m3")
+
+
+# -- issue 15 / 14 leftovers -----------------------------------------------------------------
+
+def test_dot_k_mismatch_and_empty():
+    with pytest.raises(ValueError, match="a has 3, b has 1"):
+        tc.dot([1.0, 2.0, 3.0], [1.0])
+    with pytest.raises(ValueError, match="a has 2, b has 3"):
+        tc.dot([[1.0, 2.0]], [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="K = 0"):
+        tc.dot([], [])
+    with pytest.raises(ValueError, match="ks must be a non-empty sequence"):
+        tc.error_vs_k(ks=(0,))
+    with pytest.raises(ValueError, match="trials"):
+        tc.error_vs_k(ks=(4,), trials=0)
+
+
+@pytest.mark.parametrize("gpu", ["A100", "MI300X", "MI210"])
+def test_invalid_flag_for_zero_times_inf(gpu):
+    with fpsim.flag_context() as ctx:
+        d = tc.dot([0.0, 1.0], [np.inf, 1.0], 0.0, gpu=gpu)
+    assert math.isnan(float(d)) and ctx.flags & fpsim.Flags.INVALID
+    with fpsim.flag_context() as ctx:
+        D = tc.matmul([[np.inf, 1.0], [1.0, 1.0]], [[1.0], [-np.inf]], gpu=gpu)
+    assert math.isnan(D[0, 0]) and ctx.flags & fpsim.Flags.INVALID  # +inf meets -inf
+    with fpsim.flag_context() as ctx:  # a quiet NaN input raises nothing
+        tc.dot([np.nan, 1.0], [1.0, 1.0], 0.0, gpu=gpu)
+    assert not ctx.flags & fpsim.Flags.INVALID
+
+
+def test_check_hardware_cli_messages(tmp_path, capsys):
+    from fpsim.cli import main
+
+    assert main(["check-hardware", str(tmp_path / "missing.txt")]) != 0
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no such file" in err and "Traceback" not in err
+    import pathlib
+
+    data = pathlib.Path(__file__).parent / "data" / "tensorcore" / "open"
+    files = sorted(str(p) for p in data.glob("B200_*.txt.gz"))
+    assert main(["check-hardware", *files]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "--gpu B200-fp8-variant" in err and len(err) < 400
+    p = tmp_path / "A100_fp16_to_fp32.txt"
+    tc.write_hardware_file(p, "A100", "fp16", "fp32", [[0x3c00] + [0] * 7],
+                           [[0x3c00] + [0] * 7], [0xbf7fffff], [0x33800000])
+    q = tmp_path / "MI300X_fp16_to_fp32_long.txt"
+    tc.write_hardware_file(q, "MI300X", "fp16", "fp32", [[0x3c00] + [0] * 7],
+                           [[0x3c00] + [0] * 7], [0], [0x3f800000])
+    assert main(["check-hardware", str(p), str(q)]) == 0
+    lines = capsys.readouterr().out.splitlines()[:2]
+    assert lines[0].index("K=") == lines[1].index("K=")
+    assert lines[0].index("rows match") == lines[1].index("rows match")
