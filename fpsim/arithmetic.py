@@ -19,6 +19,11 @@ How (error-free transformations in float64, then one call of the rounding core):
   rounding runs on a copy of the format shifted by a power of two, so that nothing overflows
   or underflows on the way.
 
+The same kernel (:func:`compute`) rounds the Tensor ops of :mod:`fpsim.autograd`. Round to
+nearest even with IEEE policies and no flags in fp16, bf16 or fp32 runs as NumPy float16 /
+ml_dtypes bfloat16 / float32 arithmetic, which gives the same results (see ``_native``). Large
+arrays go chunk by chunk: the peak memory is the inputs, the float64 output and one chunk.
+
 Conventions:
 
 - operands not exactly representable in ``fmt`` are first converted to it with
@@ -626,6 +631,53 @@ def _native(name: str, args, c: _Ctx):
         return np.asarray(r).astype(np.float64)
 
 
+# -- chunks -----------------------------------------------------------------------------------
+
+_CHUNK = 1 << 15  # elements per chunk: the float64 work arrays of one chunk stay small
+
+
+def _chunk_slices(shape: tuple[int, ...]):
+    """Index tuples covering ``shape`` in C order, each of about _CHUNK elements or fewer:
+    whole trailing dims, blocks of one dim, single indices of the dims before it."""
+    d, inner = len(shape), 1
+    while d > 0 and inner * shape[d - 1] <= _CHUNK:
+        d -= 1
+        inner *= shape[d]
+    if d == 0:
+        yield ()
+        return
+    d -= 1  # dim d is cut into blocks of b entries
+    b = max(1, _CHUNK // inner)
+    for outer in np.ndindex(*shape[:d]):
+        for j in range(0, shape[d], b):
+            yield outer + (slice(j, j + b),)
+
+
+def _chunked(name: str, args, c: _Ctx):
+    """The operation chunk by chunk for large arrays (None for small ones or other inputs):
+    the peak memory is the inputs, the float64 output (and flags) and one chunk's work
+    arrays, not ~10 float64 temporaries per element."""
+    if not all(isinstance(a, (np.ndarray, np.generic, float, int)) for a in args):
+        return None
+    arrs = [np.asarray(a) for a in args]
+    if any(a.dtype.kind not in "fiuV" or a.dtype.itemsize > 8 for a in arrs):
+        return None  # long double, objects: the one-piece path (exact conversions)
+    shape = np.broadcast_shapes(*(a.shape for a in arrs))
+    if int(np.prod(shape, dtype=np.int64)) <= _CHUNK:
+        return None
+    views = [np.broadcast_to(a, shape) for a in arrs]
+    out = np.empty(shape)
+    fl = np.empty(shape, np.uint8) if c.want else None
+    with _quiet():
+        for idx in _chunk_slices(shape):
+            vals, snan, sub_shape, _ = _operands([v[idx] for v in views], c)
+            o, f = compute(name, vals, c, snan)
+            out[idx] = o.reshape(sub_shape)
+            if fl is not None:
+                fl[idx] = f.reshape(sub_shape)
+    return out, fl
+
+
 # -- public functions -------------------------------------------------------------------------
 
 def _apply(name: str, kernel, args, fmt, rounding, overflow, subnormals, tininess, rng,
@@ -640,6 +692,12 @@ def _apply(name: str, kernel, args, fmt, rounding, overflow, subnormals, tinines
     out = _native(name, args, c)
     if out is not None:
         return out[()] if out.ndim == 0 else out
+    chunked = _chunked(name, args, c)
+    if chunked is not None:
+        out, fl = chunked
+        if c.want and _flags.flags_active():
+            _flags.record(fl, name)
+        return (out, fl) if flags else out
     with _quiet():
         vals, snan, shape, scalar = _operands(args, c)
         out, fl = compute(name, vals, c, snan)

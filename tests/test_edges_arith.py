@@ -4,6 +4,8 @@ the element-by-element reference loop."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -200,3 +202,39 @@ def _reference_sequential_mode(x, fmt, mode):
     for v in x[1:]:
         s = fpsim.add(s, v, fmt, mode)
     return s
+
+
+# -- bounded memory ------------------------------------------------------------------------------
+
+def test_fma_memory_is_input_output_and_one_chunk():
+    n = 1 << 20
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(n).astype(np.float16) for _ in range(3))
+    tracemalloc.start()
+    try:
+        out = fpsim.fma(a, b, c, "fp16", "up")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert out.dtype == np.float64 and out.shape == (n,)
+    # the float64 output (8 bytes per element) and one chunk's work arrays; was ~80 bytes
+    assert peak < 8 * n + 200 * arithmetic._CHUNK, peak / n
+
+
+@pytest.mark.parametrize("shape_a, shape_b", [((5, 1, 7), (1, 3, 7)), ((50,), (3, 1)),
+                                               ((4, 9), ()), ((2, 3, 5), (3, 5))])
+@pytest.mark.parametrize("op", ["add", "mul", "div", "fma", "sqrt"])
+def test_chunked_equals_one_piece(monkeypatch, shape_a, shape_b, op):
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal(shape_a).astype(np.float32)
+    b = rng.standard_normal(shape_b) * 1e-3
+    args = {"add": (a, b), "mul": (a, b), "div": (a, b), "fma": (a, b, a), "sqrt": (a,)}[op]
+    fn = getattr(fpsim, op)
+    whole = fn(*args, "bf16", "toward_zero", flags=True)
+    monkeypatch.setattr(arithmetic, "_CHUNK", 4)  # many chunks, broadcast views cut
+    with fpsim.flag_context() as ctx:
+        parts = fn(*args, "bf16", "toward_zero", flags=True)
+    for w, p in zip(whole, parts, strict=True):
+        assert w.shape == p.shape
+        assert _same(w, p).all()
+    assert ctx.flags == fpsim.Flags(int(np.bitwise_or.reduce(whole[1], axis=None)))
