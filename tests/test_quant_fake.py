@@ -532,3 +532,19 @@ def test_lsq_grad_matches_torch_learnable_kernel_at_ties(ties):
         mask, ds = lsq_grad(x, m["scale"], m["quant_min"], m["quant_max"], z_kernel)
         np.testing.assert_array_equal(mask, ties[f"lsq{i}/dx_mask"], err_msg=str(m))
         assert _bits_equal(ds, ties[f"lsq{i}/dscale"]).all(), m
+
+
+def test_fake_quantize_float64_and_half_inputs_match_torch(ties):
+    import ml_dtypes as mld
+    dtypes = {"float64": np.float64, "float16": np.float16, "bfloat16": mld.bfloat16}
+    assert len(ties["meta"]["fake_dtypes"]) == 7
+    for i, m in enumerate(ties["meta"]["fake_dtypes"]):
+        x = ties[f"fqd{i}/x"].astype(dtypes[m["dtype"]])  # exact: recorded as stored
+        args = (m["scale"], m["zero_point"], m["quant_min"], m["quant_max"])
+        out = fake_quantize(x, *args)
+        assert out.dtype == x.dtype
+        want = ties[f"fqd{i}/out"]
+        o64 = out.astype(np.float64)
+        same = (o64.view(np.int64) == want.view(np.int64)) | (np.isnan(want) & np.isnan(o64))
+        assert same.all(), (m, x[~same][:5], out[~same][:5], want[~same][:5])
+        np.testing.assert_array_equal(fake_quantize_ste_mask(x, *args), ties[f"fqd{i}/mask"])

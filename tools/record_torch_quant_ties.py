@@ -18,7 +18,8 @@ points at both ends of each range and beyond 2**24 (qint32). Recorded:
 - ``torch.fake_quantize_per_tensor_affine`` and ``torch.fake_quantize_per_channel_affine``
   on float32 input: the output and the gradient of its sum (the straight-through mask);
 - LSQ's ``torch._fake_quantize_learnable_per_tensor_affine`` (grad_factor 1), one element
-  per call: the input's gradient mask and the scale's gradient of each element.
+  per call: the input's gradient mask and the scale's gradient of each element;
+- ``torch.fake_quantize_per_tensor_affine`` on float64, float16 and bfloat16 inputs.
 
 NaN is recorded for fake quantization only (fpsim refuses to quantize NaN to an integer).
 """
@@ -190,6 +191,36 @@ def main() -> int:
         arrays[f"lsq{i}/x"], arrays[f"lsq{i}/dx_mask"], arrays[f"lsq{i}/dscale"] = x, dx, ds
         meta["lsq"].append({"quant_min": qmin, "quant_max": qmax, "scale": scale,
                             "zero_point": z})
+
+    # fake quantization of float64, float16 and bfloat16 inputs (the double kernel multiplies
+    # by the float reciprocal in double; half inputs compute in float and round back)
+    meta["fake_dtypes"] = []
+    for i, (dt, scale, z, qmin, qmax) in enumerate([
+            ("float64", 0.1, 3, 0, 255), ("float64", 1 / 3, -5, -128, 127),
+            ("float64", NOTEBOOK_SCALE, 59, 0, 255), ("float16", 0.1, 3, 0, 255),
+            ("float16", 1 / 3, 0, -8, 7), ("bfloat16", 0.3, 17, 0, 255),
+            ("bfloat16", 0.5, -1, -128, 127)]):
+        x32 = tie_inputs(scale, z, qmin, qmax)
+        if dt == "float64":
+            s64 = np.float64(np.float32(scale))
+            t = np.arange(qmin - z - 4, qmax - z + 4) + 0.5
+            x0 = t * s64
+            x = np.concatenate([x0, np.nextafter(x0, np.inf), np.nextafter(x0, -np.inf),
+                                x32.astype(np.float64)])
+            xt = torch.from_numpy(x.copy())
+        else:
+            tdt = torch.float16 if dt == "float16" else torch.bfloat16
+            with np.errstate(over="ignore"):
+                xt = torch.from_numpy(x32.copy()).to(tdt)
+            x = xt.float().numpy()  # the values as stored (exact in float32)
+        xt.requires_grad_(True)
+        y = torch.fake_quantize_per_tensor_affine(xt, scale, z, qmin, qmax)
+        y.float().sum().backward()
+        arrays[f"fqd{i}/x"] = x
+        arrays[f"fqd{i}/out"] = y.detach().to(torch.float64).numpy()
+        arrays[f"fqd{i}/mask"] = xt.grad.to(torch.float64).numpy() != 0
+        meta["fake_dtypes"].append({"dtype": dt, "quant_min": qmin, "quant_max": qmax,
+                                    "scale": scale, "zero_point": z})
 
     arrays["meta"] = np.array(json.dumps(meta))
     OUT.parent.mkdir(parents=True, exist_ok=True)
