@@ -217,6 +217,7 @@ def _print_result(res: dict, as_json: bool) -> None:
           f"{res['engine']}, {res['ranks']} ranks, {res['steps']} steps of batch "
           f"{res['batch']}: {res['num_params']} parameters (padded to {res['padded_params']})")
     print(f"final loss {res['losses'][-1]:.6g}, parameters sha256 {res['params_sha256']}")
+    print(f"ring volume per rank and step: {res['ring_bytes_per_rank_per_step']:.0f} bytes")
     print(f"{'rank':>4}  {'pid':>8}  {'model-state bytes':>17}  {'bytes sent':>10}  "
           f"{'step s (median)':>15}")
     med = float(np.median(res["step_seconds"]))
