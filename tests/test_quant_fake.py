@@ -548,3 +548,38 @@ def test_fake_quantize_float64_and_half_inputs_match_torch(ties):
         same = (o64.view(np.int64) == want.view(np.int64)) | (np.isnan(want) & np.isnan(o64))
         assert same.all(), (m, x[~same][:5], out[~same][:5], want[~same][:5])
         np.testing.assert_array_equal(fake_quantize_ste_mask(x, *args), ties[f"fqd{i}/mask"])
+
+
+def test_observer_qparams_match_torch_at_zero_point_ties(ties):
+    from fpsim.quant import MinMaxObserver, PerChannelMinMaxObserver, calculate_qparams
+    lo_hi = ties["obs/min_max"]
+    assert len(ties["meta"]["observers"]) == 7
+    for i, m in enumerate(ties["meta"]["observers"]):
+        def observer(m=m):
+            return MinMaxObserver(dtype=m["dtype"], qscheme=m["qscheme"],
+                                  reduce_range=m["reduce_range"], quant_min=m["quant_min"],
+                                  quant_max=m["quant_max"])
+        # the observer itself on a sample of the ranges, its formula on all of them at once
+        for j in range(0, len(lo_hi), 37):
+            ob = observer()
+            ob(lo_hi[j])
+            s, z = ob.calculate_qparams()
+            assert _bits_equal(s, ties[f"obs{i}/scale"][j]).all(), m
+            assert z[0] == ties[f"obs{i}/zero_point"][j], m
+        ob = observer()
+        s, z = calculate_qparams(lo_hi[:, 0], lo_hi[:, 1], ob.quant_min, ob.quant_max,
+                                 ob.qscheme, ob.dtype, ob.eps, ob.has_customized_qrange)
+        assert _bits_equal(s, ties[f"obs{i}/scale"]).all(), m
+        np.testing.assert_array_equal(z, ties[f"obs{i}/zero_point"], err_msg=str(m))
+    ob = PerChannelMinMaxObserver(ch_axis=0, dtype="quint8", qscheme="per_channel_affine")
+    ob(lo_hi)
+    s, z = ob.calculate_qparams()
+    assert _bits_equal(s, ties["obs_pc/scale"]).all()
+    np.testing.assert_array_equal(z, ties["obs_pc/zero_point"])
+    # the ranges do reach the ties of min / scale, where rounding half away would differ
+    mn = np.minimum(lo_hi[:, 0], 0)
+    r = mn / ((np.maximum(lo_hi[:, 1], 0) - mn) / np.float32(255))
+    ties_at = (r % 1) == 0.5
+    assert ties_at.sum() > 300
+    away = -np.trunc(r - np.float32(0.5))  # 0 - round_half_away(r)
+    assert (away[ties_at] != ties["obs0/zero_point"][ties_at]).sum() > 100

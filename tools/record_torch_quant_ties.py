@@ -19,7 +19,9 @@ points at both ends of each range and beyond 2**24 (qint32). Recorded:
   on float32 input: the output and the gradient of its sum (the straight-through mask);
 - LSQ's ``torch._fake_quantize_learnable_per_tensor_affine`` (grad_factor 1), one element
   per call: the input's gradient mask and the scale's gradient of each element;
-- ``torch.fake_quantize_per_tensor_affine`` on float64, float16 and bfloat16 inputs.
+- ``torch.fake_quantize_per_tensor_affine`` on float64, float16 and bfloat16 inputs;
+- ``MinMaxObserver`` (affine / symmetric, quint8 / qint8, reduce_range, custom ranges) and
+  ``PerChannelMinMaxObserver`` qparams for ranges whose ``min / scale`` is a half-integer.
 
 NaN is recorded for fake quantization only (fpsim refuses to quantize NaN to an integer).
 """
@@ -221,6 +223,46 @@ def main() -> int:
         arrays[f"fqd{i}/mask"] = xt.grad.to(torch.float64).numpy() != 0
         meta["fake_dtypes"].append({"dtype": dt, "quant_min": qmin, "quant_max": qmax,
                                     "scale": scale, "zero_point": z})
+
+    # observers at the zero point's ties: ranges [min, max] with min / scale = -(k + 1/2)
+    # in exact arithmetic (float32 rounding moves some off the tie), per channel: one row per
+    # range, so that each channel's qparams are one range's
+    from torch.ao.quantization.observer import MinMaxObserver, PerChannelMinMaxObserver
+
+    lo_hi = []
+    for scale in (0.1, 1 / 3, 0.3, 2.0**-7, NOTEBOOK_SCALE, 7.0, 1e-3):
+        for k in range(0, 255, 3):
+            lo = -(k + 0.5) * scale
+            lo_hi.append((lo, lo + 255 * scale))
+            lo_hi.append((-(k + 0.5) * scale * 255 / 256, (255 - k - 0.5) * scale / 2))
+    lo_hi = np.array(lo_hi, np.float32)
+    arrays["obs/min_max"] = lo_hi
+    meta["observers"] = []
+    obs_cfgs = [("quint8", "per_tensor_affine", False, None, None),
+                ("qint8", "per_tensor_affine", False, None, None),
+                ("quint8", "per_tensor_affine", True, None, None),
+                ("qint8", "per_tensor_symmetric", False, None, None),
+                ("quint8", "per_tensor_symmetric", False, None, None),
+                ("quint8", "per_tensor_affine", False, 0, 15),
+                ("qint8", "per_tensor_affine", False, -8, 7)]
+    for i, (dt, qs, rr, qmin, qmax) in enumerate(obs_cfgs):
+        sc, zp = [], []
+        for lo, hi in lo_hi:
+            ob = MinMaxObserver(dtype=qtypes[dt], qscheme=getattr(torch, qs), reduce_range=rr,
+                                quant_min=qmin, quant_max=qmax)
+            ob(torch.tensor([lo, hi]))
+            s_, z_ = ob.calculate_qparams()
+            sc.append(float(s_)), zp.append(int(z_))
+        arrays[f"obs{i}/scale"] = np.array(sc, np.float32)
+        arrays[f"obs{i}/zero_point"] = np.array(zp, np.int64)
+        meta["observers"].append({"dtype": dt, "qscheme": qs, "reduce_range": rr,
+                                  "quant_min": qmin, "quant_max": qmax})
+    ob = PerChannelMinMaxObserver(ch_axis=0, dtype=torch.quint8,
+                                  qscheme=torch.per_channel_affine)
+    ob(torch.from_numpy(lo_hi.copy()))
+    s_, z_ = ob.calculate_qparams()
+    arrays["obs_pc/scale"] = s_.numpy().astype(np.float32)
+    arrays["obs_pc/zero_point"] = z_.numpy().astype(np.int64)
 
     arrays["meta"] = np.array(json.dumps(meta))
     OUT.parent.mkdir(parents=True, exist_ok=True)
