@@ -25,7 +25,8 @@ from fpsim.tensorcore.perf import gemm_time_estimate  # noqa: E402
 from fpsim.viz import gallery  # noqa: E402
 from fpsim.viz import tensorcore as vtc  # noqa: E402
 
-CASTS = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn}
+CASTS = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+         "fp8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz}
 
 
 def cast(x, fmt: str) -> list[Fraction]:
@@ -234,3 +235,41 @@ def test_gallery_has_the_readme_figures():
     assert "tensorcore_alignment" in names and "tensorcore_error_vs_k" in names
     fig = gallery.build("tensorcore_alignment")
     assert drawn_rows(fig)["result"]
+
+
+@pytest.mark.parametrize("a, b, c, fin", [
+    ([0.5, -1.75, 0.0625, 3.0, 2.0**-9, 0.0, -0.375, 1.25] * 2,
+     [1.25, 0.375, -0.5, 2.0**-6, 7.0, 1.0, 0.875, -2.0**-5] * 2, 0.3, "fp8_e4m3fnuz"),
+    ([0.1, -3.0, 2.0**-14, 7.5, 1e-3, 0.0, -0.2, 5.0], [0.3, 1.0, 0.5, -2.0**-9, 11.0, 1.0,
+                                                        0.25, 1e-2], -1e-9, "fp16"),
+])
+def test_block_alignment_generic_groups_and_late_c(a, b, c, fin):
+    """MI300X: odd/even groups each with their own cut, c added late: every drawn product row
+    adds up to the exact product, its kept bits to the record's aligned integer at its own
+    cut, and the result row to tc.dot."""
+    fig = viz.block_alignment(a, b, c, "MI300X", input_format=fin, max_bits=400)
+    d, rec = tc.dot(a, b, c, gpu="MI300X", input_format=fin, explain=True)
+    blk = rec.blocks[0]
+    assert blk.stages and any("late" in s for s in blk.stages)
+    rows = drawn_rows(fig)
+    xa, xb = cast(a, fin), cast(b, fin)
+    groups = set()
+    for t in blk.terms:
+        if t.exponent is None or t.value == 0:
+            continue
+        bits = rows[t.label]
+        groups.add(t.group)
+        if t.label != "c":
+            k = int(t.label.split("*")[0][1:])
+            assert value(bits) == abs(xa[k] * xb[k])
+        assert value(bits, {"kept"}) == abs(t.aligned) * Fraction(2) ** t.cut
+        assert all((s == "kept") == (w >= t.cut) for w, _, s in bits)
+    assert value(rows["result"]) == abs(Fraction(float(d)))
+    assert "c (late)" in groups
+    if fin.startswith("fp8"):
+        assert {"even", "odd"} <= groups
+
+
+def test_block_alignment_refuses_exact_and_pairwise_units():
+    with pytest.raises(ValueError, match="draws aligned summation"):
+        viz.block_alignment([1.0] * 4, [1.0] * 4, 0.0, "MI100")

@@ -54,6 +54,8 @@ class TermStep:
     significand_bits: int  # fraction bits of the significand, for display
     aligned: int  # signed integer with F fraction bits below 2**maxE (magnitude truncated)
     truncated: Fraction  # |value| - |aligned| * 2**(maxE - F) >= 0: what the alignment dropped
+    group: str = ""  # generic units: "even" / "odd" products, "products", "c (late)"
+    cut: int | None = None  # generic units: weight 2**cut of the last bit this term keeps
 
 
 @dataclass
@@ -74,6 +76,7 @@ class BlockStep:
     rounding: str
     result_format: str
     result: float
+    stages: list[str] = field(default_factory=list)  # generic units: the summation, in words
 
 
 @dataclass
@@ -103,6 +106,15 @@ class DotExplanation:
             out.append("")
             out.append(f"Block {blk.index + 1}: k = {blk.k_start}..{blk.k_stop - 1}, "
                        f"c = {blk.c!r}")
+            if u.summation != "aligned":
+                for t in blk.terms:
+                    out.append(f"  {t.label:<10} {_fmt(t.value)}")
+                out.extend(f"  {line}" for line in blk.stages)
+                out.append(f"  exact value c + sum = {_fmt(blk.value)}" if
+                           blk.value == Fraction(float(blk.value)) else
+                           f"  exact value c + sum ~ {float(blk.value)!r}")
+                out.append(f"  result ({blk.rounding}, {blk.result_format}): {blk.result!r}")
+                continue
             floor = "none" if blk.min_exponent is None else f"2^{blk.min_exponent}"
             largest = "none (all zero)" if blk.largest_exponent is None else \
                 f"2^{blk.largest_exponent}"
@@ -113,7 +125,8 @@ class DotExplanation:
             for t in blk.terms:
                 sig = "0 (zero: not aligned)" if t.exponent is None else \
                     f"{_binary(t.significand, t.significand_bits)} x 2^{t.exponent}"
-                rows.append((t.label, _fmt(t.value), sig, str(t.aligned),
+                label = f"{t.label} [{t.group}]" if t.group else t.label
+                rows.append((label, _fmt(t.value), sig, str(t.aligned),
                              "0" if t.truncated == 0 else f"{float(t.truncated):.6g}"))
             widths = [max(len(r[i]) for r in rows) for i in range(5)]
             for j, r in enumerate(rows):
@@ -122,6 +135,8 @@ class DotExplanation:
                                                                           strict=True))))
                 if j == 0:
                     out.append("  " + "  ".join("-" * w for w in widths))
+            for line in blk.stages:
+                out.append(f"  {line}")
             out.append(f"  exact integer sum = {blk.exact_sum} -> value = {blk.exact_sum} x "
                        f"2^{blk.max_exponent - blk.fraction_bits} = {_fmt(blk.value)}")
             if blk.value != 0:
@@ -164,6 +179,10 @@ def build_explanation(a: np.ndarray, b: np.ndarray, c: float, d: float, unit: Bl
     F = unit.fraction_bits
     m_in = fi.mantissa_bits
     rfmt = unit.result_format(fo)
+    if not unit.is_plain:
+        for i, step in enumerate(trace):
+            rec.blocks.append(_generic_block(i, step, a, b, unit, fi, fo, rfmt))
+        return rec
     for i, step in enumerate(trace):
         k0, k1 = step["k0"], step["k1"]
         cin = float(step["c"].reshape(-1)[0])
@@ -206,6 +225,136 @@ def build_explanation(a: np.ndarray, b: np.ndarray, c: float, d: float, unit: Bl
             s * Fraction(2) ** (mx - F), unit.output_rounding.value, rfmt.name,
             float(step["result"].reshape(-1)[0])))
     return rec
+
+
+def _round_int(q: Fraction, mode: str) -> int:
+    fl = q.numerator // q.denominator
+    if mode == "down" or (mode == "toward_zero" and q >= 0):
+        return fl
+    if mode in ("up", "toward_zero"):
+        return fl if fl == q else fl + 1
+    rem = q - fl
+    return fl + 1 if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and fl % 2) else fl
+
+
+def _generic_block(i: int, step: dict, a, b, unit: BlockFMA, fi: Format, fo: Format,
+                   rfmt: Format) -> BlockStep:
+    """A block of a generic unit, recomputed on Fractions stage by stage (groups, merge, late
+    c) and checked against the kernel's integer sum."""
+    k0, k1 = step["k0"], step["k1"]
+    cin = float(step["c"].reshape(-1)[0])
+    result = float(step["result"].reshape(-1)[0])
+    F = unit.fraction_bits
+    m_in = fi.mantissa_bits
+    mode = unit.alignment_rounding.value
+    terms: list[TermStep] = []
+    for k in range(k0, k1):
+        x, y = Fraction(float(a[k])), Fraction(float(b[k]))
+        v = x * y
+        grp = ("even" if (k - k0) % 2 == 0 else "odd") if unit.grouping == "odd_even" else \
+            ("products" if unit.c_addition == "late" else "")
+        if v == 0:
+            terms.append(TermStep(f"a{k}*b{k}", v, Fraction(0), None, 2 * m_in, 0, Fraction(0),
+                                  grp))
+            continue
+        e = _exponent(x, fi.emin) + _exponent(y, fi.emin)
+        if unit.products == "normalised" and abs(v) >= Fraction(2) ** (e + 1):
+            e += 1
+        terms.append(TermStep(f"a{k}*b{k}", v, abs(v) / Fraction(2) ** e, e, 2 * m_in + 1, 0,
+                              Fraction(0), grp))
+    cv = Fraction(cin)
+    stages: list[str] = []
+    if unit.summation != "aligned":
+        how = "exactly (Kulisch accumulator)" if unit.summation == "exact" else \
+            "pairwise, each addition rounded to nearest even in the output format"
+        stages.append(f"c and the products summed {how}; no alignment")
+        value = cv + sum((t.value for t in terms), Fraction(0))
+        terms.append(TermStep("c", cv, Fraction(0), None, fo.mantissa_bits, 0, Fraction(0)))
+        return BlockStep(i, k0, k1, cin, terms, None, unit.min_exponent, 0, 0, 0, value,
+                         unit.output_rounding.value, rfmt.name, result, stages)
+    late = unit.c_addition == "late"
+    ec = max(_exponent(cv, C_MIN_EXPONENT), C_MIN_EXPONENT) if cv != 0 else C_MIN_EXPONENT
+    cterm = TermStep("c", cv, abs(cv) / Fraction(2) ** ec, ec if (cv != 0 or late) else None,
+                     fo.mantissa_bits, 0, Fraction(0), "c (late)" if late else "")
+    groups: dict[str, list[TermStep]] = {}
+    for t in terms + ([] if late else [cterm]):
+        groups.setdefault(t.group, []).append(t)
+    sums: dict[str, tuple[int, int]] = {}
+    Fe = F + int(unit.sticky_bit)
+    for g, ts in groups.items():
+        live = [t for t in ts if t.exponent is not None and t.value != 0]
+        if not live:
+            continue
+        mx = max(t.exponent for t in live)
+        if unit.min_exponent is not None:
+            mx = max(mx, unit.min_exponent)
+        total = 0
+        for t in live:
+            q = abs(t.value) * Fraction(2) ** (F - mx)
+            mag = q.numerator // q.denominator
+            t.truncated = abs(t.value) - mag * Fraction(2) ** (mx - F)
+            if unit.sticky_bit:
+                mag = 2 * mag + (1 if mag != q else 0)
+            t.aligned = -mag if t.value < 0 else mag
+            t.cut = mx - Fe
+            total += t.aligned
+        sums[g] = (total, mx)
+        name = g or "all terms"
+        stages.append(f"{name}: aligned to 2^{mx}, F = {Fe} fraction bits (truncated): "
+                      f"sum {total} x 2^{mx - Fe}")
+    largest = max((t.exponent for t in terms + [cterm] if t.exponent is not None
+                   and t.value != 0), default=None)
+    if not late:
+        total, mx = sums.get("", (0, unit.min_exponent if unit.min_exponent is not None
+                                  else 0))
+        gain = 0
+    else:
+        if unit.grouping == "odd_even" and "even" in sums and "odd" in sums:
+            (se, me), (so, mo) = sums["even"], sums["odd"]
+            if me < mo:
+                se, me, so, mo = so, mo, se, me
+            so_s = _round_int(Fraction(so, 1 << (me - mo)), mode)
+            stages.append(f"odd/even merge: the smaller group sum shifted {me - mo} places to "
+                          f"2^{me} and rounded {mode}: {so} -> {so_s}; sum {se + so_s}")
+            sp, mp = se + so_s, me
+        elif sums:
+            sp, mp = next(iter(sums.values()))
+        else:
+            sp, mp = 0, ec
+        ic = abs(cv) * Fraction(2) ** (Fe - ec)
+        ic_i = int(ic) if cv >= 0 else -int(ic)
+        cterm.aligned, cterm.cut = ic_i, ec - Fe
+        gain = 0
+        if mp < ec:
+            gain = unit.late_extra_bits
+            sp2 = _round_int(Fraction(sp << gain, 1 << (ec - mp)), mode)
+            stages.append(f"c added late: the product sum gains {gain} bits and is shifted "
+                          f"{ec - mp} places to c's exponent 2^{ec}, rounded {mode}: {sp2}")
+            total, mx = sp2 + (ic_i << gain), ec
+        elif ec < mp:
+            far = unit.c_far_truncation is not None and mp - ec > unit.c_far_truncation
+            m = "toward_zero" if far else mode
+            ic2 = _round_int(Fraction(ic_i, 1 << (mp - ec)), m)
+            stages.append(f"c added late: c shifted {mp - ec} places to the products' 2^{mp}, "
+                          f"rounded {m}: {ic_i} -> {ic2}")
+            total, mx = sp + ic2, mp
+        else:
+            stages.append("c added late at the same exponent: exact")
+            total, mx = sp + ic_i, mp
+        terms.append(cterm)
+    s = int(step["sum"].reshape(-1)[0])
+    if total != s:
+        raise RuntimeError(f"internal error: explanation sum {total} != kernel sum {s}")
+    Ftot = Fe + gain
+    value = s * Fraction(2) ** (mx - Ftot)
+    if late is False:
+        terms_out = [t for t in terms if t.label != "c"] + [cterm]
+        if cv == 0:
+            cterm.exponent = None
+    else:
+        terms_out = terms
+    return BlockStep(i, k0, k1, cin, terms_out, largest, unit.min_exponent, mx, Ftot, s, value,
+                     unit.output_rounding.value, rfmt.name, result, stages)
 
 
 # -- error versus K --------------------------------------------------------------------------

@@ -106,8 +106,11 @@ def _term_rows(blk, q: int) -> list[_Row]:
         n = _as_int(t.significand * 2**sb, f"significand of {t.label}")
         width = sb + (1 if t.label == "c" else 2)  # products' significands lie in [0, 4)
         low = t.exponent - sb
-        bits = [(low + i, (n >> i) & 1, "kept" if low + i >= q else "dropped")
+        cut = q if t.cut is None else t.cut  # generic units: each group has its own cut
+        bits = [(low + i, (n >> i) & 1, "kept" if low + i >= cut else "dropped")
                 for i in range(width)]
+        if t.group:
+            label = f"{label} [{t.group}]"
         if t.truncated == 0:
             note = "exact"
         elif t.aligned == 0:
@@ -166,6 +169,9 @@ def block_alignment(
     if not 0 <= block < nblocks:
         raise ValueError(f"block {block} out of range: K = {len(rec.a)} makes {nblocks} "
                          f"block(s) of {unit.block_size}; valid: 0..{nblocks - 1}")
+    if unit.summation != "aligned":
+        raise ValueError(f"block_alignment draws aligned summation; {rec.gpu} sums "
+                         f"{unit.summation} (dot(..., explain=True) prints its steps)")
     blk = rec.blocks[int(block)]
     F, maxe = blk.fraction_bits, blk.max_exponent
     q = maxe - F  # weight of the last kept bit
@@ -301,6 +307,9 @@ def block_alignment(
             fontsize=10.5, fontweight="bold", gid="title")
     ax.text(-left + 0.3, height - 1.95, unit.describe(), ha="left", va="top", fontsize=9,
             color="#303030", gid="subtitle")
+    if blk.stages:  # generic units: groups with their own cuts, a late c, in words
+        ax.text(-left + 0.3, height - 2.75, "; ".join(blk.stages[-2:]), ha="left", va="top",
+                fontsize=7.5, color="#303030", gid="stages")
     value = f"{_short(blk.value)}" if blk.value == Fraction(float(blk.value)) else \
         f"≈{float(blk.value):.10g}"
     ax.text(-left + 0.3, y_sum[-1] - 0.9,
