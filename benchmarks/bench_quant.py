@@ -6,9 +6,9 @@ the same formulas, in one run.
 - nf4_quantize (block 64) vs block absmax + ``searchsorted`` on the thresholds;
 - quantize (int8) vs ``clip(rint(x * inv) + z).astype(int8)``.
 
-Prints each time and the ratio (NumPy time / fpsim time; 1.0 = as fast as the bare
-expression; fpsim pays for argument checks, the exact C++ order of operations and NaN
-handling).
+Ratio convention: speed vs numpy = NumPy time / fpsim time (1.0 = as fast as the bare
+expression, < 1 slower); BLAS pinned to one thread. fpsim pays for argument checks, the exact
+C++ order of operations and NaN handling.
 
     python benchmarks/bench_quant.py [--n 10000000] [--repeat 3]
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from timing import best_time  # benchmarks/ is on sys.path when a script runs
+from timing import best_time, pinned_blas  # benchmarks/ is on sys.path when a script runs
 
 from fpsim.quant import NF4_THRESHOLDS, fake_quantize, nf4_quantize, quantize
 
@@ -61,13 +61,15 @@ def main(argv: list[str] | None = None) -> None:
         ("quantize int8", lambda: quantize(x, s, z), lambda: numpy_quantize(x, s, z)),
         ("nf4_quantize b64", lambda: nf4_quantize(x), lambda: numpy_nf4(x)),
     ]
-    print(f"fpsim.quant vs plain NumPy, {n:.0e} float32 values, best of {args.repeat}")
-    print(f"{'operation':20s} {'fpsim ms':>9s} {'numpy ms':>9s} {'ratio':>6s}")
+    print(f"fpsim.quant vs plain NumPy, {n:.0e} float32 values, best of {args.repeat}; "
+          "speed vs numpy = NumPy time / fpsim time (1.0 = as fast, < 1 slower)")
+    print(f"{'operation':20s} {'fpsim ms':>9s} {'numpy ms':>9s} {'speed vs numpy':>15s}")
     for label, fp, ref in cases:
         t_fp = best_time(fp, args.repeat)
         t_np = best_time(ref, args.repeat)
-        print(f"{label:20s} {t_fp * 1e3:9.1f} {t_np * 1e3:9.1f} {t_np / t_fp:6.2f}")
+        print(f"{label:20s} {t_fp * 1e3:9.1f} {t_np * 1e3:9.1f} {t_np / t_fp:15.2f}")
 
 
 if __name__ == "__main__":
-    main()
+    with pinned_blas():
+        main()

@@ -4,7 +4,9 @@
     python benchmarks/run_all.py rounding   # only those whose name contains "rounding"
 
 Each script times fpsim against NumPy / ml_dtypes doing the same work in the same run and
-prints the ratios; nothing here is a pass/fail test.
+prints the ratios, all in one convention: speed vs reference = reference time / fpsim time
+(1.0 = as fast as the reference, < 1 slower), with BLAS pinned to one thread (threadpoolctl).
+Nothing here is a pass/fail test.
 """
 
 from __future__ import annotations

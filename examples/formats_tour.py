@@ -5,7 +5,7 @@ overflow in fp16, stochastic rounding's mean, IEEE exception flags, integer conv
 (saturate against wrap), correctly rounded arithmetic against float64-then-round double
 rounding, and bf16 sum stagnation; saves three figures to the output folder.
 
-Run: python examples/formats_tour.py [--out ./fpsim-output]
+Run: python examples/formats_tour.py [--out fpsim-output/examples]
 """
 
 from __future__ import annotations
@@ -134,12 +134,12 @@ def stagnation(outdir: Path) -> Path:
         ax.legend()
     print(f"after {len(k)} terms: sequential {sums['sequential'][-1]}, stochastic "
           f"{sums['stochastic'][-1]}, Kahan {sums['kahan'][-1]}, exact {len(k) * x:.4f}")
-    return style.save_figure(fig, outdir / "bf16_stagnation.png")
+    return style.save_figure(fig, outdir / "formats_tour_bf16_stagnation.png")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="fpsim-output", help="folder for the figures")
+    p.add_argument("--out", default="fpsim-output/examples", help="folder for the figures")
     args = p.parse_args(argv)
     outdir = Path(args.out)
     bits()
@@ -150,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     integers()
     double_rounding()
     paths = [stagnation(outdir),
-             style.save_figure(viz.bit_layouts(0.1), outdir / "bit_layout.png"),
+             style.save_figure(viz.bit_layouts(0.1), outdir / "formats_tour_bit_layout.png"),
              style.save_figure(viz.rounding_modes("fp8_e4m3", 1.0, 1.5),
-                               outdir / "rounding_modes_e4m3.png")]
+                               outdir / "formats_tour_rounding_modes_e4m3.png")]
     section("Figures")
     for path in paths:
         print(path)

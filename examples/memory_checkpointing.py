@@ -7,12 +7,14 @@ layer's output) and the operations recomputed in backward; Chen et al.'s k + cei
 formula. Part 2 runs ZeRO stages 0-3 (and stage 2 with offload) on 4 simulated ranks and prints
 each rank's model-state bytes and elements sent per step next to the ZeRO paper's formulas.
 
-Run: python examples/memory_checkpointing.py [--layers 16] [--out checkpointing.png]
+Run: python examples/memory_checkpointing.py [--layers 16]
+(writes fpsim-output/examples/checkpointing.png; --out FILE changes it)
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import matplotlib
 
@@ -60,7 +62,8 @@ def zero_rows(world_size: int = 4):
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=16, help="layers n of the MLP")
-    p.add_argument("--out", default="checkpointing.png", help="PNG file to write")
+    p.add_argument("--out", default="fpsim-output/examples/checkpointing.png",
+                   help="PNG file to write")
     args = p.parse_args(argv)
     rows = checkpointing(args.layers)
     print(f"gradient checkpointing, n = {args.layers} layers (units: one layer's output)")
@@ -86,6 +89,7 @@ def main(argv=None) -> None:
     ax.legend(loc="upper center")
     ax.set_title(f"Gradient checkpointing, {args.layers} layers")
     fig.tight_layout()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # under the ignored fpsim-output/
     fig.savefig(args.out, dpi=120)
     print(f"\nwrote {args.out}")
 

@@ -6,13 +6,15 @@ The network is an MLP 64-64-10 on the UCI 8x8 digits shipped with fpsim. At 8 bi
 nothing to PTQ; at 3 bits ("W3A3": 3-bit weights and activations) PTQ loses several points and
 QAT wins part of them back. The full comparison, with more seeds, is ``fpsim quant``.
 
-Run: python examples/quantization_digits.py [--bits 3] [--out quantization_digits.png]
+Run: python examples/quantization_digits.py [--bits 3]
+(writes fpsim-output/examples/quantization_digits.png; --out FILE changes it)
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+from pathlib import Path
 
 import matplotlib
 
@@ -30,7 +32,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bits", type=int, default=3, help="bit width of the narrow setting (2-8)")
     p.add_argument("--epochs", type=int, default=20, help="fp32 training epochs")
-    p.add_argument("--out", default="quantization_digits.png", help="PNG file to write")
+    p.add_argument("--out", default="fpsim-output/examples/quantization_digits.png",
+                   help="PNG file to write")
     args = p.parse_args(argv)
     data = load_digits()
 
@@ -86,6 +89,7 @@ def main(argv=None) -> None:
     ax.set_title("Digits MLP: quantized every way")
     ax.tick_params(axis="x", labelrotation=30)
     fig.tight_layout()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # under the ignored fpsim-output/
     fig.savefig(args.out, dpi=120)
     print(f"wrote {args.out}")
 

@@ -7,12 +7,14 @@ grows more slowly on average and fp32 pairwise summation slowest. Inputs are fp1
 [0, 1) (all positive: the classic worst case, errors never cancel); the exact value is
 ``math.fsum`` of the exact products.
 
-Run: python examples/tensorcore_error_vs_k.py [--out error_vs_k.png] [--quick]
+Run: python examples/tensorcore_error_vs_k.py [--quick]
+(writes fpsim-output/examples/tensorcore_error_vs_k.png; --out FILE changes it)
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import matplotlib
 
@@ -25,7 +27,8 @@ import fpsim.tensorcore as tc  # noqa: E402
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="tensorcore_error_vs_k.png", help="PNG file to write")
+    p.add_argument("--out", default="fpsim-output/examples/tensorcore_error_vs_k.png",
+                   help="PNG file to write")
     p.add_argument("--quick", action="store_true", help="fewer K values and trials")
     p.add_argument("--distribution", default="uniform", choices=("uniform", "normal"))
     args = p.parse_args(argv)
@@ -43,6 +46,7 @@ def main(argv=None) -> None:
     ax.set_title(f"Tensor-core dot products, {r.input_format} inputs, fp32 output")
     ax.legend()
     fig.tight_layout()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # under the ignored fpsim-output/
     fig.savefig(args.out, dpi=120)
     print(f"wrote {args.out}")
 

@@ -13,9 +13,9 @@ version of notebooks/02_underflow_and_overflow.ipynb.
 5. The same network in fp16 with fp32 master weights and PyTorch's GradScaler
    (growth_interval 20, to see growth and backoff): the loss-scale trajectory.
 
-Run: python examples/underflow_overflow.py [--out fpsim-output] [--epochs 15]
-Writes lost_updates.png, gradient_histograms.png, underflow_per_epoch.png, loss_scales.png
-and grad_scaler.png into --out.
+Run: python examples/underflow_overflow.py [--out fpsim-output/examples] [--epochs 15]
+Writes underflow_overflow_{lost_updates, gradient_histograms, underflow_per_epoch, loss_scales,
+grad_scaler}.png into --out.
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ def grad_scaler_figure(history, losses16, losses32, growth_interval: int) -> sty
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="fpsim-output", help="folder for the figures "
+    p.add_argument("--out", default="fpsim-output/examples", help="folder for the figures "
                    "(default ./fpsim-output)")
     p.add_argument("--epochs", type=int, default=15, help="training epochs (default 15)")
     p.add_argument("--growth-interval", type=int, default=20,
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
 
     fp16_limits()
     lost_update_table()
-    written = [style.save_figure(lost_update_figure(), out / "lost_updates.png")]
+    written = [style.save_figure(lost_update_figure(), out / "underflow_overflow_lost_updates.png")]
 
     data = load_digits()
     record, epoch_of, losses32, model = record_fp32_run(data, args.epochs)
@@ -284,9 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:12s} {g.size:9d} {np.mean(g == 0):11.1%} {s.fraction:13.1%} "
               f"{s.subnormal_fraction:10.1%} {np.abs(g).max():9.2e}")
     written.append(style.save_figure(histogram_figure(grads, len(record)),
-                                     out / "gradient_histograms.png"))
+                                     out / "underflow_overflow_gradient_histograms.png"))
     written.append(style.save_figure(underflow_per_epoch_figure(record, epoch_of),
-                                     out / "underflow_per_epoch.png"))
+                                     out / "underflow_overflow_underflow_per_epoch.png"))
 
     pooled = np.concatenate(list(grads.values()))
     print(f"\nloss scaling of all {pooled.size} recorded values (largest "
@@ -296,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         s = amp.underflow_stats(pooled * 2.0**k, "fp16")
         print(f"  {'2**' + str(k):>8s} {s.fraction:8.2%} {s.subnormal_fraction:10.2%} "
               f"{s.overflow_fraction:9.4%}")
-    written.append(style.save_figure(loss_scale_figure(pooled), out / "loss_scales.png"))
+    written.append(style.save_figure(loss_scale_figure(pooled),
+                                     out / "underflow_overflow_loss_scales.png"))
 
     scaler = amp.GradScaler(init_scale=2.0**16, growth_interval=args.growth_interval)
     losses16, history, acc16 = train_fp16_scaled(data, args.epochs, scaler)
@@ -306,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
           f"2**{np.log2(history[-1]['new_scale']):.0f}, test accuracy {acc16:.3f}")
     written.append(style.save_figure(grad_scaler_figure(history, losses16, losses32,
                                                         args.growth_interval),
-                                     out / "grad_scaler.png"))
+                                     out / "underflow_overflow_grad_scaler.png"))
     print("\nwrote " + ", ".join(str(w) for w in written) +
           f" ({time.perf_counter() - t0:.1f} s)")
     return 0

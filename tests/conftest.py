@@ -29,6 +29,16 @@ settings.register_profile(
 settings.load_profile("ci")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_blas_thread():
+    """One BLAS thread for the whole session: the tests' matrices are small, and threads that
+    fight for a busy machine's cores make them many times slower (issue 14)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
 @pytest.fixture(scope="session")
 def testfloat_dir() -> Path:
     """Folder of the Berkeley TestFloat vectors copied into the repository."""

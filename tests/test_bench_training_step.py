@@ -44,7 +44,7 @@ def test_numpy_baseline_is_the_same_step(bench, case):
 def test_script_runs_with_breakdown(bench, capsys):
     assert bench.main(["--repeat", "1", "--steps", "1", "--breakdown"]) == 0
     out = capsys.readouterr().out
-    assert "fp16+master / numpy fp32" in out and "GEMM (float64 BLAS)" in out
+    assert "fp16+master speed vs numpy fp32" in out and "GEMM (float64 BLAS)" in out
     assert out.count("fpsim fp16+master sgemm") == 2
     assert out.count("numpy fp16+master") == 2  # the MLP row and the summary
     assert out.count("fpsim bf16+master") == 2

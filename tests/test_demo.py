@@ -1,10 +1,10 @@
 """``fpsim demo --quick`` end to end (run once for the module), ``fpsim train`` and the figures.
 
-The relations asserted are the ones docs/demo.md states, with the tolerances it justifies:
-without loss scaling FP16 loses a measurable share of the gradient values (here > 0.2%, the
-quick run measures about 0.8%) and many times the share mixed FP16 loses; pure FP16 loses
-weight updates; mixed FP16 with loss scaling ends within 1 point of FP32's test accuracy
-(449 test digits: 1 point is 4.5 digits).
+The relations asserted are the statements the demo prints (fpsim.training.report.findings),
+with the thresholds of issue 14: without loss scaling FP16 loses most gradient values to
+underflow and ends >= 10 points of test accuracy below FP32; mixed FP16 and mixed BF16 end
+within 1 point; pure BF16 loses its weight updates and ends >= 5 points below; BF16 with
+stochastic rounding within 2 points (449 test digits: 1 point is 4.5 digits).
 """
 
 from __future__ import annotations
@@ -74,33 +74,51 @@ def test_json_is_one_object_per_run(demo):
 
 
 @slow
-def test_fp16_without_scaling_loses_gradients(demo):
+def test_every_printed_finding_holds(demo):
+    """Each statement ``fpsim demo`` prints is checked on the runs (report.findings); the
+    quick configuration at seed 0 must bear out all six, so a change that makes a phenomenon
+    disappear fails here."""
+    from fpsim.training.report import findings
+
+    found = findings(demo["runs"])
+    assert [f.recipe for f in found] == ["fp16", "fp16-master", "mixed-fp16", "mixed-bf16",
+                                         "bf16", "bf16-sr"]
+    for f in found:
+        assert f.holds, f.text
+
+
+@slow
+def test_the_phenomena_from_the_json(demo):
+    """The same statements, recomputed here from the JSON the demo printed (not from the
+    findings code), with the issue's thresholds."""
     r = by_name(demo)
-    mixed = r["mixed-fp16"]["grad_underflow_fraction"]
+    acc = {k: 100 * v["test_accuracy"] for k, v in r.items()}
+    uf = {k: v["grad_underflow_fraction"] for k, v in r.items()}
+    lost = {k: v["lost_update_fraction"] for k, v in r.items()}
+    # without loss scaling fp16 loses most gradient values and the run fails
     for name in ("fp16", "fp16-master"):
-        uf = r[name]["grad_underflow_fraction"]
-        assert uf > 0.002, name
-        assert uf > 5 * mixed, name
-    assert r["fp32"]["grad_underflow_fraction"] == 0.0
-    assert r["mixed-bf16"]["grad_underflow_fraction"] < mixed + 1e-4  # fp32's exponent range
-
-
-@slow
-def test_pure_fp16_loses_updates_master_weights_do_not(demo):
-    r = by_name(demo)
-    assert r["fp16"]["lost_update_fraction"] > 0.1
-    for name in ("fp16-master", "mixed-fp16", "mixed-bf16"):
-        assert r[name]["lost_update_fraction"] < r["fp16"]["lost_update_fraction"] / 10
-
-
-@slow
-def test_mixed_precision_matches_fp32(demo):
-    r = by_name(demo)
-    assert abs(r["mixed-fp16"]["test_accuracy"] - r["fp32"]["test_accuracy"]) <= 0.01
-    assert abs(r["mixed-bf16"]["test_accuracy"] - r["fp32"]["test_accuracy"]) <= 0.01
-    assert r["mixed-fp16"]["loss_scale"] == "dynamic"
-    assert r["mixed-fp16"]["final_loss_scale"] >= 1.0
+        assert uf[name] > 0.5 and acc["fp32"] - acc[name] >= 10, name
+    # dynamic scaling: the underflow is gone, the accuracy is fp32's within 1 point
+    assert uf["mixed-fp16"] < uf["fp16-master"] / 10
+    assert abs(acc["mixed-fp16"] - acc["fp32"]) <= 1
+    assert r["mixed-fp16"]["loss_scale"] == "dynamic" and r["mixed-fp16"]["skipped_steps"] > 0
+    assert r["mixed-fp16"]["final_loss_scale"] > 2.0**16  # the scaler grew past its start
+    # bf16: fp32's range, no underflow; pure bf16 loses its updates, SR recovers
+    for name in ("fp32", "mixed-bf16", "bf16", "bf16-sr"):
+        assert uf[name] == 0.0, name
+    assert abs(acc["mixed-bf16"] - acc["fp32"]) <= 1
+    assert acc["fp32"] - acc["bf16"] >= 5 and lost["bf16"] > 0.5
+    assert lost["mixed-bf16"] < lost["bf16"] / 10
+    assert abs(acc["bf16-sr"] - acc["fp32"]) <= 2
     assert r["fp16"]["skipped_steps"] == 0 and r["fp16-master"]["skipped_steps"] == 0
+
+
+@slow
+def test_same_start_and_batches(demo):
+    """Controls: every recipe starts from the same weights and sees the same batches: the
+    first mini-batch loss is the same up to the format's rounding of the first forward."""
+    first = [run.step_loss[0] for run in demo["runs"]]
+    assert max(first) - min(first) < 0.01
 
 
 @slow
@@ -131,7 +149,8 @@ def test_outputs_saved(demo):
 def test_tables(demo, capsys):
     assert cli._finish(demo["runs"], _demo_args("--no-plots")) == 0
     text = capsys.readouterr().out
-    assert text.count("mixed-fp16") == 2  # the results row and the memory row
+    assert text.count("mixed-fp16") == 3  # the results row, its finding, the memory row
+    assert "What the runs show" in text and "[NO]" not in text
     assert "fp16 83.3 KiB" in text  # 3 x 128 x 128 + ... weights: 42,634 fp16 values
 
 
@@ -142,7 +161,7 @@ def test_gallery_figures_from_the_runs(demo):
     assert {"loss_curves_demo", "loss_scale_demo", "gradient_histogram_demo"} <= set(
         gallery.names())
     fig = gallery.build("loss_curves_demo")
-    assert len(fig.axes) == 2 and len(fig.axes[0].lines) == len(PRECISIONS)
+    assert len(fig.axes) >= len(PRECISIONS)  # one loss panel per recipe
     fig = gallery.build("loss_scale_demo")
     assert fig.axes[0].get_yscale() == "log"
     fig = gallery.build("gradient_histogram_demo")

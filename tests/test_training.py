@@ -37,7 +37,11 @@ def tiny(precision, **kw):
 
 # ------------------------------------------------------------------------- recipes
 def test_recipes():
-    assert list(PRECISIONS) == ["fp32", "fp16", "fp16-master", "mixed-fp16", "mixed-bf16"]
+    assert list(PRECISIONS) == ["fp32", "fp16", "fp16-master", "mixed-fp16", "mixed-bf16",
+                                "bf16", "bf16-sr"]
+    assert get_recipe("bf16").fmt == BF16 and not get_recipe("bf16").master_weights
+    assert get_recipe("bf16").update_rounding == "nearest_even"
+    assert get_recipe("bf16-sr").update_rounding == "stochastic"
     assert get_recipe("mixed-fp16").loss_scale == "dynamic"
     assert get_recipe("fp16").opt_level == "O3" and not get_recipe("fp16").master_weights
     assert get_recipe("mixed-bf16").fmt == BF16 and get_recipe("fp16-master").fmt == FP16
@@ -46,7 +50,7 @@ def test_recipes():
 @pytest.mark.parametrize("bad", ["fp8", "mixed", "", None])
 def test_unknown_precision_lists_the_valid_ones(bad):
     with pytest.raises(ValueError, match="unknown precision .*valid: fp32, fp16, fp16-master, "
-                                         "mixed-fp16, mixed-bf16"):
+                                         "mixed-fp16, mixed-bf16, bf16, bf16-sr"):
         get_recipe(bad)
     with pytest.raises(ValueError, match="valid: fp32, fp16"):
         TrainConfig(precision=bad).validate()

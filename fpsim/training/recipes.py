@@ -11,6 +11,10 @@ mixed-fp16    O2       fp16 model, fp32 master weights, dynamic loss scaling
                        (Micikevicius et al.'s mixed precision; Apex O2).
 mixed-bf16    O2       bf16 model, fp32 master weights, no loss scaling (bf16 has fp32's
                        exponent range).
+bf16          O3       pure bf16: bf16 weights and optimizer state, no master copy, no
+                       scaling, round to nearest even.
+bf16-sr       O3       pure bf16 whose optimizer writes (weights, momentum) round
+                       stochastically (Gupta et al. 2015; Zamirai et al. 2020).
 ============  =======  ===============================================================
 
 ``loss_scale`` overrides the recipe's scaling: ``"none"`` (a static scale of 1),
@@ -35,6 +39,7 @@ class Recipe:
     fmt: Format
     loss_scale: float | str
     description: str
+    update_rounding: str = "nearest_even"  # how the optimizer's writes round (bf16-sr)
 
     @property
     def master_weights(self) -> bool:
@@ -52,6 +57,12 @@ PRECISIONS: dict[str, Recipe] = {
                          "FP16 mixed precision: FP32 master weights, dynamic loss scaling"),
     "mixed-bf16": Recipe("mixed-bf16", "O2", BF16, 1.0,
                          "BF16 mixed precision: FP32 master weights, no loss scaling"),
+    "bf16": Recipe("bf16", "O3", BF16, 1.0,
+                   "pure BF16: BF16 weights and optimizer state, no master copy, round to "
+                   "nearest"),
+    "bf16-sr": Recipe("bf16-sr", "O3", BF16, 1.0,
+                      "pure BF16 with stochastic rounding of the weight update",
+                      update_rounding="stochastic"),
 }
 
 

@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ..amp import (
     ExponentHistogram,
@@ -61,6 +62,7 @@ from ..amp import (
     underflow_stats,
 )
 from ..autograd import functional as F
+from ..autograd.context import rounding as autograd_rounding
 from ..autograd.memory_meter import MemoryMeter
 from ..autograd.tensor import Tensor, no_grad
 from ..datasets import Split, load_digits
@@ -95,9 +97,12 @@ class TrainConfig:
     out_init_scale: float = 0.01
     initial_loss_scale: float = 2.0**16
     scale_window: int = 100
+    grad_shift: int = 0  # the loss times 2^-grad_shift, the learning rate times 2^grad_shift
+    max_loss_scale: float = 2.0**64  # PyTorch's GradScaler has no maximum; Apex caps at 2^24
     seed: int = 0
     eval_every: int = 50
     instrument: bool = True
+    measure_every: int = 1  # the exact shadow and the statistics run every this many steps
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field."""
@@ -105,11 +110,15 @@ class TrainConfig:
         parse_loss_scale(self.loss_scale)
         if self.schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {self.schedule!r}; valid: {', '.join(SCHEDULES)}")
-        for name in ("batch_size", "steps", "eval_every", "scale_window"):
+        for name in ("batch_size", "steps", "eval_every", "scale_window", "measure_every"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
-        for name in ("lr", "initial_loss_scale", "init_scale", "out_init_scale"):
+        if isinstance(self.grad_shift, bool) or not isinstance(self.grad_shift, int) \
+                or not 0 <= self.grad_shift <= 40:
+            raise ValueError(f"grad_shift must be an int from 0 to 40, got {self.grad_shift!r}")
+        for name in ("lr", "initial_loss_scale", "init_scale", "out_init_scale",
+                     "max_loss_scale"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
@@ -270,20 +279,24 @@ def _underflow(exact: np.ndarray, fmt: Format, run: np.ndarray | None) -> _Count
     return _Counts(zeroed, int(np.count_nonzero(nonzero)), subnormal, observed)
 
 
-def _lost(w: np.ndarray, u: np.ndarray, fmt: Format,
-          g: np.ndarray | None = None) -> tuple[int, int]:
+def _lost(w: np.ndarray, u: np.ndarray, fmt: Format, g: np.ndarray | None = None,
+          rounding: str = "nearest_even",
+          rng: np.random.Generator | None = None) -> tuple[int, int]:
     """(lost, non-zero) weight updates of one parameter: ``u`` = the optimizer's new value
     (fp32 arithmetic) minus the old value ``w`` (a value of ``fmt``), ``g`` its gradient.
 
     Counted non-zero: u != 0, or g != 0 (asked to move). Lost: u != 0 and w + u rounds back
     to w in ``fmt`` (:func:`fpsim.amp.lost_updates`), or g != 0 and u == 0 (the optimizer's
     own fp32 arithmetic already dropped the update: it was below half an fp32 ulp of w).
+    ``rounding="stochastic"`` (the bf16-sr recipe) draws the rounding of w + u from ``rng``: an
+    update of a fraction f of the ulp is lost with probability 1 - f.
     Only |u| <= eps |w| + smallest subnormal can round back to w (ulp(w) <= eps |w| for
     normal w), so only those go through the exact test."""
     moved = u != 0
     with np.errstate(invalid="ignore", over="ignore"):
         cand = moved & (np.abs(u) <= np.abs(w) * fmt.eps + fmt.smallest_subnormal)
-    lost = lost_updates(w[cand], u[cand], fmt).lost if cand.any() else 0
+    kw = {"rng": rng} if rounding == "stochastic" else {}
+    lost = lost_updates(w[cand], u[cand], fmt, rounding, **kw).lost if cand.any() else 0
     asked = moved
     if g is not None:
         dropped = (g != 0) & ~moved
@@ -299,10 +312,13 @@ class _UpdateRecorder:
         self.optimizer = optimizer
         self.inner = optimizer._update
         self.records: list[tuple[np.ndarray, np.ndarray, np.ndarray, dict]] = []
+        self.active = True  # record this step (the statistics are sampled)
         optimizer._update = self
 
     def __call__(self, w: np.ndarray, g: np.ndarray, state: dict, group: dict,
                  dtype: Any) -> np.ndarray:
+        if not self.active:
+            return self.inner(w, g, state, group, dtype)
         old = np.array(w, copy=True)
         new = self.inner(w, g, state, group, dtype)
         self.records.append((old, np.asarray(new), np.array(g, copy=True), state))
@@ -337,11 +353,19 @@ def train(config: TrainConfig | None = None, *, data: Split | None = None,
     can also be given as keywords) and measure every step (see the module docstring).
 
     ``progress``: True for a tqdm bar, or a callable receiving the number of steps done.
+    The run uses one BLAS thread (threadpoolctl): its matrices are small, and several
+    threads only wait for each other, many times slower on a busy machine.
 
     >>> r = train(precision="fp16", steps=3, sizes=(64, 16, 10), eval_every=3)
     >>> r.precision, len(r.step_loss), 0.0 <= r.lost_update_fraction <= 1.0
     ('fp16', 3, True)
     """
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _train(config, data, progress, overrides)
+
+
+def _train(config: TrainConfig | None, data: Split | None,
+           progress: Callable[[int], Any] | bool, overrides: dict[str, Any]) -> RunResult:
     cfg = TrainConfig(**{**asdict(config), **overrides}) if config is not None \
         else TrainConfig(**overrides)
     cfg.sizes = tuple(cfg.sizes)
@@ -358,7 +382,15 @@ def train(config: TrainConfig | None = None, *, data: Split | None = None,
     sgd = SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     low = recipe.fmt if recipe.fmt != FP32 else "fp16"
     model, opt = initialize(model, sgd, recipe.opt_level, dtype=low, loss_scale=loss_scale,
-                            init_scale=cfg.initial_loss_scale, scale_window=cfg.scale_window)
+                            init_scale=cfg.initial_loss_scale, scale_window=cfg.scale_window,
+                            max_loss_scale=cfg.max_loss_scale)
+    shift = 2.0**-cfg.grad_shift  # exact in every format: only the exponents move
+    # bf16-sr: the optimizer's writes (weights, momentum) round stochastically, from their own
+    # generator so that the batches stay those of every other recipe
+    update_ctx = (lambda: autograd_rounding("stochastic", rng=sr_rng)) \
+        if recipe.update_rounding == "stochastic" else contextlib.nullcontext
+    sr_rng = np.random.default_rng([cfg.seed, 1])
+    lost_rng = np.random.default_rng([cfg.seed, 2])
     props = opt.properties
     autocast_fmt = props.autocast_dtype if props.patch_torch_functions else None
     recorder = _UpdateRecorder(sgd) if cfg.instrument else None
@@ -384,7 +416,7 @@ def train(config: TrainConfig | None = None, *, data: Split | None = None,
     step_loss = np.zeros(cfg.steps)
     step_scale = np.zeros(cfg.steps)
     step_skipped = np.zeros(cfg.steps, dtype=bool)
-    step_uf = np.zeros(cfg.steps)
+    step_uf = np.full(cfg.steps, np.nan)  # measured steps only
     step_lost = np.full(cfg.steps, np.nan)
     evals: list[tuple[int, float, float]] = []
     nonfinite_steps = 0
@@ -398,16 +430,22 @@ def train(config: TrainConfig | None = None, *, data: Split | None = None,
         idx = order[k * cfg.batch_size:(k + 1) * cfg.batch_size]
         lr = cfg.lr if cfg.schedule == "constant" else \
             cfg.lr * 0.5 * (1.0 + math.cos(math.pi * step / cfg.steps))
+        lr /= shift  # the gradients are 2^-grad_shift times smaller; the updates are not
         for group in opt.param_groups:
             group["lr"] = lr
         x = Tensor(data.x_train[idx], FP32)
         y = data.y_train[idx]
         # the first step runs inside the memory meter: the run's memory figures
         meter = MemoryMeter(model, opt) if step == 0 else None
+        measured = cfg.instrument and step % cfg.measure_every == 0
+        if recorder is not None:
+            recorder.active = measured
         with meter if meter is not None else contextlib.nullcontext():
             opt.zero_grad()
             loss = F.cross_entropy(model(x), y)
             step_loss[step] = loss.item()
+            if shift != 1.0:
+                loss = loss * shift
             scale = opt.scaler.get_scale()  # 1.0 where scale_loss does not scale
             step_scale[step] = scale
             with scale_loss(loss, opt) as scaled:
@@ -419,17 +457,20 @@ def train(config: TrainConfig | None = None, *, data: Split | None = None,
                     grads = {name: p.grad for name, p in params.items() if p.grad is not None}
                     if nonfinite_count(list(grads.values())):
                         nonfinite_steps += 1
-                    with _hidden_from(meter):
-                        step_counts = _measure(model, shadow, shadow_params, params, grads,
-                                               data, idx, y, scale, autocast_fmt, counts, hist)
-                    step_uf[step] = step_counts.fraction()
+                    if measured:
+                        with _hidden_from(meter):
+                            step_counts = _measure(model, shadow, shadow_params, params, grads,
+                                                   data, idx, y, scale * shift, autocast_fmt,
+                                                   counts, hist)
+                        step_uf[step] = step_counts.fraction()
                     t_instr += time.perf_counter() - t0
             if meter is not None and props.master_weights:
                 # scale_loss promoted every gradient to an fp32 array (Apex's master
                 # gradients); the meter names a gradient by its parameter's gradient format
                 promoted = _meter_snapshot(model, opt)["gradients"]
                 memory["master_gradients"] = {"fp32": sum(promoted.values())}
-            opt.step()
+            with update_ctx():
+                opt.step()
         if meter is not None:
             rep = meter.report()
             after = _meter_snapshot(model, opt)
@@ -439,13 +480,15 @@ def train(config: TrainConfig | None = None, *, data: Split | None = None,
             memory["activations"] = rep.activations_by_format
             peak_bytes = rep.peak_total
         step_skipped[step] = opt.last_step_skipped if opt.scaler.history else False
-        if recorder is not None:
+        if recorder is not None and measured:
             t0 = time.perf_counter()
             lost = nz = 0
             for old, new, g, fmt in recorder.take():
                 with np.errstate(invalid="ignore", over="ignore"):
                     u = new.astype(np.float64) - old.astype(np.float64)
-                a, b = _lost(old.astype(np.float64), u, fmt, g)
+                master = fmt == FP32 and recipe.master_weights
+                a, b = _lost(old.astype(np.float64), u, fmt, g,
+                             "nearest_even" if master else recipe.update_rounding, lost_rng)
                 lost += a
                 nz += b
             updates["lost"] += lost

@@ -26,13 +26,17 @@ from . import style
 from .formats import bit_layouts, format_ranges, number_line
 from .rounding import relative_error, rounding_modes, stochastic_rounding
 
-__all__ = ["GalleryFigure", "FIGURE_MODULES", "register", "names", "build", "render",
-           "configure_parser", "run_cli", "synthetic_gradients"]
+__all__ = ["GalleryFigure", "FIGURE_MODULES", "README_FIGURES", "register", "names", "build",
+           "render", "configure_parser", "run_cli", "synthetic_gradients"]
 
 # Modules whose figures join the gallery when they exist (imported by names()).
 FIGURE_MODULES = ("fpsim.viz.formats", "fpsim.viz.rounding", "fpsim.viz.tensorcore",
                   "fpsim.viz.training")
 DEFAULT_OUT = Path("docs") / "figures"
+# The figures README.md shows from docs/figures: what `fpsim figures` renders by default.
+README_FIGURES = ("bit_layout", "rounding_modes_e4m3", "tensorcore_alignment",
+                  "tensorcore_error_vs_k", "format_ranges")
+DEMO_OUT = Path("fpsim-output")  # where `fpsim demo` leaves its runs for reuse
 
 
 @dataclass(frozen=True)
@@ -96,8 +100,9 @@ def build(name: str) -> Figure:
 
 
 def render(which: Sequence[str] | None = None, outdir: str | Path = DEFAULT_OUT,
-           dpi: int = 100) -> list[Path]:
+           dpi: int = 100, progress: Callable[[str], object] | None = None) -> list[Path]:
     """Render the named figures (all by default) to ``outdir/<name>.png``; returns the paths.
+    ``progress`` is called with each name before it is built.
 
     >>> import tempfile
     >>> [p.name for p in render(["bit_layout"], tempfile.mkdtemp())]
@@ -106,6 +111,8 @@ def render(which: Sequence[str] | None = None, outdir: str | Path = DEFAULT_OUT,
     chosen = names() if which is None else list(which)
     paths = []
     for name in chosen:
+        if progress is not None:
+            progress(name)
         fig = build(name)
         paths.append(style.save_figure(fig, Path(outdir) / f"{name}.png", dpi=dpi))
     return paths
@@ -144,15 +151,30 @@ register("relative_error", "relative rounding error against the unit roundoff")(
 
 # ---- command line: `fpsim figures`
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """Arguments of the ``figures`` subcommand."""
-    parser.add_argument("names", nargs="*", help="figures to render (default: all)")
-    parser.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
+    """Arguments of the ``figures`` subcommand.
+
+    >>> p = argparse.ArgumentParser(); configure_parser(p)
+    >>> p.parse_args([]).out
+    'docs/figures'
+    """
+    parser.add_argument("names", nargs="*",
+                        help="figures to render (default: the ones README.md shows, "
+                             f"{', '.join(README_FIGURES)})")
+    parser.add_argument("--all", action="store_true",
+                        help="render every gallery figure (the demo's ones train the demo "
+                             "unless --demo-cache holds its runs)")
+    parser.add_argument("--out", default=str(DEFAULT_OUT),
+                        help=f"output folder (default {DEFAULT_OUT})")
     parser.add_argument("--dpi", type=int, default=100, help="resolution (default 100)")
     parser.add_argument("--list", action="store_true", help="list the figures and exit")
+    parser.add_argument("--demo-cache", default=str(DEMO_OUT), metavar="DIR",
+                        help="folder where `fpsim demo` saved its runs (demo_runs.pickle), "
+                             f"reused for the demo figures (default {DEMO_OUT})")
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    """Run ``fpsim figures``: list or render the gallery; 2 for an unknown figure name.
+    """Run ``fpsim figures``: list or render the gallery, one line per figure as it goes;
+    2 for an unknown figure name or an unwritable ``--out`` (one line, no traceback).
 
     >>> import argparse, tempfile
     >>> p = argparse.ArgumentParser(); configure_parser(p)
@@ -161,6 +183,8 @@ def run_cli(args: argparse.Namespace) -> int:
     ...
     0
     """
+    import sys
+
     all_names = names()
     if args.list:
         for name in all_names:
@@ -173,6 +197,34 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.dpi <= 0:
         print(f"--dpi must be positive, got {args.dpi}")
         return 2
-    for path in render(args.names or None, args.out, args.dpi):
-        print(path)
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".fpsim-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        print(f"fpsim figures: cannot write to --out {str(out)!r}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 2
+    chosen = list(args.names) or (all_names if getattr(args, "all", False)
+                                  else list(README_FIGURES))
+    if any(n.endswith("_demo") for n in chosen):
+        from . import training
+
+        key = "True:0"
+        cached = training.load_cached_demo(getattr(args, "demo_cache", DEMO_OUT))
+        if cached is not None and key not in training._DEMO_CACHE:
+            print(f"demo figures: reusing the runs in {args.demo_cache}", flush=True)
+            training._DEMO_CACHE[key] = cached
+        elif key not in training._DEMO_CACHE:
+            print("demo figures: training the demo (fpsim demo --quick; about half a minute "
+                  "of CPU)", flush=True)
+            training.demo_runs(progress=sys.stderr.isatty())
+
+    def show(name: str) -> None:
+        print(f"rendering {name} ...", flush=True)
+
+    for path in render(chosen, out, args.dpi, progress=show):
+        print(f"  wrote {path}")
     return 0

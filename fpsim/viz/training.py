@@ -30,8 +30,9 @@ from . import style
 from ._common import float_format
 from .gallery import register
 
-__all__ = ["PRECISION_STYLES", "precision_style", "loss_curves", "loss_scale_trajectory",
-           "gradient_exponent_histogram", "demo_runs"]
+__all__ = ["PRECISION_STYLES", "precision_style", "loss_curves", "loss_panels",
+           "loss_scale_trajectory", "gradient_exponent_histogram", "add_caption",
+           "demo_figures", "demo_runs", "load_cached_demo", "DEMO_CACHE_FILE"]
 
 # recipe name -> (format whose colour it takes, line style, label)
 PRECISION_STYLES: dict[str, tuple[str, str, str]] = {
@@ -40,7 +41,22 @@ PRECISION_STYLES: dict[str, tuple[str, str, str]] = {
     "fp16-master": ("fp16", "--", "FP16 + master weights, no scaling"),
     "mixed-fp16": ("fp16", "-", "mixed FP16 (master + dynamic scaling)"),
     "mixed-bf16": ("bf16", "-", "mixed BF16 (master, no scaling)"),
+    "bf16": ("bf16", ":", "pure BF16 (no master, round to nearest)"),
+    "bf16-sr": ("bf16", "--", "pure BF16, stochastically rounded updates"),
 }
+
+
+def add_caption(fig: style.Figure, text: str, width: int = 110) -> style.Figure:
+    """Put ``text`` (wrapped at ``width`` characters) under the figure as its caption.
+
+    >>> fig, ax = style.new_figure((4, 3))
+    >>> add_caption(fig, "What the figure shows.")._supxlabel.get_text()
+    'What the figure shows.'
+    """
+    import textwrap
+
+    fig.supxlabel("\n".join(textwrap.wrap(text, width)), fontsize=9, ha="center")
+    return fig
 
 
 def precision_style(name: str) -> dict[str, Any]:
@@ -113,7 +129,55 @@ def loss_curves(runs: Sequence[Any], *, smooth: int = 20, ax: Axes | None = None
 
 
 @style.styled
-def loss_scale_trajectory(runs: Sequence[Any], *, ax: Axes | None = None) -> style.Figure:
+def loss_panels(runs: Sequence[Any], *, smooth: int = 10, reference: str = "fp32",
+                caption: str | None = None) -> style.Figure:
+    """One panel per run: its training loss (running mean over ``smooth`` steps, log scale)
+    over the ``reference`` run's in grey, titled with the final test accuracy, on shared axes,
+    so that each recipe is read on its own against the baseline.
+
+    >>> from types import SimpleNamespace
+    >>> runs = [SimpleNamespace(precision=p, step_loss=np.linspace(2.3, 0.1 + i, 50),
+    ...                         test_accuracy=0.9) for i, p in enumerate(["fp32", "fp16"])]
+    >>> len(loss_panels(runs).axes)
+    2
+    """
+    runs = _check_runs(runs)
+    if smooth < 1:
+        raise ValueError(f"smooth must be a positive number of steps, got {smooth}")
+    ref = next((r for r in runs if r.precision == reference), None)
+    ncols = min(4, len(runs))
+    nrows = -(-len(runs) // ncols)
+    fig, axes = style.new_figure((3.2 * ncols, 2.5 * nrows + 0.6), nrows=nrows, ncols=ncols,
+                                 sharex=True, sharey=True, squeeze=False)
+    flat = list(axes.ravel())
+    for ax, r in zip(flat, runs, strict=False):
+        kw = precision_style(r.precision)
+        if ref is not None and r is not ref:
+            ref_loss = _smooth(ref.step_loss, smooth)
+            ax.plot(np.arange(1, ref_loss.size + 1), ref_loss, color="0.6", lw=2.5,
+                    alpha=0.6, label=reference)
+        loss = _smooth(r.step_loss, smooth)
+        ax.plot(np.arange(1, loss.size + 1), loss, lw=1.6, color=kw["color"], label=r.precision)
+        acc = getattr(r, "test_accuracy", None)
+        ax.set_title(r.precision + ("" if acc is None else f": test acc {100 * acc:.1f}%"),
+                     fontsize=10, color=kw["color"])
+        ax.set_yscale("log")
+        ax.grid(True, which="major")
+        ax.legend(loc="upper right", fontsize=7)
+    for ax in flat[len(runs):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("training loss")
+    for ax in axes[-1, :]:
+        ax.set_xlabel("step")
+    if caption:
+        add_caption(fig, caption)
+    return fig
+
+
+@style.styled
+def loss_scale_trajectory(runs: Sequence[Any], *, ax: Axes | None = None,
+                          caption: str | None = None) -> style.Figure:
     """The loss scale of every step (log2 axis), skipped steps marked with a cross; runs
     without scaling (a constant scale of 1) are drawn too, as a reference.
 
@@ -147,6 +211,8 @@ def loss_scale_trajectory(runs: Sequence[Any], *, ax: Axes | None = None) -> sty
                  "a run of good steps", fontsize=10)
     ax.grid(True, which="major", axis="y")
     ax.legend(loc="best", fontsize=8)
+    if caption and ax.figure is fig:
+        add_caption(fig, caption)
     return fig
 
 
@@ -162,7 +228,8 @@ def _as_hist(h: Any) -> ExponentHistogram:
 @style.styled
 def gradient_exponent_histogram(hist: Any, fmt: str = "fp16", *,
                                 labels: Sequence[str] | None = None,
-                                ax: Axes | None = None, title: str | None = None
+                                ax: Axes | None = None, title: str | None = None,
+                                shift: float | None = None, caption: str | None = None
                                 ) -> style.Figure:
     """Histogram of gradient exponents ``floor(log2|g|)`` (share of the non-zero values per
     binade) with ``fmt``'s range shaded, as Micikevicius et al.'s Figure 3: below half its
@@ -172,6 +239,8 @@ def gradient_exponent_histogram(hist: Any, fmt: str = "fp16", *,
 
     ``hist``: an :class:`~fpsim.amp.ExponentHistogram`, a mapping of them (merged, e.g. the
     layers of a run), or a list of such items: overlaid series named by ``labels``.
+    ``shift``: the binades by which loss scaling moves the values (log2 of the scale), drawn
+    as an arrow from the first series' mode; ``caption`` goes under the figure.
 
     >>> from fpsim.amp import exponent_histogram
     >>> h = exponent_histogram(np.array([2.0**-30, 2.0**-20, 0.5, 0.0]))
@@ -228,46 +297,124 @@ def gradient_exponent_histogram(hist: Any, fmt: str = "fp16", *,
                       label=f"overflow in {name}")]
     ax.legend(handles=handles, loc="upper left", fontsize=8)
     ax.set_title(title if title is not None else f"Gradient exponents against the {name} range")
+    if shift and hists and hists[0].counts.any():
+        h0 = hists[0]
+        x0 = float(h0.exponents[int(np.argmax(h0.counts))]) + 0.5
+        y = 1.15 * top
+        ax.annotate("", xy=(x0 + shift, y), xytext=(x0, y),
+                    arrowprops={"arrowstyle": "->", "lw": 1.5, "color": "0.2"})
+        ax.text(x0 + shift / 2, y * 1.03, f"loss scaling: x 2^{shift:g}", ha="center",
+                va="bottom", fontsize=9)
+    if caption and ax.figure is fig:
+        add_caption(fig, caption)
     return fig
+
+
+# ---------------------------------------------------------------------------- the demo
+def _median_scale(run: Any) -> float:
+    s = np.asarray(run.step_scale, dtype=np.float64)
+    return float(np.median(s)) if s.size else 1.0
+
+
+def demo_figures(runs: Sequence[Any]) -> dict[str, style.Figure]:
+    """The three figures of ``fpsim demo``, each with a caption computed from ``runs``:
+    ``loss_curves`` (one panel per recipe over fp32), ``loss_scale`` (the dynamic scale of
+    the scaled runs, skipped steps marked) and ``gradient_histogram`` (the exact gradients of
+    the fp32 run, and those of the first scaled run times its scale, against fp16's range,
+    with the shift scaling applies).
+
+    >>> from fpsim.training.experiment import run_demo
+    >>> runs = run_demo(precisions=["fp32"], progress=False, steps=2, eval_every=1)
+    >>> sorted(demo_figures(runs))
+    ['gradient_histogram', 'loss_curves', 'loss_scale']
+    """
+    runs = _check_runs(runs)
+    by_name = {r.precision: r for r in runs}
+    figs: dict[str, style.Figure] = {}
+    figs["loss_curves"] = loss_panels(runs, caption=(
+        "Training loss of each recipe (coloured) over the fp32 run (grey); same initial "
+        "weights, same batches. A curve that leaves the grey one is a recipe that fails: "
+        "fp16 without loss scaling (its gradients underflow) and pure bf16 (its small "
+        "updates round away)."))
+    scaled = [r for r in runs if np.size(r.step_scale) and (np.asarray(r.step_scale) != 1).any()]
+    shown = scaled or runs[:1]
+    skipped = sum(int(np.sum(r.step_skipped)) for r in shown)
+    figs["loss_scale"] = loss_scale_trajectory(shown, caption=(
+        f"The dynamic loss scale of every step (PyTorch's GradScaler rule): doubled after a "
+        f"run of good steps, halved when a scaled gradient overflows fp16, and that step "
+        f"skipped (x, {skipped} in all). The saw-tooth is the scaler finding the largest "
+        f"scale fp16 can hold."))
+    series, labels = [], []
+    fp32 = by_name.get("fp32")
+    if fp32 is not None and fp32.histograms:
+        series.append(fp32.histograms)
+        labels.append("fp32 run: what fp16 must hold without scaling")
+    shift = None
+    if scaled and scaled[0].histograms:
+        series.append(scaled[0].histograms)
+        labels.append(f"{scaled[0].precision} run, times its loss scale")
+        shift = float(np.round(np.log2(_median_scale(scaled[0]))))
+    if not series and runs[0].histograms:
+        series, labels = [runs[0].histograms], [f"{runs[0].precision} run"]
+    if series:
+        figs["gradient_histogram"] = gradient_exponent_histogram(
+            series, "fp16", labels=labels, shift=shift,
+            title="Exact gradient values of the sampled steps (weights and activations)",
+            caption=("Binary exponents of the exact (fp64) gradients against fp16's range: "
+                     "left of the dashed line they round to zero, in the band they keep "
+                     "fewer bits. Loss scaling multiplies them by the scale (arrow: the "
+                     "median scale) and moves them into the range."))
+    return figs
 
 
 # ---------------------------------------------------------------------------- gallery
 _DEMO_CACHE: dict[str, list] = {}
+DEMO_CACHE_FILE = "demo_runs.pickle"  # written by `fpsim demo` next to results.json
 
 
-def demo_runs(quick: bool = True, seed: int = 0) -> list:
+def load_cached_demo(path: Any) -> list | None:
+    """The runs a previous ``fpsim demo`` saved in ``path`` (a folder or the pickle file),
+    or None when there is none. Load only files your own ``fpsim demo`` wrote (pickle)."""
+    import pickle
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / DEMO_CACHE_FILE
+    if not p.is_file():
+        return None
+    try:
+        with p.open("rb") as fh:
+            obj = pickle.load(fh)
+    except Exception:  # an old or foreign file: rerun the demo instead
+        return None
+    return obj.get("runs") if isinstance(obj, dict) else None
+
+
+def demo_runs(quick: bool = True, seed: int = 0, progress: bool = False) -> list:
     """The runs of ``fpsim demo --quick`` (cached for the process; the gallery's figures
-    share them). Imports :mod:`fpsim.training` on first use; the first call takes 20-30 s.
+    share them). Imports :mod:`fpsim.training` on first use; the first call trains the seven
+    recipes (about half a minute of CPU).
     """
     key = f"{quick}:{seed}"
     if key not in _DEMO_CACHE:
         from ..training.experiment import run_demo
 
-        _DEMO_CACHE[key] = run_demo(quick=quick, seed=seed, progress=False)
+        _DEMO_CACHE[key] = run_demo(quick=quick, seed=seed, progress=progress)
     return _DEMO_CACHE[key]
 
 
-def _by_name(runs: list, name: str) -> Any:
-    return next(r for r in runs if r.precision == name)
-
-
-@register("loss_curves_demo", "fpsim demo --quick: loss and accuracy of the five recipes")
+@register("loss_curves_demo", "fpsim demo: the training loss of each recipe over fp32's")
 def _loss_curves_demo() -> style.Figure:
-    return loss_curves(demo_runs())
+    return demo_figures(demo_runs())["loss_curves"]
 
 
-@register("loss_scale_demo", "fpsim demo --quick: the dynamic loss scale of mixed FP16")
+@register("loss_scale_demo", "fpsim demo: the dynamic loss scale, skipped steps marked")
 def _loss_scale_demo() -> style.Figure:
-    return loss_scale_trajectory([_by_name(demo_runs(), "mixed-fp16")])
+    return demo_figures(demo_runs())["loss_scale"]
 
 
 @register("gradient_histogram_demo",
-          "fpsim demo --quick: exact gradient exponents, unscaled and scaled, vs FP16's range")
+          "fpsim demo: exact gradient exponents, unscaled and scaled, vs FP16's range")
 def _gradient_histogram_demo() -> style.Figure:
-    runs = demo_runs()
-    fp32, mixed = _by_name(runs, "fp32"), _by_name(runs, "mixed-fp16")
-    return gradient_exponent_histogram(
-        [fp32.histograms, mixed.histograms], "fp16",
-        labels=["FP32 run (what FP16 must hold without scaling)",
-                "mixed FP16 run, times its loss scale"],
-        title="Exact gradient values of every step (weights and activations)")
+    return demo_figures(demo_runs())["gradient_histogram"]
