@@ -102,7 +102,10 @@ def _run(cmd: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
 def test_mpi_matches_sim_bit_for_bit(n):
     proc = _run([MPIEXEC, "-n", str(n), sys.executable, os.path.abspath(__file__), str(n)])
     assert proc.returncode == 0, proc.stderr
-    got = json.loads(proc.stdout.splitlines()[-1])
+    report = json.loads(proc.stdout.splitlines()[-1])
+    # the collectives alone, fp16 / bf16 / fp32, against the simulated ones: values, counters
+    assert report["collective_mismatches"] == []
+    got = report["runs"]
     assert len(got) == len(CONFIGS)
     for res, want in zip(got, _sim_results(n), strict=True):
         assert res["engine"] == "mpi" and want["engine"] == "sim"
@@ -213,15 +216,51 @@ def test_bad_stage(stage, capsys):
     assert "invalid choice" in capsys.readouterr().err
 
 
+def _collective_mismatches(comm) -> list[str]:
+    """Every MPI collective against the simulated one (outputs' bytes, per-rank counters)."""
+    import numpy as np
+
+    from fpsim.distributed import Communicator
+
+    n, r = comm.world_size, comm.rank
+    bad = []
+    for dtype in (np.float16, "bfloat16", np.float32):
+        dt = np.dtype(dtype) if dtype != "bfloat16" else np.dtype(__import__("ml_dtypes")
+                                                                  .bfloat16)
+        rng = np.random.default_rng(7)  # the same draws on every rank: each takes its own
+        size = 6 * n
+        arrays = [(rng.normal(size=size) * 2.0 ** rng.integers(-30, 12, size=size)).astype(dt)
+                  for _ in range(n)]
+        sim = Communicator(n)
+        comm.reset()
+        calls = [("all_reduce", lambda c, a: c.all_reduce(a, "sum")),
+                 ("all_reduce mean", lambda c, a: c.all_reduce(a, "mean")),
+                 ("reduce_scatter", lambda c, a: c.reduce_scatter(a, "mean")),
+                 ("all_gather", lambda c, a: c.all_gather([x[:5] for x in a])),
+                 ("broadcast", lambda c, a: c.broadcast(a, src=n - 1))]
+        for name, call in calls:
+            want = call(sim, arrays)[r]
+            got = call(comm, [arrays[r]])[0]
+            if got.dtype != dt or got.tobytes() != want.tobytes():
+                bad.append(f"rank {r} {dt.name} {name}: values differ")
+        s, t = comm.stats[0], sim.stats[r]
+        if (s.sent_bytes, s.recv_bytes, s.calls, s.by_collective) != \
+                (t.sent_bytes, t.recv_bytes, t.calls, t.by_collective):
+            bad.append(f"rank {r} {dt.name}: counters {s} != {t}")
+    return bad
+
+
 def _worker(n: int) -> None:
-    """Under mpiexec -n n: every configuration on MPI ranks; rank 0 prints the results."""
+    """Under mpiexec -n n: the collectives, then every configuration on MPI ranks; rank 0
+    prints the results."""
     from fpsim.distributed.mpi import MPICommunicator
 
     comm = MPICommunicator(timeout=120)
     assert comm.world_size == n
+    bad = sum(comm.gather_report([_collective_mismatches(comm)]), [])
     out = [zcli.run_zero(_args(n, s, o), comm) for s, o in CONFIGS]
     if comm.rank == 0:
-        print(json.dumps(out))
+        print(json.dumps({"collective_mismatches": bad, "runs": out}))
 
 
 if __name__ == "__main__":

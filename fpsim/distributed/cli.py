@@ -106,7 +106,15 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def validate_args(args: argparse.Namespace) -> None:
-    """ValueError naming the first bad argument (before any process starts)."""
+    """ValueError naming the first bad argument (before any process starts).
+
+    >>> p = argparse.ArgumentParser(); configure_parser(p)
+    >>> validate_args(  # doctest: +ELLIPSIS
+    ...     p.parse_args(["--ranks", "3", "--stage", "1", "--batch", "64"]))
+    Traceback (most recent call last):
+    ...
+    ValueError: --ranks 3 does not divide the global batch --batch 64: ...
+    """
     if args.engine not in ENGINES:
         raise ValueError(f"unknown --engine {args.engine!r}; valid: {', '.join(ENGINES)}")
     if args.ranks < 1:
@@ -134,7 +142,12 @@ def validate_args(args: argparse.Namespace) -> None:
 
 def demo_model():
     """The demo's model, as the demo builds it: :class:`fpsim.training.MLP` with
-    :class:`fpsim.training.TrainConfig`'s widths and seed."""
+    :class:`fpsim.training.TrainConfig`'s widths and seed.
+
+    >>> from fpsim.nn import Module
+    >>> isinstance(demo_model(), Module)
+    True
+    """
     from ..training import MLP, TrainConfig
 
     cfg = TrainConfig()
@@ -156,7 +169,14 @@ def run_zero(args: argparse.Namespace, comm: Communicator | None = None,
              progress: dict | None = None) -> dict:
     """Run ``args.steps`` ZeRO steps of the demo model on ``comm`` (default: a simulated
     communicator of ``args.ranks`` ranks) and return the result dictionary (the same on every
-    rank). ``progress["step"]`` follows the step being run (for error messages)."""
+    rank). ``progress["step"]`` follows the step being run (for error messages).
+
+    >>> p = argparse.ArgumentParser(); configure_parser(p)
+    >>> res = run_zero(p.parse_args(["--ranks", "2", "--stage", "3", "--steps", "1",
+    ...                              "--batch", "4"]))
+    >>> res["engine"], res["model_state_bytes_per_rank"] == [16 * res["padded_params"] // 2] * 2
+    ('sim', True)
+    """
     progress = {} if progress is None else progress
     from ..datasets import load_digits
 
@@ -228,13 +248,23 @@ def _print_result(res: dict, as_json: bool) -> None:
 
 def launched_by_mpi() -> bool:
     """Whether this process was started by an MPI launcher (MPICH's or Intel's Hydra, Open
-    MPI, PMIx / srun), read from the variables those launchers set."""
+    MPI, PMIx / srun), read from the variables those launchers set.
+
+    >>> isinstance(launched_by_mpi(), bool)
+    True
+    """
     return any(v in os.environ for v in _LAUNCHER_VARS)
 
 
 def find_mpiexec(explicit: str | None = None) -> str:
     """The mpiexec to run: ``explicit``, else the one installed next to this Python (the
-    mpich wheel's), else the first on PATH; RuntimeError naming the extra if none."""
+    mpich wheel's), else the first on PATH; RuntimeError naming the extra if none.
+
+    >>> find_mpiexec("/nonexistent/mpiexec")
+    Traceback (most recent call last):
+    ...
+    fpsim.distributed.mpi.MissingMPIError: --mpiexec '/nonexistent/mpiexec' is not an executable
+    """
     from .mpi import MPI_EXTRA_HINT, MissingMPIError
 
     if explicit is not None:
@@ -320,7 +350,15 @@ def _run_rank(args: argparse.Namespace) -> int:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    """Handler of ``fpsim zero``."""
+    """Handler of ``fpsim zero``: 0 on success, 1 when the job fails (the message names the
+    rank); bad arguments raise ValueError, which ``fpsim`` prints (exit status 2).
+
+    >>> p = argparse.ArgumentParser(); configure_parser(p)
+    >>> run_cli(p.parse_args(["--ranks", "2", "--stage", "1", "--offload"]))
+    Traceback (most recent call last):
+    ...
+    ValueError: --offload needs a partitioned gradient: --stage 2 or 3, got --stage 1
+    """
     validate_args(args)
     if args.engine == "sim":
         try:
