@@ -118,29 +118,6 @@ def test_training_steps_reduce_the_loss_and_errors():
         MXLinear(4, 4)(Tensor(np.ones((2, 5))))
 
 
-def test_quant_experiment_block_scaled_table():
-    from fpsim.quant import experiment as ex
-
-    cfg = ex.ExperimentConfig(hidden=16, epochs=4, qat_epochs=1, ft_epochs=1, seeds=(0,))
-    r = ex.run_experiment(cfg)
-    assert [row.method for row in r.block_scaled] == list(ex.BLOCK_ROWS)
-    row = {x.method: x for x in r.block_scaled}
-    n_w, n_b = 64 * 16 + 16 * 10, 16 + 10
-    # MXFP8 weights: a byte per element plus a byte per 32-block (rows padded to whole blocks)
-    assert row["MXFP8 (E4M3, 1x32)"].model_bytes == 16 * (64 + 2) + 10 * (32 + 1) + 4 * n_b
-    assert row["NVFP4 (RNE, 1x16, no RHT)"].model_bytes < row["MXFP8 (E4M3, 1x32)"].model_bytes
-    assert row["BF16 (fp32 master)"].model_bytes == 2 * (n_w + n_b)
-    for name in ex.BLOCK_ROWS[:4]:
-        assert row[name].accuracy > 0.5 and row[name].train_bytes > 0
-    # the outlier: FP32 unchanged (its weights are zeroed), per-tensor FP8 at chance, MX keeps
-    # the blocks without the outlier
-    assert row["outlier: FP32"].accuracy == r.row("FP32").accuracy
-    assert row["outlier: FP8 per-tensor"].accuracy < 0.2
-    assert row["outlier: MXFP8"].accuracy > row["outlier: FP8 per-tensor"].accuracy + 0.15
-    assert "Block-scaled training" in ex.format_result(r)
-    assert r.to_dict()["block_scaled"][0]["method"] == "BF16 (fp32 master)"
-
-
 def test_inference_bytes():
     lin = MXLinear(64, 10, recipe="nvfp4", rng=0)  # 16x16 tiles: 4 x 1 of them, padded
     assert lin.inference_nbytes() == 64 * 10 // 2 + 4 * 1 + 4 + 4 * 10

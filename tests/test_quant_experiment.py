@@ -1,6 +1,7 @@
 """The ``fpsim quant`` experiment in its --quick form: the tables are well formed, the bytes
 follow from the layers' storage, QAT is at least as accurate as PTQ in the sensitive setting,
-QLoRA fine-tuning works at a fraction of the memory, and the CLI rejects bad options."""
+QLoRA fine-tuning works at a fraction of the memory, block-scaled training works and one
+input outlier breaks per-tensor FP8 but not MXFP8, and the CLI rejects bad options."""
 
 from __future__ import annotations
 
@@ -69,6 +70,44 @@ def test_accuracies_tell_the_story(quick):
     assert ft["QLoRA (NF4 + LoRA)"].accuracy > ft["NF4, not fine-tuned"].accuracy + 0.3
     assert ft["QLoRA (NF4 + LoRA)"].train_bytes < ft["full fine-tune fp32"].train_bytes / 2
     assert ft["full fine-tune mixed (bf16)"].train_bytes == ft["full fine-tune fp32"].train_bytes
+
+
+def test_block_scaled_table(quick):
+    assert [row.method for row in quick.block_scaled] == list(ex.BLOCK_ROWS)
+    row = {x.method: x for x in quick.block_scaled}
+    h = quick.config.hidden
+    n_w, n_b = 64 * h + h * 10, h + 10
+    # MXFP8 weights: a byte per element plus a byte per 32-block (rows padded to whole blocks)
+    h_pad = -(-h // 32) * 32
+    assert row["MXFP8 (E4M3, 1x32)"].model_bytes == \
+        h * (64 + 2) + 10 * (h_pad + h_pad // 32) + 4 * n_b
+    assert row["NVFP4 (RNE, 1x16, no RHT)"].model_bytes < row["MXFP8 (E4M3, 1x32)"].model_bytes
+    assert row["BF16 (fp32 master)"].model_bytes == 2 * (n_w + n_b)
+    for name in ex.BLOCK_ROWS[:4]:  # every format trains this network
+        assert row[name].accuracy > 0.9 and row[name].train_bytes > 0
+    text = ex.format_result(quick)
+    assert "Block-scaled training" in text and "Outlier channel" in text
+    assert quick.to_dict()["block_scaled"][0]["method"] == "BF16 (fp32 master)"
+
+
+def test_outlier_breaks_per_tensor_fp8_not_mx(quick):
+    acc = {x.method: x.accuracy for x in quick.block_scaled}
+    fp32 = quick.row("FP32").accuracy
+    # the outlier's weights are 0: FP32 is unchanged, in both placements
+    assert acc["outlier channel: FP32"] == fp32
+    # an outlier channel in a block of its own: per-tensor FP8 at chance, MXFP8 keeps the rest
+    assert acc["outlier channel: FP8 per-tensor"] < 0.2
+    assert abs(acc["outlier channel: MXFP8"] - fp32) <= 0.02
+    assert abs(acc["outlier channel: MXFP8"] - quick.row(
+        "BF16 (fp32 master)", "block_scaled").accuracy) <= 0.03
+    # NVFP4's per-tensor scale fails like per-tensor FP8; its block scales alone survive
+    assert acc["outlier channel: NVFP4"] < 0.2
+    assert acc["outlier channel: NVFP4 block scales only"] > fp32 - 0.05
+    # an outlier pixel flushes its block: 1x32 loses half the image, 1x8 one row
+    assert acc["outlier pixel: MXFP8 1x32"] < fp32 - 0.3
+    assert acc[f"outlier pixel: MXFP8 1x{ex.SMALL_BLOCK}"] > \
+        acc["outlier pixel: MXFP8 1x32"] + 0.2
+    assert acc[f"outlier pixel: MXFP8 1x{ex.SMALL_BLOCK}"] < fp32
 
 
 def test_cli(tmp_path, capsys, monkeypatch):

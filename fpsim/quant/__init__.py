@@ -5,6 +5,7 @@ gradients, integer-only int8 inference (TFLite requantization), NF4 with double 
 The numerics are NumPy; the layers on the autograd engine build on them: QAT and PTQ
 (:mod:`fpsim.quant.qat`: FakeQuantize, LSQFakeQuantize, prepare / prepare_qat / convert),
 integer-only Int8Linear / Int8Conv2d, NF4Linear and FP8Linear (:mod:`fpsim.quant.layers`),
+block-scaled training with MXLinear (MXFP8 / NVFP4 recipes, :mod:`fpsim.quant.mx_layers`),
 LoRA / QLoRA with memory accounting (:mod:`fpsim.quant.lora`) and the experiment behind
 ``fpsim quant`` (:mod:`fpsim.quant.experiment`).
 
@@ -55,6 +56,7 @@ from .lora import (
     prepare_qlora,
     training_memory,
 )
+from .mx_layers import MXLinear
 from .nf4 import (
     NF4_THRESHOLDS,
     NF4_VALUES,
@@ -117,7 +119,7 @@ __all__ = [
     "tensorrt_scale", "unpack_4bit",
     # layers on the autograd engine
     "FP8Linear", "FakeQuantize", "Int8Conv2d", "Int8Linear", "LSQFakeQuantize", "LoRALinear",
-    "MovingAveragePerChannelMinMaxObserver", "NF4Linear", "ObserverModule", "QATConv2d",
+    "MXLinear", "MovingAveragePerChannelMinMaxObserver", "NF4Linear", "ObserverModule", "QATConv2d",
     "QATLinear", "QConfig", "QParams", "TrainingMemory", "convert", "disable_fake_quant",
     "disable_observer", "enable_fake_quant", "enable_observer", "fake_quantize_ste",
     "format_result", "full_finetune_memory", "get_default_qat_qconfig", "get_default_qconfig",

@@ -28,13 +28,21 @@ gradients, fp32 master weights and Adam moments), MXFP8 (Transformer Engine's re
 both passes, 1x32 blocks), NVFP4 with every GEMM operand rounded to nearest even in 1x16
 blocks (weights too) and no Hadamard transform, and NVIDIA's NVFP4 recipe (16x16 weight
 blocks, stochastic rounding of gradients, random Hadamard transforms on the weight-gradient
-inputs, the last layer in BF16). Then one outlier: the FP32 model evaluated with input pixel 0
-(blank in every digit) set to ``outlier`` (2**20) and that pixel's weights zeroed, so FP32 is
-unchanged, and the inputs quantized per tensor to FP8 E4M3 (scale 448 / amax), to MXFP8 and to
-NVFP4 (two-level): per-tensor FP8 flushes every ordinary pixel, MX loses only the outlier's
-block (the top half of the image), and NVFP4 fails like per-tensor FP8: its per-tensor scale
-``amax / (6 * 448)`` pushes the ordinary blocks' e4m3 scales below e4m3's 2**-6, where they
-clamp, and their values (at most 1) land below fp4's 0.25 and round to 0.
+inputs, the last layer in BF16). Then one input outlier (``outlier``, 2**20), two ways, on
+the FP32 model (evaluation only; the outlier's weights are zero, so FP32 is unchanged):
+
+- an outlier *channel* (as LLM.int8's outlier features): the input is padded from 64 to 96
+  features, feature 64 holds the outlier and features 65-95 are 0, so the outlier sits in a
+  32-block of its own. Quantized per tensor to FP8 E4M3 (scale 448 / amax), every ordinary
+  pixel (at most 1, times 448 / 2**20) lands below half of e4m3's smallest subnormal 2**-9
+  and flushes to 0: chance accuracy. MXFP8 scales each block by its own amax and keeps the
+  two pixel blocks exactly (the pixels are multiples of 1/16). NVFP4 fails like per-tensor
+  FP8: its per-tensor scale ``amax / (6 * 448)`` pushes the pixel blocks' e4m3 scales below
+  2**-6, where they clamp, and their values (at most 1) round to 0 in fp4; with block scales
+  only (no per-tensor scale) NVFP4 keeps them.
+- an outlier *pixel* (pixel 0, blank in every digit, set to the outlier): it shares its block
+  with ordinary pixels and flushes them. MXFP8's 1x32 blocks lose the top half of the image;
+  1x8 blocks (outside the spec: 9 bits per value instead of 8.25) lose only the top row.
 
 Table 2, QLoRA in miniature: the fp32 model is fine-tuned to a shifted task (every image
 moved ``shift`` pixels; the test images too), by full fine-tuning in fp32, in mixed precision
@@ -57,9 +65,9 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from .. import nn, optim
+from .. import mx, nn, optim
 from ..autograd import functional as F
-from ..autograd.tensor import Tensor, no_grad
+from ..autograd.tensor import Tensor, as_format, no_grad
 from ..datasets import load_digits
 from .fp8_scaling import fp8_dequantize, fp8_quantize
 from .layers import FP8Linear, NF4Linear, check_bits, model_size_bytes
@@ -132,7 +140,7 @@ class Row:
 
 @dataclass
 class ExperimentResult:
-    """Both tables, the configuration and the wall time (seconds)."""
+    """The three tables, the configuration and the wall time (seconds)."""
 
     config: ExperimentConfig
     table: list[Row]
@@ -202,11 +210,18 @@ def train(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int, lr: float
         order = np.random.default_rng(seed * 1000 + ep).permutation(n)
         for i in range(0, n, batch_size):
             idx = order[i:i + batch_size]
-            loss = F.cross_entropy(model(Tensor(x[idx])), y[idx])
+            loss = F.cross_entropy(model(Tensor(x[idx], _input_format(model))), y[idx])
             opt.zero_grad()
             loss.backward()
             opt.step()
     return opt
+
+
+def _input_format(model: nn.Module):
+    """The format a model's inputs are given in: its parameters' one format (a bf16 model
+    takes bf16 inputs; linear refuses mixed formats as PyTorch), else fp32."""
+    fmts = {p.fmt for p in model.parameters()}
+    return fmts.pop() if len(fmts) == 1 else "fp32"
 
 
 def accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray) -> float:
@@ -218,7 +233,7 @@ def accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray) -> float:
     """
     model.eval()
     with no_grad():
-        pred = np.asarray(model(Tensor(x)).numpy(np.float64)).argmax(axis=1)
+        pred = np.asarray(model(Tensor(x, _input_format(model))).numpy(np.float64)).argmax(axis=1)
     return float((pred == np.asarray(y)).mean())
 
 
@@ -245,39 +260,96 @@ def _fp8_model(hidden: int, seed: int) -> nn.Sequential:
                          FP8Linear(hidden, 10, rng=seed + 1000))
 
 
+class ToFormat(nn.Module):
+    """Rounds its input to ``fmt``: an fp32 layer feeding a bf16 one (PyTorch's ``x.to(dtype)``).
+
+    >>> ToFormat("bf16")(Tensor([1.00390625])).tolist()
+    [1.0]
+    """
+
+    def __init__(self, fmt) -> None:
+        super().__init__()
+        self.fmt = as_format(fmt)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.to(self.fmt)
+
+    def extra_repr(self) -> str:
+        return self.fmt.name
+
+
 def _mx_model(hidden: int, seed: int, last_bf16: bool = False, **kw) -> nn.Sequential:
-    last = (nn.Linear(hidden, 10, rng=seed + 1000).to("bf16") if last_bf16
-            else MXLinear(hidden, 10, rng=seed + 1000, **kw))
-    return nn.Sequential(MXLinear(64, hidden, rng=seed, **kw), nn.ReLU(), last)
+    if last_bf16:  # the recipe keeps the last layer in BF16: its input is rounded to bf16
+        return nn.Sequential(MXLinear(64, hidden, rng=seed, **kw), nn.ReLU(), ToFormat("bf16"),
+                             nn.Linear(hidden, 10, rng=seed + 1000).to("bf16"))
+    return nn.Sequential(MXLinear(64, hidden, rng=seed, **kw), nn.ReLU(),
+                         MXLinear(hidden, 10, rng=seed + 1000, **kw))
 
 
 BLOCK_ROWS = ("BF16 (fp32 master)", "MXFP8 (E4M3, 1x32)", "NVFP4 (RNE, 1x16, no RHT)",
-              "NVFP4 recipe (SR, RHT, 2-D W)", "outlier: FP32", "outlier: FP8 per-tensor",
-              "outlier: MXFP8", "outlier: NVFP4")
+              "NVFP4 recipe (SR, RHT, 2-D W)", "outlier channel: FP32",
+              "outlier channel: FP8 per-tensor", "outlier channel: MXFP8",
+              "outlier channel: NVFP4", "outlier channel: NVFP4 block scales only",
+              "outlier pixel: MXFP8 1x32", "outlier pixel: MXFP8 1x8")
+OUTLIER_FEATURES = 96  # 64 pixels, the outlier channel, 31 zeros: three whole 32-blocks
+SMALL_BLOCK = 8  # the outlier-pixel case's smaller block (one image row)
+
+
+def _with_first_weight(net: nn.Module, w_first: np.ndarray) -> nn.Module:
+    """A copy of ``net`` whose first layer's weight is ``w_first`` (its bias and the rest kept)."""
+    net = copy.deepcopy(net)
+    first = nn.Linear(w_first.shape[1], w_first.shape[0])
+    first.weight.data = w_first
+    first.bias.data = net[0].bias.numpy(np.float32)
+    net._modules["0"] = first
+    return net
+
+
+def _fp8_per_tensor(x: np.ndarray) -> np.ndarray:
+    scale = np.float32(448.0) / np.abs(x).max()
+    return fp8_dequantize(fp8_quantize(x, scale), scale)
 
 
 def _outlier_rows(net: nn.Module, s, outlier: float) -> dict[str, float]:
-    """Accuracy of ``net`` with input pixel 0 (blank in every digit) set to ``outlier`` and its
-    weights zeroed (FP32 unchanged), the inputs quantized per tensor to E4M3 or in blocks."""
-    net = copy.deepcopy(net)
-    w = net[0].weight.numpy(np.float32).copy()
-    w[:, 0] = 0.0
-    net[0].weight.data = w
-    x = np.asarray(s.x_test, np.float32).copy()
-    x[:, 0] = np.float32(outlier)
-    scale = np.float32(448.0) / np.abs(x).max()
-    inputs = {
-        "outlier: FP32": x,
-        "outlier: FP8 per-tensor": fp8_dequantize(fp8_quantize(x, scale), scale),
-        "outlier: MXFP8": fake_quantize_mx(x, "mxfp8_e4m3", 1, "rceil"),
-        "outlier: NVFP4": fake_quantize_mx(x, "nvfp4", 1),
+    """Accuracy of the FP32 ``net`` on test inputs holding one outlier whose weights are 0 (FP32
+    unchanged), the inputs quantized per tensor to E4M3 or in blocks: the outlier as an extra
+    input channel in a block of its own, and as pixel 0 inside a block of ordinary pixels."""
+    w = net[0].weight.numpy(np.float32)
+    x = np.asarray(s.x_test, np.float32)
+    n, d = x.shape
+    # the outlier channel: feature d of OUTLIER_FEATURES; its weights and the padding's are 0
+    wide = np.zeros((w.shape[0], OUTLIER_FEATURES), np.float32)
+    wide[:, :d] = w
+    xc = np.zeros((n, OUTLIER_FEATURES), np.float32)
+    xc[:, :d] = x
+    xc[:, d] = np.float32(outlier)
+    chan = _with_first_weight(net, wide)
+    # the outlier pixel: pixel 0 (blank in every digit), its weights 0
+    w0 = w.copy()
+    w0[:, 0] = 0.0
+    pix = _with_first_weight(net, w0)
+    xp = x.copy()
+    xp[:, 0] = np.float32(outlier)
+
+    def mxfp8(v, k):
+        return mx.quantize(v, "mxfp8_e4m3", k, axis=1, scale_mode="rceil").dequantize()
+
+    rows = {
+        "outlier channel: FP32": (chan, xc),
+        "outlier channel: FP8 per-tensor": (chan, _fp8_per_tensor(xc)),
+        "outlier channel: MXFP8": (chan, mxfp8(xc, 32)),
+        "outlier channel: NVFP4": (chan, fake_quantize_mx(xc, "nvfp4", 1)),
+        "outlier channel: NVFP4 block scales only":
+            (chan, mx.quantize(xc, "nvfp4", axis=1).dequantize()),
+        "outlier pixel: MXFP8 1x32": (pix, mxfp8(xp, 32)),
+        f"outlier pixel: MXFP8 1x{SMALL_BLOCK}": (pix, mxfp8(xp, SMALL_BLOCK)),
     }
-    return {k: accuracy(net, v, s.y_test) for k, v in inputs.items()}
+    return {k: accuracy(m, v, s.y_test) for k, (m, v) in rows.items()}
 
 
 def run_experiment(config: ExperimentConfig | None = None, *, quick: bool = False,
                    progress=None) -> ExperimentResult:
-    """Run both tables (module docstring); ``quick`` uses :data:`QUICK`. ``progress(str)``,
+    """Run the three tables (module docstring); ``quick`` uses :data:`QUICK`. ``progress(str)``,
     if given, is called as each step finishes.
 
     >>> r = run_experiment(replace(QUICK, epochs=1, qat_epochs=1, ft_epochs=1, hidden=8))
@@ -407,16 +479,26 @@ def run_experiment(config: ExperimentConfig | None = None, *, quick: bool = Fals
         "MXFP8 (E4M3, 1x32)": "Transformer Engine's MXFP8: both passes E4M3, E8M0 rceil",
         "NVFP4 (RNE, 1x16, no RHT)": "every layer NVFP4, nearest even",
         "NVFP4 recipe (SR, RHT, 2-D W)": "16x16 W blocks, SR grads, RHT wgrad, last layer BF16",
-        "outlier: FP32": f"FP32 model; pixel 0 = {cfg.outlier:g}, its weights 0",
-        "outlier: FP8 per-tensor": "inputs E4M3, scale 448 / amax",
-        "outlier: MXFP8": "inputs MXFP8 (1x32 blocks)",
-        "outlier: NVFP4": "inputs NVFP4, per-tensor scale amax / (6 * 448)",
+        "outlier channel: FP32": f"96 inputs: 64 pixels, {_num(cfg.outlier)}, 31 zeros",
+        "outlier channel: FP8 per-tensor": "inputs E4M3, scale 448 / amax: pixels flushed",
+        "outlier channel: MXFP8": "inputs MXFP8 1x32: the outlier in a block of its own",
+        "outlier channel: NVFP4": "two-level: per-tensor scale amax / (6 * 448)",
+        "outlier channel: NVFP4 block scales only": "no per-tensor scale: e4m3 block scales",
+        "outlier pixel: MXFP8 1x32": "pixel 0 = outlier: its block (top half) flushed",
+        f"outlier pixel: MXFP8 1x{SMALL_BLOCK}":
+            f"block {SMALL_BLOCK} (off-spec, {8 + 8 / SMALL_BLOCK:g} bits/value): top row flushed",
     }
     for rows in (table, ft, bsc):
         for n, r in rows.items():
             r.note = notes.get(n, "")
     return ExperimentResult(cfg, list(table.values()), list(ft.values()),
                             time.perf_counter() - t0, list(bsc.values()))
+
+
+def _num(v: float) -> str:
+    """``v`` as ``2**k`` when it is a power of two (the outlier), else ``%g``."""
+    m, e = np.frexp(v)
+    return f"2**{int(e) - 1}" if m == 0.5 else f"{v:g}"
 
 
 def _fmt_bytes(v: int | None) -> str:
@@ -442,7 +524,7 @@ def _table_lines(rows: list[Row], acc_head: str) -> list[str]:
 
 
 def format_result(result: ExperimentResult) -> str:
-    """Both tables as text, with the setup and how the model was made sensitive.
+    """The three tables as text, with the setup and how the model was made sensitive.
 
     >>> r = run_experiment(replace(QUICK, epochs=1, qat_epochs=1, ft_epochs=1, hidden=8))
     >>> "QLoRA (NF4 + LoRA)" in format_result(r)
@@ -477,6 +559,23 @@ def format_result(result: ExperimentResult) -> str:
         out += ["", "Block-scaled training (fake-quantized GEMM operands, trained from scratch), "
                 "and one input outlier", ""]
         out += _table_lines(result.block_scaled, "test accuracy")
+        out += ["",
+                "Outlier rows: the FP32 model on test inputs holding one value "
+                f"{_num(cfg.outlier)} whose weights are 0 (FP32 unchanged).",
+                "- Outlier channel (an extra input feature, as LLM.int8's outlier features; "
+                "inputs padded to 96 = 3 blocks of 32):",
+                "  per-tensor FP8 scales every pixel by 448 / amax, below e4m3's smallest "
+                "subnormal: all flush to 0. MXFP8",
+                "  gives the outlier a block and a scale of its own and keeps the pixels. "
+                "NVFP4's per-tensor scale",
+                "  amax / (6 * 448) fails like per-tensor FP8 (the pixel blocks' e4m3 scales "
+                "clamp at 2**-6, their values",
+                "  round to 0 in fp4); its block scales alone keep them.",
+                "- Outlier pixel (pixel 0, inside a block of ordinary pixels): the outlier sets "
+                "its block's scale and flushes",
+                f"  its neighbours: 1x32 blocks lose the top half of the image, 1x{SMALL_BLOCK} "
+                f"only the top row, at {8 + 8 / SMALL_BLOCK:g} instead of",
+                "  8.25 bits per value: smaller blocks, fewer casualties, more scale bytes."]
     out += ["", f"({result.seconds:.1f} s)"]
     return "\n".join(out)
 
@@ -495,7 +594,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    """Run the experiment and print both tables."""
+    """Run the experiment and print the three tables."""
     cfg = QUICK if args.quick else ExperimentConfig()
     if args.bits is not None:
         cfg = replace(cfg, sensitive_bits=check_bits(args.bits))
