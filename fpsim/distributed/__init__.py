@@ -1,5 +1,8 @@
-"""Data parallelism simulated in one process: N ranks, ring collectives that count the bytes
-they move, and ZeRO stages 0-3 with offload (:class:`ZeroEngine`).
+"""Data parallelism: N ranks, ring collectives that count the bytes they move, and ZeRO stages
+0-3 with offload (:class:`ZeroEngine`), run on one of two communicator backends with the same
+bits: :class:`Communicator` simulates the N ranks in one process; :class:`MPICommunicator`
+(extra ``fpsim[mpi]``; mpi4py is imported only when one is created) runs one rank per MPI
+process. ``fpsim zero`` (:mod:`fpsim.distributed.cli`) runs either from the command line.
 
 >>> import numpy as np
 >>> from fpsim.distributed import Communicator
@@ -9,10 +12,19 @@ they move, and ZeRO stages 0-3 with offload (:class:`ZeroEngine`).
 """
 
 from .adam import adam_step_flat
-from .collectives import COLLECTIVES, REDUCE_OPS, CommStats, Communicator, ring_volume
+from .collectives import (
+    COLLECTIVES,
+    REDUCE_OPS,
+    CommStats,
+    Communicator,
+    ordered_reduce,
+    ring_volume,
+)
+from .mpi import CommTimeout, MissingMPIError, MPICommunicator
 from .zero import ZERO_STAGES, ZeroEngine, ZeroRank
 
 __all__ = [
-    "COLLECTIVES", "REDUCE_OPS", "ZERO_STAGES", "CommStats", "Communicator", "ZeroEngine",
-    "ZeroRank", "adam_step_flat", "ring_volume",
+    "COLLECTIVES", "REDUCE_OPS", "ZERO_STAGES", "CommStats", "CommTimeout", "Communicator",
+    "MPICommunicator", "MissingMPIError", "ZeroEngine", "ZeroRank", "adam_step_flat",
+    "ordered_reduce", "ring_volume",
 ]
