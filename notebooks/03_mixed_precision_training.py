@@ -246,6 +246,10 @@ def pct(a, b):
 
 # %% [markdown]
 # ## 3 · The five recipes side by side
+#
+# **Predict, then run.** Before the table appears: which recipe will lose the most weight
+# updates, which ones will lose no gradient to underflow, and will any of them end clearly
+# worse than fp32? Write your three answers down, then run the cell.
 
 # %%
 t0 = time.perf_counter()

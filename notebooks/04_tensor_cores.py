@@ -94,6 +94,9 @@ viz.block_alignment(ex["a"], ex["b"], ex["c"], gpu="A100")
 # %% [markdown]
 # ## 3 · Same inputs, different answers
 #
+# **Predict, then run.** The first probe below computes $1 \cdot 1 - (1 - 2^{-24})$ with fp32
+# output, whose exact result $2^{-24}$ is an fp32 number. Will V100 and A100 both return it?
+#
 # Fasi, Higham, Mikaitis and Pranesh (2021) designed *probe vectors* whose results reveal the
 # hidden parameters. A few of them (from `docs/tensorcore-model.md`; the last column lists
 # what the real GPUs returned):
