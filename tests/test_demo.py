@@ -204,3 +204,56 @@ def test_train_one_run(capsys, tmp_path):
     assert obj["precision"] == "fp16-master" and obj["loss_scale"] == "512"
     assert obj["config"]["sizes"] == [64, 16, 10]
     assert (tmp_path / "loss_curves.png").exists()
+
+
+# ------------------------------------------------------------- the newcomer's path
+def test_out_unwritable_is_one_line(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    bad = str(blocker / "sub")  # a folder under a file cannot be created
+    assert cli.run_demo_cli(_demo_args("--quick", "--out", bad)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fpsim demo: cannot write to --out") and "\n" not in err
+    args = _train_parser().parse_args(["--precision", "fp32", "--steps", "1", "--out", bad])
+    assert cli.run_train_cli(args) == 2
+    assert capsys.readouterr().err.startswith("fpsim train: cannot write to --out")
+    from fpsim.viz import gallery
+
+    p = argparse.ArgumentParser()
+    gallery.configure_parser(p)
+    assert gallery.run_cli(p.parse_args(["--out", bad])) == 2
+    assert capsys.readouterr().err.startswith("fpsim figures: cannot write to --out")
+
+
+def test_progress_bars_only_on_a_terminal(monkeypatch):
+    monkeypatch.setattr(cli.sys.stderr, "isatty", lambda: True, raising=False)
+    assert cli._progress(_demo_args()) is True
+    assert cli._progress(_demo_args("--json")) is False
+    assert cli._progress(_demo_args("--no-progress")) is False
+    monkeypatch.setattr(cli.sys.stderr, "isatty", lambda: False, raising=False)
+    assert cli._progress(_demo_args()) is False
+
+
+def test_figures_help_and_default_set(tmp_path, capsys):
+    from fpsim.viz import gallery
+
+    p = argparse.ArgumentParser()
+    gallery.configure_parser(p)
+    assert "default docs/figures" in p.format_help().replace("\n", " ")
+    assert p.parse_args([]).names == []
+    assert set(gallery.README_FIGURES) <= set(gallery.names())
+    readme = (__import__("pathlib").Path(__file__).parents[1] / "README.md").read_text()
+    for name in gallery.README_FIGURES:
+        assert f"docs/figures/{name}.png" in readme, name
+    assert gallery.run_cli(p.parse_args(["bit_layout", "--out", str(tmp_path)])) == 0
+    out = capsys.readouterr().out
+    assert "rendering bit_layout" in out and [f.name for f in tmp_path.iterdir()] == [
+        "bit_layout.png"]
+
+
+def test_train_says_one_recipe(capsys, tmp_path):
+    args = _train_parser().parse_args(["--precision", "bf16-sr", "--steps", "2", "--hidden",
+                                       "8", "--no-plots", "--no-progress"])
+    assert cli.run_train_cli(args) == 0
+    text = capsys.readouterr().out
+    assert "the bf16-sr recipe" in text and "five" not in text and "seven" not in text

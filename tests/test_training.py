@@ -230,3 +230,34 @@ def test_progress_callback():
     seen = []
     tiny("fp32", progress=seen.append)
     assert seen == [1, 1, 1]
+
+
+def test_grad_shift_leaves_fp32_unchanged_and_moves_fp16_gradients():
+    """The gradient scale-down multiplies the loss by 2^-k and the learning rate by 2^k:
+    powers of two are exact in fp32, so the fp32 run is the same to the bit, while fp16's
+    gradients move k binades down (more of them underflow)."""
+    a = tiny("fp32", steps=4)
+    b = tiny("fp32", steps=4, grad_shift=13)
+    assert np.array_equal(a.step_loss, b.step_loss)
+    assert a.eval_test_accuracy.tolist() == b.eval_test_accuracy.tolist()
+    u0 = tiny("fp16-master", steps=4).grad_underflow_fraction
+    u13 = tiny("fp16-master", steps=4, grad_shift=13).grad_underflow_fraction
+    assert u13 > u0 + 0.2
+
+
+def test_measure_every_samples_the_statistics():
+    r = tiny("mixed-fp16", steps=6, measure_every=3)
+    assert np.isfinite(r.step_underflow).tolist() == [True, False, False, True, False, False]
+    with pytest.raises(ValueError, match="measure_every must be a positive int"):
+        TrainConfig(measure_every=0).validate()
+    with pytest.raises(ValueError, match="grad_shift must be an int from 0 to 40"):
+        TrainConfig(grad_shift=-1).validate()
+
+
+def test_bf16_sr_rounds_the_updates_stochastically():
+    """Same start and batches: pure bf16 under RNE and under SR differ only by the rounding
+    of the optimizer's writes (the first forward pass is the same)."""
+    rne = tiny("bf16", steps=3)
+    sr = tiny("bf16-sr", steps=3)
+    assert rne.step_loss[0] == sr.step_loss[0]
+    assert not np.array_equal(rne.step_loss[1:], sr.step_loss[1:])
