@@ -33,6 +33,7 @@
 # 6. see why summing in bf16 stagnates, and how pairwise and Kahan summation fix it.
 #
 # Exercises are marked **Exercise**; each has a hidden solution below it (click to expand).
+# The student edition (`fpsim notebooks --student OUT/`) has a cell for your code instead.
 
 # %%
 import math

@@ -36,6 +36,7 @@
 # 5. follow what PyTorch's dynamic `GradScaler` does: growth, backoff and skipped steps.
 #
 # Exercises are marked **Exercise**; each has a hidden solution below it (click to expand).
+# The student edition (`fpsim notebooks --student OUT/`) has a cell for your code instead.
 
 # %%
 import time

@@ -34,6 +34,7 @@
 # 5. relate the recipes to Apex's opt levels O0-O3 and to autocast's per-op cast policy.
 #
 # Exercises are marked **Exercise**; each has a hidden solution below it (click to expand).
+# The student edition (`fpsim notebooks --student OUT/`) has a cell for your code instead.
 
 # %%
 import time

@@ -32,6 +32,7 @@
 # 5. see that an fp16 all-reduce depends on the order of the ranks, and remove the dependence.
 #
 # Exercises are marked **Exercise**; each has a hidden solution below it (click to expand).
+# The student edition (`fpsim notebooks --student OUT/`) has a cell for your code instead.
 # `check("question", answer)` says whether a numeric answer is right, without giving it away.
 
 # %%
