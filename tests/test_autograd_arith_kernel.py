@@ -176,3 +176,31 @@ def test_tensor_and_seed_errors():
         Tensor([[1.0], [1.0, 2.0]])
     with pytest.raises(ValueError, match="non-negative"):
         autograd.manual_seed(-1)
+
+
+def test_mixed_formats_in_matmul_linear_conv_raise_outside_autocast():
+    """A bf16 model fed fp32 data (a Tensor or a NumPy array) must not silently compute in
+    fp32: matmul, linear and conv2d refuse mixed formats as PyTorch does; under autocast they
+    mix (the autocast policy casts, anything left promotes)."""
+    from fpsim import amp, nn
+    from fpsim import functional as F
+    x = np.random.default_rng(0).standard_normal((4, 64))
+    model = nn.Sequential(nn.Linear(64, 32, rng=0), nn.ReLU(), nn.Linear(32, 10, rng=1))
+    model = model.to("bf16")
+    with pytest.raises(TypeError, match=r"linear: operands have different formats \(fp32"):
+        model(Tensor(x))
+    with pytest.raises(TypeError, match=r"different formats \(fp64"):
+        model(x)  # a NumPy float64 array is an fp64 operand
+    assert model(Tensor(x, "bf16")).fmt == fpsim.BF16
+    w = Tensor(np.ones((3, 2)), "bf16")
+    with pytest.raises(TypeError, match="matmul"):
+        Tensor(np.ones((2, 3)), "fp16") @ w
+    with pytest.raises(TypeError, match="linear"):
+        F.linear(Tensor(np.ones((1, 2)), "bf16"), Tensor(np.ones((3, 2)), "bf16"),
+                 Tensor(np.zeros(3), "fp32"))  # the bias too
+    with pytest.raises(TypeError, match="conv2d"):
+        F.conv2d(Tensor(np.ones((1, 1, 3, 3)), "fp32"), Tensor(np.ones((1, 1, 2, 2)), "bf16"))
+    with amp.autocast("bf16"):
+        assert model(Tensor(x)).fmt == fpsim.BF16
+        assert (Tensor(np.ones((2, 3)), "fp16") @ Tensor(np.ones((3, 2)), "fp32")).fmt \
+            == fpsim.BF16

@@ -364,7 +364,8 @@ def test_promotion_rule_in_ops():
     h, f, b = Tensor([1.5], FP16, True), Tensor([2.0], FP32, True), Tensor([3.0], BF16, True)
     assert (h + f).fmt == FP32 and (h * b).fmt == FP32 and (f - b).fmt == FP32
     assert (h + 1.0).fmt == FP16  # Python scalars do not promote
-    assert (h @ Tensor([[2.0]], FP64)).fmt == FP64
+    with pytest.raises(TypeError, match=r"different formats \(fp16 and fp64\)"):
+        h @ Tensor([[2.0]], FP64)  # matmul / linear / conv2d refuse mixed formats (PyTorch)
     assert promote_formats(E4M3, E5M2) == FP16 and promote_formats(FP16, E4M3) == FP16
     assert F.cat([h, b]).fmt == FP32
     y = h * Tensor([1 + 2.0 ** -20], FP32)
@@ -481,7 +482,7 @@ def test_tensorcore_model_delegates_to_fpsim_tensorcore():
     with matmul_accumulation(("tensorcore", "A100")):
         y = Tensor(a, FP16) @ Tensor(b, FP16)
         with pytest.raises(ValueError, match="fp32"):  # fp32 operands: no tensor-core path
-            Tensor(a, FP16) @ Tensor(b, FP16).to(FP32)
+            Tensor(a, FP32) @ Tensor(b, FP32)
     ref = np.asarray(tc.matmul(a, b, gpu="A100", input_format=FP16, output_format="fp32"),
                      dtype=np.float64)
     assert same_bits(vals(y), fpsim.round(ref, FP16)).all()

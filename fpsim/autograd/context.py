@@ -42,6 +42,7 @@ __all__ = [
     "Accumulation",
     "as_accumulation",
     "autocast_args",
+    "check_same_format",
     "contains",
     "get_accumulation",
     "get_autocast_hook",
@@ -383,3 +384,22 @@ def autocast_args(op: str, *args):
     if hook is not None:
         args = hook(op, args)
     return args[0] if len(args) == 1 else args
+
+
+def check_same_format(op: str, *tensors) -> None:
+    """PyTorch's rule for matmul, linear and conv2d: the operands (and a bias) must have one
+    format; outside an autocast region (:class:`fpsim.amp.autocast`, where mixing is allowed
+    and the result takes the promoted format) a mix is a TypeError, so that a bf16 model fed
+    fp32 data does not silently compute in fp32. ``None`` entries (no bias) are skipped.
+
+    >>> import fpsim
+    >>> check_same_format("matmul", fpsim.Tensor([1.0], "bf16"), fpsim.Tensor([1.0], "bf16"))
+    """
+    fmts = [t.fmt for t in tensors if t is not None]
+    if all(f == fmts[0] for f in fmts[1:]) or _AUTOCAST_HOOK.get() is not None:
+        return
+    names = " and ".join(f.name for f in fmts)
+    raise TypeError(
+        f"{op}: operands have different formats ({names}); as PyTorch, matmul / linear / "
+        f"conv2d do not mix formats: convert one with .to(fmt) (a module with "
+        f"module.to(fmt)), or compute under fpsim.amp.autocast, where mixing is allowed")

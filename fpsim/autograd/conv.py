@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import accumulate as _acc
-from .context import autocast_args, promote_formats, round_to, widen
+from .context import autocast_args, check_same_format, promote_formats, round_to, widen
 from .functional import _as_tensor, _model, _operand_dtype, squeeze, unsqueeze
 from .tensor import Tensor, make_result
 
@@ -151,6 +151,7 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: _I
                          f"{x.shape})")
     oh, ow = (hp - eh) // sh + 1, (wp - ew) // sw + 1
     parents = [x, w]
+    check_same_format("conv2d", x, w, None if bias is None else _as_tensor(bias))
     fmt = x.fmt if x.fmt is w.fmt else promote_formats(x.fmt, w.fmt)
     coutg, m_rows, kg = cout // groups, n * oh * ow, cg * kh * kw
     b64 = None

@@ -11,7 +11,11 @@ the saved tensors PyTorch's derivative formulas use (e.g. ``exp`` reuses its rou
 and rounds it once to that input's ``grad_fmt``. Ops mixing formats output the promoted format
 (:func:`fpsim.autograd.context.promote_formats`: the format containing the others, e.g. fp16 +
 fp32 -> fp32, fp16 + bf16 -> fp32). A Python scalar does not change the format (as PyTorch's
-wrapped numbers) and enters as float64.
+wrapped numbers) and enters as float64. matmul, linear and conv2d do not mix formats, as
+PyTorch's: operands (and a bias) of different formats are a TypeError, so a bf16 model given
+fp32 data (an fp32 Tensor, or a NumPy float64 array, which is fp64) does not silently compute
+in fp32; inside :class:`fpsim.amp.autocast` the policy casts them and any mix left promotes
+(:func:`fpsim.autograd.context.check_same_format`).
 
 =============================  ============  ==============================================
 op                             output        forward / backward computation
@@ -57,11 +61,12 @@ cross_entropy                  input         log_softmax then nll_loss: two ops,
                                              roundings, as PyTorch; label smoothing and
                                              probability targets add PyTorch's further ops
                                              (mul, sum, div, add), each rounded.
-matmul, linear, conv2d         promoted      the matmul accumulation model
+matmul, linear, conv2d         operands'     the matmul accumulation model
                                              (:mod:`fpsim.autograd.accumulate`, default
                                              "fp32"); both gradients use the model active at
                                              backward time. A bias joins the accumulator;
                                              its gradient is a float64 sum, one rounding.
+                                             Mixed formats: TypeError outside autocast.
 layer_norm, batch_norm         promoted      float64 (normalisation and affine fused), one
                                              rounding; running statistics updated in float64
                                              and rounded once to the buffers' format.
@@ -92,6 +97,7 @@ from .context import (
     Accumulation,
     as_accumulation,
     autocast_args,
+    check_same_format,
     contains,
     promote_formats,
     round_to,
@@ -449,6 +455,7 @@ def matmul(input: Tensor, other: Tensor, *, accumulation=None) -> Tensor:
     """
     input, other = autocast_args("matmul", input, other)
     a, b = _as_tensor(input), _as_tensor(other)
+    check_same_format("matmul", a, b)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"matmul: both arguments need at least 1 dimension, got shapes "
                          f"{a.shape} and {b.shape}")
@@ -505,6 +512,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *,
                          f"match (need input (..., {w.shape[-1] if w.ndim else '?'}) and weight "
                          "(out_features, in_features))")
     parents = [x, w]
+    check_same_format("linear", x, w, None if bias is None else _as_tensor(bias))
     fmt = x.fmt if x.fmt is w.fmt else promote_formats(x.fmt, w.fmt)
     b64 = None
     if bias is not None:
