@@ -549,6 +549,13 @@ def _refuse_nan(values: np.ndarray, fmt: Format) -> None:
             "in a format with NaN")
 
 
+def _via_float32(v: np.ndarray, store: np.dtype) -> np.ndarray:
+    """float64 values of a format stored in an ml_dtypes type, as float32 first: exact (every
+    such format's values are float32 values) and several times faster than ml_dtypes'
+    float64 conversion."""
+    return v.astype(np.float32) if store.kind == _ML_FLOAT_KINDS else v
+
+
 def _run(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want,
          store: np.dtype | None = None, pair_lo: np.ndarray | None = None):
     """Round float16/32/64 ``x64`` chunk by chunk: returns (float64 patterns, or values in
@@ -579,7 +586,7 @@ def _run(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bits, wan
         else:  # exact: the format's values are values of its storage dtype
             v = r.view(np.float64)
             _refuse_nan(v, fmt)
-            out[lo:hi] = v
+            out[lo:hi] = _via_float32(v, store)
         if want:
             fl[lo:hi] = f
     return out, fl
@@ -974,5 +981,5 @@ def cast(
     values = np.asarray(out[0] if flags else out)
     if values.dtype != store:  # the other paths (scalars, long double, wide ints, fp64)
         _refuse_nan(values, fmt)
-        values = values.astype(store)
+        values = _via_float32(values, store).astype(store)
     return (values, out[1]) if flags else values
