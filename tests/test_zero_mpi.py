@@ -173,6 +173,9 @@ def test_sim_fault_injection_names_the_rank(capsys):
     assert main(["zero", "--engine", "sim", "--ranks", "3", "--stage", "2", "--steps", "1",
                  "--batch", "6", "--fail-rank", "2"]) == 1
     assert "rank 2: injected fault" in capsys.readouterr().err
+    assert main(["zero", "--engine", "sim", "--ranks", "3", "--stage", "2", "--batch", "6",
+                 "--fail-rank", "2", "--fail-mode", "exit"]) == 2
+    assert "needs --engine mpi" in capsys.readouterr().err
 
 
 def test_missing_extra_is_named(monkeypatch, capsys):

@@ -138,6 +138,9 @@ def validate_args(args: argparse.Namespace) -> None:
     if args.fail_rank is not None and not 0 <= args.fail_rank < args.ranks:
         raise ValueError(f"--fail-rank must be a rank in [0, {args.ranks}), got "
                          f"{args.fail_rank}")
+    if args.fail_rank is not None and args.engine == "sim" and args.fail_mode != "raise":
+        raise ValueError(f"--fail-mode {args.fail_mode} needs --engine mpi (one process per "
+                         "rank); the simulation takes --fail-mode raise")
 
 
 def demo_model():
