@@ -5,6 +5,7 @@ the element-by-element reference loop."""
 from __future__ import annotations
 
 import tracemalloc
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -238,3 +239,30 @@ def test_chunked_equals_one_piece(monkeypatch, shape_a, shape_b, op):
         assert w.shape == p.shape
         assert _same(w, p).all()
     assert ctx.flags == fpsim.Flags(int(np.bitwise_or.reduce(whole[1], axis=None)))
+
+
+# -- round_pair's precondition ------------------------------------------------------------------
+
+@pytest.mark.parametrize("hi, lo", [(1.0, 1.0), (1.0, float("nan")), (1.0, float("inf")),
+                                    (1.0, 2.0**-52), (-3.0, -(2.0**-50))])
+def test_round_pair_refuses_invalid_pairs(hi, lo):
+    with pytest.raises(ValueError, match="round_pair needs"):
+        fpsim.round_pair(hi, lo, "fp16")
+    with pytest.raises(ValueError, match="round_pair needs"):
+        fpsim.round_pair(np.array([0.5, hi]), np.array([0.0, lo]), "bf16", "up")
+
+
+@pytest.mark.parametrize("mode", ["nearest_even", "nearest_away", "toward_zero", "up", "down",
+                                  "odd"])
+def test_round_pair_of_two_sum_pairs_against_exact_fractions(mode):
+    """Valid pairs (TwoSum of random float64 values) round like the exact sum does."""
+    rng = np.random.default_rng(17)
+    a = rng.standard_normal(300) * 2.0 ** rng.integers(-20, 20, 300)
+    b = rng.standard_normal(300) * 2.0 ** rng.integers(-80, 0, 300)
+    hi = a + b
+    bb = hi - a
+    lo = (a - (hi - bb)) + (b - bb)
+    got = fpsim.round_pair(hi, lo, "bf16", mode)
+    for h, low, g in zip(hi, lo, got, strict=True):
+        assert g == round_exact(Fraction(float(h)) + Fraction(float(low)), fpsim.BF16,
+                                mode)[0], (h, low, mode)
