@@ -583,3 +583,35 @@ def test_observer_qparams_match_torch_at_zero_point_ties(ties):
     assert ties_at.sum() > 300
     away = -np.trunc(r - np.float32(0.5))  # 0 - round_half_away(r)
     assert (away[ties_at] != ties["obs0/zero_point"][ties_at]).sum() > 100
+
+
+def test_fused_multiply_add_model_against_mpfr():
+    # the float32 fma that models FBGEMM's _mm256_fmadd_ps (quantize per tensor, 8-bit) and
+    # the contracted LSQ kernel: a * b + c rounded once, checked against exact fractions
+    # rounded by MPFR, on sums built to land on and next to float32 halfway points
+    from fpsim.quant.fake_quant import _fma_to_float32
+    rng = np.random.default_rng(15)
+    a = rng.standard_normal((30, 100)).astype(np.float32).T  # non-contiguous
+    b = rng.standard_normal((100, 1)).astype(np.float32)
+    near = np.asarray(a, np.float64) * b
+    c = (-near + rng.integers(-300, 300, near.shape) + 0.5 * rng.integers(0, 2, near.shape))
+    c = c.astype(np.float32)
+    # and sums a hair below a float32 halfway point above an odd float32 c: (1 + 2**-23) *
+    # (1 - 2**-23) = 1 - 2**-46, scaled to half an ulp of c; float64 rounds the sum onto the
+    # halfway point, float32 then rounds it up to even, the exact sum rounds down to c
+    e = rng.integers(6, 40, 100)
+    k = rng.integers(2**22, 2**23, 100) * 2 + 1  # odd significands
+    sign = rng.choice([-1.0, 1.0], 100)
+    c[:, 0] = (sign * k * 2.0 ** (e - 23.0)).astype(np.float32)  # exact: 24 bits
+    a[:, 0] = (sign * (1 + 2.0**-23) * 2.0 ** (e - 24.0)).astype(np.float32)
+    b[:, 0] = np.float32(1 - 2.0**-23)
+    near = np.asarray(a, np.float64) * b
+    got = _fma_to_float32(a, b, c)
+    assert got.shape == a.shape and got.dtype == np.float32
+    double = (near + c).astype(np.float32)  # float64 sum then float32: rounds twice
+    for ai, bi, ci, gi in zip(a.ravel(), np.broadcast_to(b, a.shape).ravel(), c.ravel(),
+                              got.ravel(), strict=True):
+        assert Fraction(float(gi)) == f32(Fraction(float(ai)) * Fraction(float(bi))
+                                          + Fraction(float(ci)))
+    assert (double != got).sum() >= 100  # the cases reach the double rounding
+    assert float(_fma_to_float32(np.float32(0.5), np.float32(3), np.asarray(0.25))) == 1.75

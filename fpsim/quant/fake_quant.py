@@ -263,23 +263,32 @@ def fake_quantize_ste_mask(x, scale, zero_point, quant_min: int, quant_max: int,
 
 # -- real quantization --------------------------------------------------------------------------
 
-def _fma_to_float32(x32: np.ndarray, inv: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """float32 ``fma(x, inv, z)``: ``x * inv + z`` rounded once, as ``_mm256_fmadd_ps``.
+def _fma_to_float32(a32: np.ndarray, b32: np.ndarray, c) -> np.ndarray:
+    """float32 ``fma(a, b, c)``: ``a * b + c`` rounded once, as ``_mm256_fmadd_ps``.
 
-    The float64 product of two float32 values is exact; the float64 sum is made
-    round-to-odd (its error by TwoSum, the result moved to the odd neighbour when inexact),
-    and a round-to-odd value with 53 >= 24 + 2 bits rounds to float32 exactly as the exact
-    sum would."""
-    p = x32.astype(np.float64) * inv.astype(np.float64)
-    zz = z.astype(np.float64)
+    The float64 product of two float32 values is exact, and so is the float64 sum unless
+    the addends' bits span more than 53 places. Rounding that sum to float32 can then round
+    twice only where it lands exactly halfway between two float32 values (the low 29 bits of
+    its significand ``1 << 28``); there the sum's error (TwoSum) says which way the exact
+    value lies. The sum of a nonzero integer ``c`` and a product that nearly cancels it is
+    exact, so float32 subnormal results need no care."""
+    p = a32.astype(np.float64) * np.asarray(b32, np.float64)
+    cc = np.asarray(c, np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        s = p + zz
-        bb = s - p
-        err = (p - (s - bb)) + (zz - bb)  # TwoSum: s + err == p + zz exactly
-        even = (s.view(np.int64) & 1) == 0
-        fix = (err != 0) & even & np.isfinite(s)
-        s = np.where(fix, np.nextafter(s, s + np.sign(err)), s)
-        return s.astype(np.float32)
+        s = np.asarray(p + cc, order="C")  # C order: the flat indices below address it
+        out = s.astype(np.float32)
+        mid = np.flatnonzero((s.view(np.int64) & 0x1FFFFFFF) == 0x10000000)
+        if mid.size:  # the float32 halfway cases: were they exact in float64?
+            pm = np.broadcast_to(p, s.shape).reshape(-1)[mid]
+            sm = s.reshape(-1)[mid]
+            cm = cc if cc.ndim == 0 else np.broadcast_to(cc, s.shape).reshape(-1)[mid]
+            bb = sm - pm
+            err = (pm - (sm - bb)) + (cm - bb)  # TwoSum: sm + err == pm + cm exactly
+            fix = np.flatnonzero(err)
+            if fix.size:
+                nudged = np.nextafter(sm[fix], sm[fix] + np.sign(err[fix]))
+                out.reshape(-1)[mid[fix]] = nudged.astype(np.float32)
+    return out if out.ndim else out[()]
 
 
 def quantize(x, scale, zero_point, quant_min: int | None = None, quant_max: int | None = None,
@@ -329,8 +338,11 @@ def quantize(x, scale, zero_point, quant_min: int | None = None, quant_max: int 
             # FBGEMM's scalar Quantize<T, LEGACY=true> (qint32) and ATen's quantize_val
             # (per channel): float product, float add of the int32 zero point
             qf = arr * inv + z.astype(np.float32)
-        # nearbyint, then clamp<double, T>
-        q = np.clip(np.rint(qf).astype(np.float64), qmin, qmax)
+        q = np.rint(qf)  # nearbyint
+        if fmt.bits <= 16:  # the bounds are exact in float32: clamp there (no NaN here)
+            return np.minimum(np.maximum(q, np.float32(qmin)), np.float32(qmax)).astype(
+                fmt.dtype)
+        q = np.minimum(np.maximum(q.astype(np.float64), float(qmin)), float(qmax))  # clamp<double>
     return q.astype(fmt.dtype)
 
 
