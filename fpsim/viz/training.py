@@ -295,7 +295,11 @@ def gradient_exponent_histogram(hist: Any, fmt: str = "fp16", *,
                       label=f"{name} subnormal (fewer bits)"),
                 Patch(color=style.ROLE_COLORS["overflow"], alpha=0.45,
                       label=f"overflow in {name}")]
-    ax.legend(handles=handles, loc="upper left", fontsize=8)
+    if shift:  # the arrow needs the top of the axes: the legend goes below
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2,
+                  fontsize=8)
+    else:
+        ax.legend(handles=handles, loc="upper left", fontsize=8)
     ax.set_title(title if title is not None else f"Gradient exponents against the {name} range")
     if shift and hists and hists[0].counts.any():
         h0 = hists[0]
@@ -303,8 +307,8 @@ def gradient_exponent_histogram(hist: Any, fmt: str = "fp16", *,
         y = 1.15 * top
         ax.annotate("", xy=(x0 + shift, y), xytext=(x0, y),
                     arrowprops={"arrowstyle": "->", "lw": 1.5, "color": "0.2"})
-        ax.text(x0 + shift / 2, y * 1.03, f"loss scaling: x 2^{shift:g}", ha="center",
-                va="bottom", fontsize=9)
+        ax.text(x0 + shift / 2, y * 1.03, f"loss scaling: x {style.pow2_label(int(shift))}",
+                ha="center", va="bottom", fontsize=9)
     if caption and ax.figure is fig:
         add_caption(fig, caption)
     return fig
