@@ -162,6 +162,9 @@ def test_flag_context_sees_autograd_ops():
         _ = Tensor([0.0], "bf16") / Tensor([0.0], "bf16")
         _ = Tensor([1.0], "bf16") / Tensor([-0.0], "bf16")
     assert ctx.flags == fpsim.Flags.INVALID | fpsim.Flags.DIVBYZERO
+    with fpsim.flag_context() as ctx:  # fp64: float64's own operations, no flags, no error
+        assert (Tensor([1.0], "fp64") / 3).item() == 1 / 3
+    assert ctx.flags == fpsim.Flags.NONE
 
 
 def test_tensor_and_seed_errors():
