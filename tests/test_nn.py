@@ -235,12 +235,12 @@ def test_small_cnn_learns_bars():
 
 
 @pytest.mark.parametrize("make, exc, msg", [
-    (lambda: nn.Linear(0, 3), ValueError, r"Linear: in_features must be a positive int \(>= 1\)"
+    (lambda: nn.Linear(0, 3), ValueError, r"Linear: in_features must be a positive integer \(>= 1\)"
                                           ", got 0"),
     (lambda: nn.Linear(3, 0), ValueError, "Linear: out_features must be a positive int"),
     (lambda: nn.Linear(-2, 3), ValueError, "Linear: in_features must be a positive int"),
-    (lambda: nn.Linear(2.5, 3), TypeError, "Linear: in_features must be a positive int, got "
-                                           "float 2.5"),
+    (lambda: nn.Linear(2.5, 3), TypeError, "Linear: in_features must be a positive integer, "
+                                           "got float 2.5"),
     (lambda: nn.Linear(3, "4"), TypeError, "Linear: out_features must be a positive int"),
     (lambda: nn.Linear(True, 3), TypeError, "Linear: in_features must be a positive int"),
     (lambda: nn.Conv2d(0, 4, 3), ValueError, "Conv2d: in_channels must be a positive int"),

@@ -25,10 +25,10 @@ __all__ = ["Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "LayerNorm", "BatchNorm
 def _size(value, name: str, op: str) -> int:
     """A layer size: an int >= 1 (TypeError for other types, ValueError below 1)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{op}: {name} must be a positive int, got {type(value).__name__} "
-                        f"{value!r}")
+        raise TypeError(f"{op}: {name} must be a positive integer, got "
+                        f"{type(value).__name__} {value!r}")
     if value < 1:
-        raise ValueError(f"{op}: {name} must be a positive int (>= 1), got {value!r}")
+        raise ValueError(f"{op}: {name} must be a positive integer (>= 1), got {value!r}")
     return int(value)
 
 
