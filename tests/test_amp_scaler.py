@@ -569,3 +569,23 @@ def test_grad_scaler_argument_errors(kwargs, exc, msg):
 def test_dynamic_loss_scaler_argument_errors(kwargs, exc, msg):
     with pytest.raises(exc, match=msg):
         DynamicLossScaler(**kwargs)
+
+
+def test_static_and_apex_scaler_argument_errors():
+    with pytest.raises(TypeError, match="scale must be a real number"):
+        StaticLossScaler("128")
+    with pytest.raises(ValueError, match="scale must be positive and finite"):
+        StaticLossScaler(0.0)
+    with pytest.raises(TypeError, match="skip_on_overflow must be a bool"):
+        StaticLossScaler(128.0, skip_on_overflow="no")
+    with pytest.raises(ValueError, match="loss_scale must be 'dynamic' or a positive number"):
+        ApexLossScaler(loss_scale="auto")
+    with pytest.raises(ValueError, match="loss_scale must be positive and finite"):
+        ApexLossScaler(loss_scale=-1.0)
+    with pytest.raises(TypeError, match="min_loss_scale must be a real number"):
+        ApexLossScaler(min_loss_scale="1")
+    with pytest.raises(ValueError, match="min_loss_scale must be positive and finite"):
+        ApexLossScaler(min_loss_scale=0.0)
+    with pytest.raises(ValueError, match=r"scale_window must be a positive int \(>= 1\)"):
+        ApexLossScaler(scale_window=0)
+    assert ApexLossScaler(loss_scale="128.0").loss_scale() == 128.0  # as Apex

@@ -492,7 +492,7 @@ class StaticLossScaler(_ScalerBase):
     def __init__(self, scale: float, skip_on_overflow: bool = True, enabled: bool = True) -> None:
         super().__init__(enabled)
         self._static = _positive("scale", scale)
-        self.skip_on_overflow = bool(skip_on_overflow)
+        self.skip_on_overflow = _flag("skip_on_overflow", skip_on_overflow)
 
     def _scale_factor(self) -> float:
         return self._static
@@ -558,7 +558,8 @@ class ApexLossScaler(_ScalerBase):
                 ) from None
         self.dynamic = loss_scale == "dynamic"
         self._max_loss_scale = _positive("max_loss_scale", max_loss_scale)
-        self._min_loss_scale = None if min_loss_scale is None else float(min_loss_scale)
+        self._min_loss_scale = (None if min_loss_scale is None
+                                else _positive("min_loss_scale", min_loss_scale))
         if self.dynamic:
             self._loss_scale = min(self._max_loss_scale, _positive("init_scale", init_scale))
         else:
