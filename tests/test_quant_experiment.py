@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from fpsim.datasets import load_digits
 from fpsim.quant import experiment as ex
 
 
@@ -35,6 +36,8 @@ def test_tables_are_well_formed(quick):
                        f"W{b}A{b} LSQ", "NF4 + LoRA", "FP8 (E4M3 fwd / E5M2 bwd)"}
     text = ex.format_result(quick)
     assert "test accuracy" in text and "QLoRA in miniature" in text
+    s = load_digits()  # the header counts the data it ran on
+    assert f"({len(s.x_train):,} train / {len(s.x_test):,} test images)" in text
     d = quick.to_dict()
     assert json.loads(json.dumps(d))["table"][0]["method"] == "FP32"
 
