@@ -306,7 +306,7 @@ for kk in range(3, 10):
 
 # %%
 steps, n_w = 1000, 256
-u = np.full(n_w, 1e-3)                              # a constant update, a quarter of the ulp
+u = np.full(n_w, 1e-3)                              # a constant update, about 1/8 of the ulp
 w_rne = np.ones(n_w)
 w_kahan, comp = np.ones(n_w), np.zeros(n_w)
 w_sr = np.ones(n_w)
@@ -405,9 +405,10 @@ print(f"accumulated in fp32, rounded to fp16 once: differs in {np.mean(wide != e
 
 # %% [markdown]
 # Two runs that differ only in how the ranks are wired give different gradients, and every
-# order is further from the exact sum than one rounding. The fix used by NCCL-based trainers:
-# reduce in fp32 (or bf16 → fp32) and round once, or make the order fixed (a deterministic
-# tree) when bitwise reproducibility matters.
+# order is further from the exact sum than one rounding. The usual fixes: communicate and sum
+# the gradients in fp32 and round once (e.g. PyTorch FSDP's `MixedPrecision(reduce_dtype=
+# torch.float32)`), and fix the order (a deterministic tree) when bitwise reproducibility
+# matters.
 #
 # ### Exercise 6
 #
