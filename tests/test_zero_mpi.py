@@ -45,6 +45,11 @@ def _args(ranks: int, stage: int, offload: bool, steps: int = STEPS, batch: int 
 def _mpiexec() -> str | None:
     if importlib.util.find_spec("mpi4py") is None:
         return None
+    try:  # mpi4py finds an MPI library (loaded in a child: this process stays MPI-free)
+        subprocess.run([sys.executable, "-c", "from mpi4py import MPI"], check=True,
+                       timeout=120, capture_output=True, stdin=subprocess.DEVNULL)
+    except (subprocess.SubprocessError, OSError):
+        return None
     try:
         return zcli.find_mpiexec()
     except RuntimeError:
@@ -186,6 +191,11 @@ def test_missing_extra_is_named(monkeypatch, capsys):
     assert main(["zero", "--engine", "mpi", "--ranks", "2", "--stage", "1"]) == 1
     err = capsys.readouterr().err
     assert "mpi4py" in err and "fpsim[mpi]" in err
+    from fpsim.distributed import mpi
+
+    monkeypatch.setitem(sys.modules, "mpi4py.MPI", None)  # "import" fails as without mpi4py
+    with pytest.raises(mpi.MissingMPIError, match=r"fpsim\[mpi\]"):
+        mpi.import_mpi()
     monkeypatch.setattr(importlib.util, "find_spec", real)
     if real("mpi4py") is not None:
         assert main(["zero", "--engine", "mpi", "--ranks", "2", "--stage", "1", "--mpiexec",

@@ -60,9 +60,9 @@ def import_mpi():
     """``mpi4py.MPI`` (initialising MPI), or :class:`MissingMPIError` naming the extra."""
     try:
         from mpi4py import MPI
-    except ImportError as exc:
-        raise MissingMPIError(f"the MPI engine needs mpi4py, which is not importable ({exc}); "
-                              + MPI_EXTRA_HINT) from None
+    except (ImportError, RuntimeError, OSError) as exc:  # no mpi4py, or no MPI library
+        raise MissingMPIError(f"the MPI engine needs mpi4py and an MPI library, which do not "
+                              f"load ({exc}); " + MPI_EXTRA_HINT) from None
     return MPI
 
 
