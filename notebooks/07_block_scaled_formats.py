@@ -400,3 +400,6 @@ print("predicted limit", 448 * 2**6)
 for k in range(12, 18):
     v = np.array([1 / 16, 2.0**k], np.float32)
     print(f"outlier 2**{k} = {2**k:6d}: 1/16 -> {fp8_per_tensor(v)[0]:.5f}")
+for big in (28671.0, 28672.0):  # just below the limit, and at it (a tie: rounds to 0)
+    v = np.array([1 / 16, big], np.float32)
+    print(f"outlier {big:g}: 1/16 -> {fp8_per_tensor(v)[0]:.5f}")
