@@ -281,3 +281,13 @@ def test_int8_linear_zero_point_errors():
                     out_scale=0.0)
     # integral floats are integers
     assert int8_linear(x, w, x_zp=1.0, w_zp=0, out_zp=0, **args).tolist() == [[0, 0]]
+
+
+def test_quantize_multiplier_argument_errors():
+    with pytest.raises(ValueError, match="real_multiplier must be finite"):
+        quantize_multiplier(float("nan"))
+    with pytest.raises(ValueError, match="real_multiplier must be finite"):
+        quantize_multiplier([1.0, float("inf")])
+    with pytest.raises(TypeError, match="real_multiplier must be a real number"):
+        quantize_multiplier(None)
+    assert [int(v) for v in quantize_multiplier(0.0)] == [0, 0]
