@@ -6,8 +6,8 @@ The contract (checks outside this repository use it)::
 
     fpsim zero --engine {mpi,sim} --ranks N --stage S --steps K [--offload] --json
 
-runs K steps of the demo model (:class:`fpsim.training.MLP` with the demo's widths and seed,
-from :class:`fpsim.training.TrainConfig`; mixed-precision Adam, fp16 parameters) on the digits,
+runs K steps of the demo model (:class:`fpsim.training.MLP` as ``fpsim demo`` builds it, from
+:func:`fpsim.training.experiment.demo_config`; mixed-precision Adam, fp16 parameters) on the digits,
 global batch ``--batch`` split evenly across the ranks (step k takes the next ``--batch``
 training samples, wrapping around), and prints as its last line one JSON object with at least
 ``engine``, ``ranks``, ``stage``, ``pids`` (each rank's OS process id), ``params_sha256``
@@ -144,17 +144,19 @@ def validate_args(args: argparse.Namespace) -> None:
 
 
 def demo_model():
-    """The demo's model, as the demo builds it: :class:`fpsim.training.MLP` with
-    :class:`fpsim.training.TrainConfig`'s widths and seed.
+    """The demo's model, as ``fpsim demo`` builds it: :class:`fpsim.training.MLP` with the
+    widths, seed and initialisation of :func:`fpsim.training.experiment.demo_config`.
 
     >>> from fpsim.nn import Module
     >>> isinstance(demo_model(), Module)
     True
     """
-    from ..training import MLP, TrainConfig
+    from ..training import MLP
+    from ..training.experiment import demo_config
 
-    cfg = TrainConfig()
-    return MLP(cfg.sizes, rng=cfg.seed)
+    cfg = demo_config()
+    return MLP(cfg.sizes, rng=cfg.seed, init_scale=cfg.init_scale,
+               out_init_scale=cfg.out_init_scale)
 
 
 def _inject(args: argparse.Namespace, local_ranks, step: int) -> None:
