@@ -262,3 +262,24 @@ def test_check_hardware_cli_messages(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()[:2]
     assert lines[0].index("K=") == lines[1].index("K=")
     assert lines[0].index("rows match") == lines[1].index("rows match")
+
+
+# -- the exceptional cases of the published model_validation/ExceptionalCasesTest.m ----------
+
+@pytest.mark.parametrize("gpu", ["A100", "H100", "B200", "MI300X"])
+def test_published_exceptional_cases(gpu):
+    big = 2.0**127
+    # 1: c = 2**127 plus a product of 2**127: +inf, even where the output rounds toward zero
+    for fin in ("bf16", "tf32"):
+        assert float(tc.dot([big], [1.0], big, gpu=gpu, input_format=fin)) == math.inf
+        assert float(tc.dot([-big], [1.0], -big, gpu=gpu, input_format=fin)) == -math.inf
+    # 2: +inf x -inf = -inf; 3: -inf + inf = NaN
+    assert float(tc.dot([np.inf], [-np.inf], 0.0, gpu=gpu, input_format="bf16")) == -math.inf
+    assert math.isnan(float(tc.dot([-np.inf, np.inf], [1.0, 1.0], 0.0, gpu=gpu,
+                                   input_format="bf16")))
+    if gpu.startswith("MI"):
+        return  # the AMD models have no fp16 output
+    # 4, 5: two products of 65504 overflow the fp16 output: +-inf
+    for s in (1.0, -1.0):
+        d = tc.dot([65504.0, 65504.0], [s, s], 0.0, gpu=gpu, output_format="fp16")
+        assert float(d) == s * math.inf

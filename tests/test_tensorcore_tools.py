@@ -73,6 +73,25 @@ def test_b200_fp8_extra_bits_cases_separate_the_variants(record):
     assert (published != variant).any()
 
 
+def test_b200_fp8_probes_separate_the_candidate_rules(record):
+    """The candidates that all fit the 6,000 measured B200 fp8 rows differ on the probes:
+    wide_products separates the product window's width from an exact sum (e5m2 up to 38
+    bits), c_late a joined c from a late one."""
+    cands = {"variant": "B200-fp8-variant", "exact": "B200-fp8-exact",
+             "joined20": tc.BlockFMA(32, 20, "rne", -133),
+             "late7": tc.BlockFMA(32, 7, "rne", -133, c_addition="late")}
+    out = {}
+    for group in ("wide_products", "c_late"):
+        a, b, c = record.make_cases(group, "fp8_e5m2", "fp32", 160)
+        assert np.isfinite(a).all() and np.isfinite(b).all() and np.isfinite(c).all()
+        out[group] = {n: tc.dot(a, b, c, gpu=u, input_format="fp8_e5m2")
+                      for n, u in cands.items()}
+    w, cl = out["wide_products"], out["c_late"]
+    assert (w["variant"] != w["exact"]).any() and (w["joined20"] != w["exact"]).any()
+    assert (w["variant"] != w["joined20"]).any()
+    assert (cl["variant"] != cl["late7"]).any()
+
+
 def test_record_arguments(record, tmp_path):
     with pytest.raises(SystemExit):
         record.main(["--dry-run", "--out", str(tmp_path)])  # no --model

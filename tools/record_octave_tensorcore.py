@@ -30,9 +30,10 @@ CPFloat rounds bfloat16 subnormals away unless told otherwise (its bfloat16 defa
 would flush subnormal bf16 inputs before the models see them, although the models describe
 units that keep them (``in_subnormals = 1``). Octave's ``bitshift`` wraps a shift count of
 the integer's width or more (uint64 >> 66 is >> 2), where MATLAB gives 0: a third shim
-``bitshift.m`` calls the builtin and zeroes those elements. Compile the MEX as ``cpfloat_mex`` and put a
-``cpfloat.m`` wrapper in the --cpfloat folder that sets ``subnormal = 1`` for bfloat16 when the
-caller did not choose (the inputs are exact bf16 values, so nothing else changes)::
+``bitshift.m`` calls the builtin and zeroes those elements. Compile the MEX as
+``cpfloat_mex`` and put a ``cpfloat.m`` wrapper in the --cpfloat folder that sets
+``subnormal = 1`` for bfloat16 when the caller did not choose (the inputs are exact bf16
+values, so nothing else changes)::
 
     python tools/record_octave_tensorcore.py --models /tmp/oct16/models \\
         --cpfloat /tmp/oct16/cpfw --shims /tmp/oct16/shims --rows 300 \\

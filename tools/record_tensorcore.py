@@ -253,6 +253,36 @@ def c_late(rng, fin, fout, rows, k) -> Case:
     return a, b, _c(c)
 
 
+def wide_products(rng, fin, fout, rows, k) -> Case:
+    """How wide is the products' accumulator? A largest product P = 2**top (as large as the
+    inputs allow, at most 2**30), a product half an fp32 ulp below it (a tie), and one tiny
+    product 2**(top - 24 - j), j = 1, 2, ... as far as the format reaches; c = 0 (or -P with
+    the tie and the tiny term left, rows of the second half). The tiny product breaks the tie
+    upward only while it survives: a joined alignment with F = 23 + extra fraction bits drops
+    it once 24 + j > F; an exact (Kulisch) product sum never does. The B200 fp8 rows fit both
+    (docs/tensorcore-model.md); this group separates them."""
+    fmt = _fmt(fin)
+    a = np.zeros((rows, k))
+    b = np.zeros((rows, k))
+    c = np.zeros(rows)
+    half = min(fmt.emax, 15)
+    top = 2 * half
+    low = 2 * (fmt.emin - fmt.mantissa_bits)  # the smallest product's exponent
+    jmax = max(1, top - 24 - low)
+    for r in range(rows):
+        j = r % jmax + 1
+        sign = -1.0 if (r // jmax) % 2 else 1.0
+        a[r, 0], b[r, 0] = sign * 2.0**half, 2.0**half
+        te = top - 24
+        a[r, 1], b[r, 1] = sign * 2.0 ** (te // 2), 2.0 ** (te - te // 2)
+        e = te - j
+        ea = max(fmt.emin - fmt.mantissa_bits, e - half)
+        a[r, 2], b[r, 2] = sign * 2.0**ea, 2.0 ** (e - ea)
+        if (r // (2 * jmax)) % 2:
+            c[r] = -sign * 2.0**top * 0.75  # the result stays near the top
+    return _inputs(a, fin), _inputs(b, fin), _c(c)
+
+
 def exceptional(rng, fin, fout, rows, k) -> Case:
     """The exceptional cases of the published model_validation/ExceptionalCasesTest.m, for
     every pair: c near FLT_MAX (2**127) plus a product of the same size (+inf, or the
@@ -318,6 +348,7 @@ GROUPS: dict[str, tuple[Callable, int]] = {  # name -> (generator, GPU calls alo
     "extra_bits": (extra_bits, 1),
     "multiblock": (multiblock, 8),
     "c_late": (c_late, 1),
+    "wide_products": (wide_products, 1),
     "exceptional": (exceptional, 1),
 }
 

@@ -407,6 +407,14 @@ _B200_FP8_PUBLISHED_RN = {
                           name=f"B200 published RN {f}->fp32")
     for f in ("fp8_e4m3", "fp8_e5m2")}
 
+#: A candidate for the B200 fp8 rule (docs/tensorcore-model.md): the 32 products and c summed
+#: exactly, one rounding to nearest even. It fits the same 6000 measured rows as the variant;
+#: tools/record_tensorcore.py's wide_products and c_late groups separate the two on a B200.
+_B200_FP8_EXACT = {
+    (f, "fp32"): BlockFMA(32, 0, Rounding.NEAREST_EVEN, summation="exact",
+                          name=f"B200 exact candidate {f}->fp32")
+    for f in ("fp8_e4m3", "fp8_e5m2")}
+
 # AMD CDNA matrix cores, from the published models (Khattak & Mikaitis, upstream models/
 # MI100MC.m, MI210MC.m, MI300MC.m): fp32 output only, round to nearest even. Upstream has no
 # measured AMD rows: these are the published models, checked against them run in Octave.
@@ -461,6 +469,9 @@ _UNIQUE: tuple[GpuModel, ...] = (
              notes="B200 with fp8 fitted to the measured rows: block 32, RNE, 7 extra bits"),
     GpuModel("B200-fp8-published-rn", "Blackwell", {**_BLACKWELL, **_B200_FP8_PUBLISHED_RN},
              notes="the upstream B200TCRN.m fp8 parameters (block 32, 2 extra bits, RNE)"),
+    GpuModel("B200-fp8-exact", "Blackwell", {**_BLACKWELL, **_B200_FP8_EXACT},
+             notes="candidate B200 fp8 rule: exact block-32 sum with c, RNE (fits every "
+                   "measured row, as the variant does)"),
     GpuModel("RTXPRO6000", "Blackwell (RTX)", _BLACKWELL, ("rtxpro6000blackwell",),
              notes=_RTX_NOTE),
     GpuModel("MI100", "CDNA 1", _CDNA1, ("cdna1",), notes=_AMD_NOTE),

@@ -494,7 +494,8 @@ def run_cli(args: argparse.Namespace) -> int:
                 raise ValueError(
                     f"{Path(f).name}: B200 fp8 has no default model (the published parameters "
                     f"miss measured rows); name one: --gpu B200-fp8-variant (fits every "
-                    f"measured row), --gpu B200-fp8-published or --gpu B200-fp8-published-rn")
+                    f"measured row; so does --gpu B200-fp8-exact), --gpu B200-fp8-published or "
+                    f"--gpu B200-fp8-published-rn")
     report = check_hardware(args.files, gpu, input_format=args.input_format,
                             output_format=args.output_format, show=args.show)
     print(report)
