@@ -31,6 +31,7 @@ import numpy as np
 from . import flags as _flags
 from .flags import Flags
 from .formats import (
+    BF16,
     Format,
     NaNEncoding,
     get_float_format,
@@ -753,6 +754,36 @@ def round(  # noqa: A001 - the natural name, as numpy.round
                        flags, None)
 
 
+_BF16_DROP = np.uint32(16)  # float32 and bfloat16 share sign and exponent: 16 bits go
+_BF16_HALF_MINUS_ONE = np.uint32(0x7FFF)
+_BF16_KEEP = np.uint32(0xFFFF0000)
+
+
+def _bf16_nearest_even(x: np.ndarray, store: np.dtype | None) -> np.ndarray:
+    """The default path, float32 -> bf16 with nearest even, subnormals kept, overflow to inf,
+    no flags, at native speed. It equals the general kernel because bf16 has float32's
+    exponent field: rounding is dropping float32's low 16 bits, with the carry of
+    ``bits + 0x7FFF + lsb`` going into the exponent exactly as the general kernel's increment
+    does (subnormals are float32 subnormals, the largest finite rounds up to inf at
+    0x7F7F8000 and above). ``cast`` returns ml_dtypes' own cast, which is that same rule (NaN
+    becomes its canonical quiet NaN, as the general path stores it); ``round`` returns
+    float64 values, with a NaN input's payload kept and quieted as the general kernel does.
+    tests/test_native_round.py checks both against the kernel on every bf16 boundary."""
+    if store is not None:
+        with np.errstate(invalid="ignore"):  # a NaN is stored as NaN: nothing to warn of
+            return x.astype(store)  # ml_dtypes' float32 -> bfloat16 cast: exact nearest even
+    b = x.view(np.uint32)
+    r = (b >> _BF16_DROP) & np.uint32(1)
+    r += _BF16_HALF_MINUS_ONE
+    r += b
+    r &= _BF16_KEEP
+    nan = np.isnan(x)
+    if nan.any():  # the carry would corrupt a NaN payload: keep it whole
+        r[nan] = b[nan]
+    with np.errstate(invalid="ignore"):
+        return r.view(np.float32).astype(np.float64)  # quiets signalling NaNs, as the kernel
+
+
 def _round_impl(x, fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
                 store):
     """:func:`round`; with a ``store`` dtype, the common path writes its values straight
@@ -760,6 +791,10 @@ def _round_impl(x, fmt, rounding, overflow, subnormals, tininess, rng, random_bi
     fmt, mode, ovf, flush, daz, tin, random_bits = _prepare(
         fmt, rounding, overflow, subnormals, tininess, random_bits)
     want = bool(flags) or _flags.flags_active()
+    if (isinstance(x, np.ndarray) and x.dtype == np.float32 and x.ndim > 0 and fmt == BF16
+            and mode is Rounding.NEAREST_EVEN and ovf is Overflow.INF and not flush
+            and not daz and not want):
+        return _bf16_nearest_even(x, store)
     if isinstance(x, np.ndarray) and x.dtype in (np.float32, np.float16):
         hi, lo, scalar = x, None, x.ndim == 0  # widened to float64 chunk by chunk in _run
     elif isinstance(x, (Fraction, Decimal)) or (
