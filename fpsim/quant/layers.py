@@ -2,7 +2,8 @@
 (QLoRA's base layer) and FP8 training with delayed scaling.
 
 - :class:`Int8Linear` / :class:`Int8Conv2d`: inference only. The input is quantized with its
-  calibrated ``(scale, zero_point)`` (ATen's ``quantize_val``), multiplied as integers with
+  calibrated ``(scale, zero_point)`` as ``torch.quantize_per_tensor`` does (FBGEMM: the zero
+  point added before one float32 rounding; :func:`fpsim.quant.quantize`), multiplied as integers with
   the int8 weights into an exact int32 accumulator (IMMA / DP4A semantics: int8 x int8
   products, int32 sums, an overflow is an error), the int32 bias added, and the accumulator
   requantized to the output's 8-bit grid by TensorFlow Lite's fixed-point multiplier
