@@ -151,10 +151,15 @@ def test_cli_contract_launches_mpiexec(capsys):
 
 @needs_mpi
 def test_a_rank_that_raises_is_named_and_the_job_ends():
-    proc = _run([sys.executable, "-m", "fpsim.cli", "zero", "--engine", "mpi", "--ranks", "2",
-                 "--stage", "2", "--steps", "2", "--batch", "8", "--json", "--fail-rank", "1",
-                 "--fail-step", "2", "--timeout", "60"], timeout=120)
-    assert proc.returncode == 1
+    # started by the user's own mpiexec: the command sees its launcher and runs as a rank
+    proc = _run([MPIEXEC, "-n", "2", sys.executable, "-m", "fpsim.cli", "zero", "--engine",
+                 "mpi", "--ranks", "2", "--stage", "2", "--steps", "2", "--batch", "8",
+                 "--json", "--fail-rank", "1", "--fail-step", "2", "--timeout", "60"],
+                timeout=120)
+    assert proc.returncode != 0
+    assert "MPI_Abort" in proc.stderr or "Abort" in proc.stderr
+    assert "the MPI job failed" not in proc.stderr  # no nested launch: the ranks ran directly
+    assert proc.stderr.count("rank 1 of 2") == 1
     assert "rank 1 of 2" in proc.stderr and "failed at step 2" in proc.stderr
     assert "RuntimeError" in proc.stderr and "injected fault" in proc.stderr
     assert "{" not in proc.stdout  # no result
