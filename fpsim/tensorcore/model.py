@@ -57,6 +57,7 @@ __all__ = ["matmul", "dot", "convert_input", "CHUNK_ELEMENTS"]
 CHUNK_ELEMENTS = 1 << 17
 _ZERO_EXP = -20000  # exponent of a zero term: below every real one, and 2x fits int32
 _NO_FLOOR = -600  # "no mel": below every real term exponent (>= -2 * 126 - 2 * 23)
+_LIVE_EXP = -5000  # biased exponents below this belong to zero terms (_ZERO_EXP and below)
 _TF32_DROP = np.uint32((1 << (FP32.mantissa_bits - TF32.mantissa_bits)) - 1)
 _U = np.uint64
 
@@ -237,15 +238,19 @@ def _pow2(e: np.ndarray) -> np.ndarray:
 def _aligned_sum(P, E, floor: int, F: int, sticky: bool):
     """Multi-operand alignment of the terms P (exact, biased exponents E) over axis 0:
     (exact integer sum, its biased exponent maxE, fraction bits, any non-zero term)."""
-    live = P != 0
-    mx = np.where(live, E, -(1 << 20)).max(axis=0)
+    # A zero term's exponent is far below every real one (_ZERO_EXP from _split, or set so
+    # by the caller), so the maximum needs no mask; P is a temporary and is scaled in place.
+    mx = E.max(axis=0)
+    live = mx > _LIVE_EXP
     mx = np.maximum(mx, floor + 1023)
     scale = _pow2(F - (mx - 1023))
-    t = P * scale
-    tt = np.trunc(t)
+    t = np.multiply(P, scale, out=P)
     if sticky:  # one bit below each term's last, set when bits were shifted out
+        tt = np.trunc(t)
         tt = 2 * tt + np.sign(t) * (t != tt)
-    return tt.sum(axis=0) + 0.0, mx, F + int(sticky), live.any(axis=0)
+    else:
+        tt = np.trunc(t, out=t)
+    return tt.sum(axis=0) + 0.0, mx, F + int(sticky), live
 
 
 def _two_operand(x, ex, y, ey, extra: int, mode: Rounding, far: int | None):
@@ -325,6 +330,33 @@ def _exact_round(terms: np.ndarray, rfmt: Format, mode: Rounding,
     return r
 
 
+def _exact_sum(T: np.ndarray, rfmt: Format, mode: Rounding, overflow: str,
+               prod_bits: int) -> np.ndarray:
+    """The exact sum of the terms T over axis 0, rounded once. Where every term is a multiple
+    of 2**q and below 2**top with top - q + log2(terms) <= 53, the float64 sum is exact (any
+    order) and is rounded directly; only the other elements take the expansion path."""
+    # A term t has at most w significant bits (c: the result format's, a product: twice an
+    # input's), so its lowest bit is at least |t| 2**-w; the float64 sum is exact when every
+    # partial sum, below n * 2 max|t|, fits 53 bits above the smallest such bit (margin 2).
+    absT = np.abs(T)
+    hi = absT.max(axis=0)
+    q = np.min(absT[1:], axis=0, where=absT[1:] > 0, initial=np.inf) * 2.0**-prod_bits
+    q = np.minimum(q, np.where(absT[0] > 0, absT[0], np.inf) * 2.0**-(rfmt.mantissa_bits + 1))
+    fast = 4.0 * T.shape[0] * hi <= 2.0**53 * q
+    out = np.empty(T.shape[1:])
+    if fast.any():
+        s = T.sum(axis=0) + 0.0
+        r = np.asarray(fp_round(s, rfmt, mode), dtype=np.float64)
+        if overflow == "inf":
+            big = np.abs(s) >= _out_params(rfmt).ovf_value
+            r = np.where(big, np.copysign(np.inf, s), r)
+        out[...] = r
+    if not fast.all():
+        slow = ~fast
+        out[slow] = _exact_round(T[:, slow], rfmt, mode, overflow)
+    return out
+
+
 def _pairwise(P: np.ndarray, c: np.ndarray, rfmt: Format, flush: bool) -> np.ndarray:
     """Products rounded to rfmt, added in a binary tree, every addition rounded to nearest
     even in rfmt (and flushed), then c."""
@@ -357,7 +389,7 @@ def _pairwise(P: np.ndarray, c: np.ndarray, rfmt: Format, flush: bool) -> np.nda
     return np.asarray(d, dtype=np.float64)
 
 
-def _block_general(P, E, c, unit: BlockFMA, rfmt: Format, n: int):
+def _block_general(P, E, c, unit: BlockFMA, rfmt: Format, n: int, prod_bits: int = 48):
     """One generic block FMA over axis 0 of P (exact products, biased exponents E):
     (result, trace fields). c is finite or an infinity carried from an overflowed block."""
     F = unit.fraction_bits
@@ -380,7 +412,7 @@ def _block_general(P, E, c, unit: BlockFMA, rfmt: Format, n: int):
             lim = (pos | neg, np.where(pos & neg, np.nan, np.where(pos, np.inf, -np.inf)))
     info: dict = {}
     if unit.summation == "exact":
-        d = _exact_round(np.concatenate([cf[None], P]), rfmt, mode, overflow)
+        d = _exact_sum(np.concatenate([cf[None], P]), rfmt, mode, overflow, prod_bits)
     elif unit.summation == "pairwise":
         if P.shape[0] < n:  # the last block is padded with zero products, as the unit does
             P = np.concatenate([P, np.zeros((n - P.shape[0], *P.shape[1:]))])
@@ -388,6 +420,7 @@ def _block_general(P, E, c, unit: BlockFMA, rfmt: Format, n: int):
     elif unit.c_addition == "joined":
         cb = np.ascontiguousarray(cf).view(_U)
         ce = np.maximum(((cb >> _U(52)) & _U(0x7FF)).astype(np.int32), 1023 + C_MIN_EXPONENT)
+        ce = np.where(cf == 0, _ZERO_EXP, ce)  # a zero c takes no part
         s, mx, Fe, _ = _aligned_sum(np.concatenate([cf[None], P]),
                                     np.concatenate([ce[None], E]), floor, F, unit.sticky_bit)
         v = s * _pow2(mx - 1023 - Fe)
@@ -426,18 +459,19 @@ def _block_general(P, E, c, unit: BlockFMA, rfmt: Format, n: int):
 
 
 def _chain_general(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple,
-                   trace: list | None = None) -> np.ndarray:
+                   trace: list | None = None, *, fi: Format = FP32) -> np.ndarray:
     """Chained generic block FMAs (see :func:`_block_general`), blocks in ascending k."""
     K = av.shape[0]
     n = unit.block_size
     d = np.array(np.broadcast_to(c, out_shape), dtype=np.float64)
     for k0 in range(0, max(K, 1), n):
         k1 = min(K, k0 + n)
-        P = np.broadcast_to(av[k0:k1] * bv[k0:k1], (k1 - k0, *out_shape))
-        E = np.broadcast_to(ae[k0:k1] + be[k0:k1], (k1 - k0, *out_shape))
+        P = np.empty((k1 - k0, *out_shape))  # writable temporaries: scaled in place
+        E = np.empty((k1 - k0, *out_shape), dtype=np.int32)
+        np.multiply(av[k0:k1], bv[k0:k1], out=P)
+        np.add(ae[k0:k1], be[k0:k1], out=E)
         cin = d
-        d, info = _block_general(np.ascontiguousarray(P), np.ascontiguousarray(E), d, unit,
-                                 rfmt, n)
+        d, info = _block_general(P, E, d, unit, rfmt, n, 2 * (fi.mantissa_bits + 1))
         if trace is not None:
             trace.append({"k0": k0, "k1": k1, "c": cin.copy(), "result": d.copy(), **info})
     return d
@@ -451,7 +485,7 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
     outer=False: aT_raw (K, R), b_raw (K, R), c (R,) -> (R,) (independent dot products)."""
     K = aT_raw.shape[0]
     n = unit.block_size
-    chain = _chain if unit.is_plain else _chain_general
+    chain = _chain if unit.is_plain else functools.partial(_chain_general, fi=fi)
     if unit.input_subnormals == "flush":  # subnormal inputs become +0 (specials unchanged)
         aT_raw = np.where(np.abs(aT_raw) < fi.smallest_normal, 0.0, aT_raw)
         b_raw = np.where(np.abs(b_raw) < fi.smallest_normal, 0.0, b_raw)
