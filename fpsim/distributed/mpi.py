@@ -139,6 +139,8 @@ class MPICommunicator(Communicator):
         tag = self._next_tag() if tag is None else tag
         reqs, sent, got = [], 0, 0
         for src, buf in recvs:
+            if not buf.flags.c_contiguous:  # MPI must write into the array itself
+                raise ValueError(f"{what}: a receive buffer must be contiguous")
             reqs.append(self._comm.Irecv([self._bytes(buf), MPI.BYTE], source=src, tag=tag))
             got += buf.size
         keep = []
