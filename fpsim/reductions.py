@@ -26,8 +26,9 @@ Orders (the accumulation model; ``x`` the values along the reduced axis, convert
 
 The sequential order in fp16, bf16 or fp32 with round to nearest even, IEEE policies and no
 flags runs as NumPy's ``add.accumulate`` on the format's own type (the same correctly rounded
-add per element, see :func:`fpsim.add`'s native path); the element-by-element loop, vectorised
-across independent rows, runs everywhere else.
+add per element, see :func:`fpsim.add`'s native path), and so does the ``"wide"`` accumulator
+in those formats when every term is one of its values; the element-by-element loop,
+vectorised across independent rows, runs everywhere else.
 
 The rounding mode and policies apply to every operation (the accumulator's adds too); with
 ``flags=True`` the result comes with the OR of the IEEE flags of every operation that produced
@@ -111,6 +112,13 @@ class _Acc:
 _NATIVE_BLOCK = 1 << 16  # columns per native accumulate: bounded scratch memory
 
 
+def _native_ok(c: _Ctx) -> bool:
+    """May adds in c's format run as the native type's adds (see :func:`_native_sequential`)?"""
+    return not (c.want or c.mode is not Rounding.NEAREST_EVEN or c.overflow is not Overflow.INF
+                or c.daz or c.result_subnormals is not Subnormals.KEEP
+                or _arith._FORCE_GENERAL or c.fmt not in _arith._NATIVE_FORMATS)
+
+
 def _native_sequential(X, c: _Ctx):
     """The sequential sum by the native add of the format's own type (np.add.accumulate runs
     ``out[k] = out[k-1] + x[k]`` with one correctly rounded add per element), or None when
@@ -118,20 +126,22 @@ def _native_sequential(X, c: _Ctx):
     fp16, bf16 or fp32, nearest even, IEEE policies, no flags), each add of two values of
     the format computed in float32 and rounded once to the format equals the correctly rounded
     add (float32 has >= 2p + 2 bits). X holds values of the format (exact to cast)."""
-    if (c.want or c.mode is not Rounding.NEAREST_EVEN or c.overflow is not Overflow.INF
-            or c.daz or c.result_subnormals is not Subnormals.KEEP or _arith._FORCE_GENERAL
-            or c.fmt not in _arith._NATIVE_FORMATS):
+    if not _native_ok(c):
         return None
-    dt = c.fmt.dtype
-    rows, n = X.shape
-    s = None
     with np.errstate(all="ignore"):
-        for j in range(0, n, _NATIVE_BLOCK):  # a few blocks: each one vectorised
-            blk = X[:, j:j + _NATIVE_BLOCK].astype(dt)
-            if s is not None:
-                blk[:, 0] = s + blk[:, 0]  # the same native add, carried across blocks
-            s = np.add.accumulate(blk, axis=1)[:, -1]
-        return s.astype(np.float64)
+        return _accumulate(X, c.fmt.dtype).astype(np.float64)
+
+
+def _accumulate(X, dt=None):
+    """``s = X[:, 0]; s = s + X[:, k]`` for k = 1, 2, ... in the type ``dt`` (X's own by
+    default) by NumPy's add.accumulate, a block of columns at a time (bounded scratch)."""
+    s = None
+    for j in range(0, X.shape[1], _NATIVE_BLOCK):
+        blk = X[:, j:j + _NATIVE_BLOCK].astype(dt if dt is not None else X.dtype)
+        if s is not None:
+            blk[:, 0] = s + blk[:, 0]  # the same add, carried across blocks
+        s = np.add.accumulate(blk, axis=1)[:, -1]
+    return s
 
 
 def _sequential(X, acc: _Acc):
@@ -238,10 +248,8 @@ def _wide(X, acc: _Acc, c: _Ctx, acc_fmt: Format, span: tuple[int, int]):
                          "rounding='nearest_even' only")
     if acc_fmt == FP64 or exact:
         # the adds are exact (or float64's own): plain float64 sums
-        s = X[:, 0].copy()
         with np.errstate(invalid="ignore", over="ignore"):
-            for k in range(1, n):
-                s = s + X[:, k]
+            s = _accumulate(X)
         if acc.fl is not None:
             inv = np.isnan(s) & ~np.isnan(X).any(axis=1)  # inf - inf on the way
             acc.fl[inv] |= np.uint8(Flags.INVALID)
@@ -250,13 +258,23 @@ def _wide(X, acc: _Acc, c: _Ctx, acc_fmt: Format, span: tuple[int, int]):
                   result_subnormals=c.result_subnormals, daz=False, tininess=c.tininess,
                   rng=c.rng, random_bits=c.random_bits, want=c.want)
         wacc = _Acc(ca, rows)
-        s, f0 = _round_hl(X[:, 0], None, ca)
-        if f0 is not None:
-            wacc.fl |= f0
-        for k in range(1, n):
-            s = wacc.add(s, X[:, k], exact_operands=False)
-        if acc.fl is not None:
-            acc.fl |= wacc.fl
+        s = None
+        if _native_ok(ca):
+            with np.errstate(all="ignore"):
+                Xn = X.astype(acc_fmt.dtype)
+            if np.array_equal(Xn.astype(np.float64), X, equal_nan=True):
+                # every term is a value of the accumulator: its native add is the rounded add
+                with np.errstate(all="ignore"):
+                    s = _accumulate(Xn).astype(np.float64)
+            del Xn
+        if s is None:
+            s, f0 = _round_hl(X[:, 0], None, ca)
+            if f0 is not None:
+                wacc.fl |= f0
+            for k in range(1, n):
+                s = wacc.add(s, X[:, k], exact_operands=False)
+            if acc.fl is not None:
+                acc.fl |= wacc.fl
     out, fl = _round_hl(s, None, c)
     if acc.fl is not None:
         acc.fl |= fl

@@ -266,3 +266,24 @@ def test_round_pair_of_two_sum_pairs_against_exact_fractions(mode):
     for h, low, g in zip(hi, lo, got, strict=True):
         assert g == round_exact(Fraction(float(h)) + Fraction(float(low)), fpsim.BF16,
                                 mode)[0], (h, low, mode)
+
+
+@pytest.mark.parametrize("fmt, acc", [("fp8_e4m3", "fp32"), ("fp8_e5m2", "fp16"),
+                                      ("bf16", "fp32"), ("fp16", "bf16"), ("fp8_e4m3", "bf16")])
+def test_wide_accumulator_native_equals_reference_loop(monkeypatch, fmt, acc):
+    """order='wide': the accumulator's native adds (when every exact product is one of its
+    values; else the loop) equal the loop of correctly rounded adds."""
+    rng = np.random.default_rng(21)
+    a = rng.standard_normal((6, 700)) * 4
+    b = rng.standard_normal((6, 700)) * 4
+    a[0, 3] = 1e30  # overflows, inf - inf
+    a[1, 5], a[1, 6] = 1e30, -1e30
+    calls = []
+    orig = reductions._accumulate
+    monkeypatch.setattr(reductions, "_accumulate", lambda *x: calls.append(1) or orig(*x))
+    got = fpsim.dot(a, b, fmt, order="wide", accumulator=acc)
+    if (fmt, acc) == ("fp8_e4m3", "fp32"):
+        assert calls  # the native accumulation ran
+    monkeypatch.setattr(arithmetic, "_FORCE_GENERAL", True)
+    want = fpsim.dot(a, b, fmt, order="wide", accumulator=acc)
+    assert _same(got, want).all(), (got, want)
