@@ -160,6 +160,17 @@ def _sequential_loop(X, acc: _Acc):
 
 
 def _kahan(X, acc: _Acc):
+    if _native_ok(acc.c):  # each operation one native rounded op (see _native_sequential)
+        cols = np.ascontiguousarray(X.T).astype(acc.c.fmt.dtype)
+        s = cols[0].copy()
+        comp = np.zeros_like(s)
+        with np.errstate(all="ignore"):
+            for k in range(1, X.shape[1]):
+                y = cols[k] - comp
+                t = s + y
+                comp = (t - s) - y
+                s = t
+            return s.astype(np.float64)
     s = X[:, 0].copy()
     comp = np.zeros_like(s)
     for k in range(1, X.shape[1]):

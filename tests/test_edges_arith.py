@@ -287,3 +287,15 @@ def test_wide_accumulator_native_equals_reference_loop(monkeypatch, fmt, acc):
     monkeypatch.setattr(arithmetic, "_FORCE_GENERAL", True)
     want = fpsim.dot(a, b, fmt, order="wide", accumulator=acc)
     assert _same(got, want).all(), (got, want)
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "fp32"])
+def test_native_kahan_equals_reference_loop(monkeypatch, name):
+    rng = np.random.default_rng(23)
+    X = rng.standard_normal((5, 400)) * 2.0 ** rng.integers(-10, 10, (5, 400))
+    X[0] = 1.0
+    X[1, 7] = np.inf
+    got = fpsim.sum(X, name, axis=1, order="kahan")
+    monkeypatch.setattr(arithmetic, "_FORCE_GENERAL", True)
+    want = fpsim.sum(X, name, axis=1, order="kahan")
+    assert _same(got, want).all(), (got, want)
