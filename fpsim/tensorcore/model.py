@@ -345,12 +345,7 @@ def _exact_sum(T: np.ndarray, rfmt: Format, mode: Rounding, overflow: str,
     fast = 4.0 * T.shape[0] * hi <= 2.0**53 * q
     out = np.empty(T.shape[1:])
     if fast.any():
-        s = T.sum(axis=0) + 0.0
-        r = np.asarray(fp_round(s, rfmt, mode), dtype=np.float64)
-        if overflow == "inf":
-            big = np.abs(s) >= _out_params(rfmt).ovf_value
-            r = np.where(big, np.copysign(np.inf, s), r)
-        out[...] = r
+        _round_out(T.sum(axis=0) + 0.0, rfmt, mode, overflow, out)
     if not fast.all():
         slow = ~fast
         out[slow] = _exact_round(T[:, slow], rfmt, mode, overflow)
