@@ -6,7 +6,12 @@ subnormals, cancellation, K of one and three blocks).
 Rows may differ only where fpsim decides from the published description what the Octave run
 does not (tests/data/tensorcore/octave/README.md): a block whose products overflow the output
 range (upstream gives +inf whatever the sign; fpsim the products' sign), and blocks chained
-after an overflow (upstream feeds the infinite c through its integer alignment)."""
+after an overflow (upstream feeds the infinite c through its integer alignment). The
+``-overflow`` files (every bf16 input at least 2**40) gather such rows on purpose.
+
+Measured here: the overflow files differ on 22 of 33 three-block H100 rows (all chained after
+an overflowed block) and 1 of 100 single-block MI300X rows (a negative overflowing product);
+every other row of every file matches."""
 
 from __future__ import annotations
 
@@ -59,4 +64,7 @@ def test_matches_published_model_in_octave(path):
     assert not (bad & ~allowed).any(), (
         f"{int((bad & ~allowed).sum())} finite rows differ, first at row "
         f"{int(np.nonzero(bad & ~allowed)[0][0]) + 1}")
-    assert same.sum() >= 0.9 * hf.rows
+    if "-overflow" not in path.name:  # the overflow files: mostly such rows, by design
+        assert same.sum() >= 0.9 * hf.rows
+    else:  # every difference is an overflow row that is non-finite on one side
+        assert bad.sum() == (bad & allowed).sum()
