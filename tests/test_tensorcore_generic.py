@@ -283,3 +283,21 @@ def test_published_exceptional_cases(gpu):
     for s in (1.0, -1.0):
         d = tc.dot([65504.0, 65504.0], [s, s], 0.0, gpu=gpu, output_format="fp16")
         assert float(d) == s * math.inf
+
+
+@pytest.mark.parametrize("gpu", ["MI100", "MI210", "MI300X", "RTXPRO6000"])
+def test_every_unit_handles_short_and_ragged_k(gpu):
+    """K from 1 to two blocks and one (a last block shorter than n, odd or even): each dot
+    equals the same dot with the zero padding written out (the unit pads K with zeros)."""
+    rng = np.random.default_rng(11)
+    for (fin, fout), unit in tc.get_gpu(gpu).units.items():
+        n = unit.block_size
+        for K in sorted({1, 2, 3, n - 1, n + 1, 2 * n + 1} - {0}):
+            a = rng.standard_normal(K)
+            b = rng.standard_normal(K)
+            pad = (-K) % n
+            d = tc.dot(a, b, 0.25, gpu=gpu, input_format=fin, output_format=fout)
+            e = tc.dot(np.r_[a, np.zeros(pad)], np.r_[b, np.zeros(pad)], 0.25, gpu=gpu,
+                       input_format=fin, output_format=fout)
+            assert fpsim.to_bits(d, fout) == fpsim.to_bits(e, fout), (fin, fout, K)
+            assert np.isfinite(d)

@@ -240,6 +240,10 @@ def _aligned_sum(P, E, floor: int, F: int, sticky: bool):
     (exact integer sum, its biased exponent maxE, fraction bits, any non-zero term)."""
     # A zero term's exponent is far below every real one (_ZERO_EXP from _split, or set so
     # by the caller), so the maximum needs no mask; P is a temporary and is scaled in place.
+    if P.shape[0] == 0:  # an empty group (odd positions of a one-product block)
+        shape = P.shape[1:]
+        return (np.zeros(shape), np.full(shape, floor + 1023, dtype=np.int32),
+                F + int(sticky), np.zeros(shape, dtype=bool))
     mx = E.max(axis=0)
     live = mx > _LIVE_EXP
     mx = np.maximum(mx, floor + 1023)
