@@ -35,8 +35,8 @@ add, sub, mul, div, sqrt       promoted      The exact result rounded once, as
                                              and one rounding (53 >= 2*25+2). A Python scalar
                                              that is not a value of the output format enters
                                              at its exact float64 value. fp64 results:
-                                             float64 (no IEEE flags). Backward: float64, one rounding;
-                                             broadcast dims summed in float64.
+                                             float64 (no IEEE flags). Backward: float64,
+                                             one rounding; broadcast dims summed in float64.
 pow                            promoted      float64 ``**``, one rounding; backward float64.
 neg, abs, relu, max, reshape,  input         exact (values are moved, not computed); no
 view, flatten, (un)squeeze,    (cat, stack:  rounding except into a promoted format. Backward
