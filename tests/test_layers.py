@@ -1,0 +1,48 @@
+"""Layer order and import cost (issue 20).
+
+The layer contracts live in pyproject.toml ([tool.importlinter]); this test runs them so a new
+upward import fails the suite. A second test checks that ``import fpsim`` stays light: it must
+not pull in matplotlib, tqdm or the training / plotting stack, and it prints its import time.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_linter_contracts_kept():
+    lint = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
+    if not Path(lint).exists():
+        pytest.skip("import-linter is not installed (pip install -e '.[test]')")
+    proc = subprocess.run([lint, "--config", str(ROOT / "pyproject.toml")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "0 broken" in proc.stdout, proc.stdout[-4000:]
+
+
+HEAVY = ("matplotlib", "tqdm", "fpsim.training", "fpsim.viz")
+
+_PROBE = """
+import json, sys, time
+t0 = time.perf_counter()
+import fpsim
+dt = time.perf_counter() - t0
+heavy = {heavy!r}
+loaded = [m for m in heavy if m in sys.modules]
+print(json.dumps({{"seconds": dt, "loaded": loaded}}))
+"""
+
+
+def test_import_fpsim_is_light():
+    proc = subprocess.run([sys.executable, "-c", _PROBE.format(heavy=HEAVY)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"import fpsim: {result['seconds'] * 1e3:.0f} ms (fresh interpreter)")
+    assert result["loaded"] == [], f"import fpsim loaded {result['loaded']}"
