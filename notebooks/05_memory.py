@@ -561,7 +561,9 @@ if zero_runs:
 # %% [markdown]
 # *What to see:* the bytes each rank sends per step sit on the ring line 2Ψ·2 B·(N−1)/N (stage
 # 0) and 3Ψ·2 B·(N−1)/N (stage 3): zero for one rank, half the payload at N = 2, levelling off
-# towards the full payload; the wall time per step does not fall with N.
+# towards the full payload. The wall time per step does not fall in proportion to N: at N = 4,
+# more processes than cores, it rises above one rank's (N = 2 can land either side of N = 1;
+# these milliseconds are noisy on a shared machine).
 #
 # What a 2-core machine can and cannot show: it *can* show the traffic (counted by the engine on
 # real messages, matching the ring volumes) and the identical bits (every MPI run's parameters
