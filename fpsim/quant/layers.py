@@ -3,8 +3,8 @@
 
 - :class:`Int8Linear` / :class:`Int8Conv2d`: inference only. The input is quantized with its
   calibrated ``(scale, zero_point)`` as ``torch.quantize_per_tensor`` does (FBGEMM: the zero
-  point added before one float32 rounding; :func:`fpsim.quant.quantize`), multiplied as integers with
-  the int8 weights into an exact int32 accumulator (IMMA / DP4A semantics: int8 x int8
+  point added before one float32 rounding; :func:`fpsim.quant.quantize`), multiplied as
+  integers with the int8 weights into an exact int32 accumulator (IMMA / DP4A semantics: int8 x int8
   products, int32 sums, an overflow is an error), the int32 bias added, and the accumulator
   requantized to the output's 8-bit grid by TensorFlow Lite's fixed-point multiplier
   (:func:`fpsim.quant.int8_linear`, bit-exact); the output is dequantized to float32 so that
@@ -490,6 +490,17 @@ def _descale(acc: np.ndarray, inv_a: np.float32, inv_b: np.float32) -> np.ndarra
         return acc.astype(np.float32) * np.float32(inv_a * inv_b)
 
 
+def linear_like(cls, linear: Module, **kwargs):
+    """A ``cls(in_features, out_features, bias, **kwargs)`` layer (FP8Linear, MXLinear) starting
+    from ``linear``'s float32 weight and bias."""
+    out_f, in_f = linear.weight.shape
+    layer = cls(in_f, out_f, linear.bias is not None, **kwargs)
+    layer.weight.data = linear.weight.numpy(np.float32)
+    if linear.bias is not None:
+        layer.bias.data = linear.bias.numpy(np.float32)
+    return layer
+
+
 class FP8Linear(Module):
     """Linear layer trained in FP8 with Transformer Engine's delayed scaling (module
     docstring). The weight and bias are fp32 parameters (the master copy); E4M3 casts of the
@@ -538,12 +549,7 @@ class FP8Linear(Module):
     @classmethod
     def from_linear(cls, linear: Module, **kwargs) -> FP8Linear:
         """An FP8Linear starting from ``linear``'s weight and bias."""
-        out_f, in_f = linear.weight.shape
-        layer = cls(in_f, out_f, linear.bias is not None, **kwargs)
-        layer.weight.data = linear.weight.numpy(np.float32)
-        if linear.bias is not None:
-            layer.bias.data = linear.bias.numpy(np.float32)
-        return layer
+        return linear_like(cls, linear, **kwargs)
 
     def update_scales(self) -> None:
         """Fold the recorded amaxes into the histories and compute the next scales (TE does

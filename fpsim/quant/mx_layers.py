@@ -52,6 +52,7 @@ from ..autograd.tensor import Tensor, make_result
 from ..formats import FP32
 from ..nn import init
 from ..nn.module import Module, Parameter
+from .layers import linear_like
 
 __all__ = ["MXLinear", "RECIPES", "hadamard16", "fake_quantize_mx", "fake_quantize_nbytes"]
 
@@ -180,12 +181,7 @@ class MXLinear(Module):
     @classmethod
     def from_linear(cls, linear: Module, **kwargs) -> MXLinear:
         """An MXLinear starting from ``linear``'s weight and bias."""
-        out_f, in_f = linear.weight.shape
-        layer = cls(in_f, out_f, linear.bias is not None, **kwargs)
-        layer.weight.data = linear.weight.numpy(np.float32)
-        if linear.bias is not None:
-            layer.bias.data = linear.bias.numpy(np.float32)
-        return layer
+        return linear_like(cls, linear, **kwargs)
 
     def _q(self, a: np.ndarray, axis: int, gradient: bool = False) -> np.ndarray:
         sr = gradient and self.stochastic_gradients
