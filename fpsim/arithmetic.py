@@ -29,7 +29,9 @@ Conventions:
 - operands not exactly representable in ``fmt`` are first converted to it with
   round-to-nearest-even, like :func:`fpsim.cast` (honouring ``overflow``; ``subnormals="daz"``
   or ``"flush_daz"`` also reads subnormal operands as zero). That conversion is silent: the
-  flags describe the operation on the converted operands.
+  flags describe the operation on the converted operands. It is one rounding of the operand's
+  exact value, also beyond float64 (long doubles, integers past 2**53, Fractions, Decimals):
+  ``add(np.longdouble("1e4000"), 0, "fp16")`` is inf as ``add(1e300, 0, "fp16")`` is.
 - results are float64 arrays (np.float64 for scalar operands) holding values of ``fmt``
   exactly, as :func:`fpsim.round` returns; NaN results are quiet NaNs.
 - IEEE 754 special cases: ``x + (-x)`` is +0 in every mode but ``down`` (-0); products and
@@ -57,6 +59,8 @@ import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 
@@ -279,14 +283,21 @@ def _convert(x, c: _Ctx) -> tuple[np.ndarray, np.ndarray | None]:
         if c.daz:
             v = np.where(np.abs(v) < c.fmt.smallest_normal, np.copysign(0.0, v), v)
         return v, snan
+    sub = Subnormals.DAZ if c.daz else Subnormals.KEEP
+    if isinstance(x, (Fraction, Decimal)):  # one exact number: rounded once, at any size
+        v = _round(x, c.fmt, Rounding.NEAREST_EVEN, overflow=c.overflow, subnormals=sub)
+        return np.asarray(v, dtype=np.float64), None
     hi, lo, _ = as_float64(x if arr is None else arr)
     snan = None
     if hi.dtype.kind == "f" and np.isnan(hi).any():  # the sNaN bit as the input holds it
         snan = _snan_mask(arr if arr is not None else hi)
-    sub = Subnormals.DAZ if c.daz else Subnormals.KEEP
     if lo is not None:
-        v = _round_pair(hi, lo, c.fmt, Rounding.NEAREST_EVEN, overflow=c.overflow,
-                        subnormals=sub)
+        # Beyond float64 (long double, 64-bit or Python integers past 2**53): the rounding
+        # core splits the value itself exactly and rounds it once. A (hi, lo) float64 pair is
+        # not enough: below 2**-1011 lo is rounded, or lost (a false tie where the format
+        # reaches below float64's subnormals), and beyond 2**1024 hi is only a stand-in.
+        v = _round(x if arr is None else arr, c.fmt, Rounding.NEAREST_EVEN,
+                   overflow=c.overflow, subnormals=sub)
     else:
         v = _round(hi, c.fmt, Rounding.NEAREST_EVEN, overflow=c.overflow, subnormals=sub)
     return np.asarray(v, dtype=np.float64), snan
