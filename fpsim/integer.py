@@ -14,13 +14,14 @@ Overflow policies (:class:`IntOverflow`):
 - ``wrap``: reduce modulo ``2**bits`` (C casts of in-range values, NumPy, two's-complement
   hardware); defined for every finite value by exact integer arithmetic. NaN and infinities
   give 0.
-- ``ieee``: conversions only: every invalid conversion (NaN, infinity, out of range) returns the
-  "integer indefinite" value that Berkeley SoftFloat's default (x86 SSE) build and so the
-  TestFloat vectors return: ``fmt.min`` for signed formats (0x80000000 for int32) and
-  ``fmt.max`` (all ones) for unsigned ones.
-
-IEEE 754 leaves the result of an invalid conversion unspecified and only requires the INVALID
-flag, which :func:`to_int` raises under every policy.
+- ``indefinite``: conversions only: every invalid conversion (NaN, infinity, out of range)
+  returns the "integer indefinite" value that Berkeley SoftFloat's default (x86 SSE) build and
+  so the TestFloat vectors return: ``fmt.min`` for signed formats (0x80000000 for int32) and
+  ``fmt.max`` (all ones) for unsigned ones. Its old name ``"ieee"`` (and
+  ``IntOverflow.IEEE``) is still accepted: IEEE 754 leaves the result of an invalid conversion
+  unspecified and only requires the INVALID flag (which :func:`to_int` raises under every
+  policy), so "ieee" named x86's choice, not the standard's; in fpsim "ieee" means IEEE 754's
+  own rule (``overflow="ieee"`` of :class:`fpsim.tensorcore.BlockFMA`, ``NaNEncoding.IEEE``).
 """
 
 from __future__ import annotations
@@ -64,19 +65,21 @@ class IntOverflow(str, enum.Enum):
 
     SATURATE = "saturate"  # clamp to [min, max]
     WRAP = "wrap"  # modulo 2**bits, two's complement
-    IEEE = "ieee"  # conversions only: SoftFloat/x86 "integer indefinite" for invalid cases
+    INDEFINITE = "indefinite"  # conversions only: SoftFloat/x86 "integer indefinite"
+    IEEE = "indefinite"  # the old name (an alias of INDEFINITE): IEEE 754 leaves it unspecified
 
 
 _ARITH_POLICIES = (IntOverflow.SATURATE, IntOverflow.WRAP)
 _INT_OVERFLOW_ALIASES = {"sat": IntOverflow.SATURATE, "clamp": IntOverflow.SATURATE,
-                         "modular": IntOverflow.WRAP, "x86": IntOverflow.IEEE,
-                         "indefinite": IntOverflow.IEEE}
+                         "modular": IntOverflow.WRAP, "x86": IntOverflow.INDEFINITE,
+                         "ieee": IntOverflow.INDEFINITE}  # "ieee": the old name, kept
 
 
 def as_int_overflow(
     policy: IntOverflow | str, allowed: tuple[IntOverflow, ...] = tuple(IntOverflow)
 ) -> IntOverflow:
-    """The :class:`IntOverflow` member for a name ("saturate", "wrap", "ieee") or member;
+    """The :class:`IntOverflow` member for a name ("saturate", "wrap", "indefinite"; "ieee" is
+    the old name of "indefinite") or member;
     ValueError listing the valid ones otherwise (``allowed`` narrows them per operation).
 
     >>> as_int_overflow("wrap")
@@ -126,10 +129,6 @@ def _store(neg: np.ndarray, mag: np.ndarray, fmt: IntFormat) -> np.ndarray:
 def _to_dtype(v: np.ndarray, fmt: IntFormat) -> np.ndarray:
     """Cast in-range int64/uint64/object values to the format's dtype."""
     return np.asarray(v).astype(fmt.dtype)
-
-
-def _is_int_dtype(dt: np.dtype) -> bool:
-    return dt.kind in "iu" or dt in _ML_INT_DTYPES
 
 
 def _int_array(x, what: str) -> np.ndarray:
@@ -322,8 +321,9 @@ def to_int(
       ``stochastic`` (up with probability equal to the fractional part, from 64 random bits of
       ``rng``, or from ``random_bits`` of them as hardware does).
     - ``overflow``: ``saturate`` (clamp; NaN -> 0), ``wrap`` (modulo ``2**bits``, exact for
-      every finite value; NaN and +-inf -> 0), or ``ieee`` (every invalid case gives SoftFloat's
-      x86 "integer indefinite": ``fmt.min`` for signed formats, ``fmt.max`` for unsigned).
+      every finite value; NaN and +-inf -> 0), or ``indefinite`` (every invalid case gives
+      SoftFloat's x86 "integer indefinite": ``fmt.min`` for signed formats, ``fmt.max`` for
+      unsigned; ``"ieee"`` is its old name).
     - ``flags=True`` returns ``(values, flags)``: INVALID for NaN, infinities and values whose
       rounded integer is out of range (whatever the policy then returns), else INEXACT when
       rounding changed the value, as SoftFloat's ``f32_to_i32(..., exact=true)``.
@@ -338,7 +338,7 @@ def to_int(
     [3, -3]
     >>> to_int(300.0, "int8", overflow="wrap"), to_int(300.0, "int32", "up")
     (np.int8(44), np.int32(300))
-    >>> v, f = to_int([0.5, 1e10], "int32", overflow="ieee", flags=True)
+    >>> v, f = to_int([0.5, 1e10], "int32", overflow="indefinite", flags=True)
     >>> v.tolist(), [fpsim.Flags(int(i)).name for i in f]
     ([0, -2147483648], ['INEXACT', 'INVALID'])
     """
@@ -398,7 +398,7 @@ def _to_int_block(x, out, fl, ifmt: IntFormat, mode, policy, gen, random_bits) -
             o[r >= top] = ifmt.max
         out[...] = o
         return
-    if policy is IntOverflow.IEEE:
+    if policy is IntOverflow.INDEFINITE:
         o = np.where(ok, r, dt(0)).astype(out.dtype)
         o[~ok] = ifmt.min if ifmt.signed else ifmt.max
         out[...] = o

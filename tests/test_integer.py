@@ -367,7 +367,7 @@ def test_bad_input_errors():
         round_to_integral([1.0], "int8")
     with pytest.raises(TypeError, match="floating-point format"):
         integer.add([1], [2], "bf16")
-    with pytest.raises(ValueError, match="'saturate', 'wrap', 'ieee'"):
+    with pytest.raises(ValueError, match="'saturate', 'wrap', 'indefinite'"):
         to_int([1.0], "int8", overflow="clip")
     with pytest.raises(ValueError, match="valid: 'saturate', 'wrap'$"):
         integer.add([1], [2], "int8", overflow="ieee")

@@ -1,0 +1,70 @@
+"""One name, one meaning (issue 20 item 3): each public name that used to clash, imported and
+checked for what it is; old spellings kept for compatibility checked to mean the new one."""
+
+import inspect
+import types
+
+import numpy as np
+import pytest
+
+import fpsim
+import fpsim.rounding
+from fpsim import integer
+from fpsim.integer import IntOverflow, as_int_overflow, to_int
+
+
+# ------------------------------------------------------------------ "ieee"
+def test_integer_indefinite_is_not_called_ieee():
+    # integer.py's policy is x86's "integer indefinite" (IEEE 754 leaves the value unspecified)
+    assert IntOverflow.INDEFINITE.value == "indefinite"
+    assert [m.value for m in IntOverflow] == ["saturate", "wrap", "indefinite"]
+    # the old spellings still mean it
+    assert IntOverflow.IEEE is IntOverflow.INDEFINITE
+    for name in ("indefinite", "ieee", "x86", " IEEE "):
+        assert as_int_overflow(name) is IntOverflow.INDEFINITE
+    x = [np.nan, np.inf, -1e10, 2.5]
+    want = [-(2**31)] * 3 + [2]  # 0x80000000 for every invalid case
+    for pol in ("indefinite", "ieee", IntOverflow.IEEE):
+        assert to_int(x, "int32", overflow=pol).tolist() == want
+    assert to_int([np.nan, -1.0], "uint8", overflow="indefinite").tolist() == [255, 255]
+    with pytest.raises(ValueError, match="valid: 'saturate', 'wrap', 'indefinite'"):
+        as_int_overflow("clip")
+
+
+def test_ieee_means_ieee_754_elsewhere():
+    # the tensor-core unit's overflow="ieee": IEEE 754's rule (toward zero stops at max finite)
+    from fpsim.tensorcore import BlockFMA
+
+    assert BlockFMA(8, overflow="ieee").overflow == "ieee"
+    assert fpsim.NaNEncoding.IEEE.value == "ieee"
+
+
+def test_dead_helper_removed():
+    assert not hasattr(integer, "_is_int_dtype")
+
+
+# ------------------------------------------------------------------ get_format
+def test_one_format_lookup():
+    # rounding.get_format is fpsim.get_format (one function, integer formats included); the
+    # float operations refuse integer formats by name through get_float_format
+    assert fpsim.rounding.get_format is fpsim.get_format is fpsim.formats.get_format
+    assert fpsim.rounding.get_format("int8") is fpsim.INT8
+    assert fpsim.get_format("int8") is fpsim.INT8
+    with pytest.raises(TypeError, match="'int8' is an integer format"):
+        fpsim.formats.get_float_format("int8")
+    with pytest.raises(TypeError, match="'int8' is an integer format"):
+        fpsim.round(1.0, "int8")
+    with pytest.raises(TypeError, match="'fp16' is a floating-point format|floating-point"):
+        fpsim.formats.get_int_format("fp16")
+
+
+# ------------------------------------------------------------------ module vs function
+def test_fpsim_rounding_is_the_module_and_round_the_function():
+    assert isinstance(fpsim.rounding, types.ModuleType)
+    assert fpsim.round is fpsim.rounding.round
+    assert inspect.isfunction(fpsim.round)
+
+
+def test_fpsim_checkpoint_is_the_function():
+    assert inspect.isfunction(fpsim.checkpoint)
+    assert inspect.isfunction(fpsim.checkpoint_sequential)
