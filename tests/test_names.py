@@ -68,3 +68,20 @@ def test_fpsim_rounding_is_the_module_and_round_the_function():
 def test_fpsim_checkpoint_is_the_function():
     assert inspect.isfunction(fpsim.checkpoint)
     assert inspect.isfunction(fpsim.checkpoint_sequential)
+
+
+# ------------------------------------------------------------------ one FP8 format check
+def test_one_fp8_format_check():
+    from fpsim.quant import FP8Linear, fp8_scale, layers
+    from fpsim.quant.fp8_scaling import as_fp8_format
+
+    assert not hasattr(layers, "_fp8_format")
+    assert as_fp8_format("e5m2") is fpsim.FP8_E5M2
+    # both callers get both checks: 8 bits wide, and within float32's range
+    for bad, why in (("fp16", "must be an 8-bit float format"), ("e9m9", "beyond float32")):
+        with pytest.raises(ValueError, match=why):
+            fp8_scale(1.0, bad)
+        with pytest.raises(ValueError, match=f"fwd_fmt .*{why}|fwd_fmt {bad} .*{why}"):
+            FP8Linear(2, 2, fwd_fmt=bad)
+    with pytest.raises(TypeError, match="integer format"):
+        FP8Linear(2, 2, bwd_fmt="int8")

@@ -57,7 +57,7 @@ import math
 import numpy as np
 
 from ..formats import IntFormat
-from .qparams import _real_array, as_qdtype, quant_range
+from .qparams import as_qdtype, quant_range, real_array
 
 __all__ = [
     "quantize",
@@ -93,7 +93,7 @@ def _float_input(x) -> tuple[np.ndarray, type, np.dtype]:
 
 
 def _scale32(scale, name: str = "scale") -> np.ndarray:
-    s = _real_array(scale, name)
+    s = real_array(scale, name)
     if not np.isfinite(s).all() or (s <= 0).any():
         raise ValueError(f"{name} must be finite and positive, got {scale!r}")
     s32 = s.astype(np.float32)  # the kernels take `float sc`
@@ -458,7 +458,7 @@ def tensorrt_scale(amax, num_bits: int = 8, narrow_range: bool = False) -> np.nd
 
 def _amax32(amax) -> np.ndarray:
     """``amax`` as float32, checked: real, finite and >= 0 (TypeError / ValueError)."""
-    a = _real_array(amax, "amax")
+    a = real_array(amax, "amax")
     with np.errstate(over="ignore"):
         a32 = a.astype(np.float32)
     if not np.isfinite(a32).all() or (a < 0).any():

@@ -23,25 +23,39 @@ import numpy as np
 
 from ..formats import Format, get_float_format
 from ..rounding import cast
-from .qparams import _real_array
+from .qparams import real_array
 
 __all__ = ["fp8_scale", "fp8_quantize", "fp8_dequantize", "DelayedScaling"]
 
 _FP32_MAX = np.float32(np.finfo(np.float32).max)
 
 
-def _fp8_format(fmt: Format | str) -> Format:
+def as_fp8_format(fmt: Format | str, what: str = "fmt") -> Format:
+    """The 8-bit float format ``fmt`` names, for the FP8 recipes (the scaling functions here
+    and :class:`fpsim.quant.FP8Linear`); ``what`` names the argument in errors. TypeError for
+    an integer format; ValueError for a format beyond float32's range (the recipe computes in
+    float32) or one that is not 8 bits wide.
+
+    >>> as_fp8_format("e4m3").name, as_fp8_format("e5m2").max
+    ('fp8_e4m3', 57344.0)
+    >>> as_fp8_format("fp16", "fwd_fmt")
+    Traceback (most recent call last):
+    ...
+    ValueError: fwd_fmt must be an 8-bit float format (e4m3, e5m2, ...), got fp16
+    """
     f = get_float_format(fmt)
     if not f.max <= float(_FP32_MAX):
-        raise ValueError(f"fmt {f.name} reaches {f.max:.4g}, beyond float32's range: the FP8 "
+        raise ValueError(f"{what} {f.name} reaches {f.max:.4g}, beyond float32's range: the FP8 "
                          "scaling recipe computes in float32; use a format no wider than fp32 "
                          "(e.g. e4m3, e5m2)")
+    if f.bits != 8:
+        raise ValueError(f"{what} must be an 8-bit float format (e4m3, e5m2, ...), got {f.name}")
     return f
 
 
 def _scale_array(scale, name: str = "scale") -> np.ndarray:
     """float32 scale(s), checked finite and positive in float32."""
-    s = _real_array(scale, name)
+    s = real_array(scale, name)
     with np.errstate(over="ignore"):
         s32 = s.astype(np.float32)
     if not (np.isfinite(s32).all() and (s32 > 0).all()):
@@ -69,8 +83,8 @@ def fp8_scale(amax, fmt: Format | str = "e4m3", margin: float = 0, prev_scale=1.
     >>> float(fp8_scale(3.0, "e4m3", power_of_two=True))  # 2**floor(log2(448 / 3))
     128.0
     """
-    f = _fp8_format(fmt)
-    a64 = _real_array(amax, "amax")
+    f = as_fp8_format(fmt)
+    a64 = real_array(amax, "amax")
     if (a64 < 0).any():  # NaN / inf / 0 keep the previous scale, as Transformer Engine
         raise ValueError(f"amax must be >= 0 (the largest |x|), got {amax!r}")
     with np.errstate(over="ignore"):
@@ -101,7 +115,7 @@ def fp8_quantize(x, scale, fmt: Format | str = "e4m3") -> np.ndarray:
 
     (100 is halfway between e4m3's 96 and 104 and rounds to the even 96.)
     """
-    f = _fp8_format(fmt)
+    f = as_fp8_format(fmt)
     xs = np.asarray(x, dtype=np.float32) * _scale_array(scale)
     return cast(xs, f, overflow="saturate")
 
@@ -131,7 +145,7 @@ class DelayedScaling:
     def __init__(self, fmt: Format | str = "e4m3", margin: float = 0,
                  amax_history_len: int = 1024, amax_compute_algo: str = "max",
                  power_of_two: bool = False) -> None:
-        self.fmt = _fp8_format(fmt)
+        self.fmt = as_fp8_format(fmt)
         if isinstance(amax_history_len, bool) or not isinstance(
                 amax_history_len, (int, np.integer)) or amax_history_len < 1:
             raise ValueError(f"amax_history_len must be an int >= 1, got {amax_history_len!r}")

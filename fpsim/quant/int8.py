@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .qparams import _real_array, as_qdtype
+from .qparams import as_qdtype, real_array
 
 __all__ = [
     "quantize_multiplier",
@@ -47,7 +47,7 @@ def quantize_multiplier(real_multiplier) -> tuple[np.ndarray, np.ndarray]:
     >>> [tuple(int(v) for v in quantize_multiplier(m)) for m in (1.0, 0.75, 2.0**-33)]
     [(1073741824, 1), (1610612736, 0), (0, 0)]
     """
-    d = _real_array(real_multiplier, "real_multiplier")
+    d = real_array(real_multiplier, "real_multiplier")
     if not np.isfinite(d).all():
         raise ValueError(f"real_multiplier must be finite, got {real_multiplier!r}")
     q, shift = np.frexp(d)  # exact: d = q * 2**shift, 0.5 <= |q| < 1

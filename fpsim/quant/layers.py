@@ -48,11 +48,11 @@ from ..autograd.accumulate import gemm_acc
 from ..autograd.context import as_accumulation, get_accumulation, round_to, widen
 from ..autograd.conv import _pair
 from ..autograd.tensor import Tensor, as_format, make_result
-from ..formats import BF16, FP16, FP32, Format, get_float_format
+from ..formats import BF16, FP16, FP32, Format
 from ..nn import init
 from ..nn.module import Module, Parameter
 from .fake_quant import dequantize, quantize
-from .fp8_scaling import DelayedScaling, fp8_quantize
+from .fp8_scaling import DelayedScaling, as_fp8_format, fp8_quantize
 from .int8 import int8_linear
 from .nf4 import (
     DoubleQuantized,
@@ -468,13 +468,6 @@ class NF4Linear(Module):
 
 # -- FP8 ---------------------------------------------------------------------------------------
 
-def _fp8_format(fmt, what: str) -> Format:
-    f = get_float_format(fmt)
-    if f.bits != 8:
-        raise ValueError(f"{what} must be an 8-bit float format (e4m3, e5m2, ...), got {f.name}")
-    return f
-
-
 def _fp8_accumulation(model):
     m = get_accumulation() if model is None else model
     if m.kind == "tensorcore":
@@ -524,8 +517,8 @@ class FP8Linear(Module):
                  rng: np.random.Generator | int | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.fwd_fmt = _fp8_format(fwd_fmt, "fwd_fmt")
-        self.bwd_fmt = _fp8_format(bwd_fmt, "bwd_fmt")
+        self.fwd_fmt = as_fp8_format(fwd_fmt, "fwd_fmt")
+        self.bwd_fmt = as_fp8_format(bwd_fmt, "bwd_fmt")
         self.out_fmt = as_format(out_fmt)
         self.accumulation = None if accumulation is None else _fp8_accumulation(
             as_accumulation(accumulation))

@@ -152,9 +152,18 @@ def _check_int(name: str, v) -> int:
     return int(v)
 
 
-def _real_array(value, name: str) -> np.ndarray:
+def real_array(value, name: str) -> np.ndarray:
     """``value`` as a float64 array: real numbers only (ints, floats, Fractions, real
-    arrays); TypeError naming ``name`` for None, strings, complex or bool values."""
+    arrays); TypeError naming ``name`` for None, strings, complex or bool values. The argument
+    check shared by the quantizers (fake_quant, int8, fp8_scaling); not exported.
+
+    >>> real_array([1, 0.5], "scale").tolist()
+    [1.0, 0.5]
+    >>> real_array("1", "scale")
+    Traceback (most recent call last):
+    ...
+    TypeError: scale must be a real number (or an array of them), got str '1'
+    """
     a = np.asarray(value)
     if a.dtype.kind == "O" and all(isinstance(v, numbers.Real) and not isinstance(v, bool)
                                    for v in a.reshape(-1)):
