@@ -28,14 +28,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .scaler import _flag, _positive, _positive_int, _ScalerBase
+from .scaler import ScalerBase, check_flag, check_positive, check_positive_int
 
 __all__ = ["DynamicLossScaler", "WINDOW_RULES"]
 
 WINDOW_RULES = ("modulo", "stable_interval")
 
 
-class DynamicLossScaler(_ScalerBase):
+class DynamicLossScaler(ScalerBase):
     """DeepSpeed's dynamic loss scaler: :meth:`update_scale` is DeepSpeed's rule; ``scale`` /
     ``unscale_`` / ``step`` / ``update`` follow :class:`~fpsim.amp.GradScaler` (``update()``
     calls ``update_scale(found_inf)``; overflowing steps are always skipped). The scale is a
@@ -67,16 +67,16 @@ class DynamicLossScaler(_ScalerBase):
         enabled: bool = True,
     ) -> None:
         super().__init__(enabled)
-        self.cur_scale = _positive("init_scale", init_scale)
-        self.scale_window = _positive_int("scale_window", scale_window)
-        self.delayed_shift = _positive_int("hysteresis", hysteresis)
+        self.cur_scale = check_positive("init_scale", init_scale)
+        self.scale_window = check_positive_int("scale_window", scale_window)
+        self.delayed_shift = check_positive_int("hysteresis", hysteresis)
         self.cur_hysteresis = self.delayed_shift
-        self.min_scale = _positive("min_scale", min_scale)
-        self.scale_factor = _positive("scale_factor", scale_factor)
+        self.min_scale = check_positive("min_scale", min_scale)
+        self.scale_factor = check_positive("scale_factor", scale_factor)
         if not self.scale_factor > 1.0:
             raise ValueError(f"scale_factor must be > 1, got {scale_factor!r}")
-        self.consecutive_hysteresis = _flag("consecutive_hysteresis", consecutive_hysteresis)
-        self.raise_error_at_min_scale = _flag("raise_error_at_min_scale",
+        self.consecutive_hysteresis = check_flag("consecutive_hysteresis", consecutive_hysteresis)
+        self.raise_error_at_min_scale = check_flag("raise_error_at_min_scale",
                                               raise_error_at_min_scale)
         if window_rule not in WINDOW_RULES:
             raise ValueError(
@@ -105,7 +105,7 @@ class DynamicLossScaler(_ScalerBase):
         return self.cur_scale
 
     def _set_scale(self, value: float) -> None:
-        self.cur_scale = _positive("new_scale", value)
+        self.cur_scale = check_positive("new_scale", value)
 
     def _grows(self) -> bool:
         since = self.cur_iter - self.last_overflow_iter

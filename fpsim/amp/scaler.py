@@ -17,7 +17,7 @@ test doubles alike. Every scaler offers the same loop::
 - :class:`ApexLossScaler` is NVIDIA Apex's ``apex/amp/scaler.py`` ``LossScaler``.
 - :class:`~fpsim.amp.deepspeed_scaler.DynamicLossScaler` is DeepSpeed's, with hysteresis.
 
-Every scaler appends one dict per :meth:`~_ScalerBase.update` to ``history`` (``step``,
+Every scaler appends one dict per :meth:`~ScalerBase.update` to ``history`` (``step``,
 ``scale`` used, ``new_scale``, ``found_inf``, ``skipped`` and scaler-specific counters), which
 :class:`fpsim.amp.instrument.TrainingMonitor` and the plots read.
 """
@@ -139,13 +139,13 @@ def _check_and_unscale(
     return found_inf
 
 
-class _ScalerBase:
+class ScalerBase:
     """The optimizer bookkeeping shared by every scaler; subclasses supply the scale rule."""
 
     _allow_fp16 = False  # PyTorch refuses to unscale FP16 gradients (master weights expected)
 
     def __init__(self, enabled: bool = True) -> None:
-        self._enabled = _flag("enabled", enabled)
+        self._enabled = check_flag("enabled", enabled)
         self._per_optimizer_states: dict[int, dict[str, Any]] = {}
         self._iteration = 0
         self.history: list[dict[str, Any]] = []
@@ -272,7 +272,7 @@ def _as_new_scale(new_scale: Any) -> float:
     return float(arr.reshape(()).astype(np.float64))
 
 
-def _positive(name: str, value: Any) -> float:
+def check_positive(name: str, value: Any) -> float:
     """``value`` as a float, checked to be a real, finite, positive number."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number (int or float), got "
@@ -283,7 +283,7 @@ def _positive(name: str, value: Any) -> float:
     return v
 
 
-def _positive_int(name: str, value: Any) -> int:
+def check_positive_int(name: str, value: Any) -> int:
     """``value`` as an int, checked to be an integer >= 1."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be a positive int, got {type(value).__name__} {value!r}")
@@ -292,7 +292,7 @@ def _positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
-def _flag(name: str, value: Any) -> bool:
+def check_flag(name: str, value: Any) -> bool:
     """``value`` as a bool; a string such as "no" is refused (``bool("no")`` is True)."""
     if not isinstance(value, (bool, np.bool_, int, np.integer)):
         raise TypeError(f"{name} must be a bool (True or False), got {type(value).__name__} "
@@ -300,7 +300,7 @@ def _flag(name: str, value: Any) -> bool:
     return bool(value)
 
 
-class GradScaler(_ScalerBase):
+class GradScaler(ScalerBase):
     """PyTorch's dynamic loss scaler (``torch.amp.GradScaler``), step for step.
 
     - ``scale(loss)`` returns ``loss * scale``; the scale is a float32 value, created on the
@@ -345,8 +345,8 @@ class GradScaler(_ScalerBase):
         super().__init__(enabled)
         # the types are checked even when disabled (PyTorch checks nothing then); the ranges
         # only when enabled, as PyTorch, with PyTorch's messages
-        growth = _positive("growth_factor", growth_factor)
-        backoff = _positive("backoff_factor", backoff_factor)
+        growth = check_positive("growth_factor", growth_factor)
+        backoff = check_positive("backoff_factor", backoff_factor)
         if self._enabled:
             if not growth > 1.0:
                 raise ValueError(f"The growth factor must be > 1.0, got growth_factor="
@@ -354,10 +354,10 @@ class GradScaler(_ScalerBase):
             if not backoff < 1.0:
                 raise ValueError(f"The backoff factor must be < 1.0, got backoff_factor="
                                  f"{backoff_factor!r} (valid: 0 < backoff_factor < 1)")
-        self._init_scale = _positive("init_scale", init_scale)
+        self._init_scale = check_positive("init_scale", init_scale)
         self._growth_factor = growth
         self._backoff_factor = backoff
-        self._growth_interval = _positive_int("growth_interval", growth_interval)
+        self._growth_interval = check_positive_int("growth_interval", growth_interval)
         self._init_growth_tracker = 0
         self._scale: np.float32 | None = None
         self._growth_tracker: int | None = None
@@ -428,7 +428,7 @@ class GradScaler(_ScalerBase):
 
     def set_growth_interval(self, new_interval: int) -> None:
         """Set the growth interval."""
-        self._growth_interval = _positive_int("growth_interval", new_interval)
+        self._growth_interval = check_positive_int("growth_interval", new_interval)
 
     def _get_growth_tracker(self) -> int:
         if not self._enabled:
@@ -473,7 +473,7 @@ class GradScaler(_ScalerBase):
             self._growth_tracker = int(state_dict["_growth_tracker"])
 
 
-class StaticLossScaler(_ScalerBase):
+class StaticLossScaler(ScalerBase):
     """A fixed loss scale (Micikevicius et al. 2018 used 8 to 32K) behind the GradScaler
     interface; ``update()`` never changes it (``update(new_scale)`` sets it explicitly).
 
@@ -491,8 +491,8 @@ class StaticLossScaler(_ScalerBase):
 
     def __init__(self, scale: float, skip_on_overflow: bool = True, enabled: bool = True) -> None:
         super().__init__(enabled)
-        self._static = _positive("scale", scale)
-        self.skip_on_overflow = _flag("skip_on_overflow", skip_on_overflow)
+        self._static = check_positive("scale", scale)
+        self.skip_on_overflow = check_flag("skip_on_overflow", skip_on_overflow)
 
     def _scale_factor(self) -> float:
         return self._static
@@ -502,7 +502,7 @@ class StaticLossScaler(_ScalerBase):
         return self._static if self._enabled else 1.0
 
     def _set_scale(self, value: float) -> None:
-        self._static = _positive("new_scale", value)
+        self._static = check_positive("new_scale", value)
 
     def _should_skip(self, found_inf: bool) -> bool:
         return found_inf and self.skip_on_overflow
@@ -516,11 +516,11 @@ class StaticLossScaler(_ScalerBase):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict`."""
-        self._static = _positive("scale", state_dict["scale"])
+        self._static = check_positive("scale", state_dict["scale"])
         self.skip_on_overflow = bool(state_dict["skip_on_overflow"])
 
 
-class ApexLossScaler(_ScalerBase):
+class ApexLossScaler(ScalerBase):
     """NVIDIA Apex's ``apex.amp.scaler.LossScaler`` (the multi-tensor-apply version with
     ``min_loss_scale`` / ``max_loss_scale``), behind the GradScaler interface.
 
@@ -557,14 +557,14 @@ class ApexLossScaler(_ScalerBase):
                     f"loss_scale must be 'dynamic' or a positive number, got {loss_scale!r}"
                 ) from None
         self.dynamic = loss_scale == "dynamic"
-        self._max_loss_scale = _positive("max_loss_scale", max_loss_scale)
+        self._max_loss_scale = check_positive("max_loss_scale", max_loss_scale)
         self._min_loss_scale = (None if min_loss_scale is None
-                                else _positive("min_loss_scale", min_loss_scale))
+                                else check_positive("min_loss_scale", min_loss_scale))
         if self.dynamic:
-            self._loss_scale = min(self._max_loss_scale, _positive("init_scale", init_scale))
+            self._loss_scale = min(self._max_loss_scale, check_positive("init_scale", init_scale))
         else:
-            self._loss_scale = _positive("loss_scale", loss_scale)
-        self._scale_seq_len = _positive_int("scale_window", scale_window)
+            self._loss_scale = check_positive("loss_scale", loss_scale)
+        self._scale_seq_len = check_positive_int("scale_window", scale_window)
         self._unskipped = 0
         self._warned_fp16 = False
 
@@ -580,7 +580,7 @@ class ApexLossScaler(_ScalerBase):
         return self._loss_scale
 
     def _set_scale(self, value: float) -> None:
-        self._loss_scale = _positive("new_scale", value)
+        self._loss_scale = check_positive("new_scale", value)
 
     def _unscale_grads(self, optimizer: OptimizerLike) -> bool | None:
         if not self._warned_fp16 and any(
