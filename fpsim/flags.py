@@ -8,12 +8,13 @@ any fpsim operation is accumulated in ``ctx.flags``, whether or not ``flags=True
 
 from __future__ import annotations
 
-import contextvars
 import enum
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
+
+from . import state as _state
 
 __all__ = ["Flags", "FlagContext", "FloatingPointTrap", "flag_context", "flags_active", "record",
            "suspended"]
@@ -73,9 +74,7 @@ class FlagContext:
 
 
 _SINGLE = (Flags.INEXACT, Flags.UNDERFLOW, Flags.OVERFLOW, Flags.DIVBYZERO, Flags.INVALID)
-_STACK: contextvars.ContextVar[tuple[FlagContext, ...]] = contextvars.ContextVar(
-    "fpsim_flag_stack", default=()
-)
+_STACK = _state.flag_stack  # the active contexts, innermost last (ambient state, fpsim.state)
 
 
 def _as_flags(trap: Flags | str | Iterable[str] | int | None) -> Flags:
@@ -112,11 +111,8 @@ def flag_context(trap: Flags | str | Iterable[str] | None = None) -> Iterator[Fl
     True
     """
     ctx = FlagContext(_as_flags(trap))
-    token = _STACK.set(_STACK.get() + (ctx,))
-    try:
+    with _state.scoped(flag_stack=_STACK.get() + (ctx,)):
         yield ctx
-    finally:
-        _STACK.reset(token)
 
 
 def flags_active() -> bool:
@@ -143,8 +139,5 @@ def suspended() -> Iterator[None]:
     >>> ctx.flags
     <Flags.NONE: 0>
     """
-    token = _STACK.set(())
-    try:
+    with _state.scoped(flag_stack=()):
         yield
-    finally:
-        _STACK.reset(token)

@@ -29,6 +29,7 @@ import ml_dtypes
 import numpy as np
 
 from . import flags as _flags
+from . import state as _state
 from .flags import Flags
 from .formats import (
     BF16,
@@ -61,8 +62,6 @@ ONE = _U(1)
 ZERO = _U(0)
 CHUNK = 1 << 16  # elements per block: keeps the temporaries in cache, memory bounded
 
-_default_rng = np.random.default_rng()
-
 
 def seed(value: int | None) -> None:
     """Reseed the generator stochastic rounding uses when no ``rng`` is given.
@@ -73,8 +72,7 @@ def seed(value: int | None) -> None:
     >>> bool((a == b).all())
     True
     """
-    global _default_rng
-    _default_rng = np.random.default_rng(value)
+    _state.rounding_rng = np.random.default_rng(value)  # ambient state lives in fpsim.state
 
 
 def default_rng(rng: np.random.Generator | int | None = None) -> np.random.Generator:
@@ -83,13 +81,7 @@ def default_rng(rng: np.random.Generator | int | None = None) -> np.random.Gener
     >>> bool(default_rng(3).integers(10) == default_rng(3).integers(10))
     True
     """
-    if rng is None:
-        return _default_rng
-    if isinstance(rng, np.random.Generator):
-        return rng
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
-        return np.random.default_rng(int(rng))
-    raise TypeError(f"rng must be a numpy.random.Generator, an int seed or None, got {rng!r}")
+    return _state.as_generator(rng, _state.rounding_rng)
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,17 @@ intermediate tensors are saved for backward; one graph node stands for the whole
 keeps only its tensor inputs. When backward reaches it, the segment runs again with gradients
 enabled, in the conditions of the first run:
 
-- the random generators are put back in the state they had before the forward run, so dropout
-  masks (and stochastic rounding) repeat exactly: the generator of
-  :func:`fpsim.autograd.manual_seed`, fpsim's default stochastic-rounding generator, the
-  rounding context's generator and any ``numpy.random.Generator`` held by the segment's modules
-  (e.g. ``nn.Dropout(p, rng=...)``) or passed in ``rngs``; afterwards their states are restored,
-  so the recomputation consumes no randomness;
-- the engine's settings (:func:`fpsim.autograd.rounding`, :func:`matmul_accumulation`, ...) and
-  every ``contextvars`` variable are re-entered as they were (``contextvars.copy_context()``).
+- fpsim's ambient state (:mod:`fpsim.state`) is restored from the snapshot taken before the
+  forward run, except the observers (a :class:`~fpsim.autograd.memory_meter.MemoryMeter` active
+  at backward time counts the recomputation): the engine's settings
+  (:func:`fpsim.autograd.rounding`, :func:`matmul_accumulation`, ...), the flag contexts, the
+  autocast region, and the random generators with their states, so dropout masks (and
+  stochastic rounding) repeat exactly: the generator of :func:`fpsim.autograd.manual_seed`,
+  fpsim's default stochastic-rounding generator, the rounding context's generator; likewise
+  any ``numpy.random.Generator`` held by the segment's modules (e.g.
+  ``nn.Dropout(p, rng=...)``) or passed in ``rngs``. Afterwards the state (generator states
+  included) is put back as it was, so the recomputation consumes no randomness;
+- every other ``contextvars`` variable is re-entered as it was (``contextvars.copy_context()``).
 
 The recomputed segment is then backpropagated with the incoming gradient (its backward ops use
 the settings active at backward time, as the other ops do), and the gradients of its inputs and
@@ -47,12 +50,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .. import rounding as _rounding
-from . import context as _context
-from . import generator as _generator
+from .. import state as _state
 from . import memory_meter as _meter
-from . import tensor as _tensor
-from .tensor import Tensor, enable_grad, is_grad_enabled, make_result, no_grad
+from .tensor import Tensor, is_grad_enabled, make_result, no_grad
 
 __all__ = ["checkpoint", "checkpoint_sequential"]
 
@@ -93,36 +93,36 @@ def _module_generators(obj, found: dict) -> None:
                 found.setdefault(id(v), v)
 
 
-class _RngSnapshot:
-    """The forward-time state of every generator the segment may draw from."""
+class _ForwardState:
+    """The forward-time ambient state (:func:`fpsim.state.snapshot`) and the states of the
+    segment's own generators (held by its modules or passed in ``rngs``)."""
 
     def __init__(self, fn, extra: Sequence[np.random.Generator]) -> None:
+        self.ambient = _state.snapshot()
         gens: dict[int, np.random.Generator] = {}
-        self.autograd_gen = _generator.get_generator()
-        self.rounding_gen = _rounding.default_rng()
-        for g in (self.autograd_gen, self.rounding_gen, _context.settings().rng, *extra):
+        for g in extra:
             if isinstance(g, np.random.Generator):
                 gens.setdefault(id(g), g)
         _module_generators(fn, gens)
         self.states = [(g, g.bit_generator.state) for g in gens.values()]
 
     def run(self, call: Callable):
-        """``call()`` with the generators back in their forward-time states; afterwards every
-        generator (and fpsim's current default generators) is as it was before."""
-        now_autograd, now_rounding = _generator.get_generator(), _rounding.default_rng()
+        """``call()`` under the forward's ambient state (the observers and grad mode on
+        excepted) with every generator back in its forward-time state; afterwards the ambient
+        state and every generator involved is as it was before."""
+        now = _state.snapshot()
         touched = {id(g): g for g, _ in self.states}
-        touched.setdefault(id(now_autograd), now_autograd)
-        touched.setdefault(id(now_rounding), now_rounding)
+        for snap in (self.ambient, now):
+            for g, _ in snap["rng_states"]:
+                touched.setdefault(id(g), g)
         saved = [(g, g.bit_generator.state) for g in touched.values()]
         try:
+            _state.restore(self.ambient.without("observers").replace(grad_enabled=True))
             for g, st in self.states:
                 g.bit_generator.state = st
-            _generator._generator = self.autograd_gen
-            _rounding._default_rng = self.rounding_gen
             return call()
         finally:
-            _generator._generator = now_autograd
-            _rounding._default_rng = now_rounding
+            _state.restore(now)
             for g, st in saved:
                 g.bit_generator.state = st
 
@@ -148,17 +148,16 @@ def checkpoint(fn: Callable, *inputs, rngs: Sequence[np.random.Generator] = ()):
     if not is_grad_enabled():
         return fn(*inputs)
     tensors = [a for a in inputs if isinstance(a, Tensor)]
-    rng = _RngSnapshot(fn, rngs)
-    settings = _context.settings()
+    forward = _ForwardState(fn, rngs)
     ctx = contextvars.copy_context()
     uses = _Uses(tensors)
-    _meter._checkpoint_forward()
-    _tensor._observers.append(uses)
+    _meter.count_checkpointed_forward()
+    _state.observers.append(uses)
     try:
         with no_grad():
             out = fn(*inputs)
     finally:
-        _tensor._observers.remove(uses)
+        _state.observers.remove(uses)
     if not isinstance(out, Tensor):
         raise TypeError(f"checkpoint: fn must return one Tensor, got {type(out).__name__}")
     if uses.foreign:
@@ -173,7 +172,7 @@ def checkpoint(fn: Callable, *inputs, rngs: Sequence[np.random.Generator] = ()):
             d = Tensor._wrap(t._data, t.fmt)
             d._requires_grad = t._requires_grad
             d._grad_fmt = t._grad_fmt
-            _meter._ACTIVATION_LEAVES.add(d)
+            _meter.mark_activation_leaf(d)
             detached.append(d)
         sub = iter(detached)
         args = [next(sub) if isinstance(a, Tensor) else a for a in inputs]
@@ -182,15 +181,8 @@ def checkpoint(fn: Callable, *inputs, rngs: Sequence[np.random.Generator] = ()):
         for p in extra:
             p._grad = None
 
-        def rerun():
-            with _context._use(settings), enable_grad():
-                return fn(*args)
-
-        _meter._recompute_begin()
-        try:
-            again = rng.run(lambda: ctx.copy().run(rerun))
-        finally:
-            _meter._recompute_end()
+        with _meter.recomputing():
+            again = ctx.copy().run(forward.run, lambda: fn(*args))
         try:
             if isinstance(again, Tensor) and again._requires_grad:
                 again.backward(g)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import flags as _flags
+from .. import state as _state
 from ..formats import (
     BF16,
     FP8_E4M3,
@@ -142,24 +143,20 @@ class _Settings:
         return _Settings(**d)
 
 
-_current = _Settings(Rounding.NEAREST_EVEN, None, Overflow.INF, Subnormals.KEEP,
-                     Accumulation("fp32"))
+# The active settings are ambient state (fpsim.state.autograd_settings); these are the defaults.
+_state.autograd_settings = _Settings(Rounding.NEAREST_EVEN, None, Overflow.INF, Subnormals.KEEP,
+                                     Accumulation("fp32"))
 
 
 def settings() -> _Settings:
     """The active settings object (internal; read by the ops)."""
-    return _current
+    return _state.autograd_settings
 
 
 @contextlib.contextmanager
 def _use(new: _Settings) -> Iterator[_Settings]:
-    global _current
-    old = _current
-    _current = new
-    try:
+    with _state.scoped(autograd_settings=new):
         yield new
-    finally:
-        _current = old
 
 
 def rounding(mode: Rounding | str = "nearest_even", rng: np.random.Generator | int | None = None,
@@ -177,11 +174,8 @@ def rounding(mode: Rounding | str = "nearest_even", rng: np.random.Generator | i
     >>> float(y.item()) == 1 + 2.0**-10
     True
     """
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
-        rng = np.random.default_rng(int(rng))
-    elif rng is not None and not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy.random.Generator, an int seed or None, got {rng!r}")
-    return _use(_current.replace(mode=as_rounding(mode), rng=rng,
+    rng = _state.as_generator(rng)
+    return _use(_state.autograd_settings.replace(mode=as_rounding(mode), rng=rng,
                                  overflow=as_overflow(overflow),
                                  subnormals=as_subnormals(subnormals)))
 
@@ -200,7 +194,7 @@ def matmul_accumulation(model: Accumulation | str | tuple):
     >>> float((a @ b).item())  # fp32 accumulation keeps both
     1.0009765625
     """
-    return _use(_current.replace(accumulation=as_accumulation(model)))
+    return _use(_state.autograd_settings.replace(accumulation=as_accumulation(model)))
 
 
 def get_rounding() -> Rounding:
@@ -209,7 +203,7 @@ def get_rounding() -> Rounding:
     >>> get_rounding()
     <Rounding.NEAREST_EVEN: 'nearest_even'>
     """
-    return _current.mode
+    return _state.autograd_settings.mode
 
 
 def get_accumulation() -> Accumulation:
@@ -218,7 +212,7 @@ def get_accumulation() -> Accumulation:
     >>> get_accumulation().kind
     'fp32'
     """
-    return _current.accumulation
+    return _state.autograd_settings.accumulation
 
 
 # ---------------------------------------------------------------------------- promotion
@@ -303,7 +297,7 @@ def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.nda
     sd = fmt.storage_dtype
     if x.dtype == sd and fmt.dtype is not None:
         return x  # values already of the format
-    s = _current
+    s = _state.autograd_settings
     if mode is None or mode is s.mode:
         mode, plain = s.mode, s.plain
     else:
@@ -348,8 +342,7 @@ def widen(x: np.ndarray, dtype=np.float64) -> np.ndarray:
 # The autocast state lives here, in the autograd layer, so the ops can consult it without
 # importing fpsim.amp: fpsim.amp.autocast installs a cast policy, a callable
 # ``policy(op_name, args) -> args``, for its region (None: no autocast).
-_AUTOCAST_HOOK: contextvars.ContextVar = contextvars.ContextVar("fpsim_autocast_hook",
-                                                                default=None)
+_AUTOCAST_HOOK: contextvars.ContextVar = _state.autocast_hook  # ambient state: fpsim.state
 
 
 def get_autocast_hook():

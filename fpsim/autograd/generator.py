@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import state as _state
 from ..rounding import seed as _seed_rounding
 
 __all__ = ["manual_seed", "get_generator"]
 
-_generator = np.random.default_rng()
+# the generator itself is ambient state: fpsim.state.init_rng
 
 
 def manual_seed(seed: int) -> np.random.Generator:
@@ -24,15 +25,14 @@ def manual_seed(seed: int) -> np.random.Generator:
     >>> a == b
     True
     """
-    global _generator
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"manual_seed takes an int, got {seed!r}")
     if seed < 0:
         raise ValueError(f"manual_seed: seed must be a non-negative int (NumPy's generators "
                          f"take seeds >= 0), got {seed}")
-    _generator = np.random.default_rng(int(seed))
+    _state.init_rng = gen = np.random.default_rng(int(seed))
     _seed_rounding(int(seed))
-    return _generator
+    return gen
 
 
 def get_generator(rng: np.random.Generator | int | None = None) -> np.random.Generator:
@@ -41,10 +41,4 @@ def get_generator(rng: np.random.Generator | int | None = None) -> np.random.Gen
     >>> isinstance(get_generator(3), np.random.Generator)
     True
     """
-    if rng is None:
-        return _generator
-    if isinstance(rng, np.random.Generator):
-        return rng
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
-        return np.random.default_rng(int(rng))
-    raise TypeError(f"rng must be a numpy.random.Generator, an int seed or None, got {rng!r}")
+    return _state.as_generator(rng, _state.init_rng)

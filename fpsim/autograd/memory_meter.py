@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import tensor as _tensor
+from .. import state as _state
 from .tensor import Tensor
 
 __all__ = ["MemoryMeter", "MemoryReport", "CATEGORIES", "SAVED_FOR_BACKWARD"]
@@ -268,15 +268,15 @@ class MemoryMeter:
         if self._active:
             raise RuntimeError("this MemoryMeter is already active")
         self._active = True
-        _tensor._observers.append(self)
+        _state.observers.append(self)
         self.sample()
         return self
 
     def __exit__(self, *exc) -> None:
         self.sample()
         self._active = False
-        if self in _tensor._observers:
-            _tensor._observers.remove(self)
+        if self in _state.observers:
+            _state.observers.remove(self)
         for _keys, fin in self._nodes.values():
             fin.detach()
         self._nodes.clear()
@@ -294,14 +294,14 @@ class MemoryMeter:
         >>> m.ops
         0
         """
-        observing = self in _tensor._observers
+        observing = self in _state.observers
         if observing:
-            _tensor._observers.remove(self)
+            _state.observers.remove(self)
         try:
             yield
         finally:
             if observing:
-                _tensor._observers.append(self)
+                _state.observers.append(self)
 
     # ---------------------------------------------------------- engine callbacks
     def _is_param(self, t: Tensor) -> bool:
@@ -467,21 +467,33 @@ class MemoryMeter:
 
 
 # ----------------------------------------------------- hooks for gradient checkpointing
+# Internal API of fpsim.autograd.checkpoint (not in __all__).
 def _meters() -> list[MemoryMeter]:
-    return [o for o in _tensor._observers if isinstance(o, MemoryMeter)]
+    return [o for o in _state.observers if isinstance(o, MemoryMeter)]
 
 
-def _checkpoint_forward() -> None:
+def count_checkpointed_forward() -> None:
+    """Every active meter counts one checkpointed forward call."""
     for m in _meters():
         m.checkpointed_forward_calls += 1
 
 
-def _recompute_begin() -> None:
-    for m in _meters():
+def mark_activation_leaf(t: Tensor) -> None:
+    """``t`` (a detached input of a checkpointed segment, requiring grad while the segment is
+    recomputed) stands for an activation: meters never count it as a parameter."""
+    _ACTIVATION_LEAVES.add(t)
+
+
+@contextlib.contextmanager
+def recomputing() -> Iterator[None]:
+    """The block is a checkpointed segment's recomputation: every active meter counts its
+    forward call, and its ops and FLOPs as recomputed ones."""
+    meters = _meters()
+    for m in meters:
         m._recomputing += 1
         m.recomputed_forward_calls += 1
-
-
-def _recompute_end() -> None:
-    for m in _meters():
-        m._recomputing -= 1
+    try:
+        yield
+    finally:
+        for m in _meters():
+            m._recomputing -= 1

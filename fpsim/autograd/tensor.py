@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from .. import state as _state
 from ..formats import FP32, Format, get_float_format
 from ..modes import Rounding
 from ..rounding import round as fpsim_round
@@ -30,11 +31,11 @@ __all__ = [
     "as_format",
 ]
 
-_grad_enabled = True
+# Grad mode is ambient state: fpsim.state.grad_enabled.
 # Objects notified by the engine (the memory meter, checkpointing): ``on_op(out, parents, op)``
 # after every operation result (recorded or not), ``on_release(node)`` after a node's backward
-# has run and its closure was freed.
-_observers: list = []
+# has run and its closure was freed. The one list fpsim.state.observers, changed in place.
+_observers: list = _state.observers
 
 
 def is_grad_enabled() -> bool:
@@ -43,7 +44,7 @@ def is_grad_enabled() -> bool:
     >>> is_grad_enabled()
     True
     """
-    return _grad_enabled
+    return _state.grad_enabled
 
 
 class set_grad_enabled:  # noqa: N801 - named as in PyTorch
@@ -56,16 +57,14 @@ class set_grad_enabled:  # noqa: N801 - named as in PyTorch
     """
 
     def __init__(self, mode: bool) -> None:
-        global _grad_enabled
-        self.prev = _grad_enabled
-        _grad_enabled = bool(mode)
+        self.prev = _state.grad_enabled
+        _state.grad_enabled = bool(mode)
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, *exc) -> None:
-        global _grad_enabled
-        _grad_enabled = self.prev
+        _state.grad_enabled = self.prev
 
 
 class no_grad:  # noqa: N801 - named as in PyTorch
@@ -82,13 +81,11 @@ class no_grad:  # noqa: N801 - named as in PyTorch
     _mode = False
 
     def __enter__(self) -> None:
-        global _grad_enabled
-        self.prev = _grad_enabled
-        _grad_enabled = self._mode
+        self.prev = _state.grad_enabled
+        _state.grad_enabled = self._mode
 
     def __exit__(self, *exc) -> None:
-        global _grad_enabled
-        _grad_enabled = self.prev
+        _state.grad_enabled = self.prev
 
     def __call__(self, fn: Callable) -> Callable:
         @functools.wraps(fn)
@@ -743,7 +740,7 @@ def make_result(data: np.ndarray, fmt: Format, parents: Sequence[Tensor],
     """Wrap an op's rounded result; record the graph edge when grad mode is on and an input
     requires grad. ``backward(g)`` returns one gradient (or None) per parent."""
     out = Tensor._wrap(data, fmt)
-    if _grad_enabled:
+    if _state.grad_enabled:
         for p in parents:
             if p._requires_grad:
                 out._requires_grad = True
