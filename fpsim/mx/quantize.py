@@ -49,7 +49,7 @@ from ..modes import Rounding, as_rounding
 from ..rounding import round as fp_round
 from .formats import (
     E8M0_BIAS,
-    E8M0_NAN,
+    MX_FORMATS,
     MXINT8_FRACTION_BITS,
     MXFormat,
     ScaleMode,
@@ -65,6 +65,15 @@ _E4M3_TINY = np.float32(2.0**-6)  # torch.finfo(float8_e4m3fn).tiny, the recipe'
 _E4M3_MAX = np.float32(448.0)
 _FP4_MAX = np.float32(6.0)
 _SCALE_MAX = E8M0_BIAS + 1  # a shared exponent past 127 becomes the NaN code
+_ABS_MASK = {4: np.int32(0x7FFFFFFF), 8: np.int64(0x7FFFFFFFFFFFFFFF)}  # clears the sign bit
+_UINT_VIEW = {4: np.int32, 8: np.int64}
+_ROUNDINGS: dict[str, Rounding] = {}  # names already looked up (the call's fixed cost)
+_IGNORE = dict(invalid="ignore", divide="ignore", over="ignore")
+
+try:  # the clip ufunc itself: np.clip's Python wrapper costs more than clipping a small block
+    from numpy._core.umath import clip as _clip
+except ImportError:  # NumPy < 2
+    from numpy.core.umath import clip as _clip
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,6 +181,10 @@ class MXArray:
                 f"nbytes={self.nbytes})")
 
 
+_FORMATS = dict(MX_FORMATS)  # exact names, before get_mx_format's normalising
+_SCALE_MODES = {m.value: m for m in ScaleMode}
+
+
 def _move(a: np.ndarray, src: int, dst: int) -> np.ndarray:
     """np.moveaxis without its overhead in the common cases (nothing to move; a 2-D swap)."""
     nd = a.ndim
@@ -207,18 +220,26 @@ def e8m0_exponent(amax: np.ndarray, fmt: MXFormat, mode: ScaleMode) -> np.ndarra
     [0, 1, 0, 1]
     """
     amax = np.asarray(amax)
+    if amax.ndim == 0:  # frexp of a 0-d array gives scalars; the in-place fixes need arrays
+        return e8m0_exponent(amax.reshape(1), fmt, mode).reshape(())
     m, k = np.frexp(amax)  # amax = m * 2**k, m in [0.5, 1): floor(log2 amax) = k - 1
     k = k.astype(np.int32)
+    # finite nonzero blocks are the rule: the zero / inf / NaN fixes run only when needed
+    special = not bool((amax > 0).all() and (amax < np.inf).all())
     if mode is ScaleMode.RCEIL:
         elem_max = amax.dtype.type(fmt.elem_max)
         with np.errstate(over="ignore", invalid="ignore"):
             descale = (amax / elem_max).astype(amax.dtype)  # rounded, as the hardware does
         dm, dk = np.frexp(descale)
         e = dk.astype(np.int32) - (dm == 0.5)  # ceil(log2(descale))
-        e = np.where(descale == 0, -E8M0_BIAS, e)
-        e = np.where(np.isinf(descale), E8M0_BIAS, e)  # satfinite: inf -> code 254
-        e = np.clip(e, -E8M0_BIAS, E8M0_BIAS)
-        return np.where(np.isnan(descale), _SCALE_MAX, e).astype(np.int32)
+        if special or not bool((descale < np.inf).all()):
+            e[descale == 0] = -E8M0_BIAS
+            e[np.isinf(descale)] = E8M0_BIAS  # satfinite: inf -> code 254
+        np.maximum(e, -E8M0_BIAS, out=e)
+        np.minimum(e, E8M0_BIAS, out=e)
+        if special:
+            e[np.isnan(descale)] = _SCALE_MAX
+        return e
     e = k - 1
     if mode is ScaleMode.CEIL:
         e = e + (m != 0.5)
@@ -226,10 +247,16 @@ def e8m0_exponent(amax: np.ndarray, fmt: MXFormat, mode: ScaleMode) -> np.ndarra
         # torchao adds half a unit of the element's last mantissa place to the bit pattern of
         # amax and truncates: the exponent moves up iff 2m >= 2 - 2**-(mbits + 1).
         e = e + (2 * m >= 2 - 2.0 ** -(fmt.elem_mbits + 1))
-    e = np.where(amax == 0, -E8M0_BIAS - 1, e)
-    e = np.where(np.isinf(amax), _SCALE_MAX, e)  # the exponent field of inf: 2**128
-    e = np.clip(e - fmt.elem_emax, -E8M0_BIAS, _SCALE_MAX)
-    return np.where(np.isnan(amax), _SCALE_MAX, e).astype(np.int32)
+    e = e.astype(np.int32, copy=False)
+    if special:
+        e[amax == 0] = -E8M0_BIAS - 1
+        e[np.isinf(amax)] = _SCALE_MAX  # the exponent field of inf: 2**128
+    e -= fmt.elem_emax
+    np.maximum(e, -E8M0_BIAS, out=e)
+    np.minimum(e, _SCALE_MAX, out=e)
+    if special:
+        e[np.isnan(amax)] = _SCALE_MAX
+    return e
 
 
 def _check_block_size(block_size) -> int:
@@ -264,11 +291,10 @@ def _block_amax(blocks: np.ndarray) -> np.ndarray:
     """Largest magnitude along the last axis, NaN if the block holds a NaN: the maximum of the
     sign-cleared bit patterns (they order like the magnitudes, every NaN above inf), which
     NumPy reduces faster over short rows than the float maximum."""
-    it = np.int32 if blocks.dtype == _F32 else np.int64
-    mask = it(np.iinfo(it).max)
+    size = blocks.dtype.itemsize
     if blocks.shape[-1] == 0:
         return np.zeros(blocks.shape[:-1], blocks.dtype)
-    return (blocks.view(it) & mask).max(axis=-1).view(blocks.dtype)
+    return (blocks.view(_UINT_VIEW[size]) & _ABS_MASK[size]).max(axis=-1).view(blocks.dtype)
 
 
 # fp4 e2m1's decision points between neighbouring codes (0, 0.5, 1, 1.5, 2, 3, 4, 6): a tie
@@ -296,7 +322,7 @@ def _round_elements(y: np.ndarray, fmt: MXFormat, mode: Rounding, rng,
     any block is NaN (the NaN scan is skipped otherwise)."""
     emax = y.dtype.type(fmt.elem_max)
     if fmt.is_int:
-        v = np.clip(y * y.dtype.type(1 << MXINT8_FRACTION_BITS), -127, 127)
+        v = _clip(y * y.dtype.type(1 << MXINT8_FRACTION_BITS), -127, 127)
         if has_nan:
             v[np.isnan(v)] = 0
         if mode is Rounding.NEAREST_EVEN:
@@ -304,7 +330,7 @@ def _round_elements(y: np.ndarray, fmt: MXFormat, mode: Rounding, rng,
         else:
             r = round_to_integral(v.astype(np.float64), "fp64", mode, rng=rng)
         return np.clip(r, -127, 127).astype(np.int8)
-    y = np.clip(y, -emax, emax, out=y)  # saturate, infinities included; NaN passes through
+    y = _clip(y, -emax, emax, out=y)  # saturate, infinities included; NaN passes through
     if not fmt.element.has_nan and has_nan:
         y[np.isnan(y)] = 0
     if mode is Rounding.NEAREST_EVEN and y.dtype == _F32:
@@ -344,12 +370,20 @@ def quantize(
     >>> mx.quantize(x, "mxfp8_e4m3", block_size=4, scale_mode="ceil").dequantize().tolist()
     [0.5, -1.75, 3.0, 7.5]
     """
-    f = get_mx_format(fmt)
+    f = _FORMATS.get(fmt) if isinstance(fmt, str) else None
+    if f is None:
+        f = get_mx_format(fmt)
     nv = f.scale == "e4m3"
     bs = f.block_size if block_size is None else _check_block_size(block_size)
-    mode = as_rounding(rounding)
+    if isinstance(rounding, Rounding):
+        mode = rounding
+    else:
+        mode = _ROUNDINGS.get(rounding) if isinstance(rounding, str) else None
+        if mode is None:
+            mode = as_rounding(rounding)
+            _ROUNDINGS[rounding] = mode
     if nv:
-        if ScaleMode(as_scale_mode(scale_mode)) is not ScaleMode.FLOOR:
+        if scale_mode != "floor" and as_scale_mode(scale_mode) is not ScaleMode.FLOOR:
             raise ValueError("scale_mode applies to the MX formats (E8M0 scales); nvfp4's "
                              "e4m3 scales follow NVIDIA's recipe, so leave scale_mode='floor'")
         smode = None
@@ -363,7 +397,9 @@ def quantize(
                                  f"{per_tensor_scale!r}")
             per_tensor_scale = float(np.float32(per_tensor_scale))
     else:
-        smode = as_scale_mode(scale_mode)
+        smode = _SCALE_MODES.get(scale_mode) if isinstance(scale_mode, str) else None
+        if smode is None:
+            smode = as_scale_mode(scale_mode)
         if per_tensor_scale is not None:
             raise ValueError(f"per_tensor_scale is NVFP4's global scale; {f.name} has none "
                              "(pass per_tensor_scale=None)")
@@ -388,11 +424,11 @@ def quantize(
     amax = _block_amax(blocks)
     dt = blocks.dtype.type
     if nv:
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        with np.errstate(**_IGNORE):
             block_scale = amax / _FP4_MAX
             if per_tensor_scale is not None:
                 block_scale = block_scale / np.float32(per_tensor_scale)
-            s8 = np.clip(block_scale, _E4M3_TINY, _E4M3_MAX).astype(ml_dtypes.float8_e4m3fn)
+            s8 = _clip(block_scale, _E4M3_TINY, _E4M3_MAX).astype(ml_dtypes.float8_e4m3fn)
             s32 = s8.astype(np.float32)
             one = np.float32(1.0)
             if per_tensor_scale is None:
@@ -401,18 +437,20 @@ def quantize(
                 recip = (one / np.float32(per_tensor_scale)) / s32
             y = blocks * recip[..., None]
         scales = s8
+        nan_blocks = bool(np.isnan(amax).any())  # the clip and the e4m3 cast keep NaN only
     else:
         se = e8m0_exponent(amax, f, smode)
         nan = se == _SCALE_MAX
-        codes = np.where(nan, E8M0_NAN, se + E8M0_BIAS).astype(np.uint8)
-        # 1/X = 2**-s exactly (2**127 and the subnormal 2**-127 both fit float32)
-        recip = np.ldexp(np.ones(se.shape, _F64), -np.where(nan, 0, se)).astype(dt)
-        recip[nan] = np.nan
-        with np.errstate(invalid="ignore", over="ignore"):
+        nan_blocks = bool(nan.any())
+        codes = (se + E8M0_BIAS).astype(np.uint8)  # the NaN exponent 128 is code 255 (NaN)
+        # 1/X = 2**-s exactly (2**127 and the subnormals 2**-127, 2**-128 all fit float32)
+        recip = np.ldexp(np.ones(se.shape, dt), -se)
+        if nan_blocks:
+            recip[nan] = np.nan
+        with np.errstate(**_IGNORE):
             y = blocks * recip[..., None]
         scales = codes.view(ml_dtypes.float8_e8m0fnu)
     # a NaN scale (a NaN in the block, or an E8M0 overflow) makes the block's P NaN
-    nan_blocks = bool(np.isnan(scales.astype(np.float32)).any())
     elems = _round_elements(y, f, mode, rng, nan_blocks)
     elems = elems.reshape(elems.shape[:-2] + (nb * bs,))
     return MXArray(
