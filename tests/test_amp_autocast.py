@@ -24,7 +24,7 @@ from fpsim.amp import (
     reset_autocast_policy,
     set_autocast_policy,
 )
-from fpsim.amp.autocast import cache_size
+from fpsim.amp.autocast_policy import cache_size
 from fpsim.autograd import Tensor, no_grad
 from fpsim.autograd import functional as F
 from fpsim.autograd.context import autocast_args, get_autocast_hook

@@ -7,7 +7,7 @@ instrumentation of underflow, lost updates and exponent ranges.
 65536.0
 """
 
-from .autocast import (
+from .autocast_policy import (
     AUTOCAST_POLICY,
     autocast,
     autocast_policy_table,

@@ -66,7 +66,7 @@ import numpy as np
 from ..autograd.context import contains
 from ..autograd.tensor import Tensor, as_format
 from ..formats import FP16, FP32, Format
-from .autocast import autocast
+from .autocast_policy import autocast
 from .opt_levels import OptLevel, get_opt_level
 from .scaler import ApexLossScaler
 
