@@ -126,8 +126,7 @@ def record(per_element: np.ndarray, where: str) -> None:
         ctx._add(per_element, where)
 
 
-@contextmanager
-def suspended() -> Iterator[None]:
+def suspended() -> _state.scoped:
     """Hide the active flag contexts for the duration of the block: an operation that rounds
     several times (operand conversion, then the result) computes its flags itself and records
     them once, under its own name.
@@ -139,5 +138,4 @@ def suspended() -> Iterator[None]:
     >>> ctx.flags
     <Flags.NONE: 0>
     """
-    with _state.scoped(flag_stack=()):
-        yield
+    return _state.scoped(flag_stack=())

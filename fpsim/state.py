@@ -63,6 +63,7 @@ autocast_hook: contextvars.ContextVar = contextvars.ContextVar("fpsim_autocast_h
 # rng_states comes last: a restore sets the generator objects first, then their states
 PIECES: tuple[str, ...] = ("grad_enabled", "observers", "rounding_rng", "init_rng",
                            "autograd_settings", "flag_stack", "autocast_hook", "rng_states")
+_PIECE_SET = frozenset(PIECES)
 _VARS = {"flag_stack": flag_stack, "autocast_hook": autocast_hook}
 
 
@@ -256,6 +257,7 @@ def restore(snap: Snapshot) -> None:
 
 class scoped:  # noqa: N801 - a context manager, used like one
     """Context manager: set the named pieces for the block, restore them (only them) after.
+    Cheap enough for a per-operation context (a ContextVar piece is set and reset by token).
 
     >>> import fpsim.state
     >>> with scoped(grad_enabled=False):
@@ -268,13 +270,24 @@ class scoped:  # noqa: N801 - a context manager, used like one
     __slots__ = ("_values", "_saved")
 
     def __init__(self, **values) -> None:
-        _check_names(values)
+        if not _PIECE_SET.issuperset(values):
+            _check_names(values)
         self._values = values
 
     def __enter__(self) -> None:
-        self._saved = snapshot(*self._values)
+        saved = []
         for name, value in self._values.items():
-            _set(name, value)
+            var = _VARS.get(name)
+            if var is not None:
+                saved.append((var, var.set(value)))
+            else:
+                saved.append((name, _get(name)))
+                _set(name, value)
+        self._saved = saved
 
     def __exit__(self, *exc) -> None:
-        restore(self._saved)
+        for key, old in reversed(self._saved):
+            if isinstance(key, str):
+                _set(key, old)
+            else:
+                key.reset(old)

@@ -9,67 +9,29 @@ import numpy as np
 
 from . import accumulate as _acc
 from .context import autocast_args, check_same_format, promote_formats, round_to, widen
-from .functional import _as_tensor, _model, _operand_dtype, squeeze, unsqueeze
+from .operands import (
+    IntPair,
+    accumulation_model,
+    as_tensor,
+    check_padding_string,
+    ints,
+    operand_dtype,
+)
 from .tensor import Tensor, make_result
 
 __all__ = ["conv2d", "max_pool2d", "avg_pool2d"]
 
-_PADDING_STRINGS = ("valid", "same")
-_IntPair = int | tuple[int, int]  # an int for both spatial dims, or (height, width)
-
-
-def _pair(v: _IntPair, name: str) -> tuple[int, int]:
-    """An int or a pair of ints as a pair (``torch.nn.modules.utils._pair``)."""
-    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-        return int(v), int(v)
-    if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
-        raise ValueError(f"{name} must be an int or a pair of ints, got {v!r}")
-    t = tuple(v)
-    if len(t) != 2 or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool)
-                              for i in t):
-        raise ValueError(f"{name} must be an int or a pair of ints, got {v!r}")
-    return int(t[0]), int(t[1])
-
-
-def _ints(v: _IntPair, name: str, op: str, minimum: int) -> tuple[int, int]:
-    h, w = _pair(v, name)
-    if h < minimum or w < minimum:
-        need = "positive" if minimum > 0 else "non-negative"
-        raise ValueError(f"{op}: {name} must be {need}, got {v!r}")
-    return h, w
-
-
-def _check_padding_string(padding: _IntPair | str, stride: _IntPair, op: str = "conv2d",
-                          ) -> None:
-    """PyTorch's checks of a string ``padding``: one of 'valid', 'same'; 'same' needs stride 1.
-    Other values pass (they are checked as ints where used).
-
-    >>> _check_padding_string("same", 2)
-    Traceback (most recent call last):
-    ...
-    ValueError: conv2d: padding='same' is not supported for strided convolutions (stride 2)
-    """
-    if not isinstance(padding, str):
-        return
-    if padding not in _PADDING_STRINGS:
-        raise ValueError(f"{op}: invalid padding string {padding!r}, should be one of 'valid', "
-                         "'same' (or an int or a pair of ints)")
-    if padding == "same" and _ints(stride, "stride", op, 1) != (1, 1):
-        raise ValueError(f"{op}: padding='same' is not supported for strided convolutions "
-                         f"(stride {stride!r})")
-
-
-def _conv_padding(padding: _IntPair | str, kernel: tuple[int, int], dilation: tuple[int, int],
-                  stride: _IntPair) -> tuple[int, int, int, int]:
+def _conv_padding(padding: IntPair | str, kernel: tuple[int, int], dilation: tuple[int, int],
+                  stride: IntPair) -> tuple[int, int, int, int]:
     """(top, bottom, left, right) zero padding of conv2d."""
-    _check_padding_string(padding, stride)
+    check_padding_string(padding, stride)
     if padding == "valid":
         return 0, 0, 0, 0
     if padding == "same":
         # PyTorch: total d (k - 1); an odd total puts the extra element at the end
         th, tw = (d * (k - 1) for d, k in zip(dilation, kernel, strict=True))
         return th // 2, th - th // 2, tw // 2, tw - tw // 2
-    ph, pw = _ints(padding, "padding", "conv2d", 0)
+    ph, pw = ints(padding, "padding", "conv2d", 0)
     return ph, ph, pw, pw
 
 
@@ -100,8 +62,8 @@ def _add_windows(gp: np.ndarray, gwin: np.ndarray, sh: int, sw: int, dh: int, dw
 
 
 # ------------------------------------------------------------------------- convolution
-def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: _IntPair = 1,
-           padding: _IntPair | str = 0, dilation: _IntPair = 1, groups: int = 1, *,
+def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntPair = 1,
+           padding: IntPair | str = 0, dilation: IntPair = 1, groups: int = 1, *,
            accumulation=None) -> Tensor:
     """2-D cross-correlation as ``torch.nn.functional.conv2d``: input (N, C_in, H, W) or
     (C_in, H, W), weight (C_out, C_in / groups, kh, kw), ``padding`` an int, a pair, 'valid'
@@ -119,18 +81,19 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: _I
     (4, 5, 5)
     """
     input, weight, bias = autocast_args("conv2d", input, weight, bias)
-    x, w = _as_tensor(input), _as_tensor(weight)
+    x, w = as_tensor(input), as_tensor(weight)
     if x.ndim == 3:
-        return squeeze(conv2d(unsqueeze(x, 0), w, bias, stride, padding, dilation, groups,
-                              accumulation=accumulation), 0)
+        # Tensor methods reach the ops: this module does not import fpsim.autograd.functional
+        return conv2d(x.unsqueeze(0), w, bias, stride, padding, dilation, groups,
+                      accumulation=accumulation).squeeze(0)
     if x.ndim != 4 or w.ndim != 4:
         raise ValueError(f"conv2d: expected input (N, C_in, H, W) or (C_in, H, W) and weight "
                          f"(C_out, C_in / groups, kh, kw), got shapes {x.shape} and {w.shape}")
     if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
         raise ValueError(f"conv2d: groups must be a positive integer, got {groups!r}")
     groups = int(groups)
-    sh, sw = _ints(stride, "stride", "conv2d", 1)
-    dh, dw = _ints(dilation, "dilation", "conv2d", 1)
+    sh, sw = ints(stride, "stride", "conv2d", 1)
+    dh, dw = ints(dilation, "dilation", "conv2d", 1)
     n, c, h, wd = x.shape
     cout, cg, kh, kw = w.shape
     if cout % groups:
@@ -151,20 +114,20 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: _I
                          f"{x.shape})")
     oh, ow = (hp - eh) // sh + 1, (wp - ew) // sw + 1
     parents = [x, w]
-    check_same_format("conv2d", x, w, None if bias is None else _as_tensor(bias))
+    check_same_format("conv2d", x, w, None if bias is None else as_tensor(bias))
     fmt = x.fmt if x.fmt is w.fmt else promote_formats(x.fmt, w.fmt)
     coutg, m_rows, kg = cout // groups, n * oh * ow, cg * kh * kw
     b64 = None
     if bias is not None:
-        bt = _as_tensor(bias)
+        bt = as_tensor(bias)
         if bt.shape != (cout,):
             raise ValueError(f"conv2d: bias shape {bt.shape} does not match {cout} output "
                              f"channels (weight shape {w.shape})")
         parents.append(bt)
         fmt = promote_formats(fmt, bt.fmt)
         b64 = widen(bt._data).reshape(groups, 1, coutg)
-    model = _model(accumulation)
-    dt = _operand_dtype(model, x.fmt, w.fmt)  # float32 operands for the sgemm model
+    model = accumulation_model(accumulation)
+    dt = operand_dtype(model, x.fmt, w.fmt)  # float32 operands for the sgemm model
     win = _windows(_pad(widen(x._data, dt), pt, pb, pl, pr), kh, kw, sh, sw, dh, dw, oh, ow)
     # im2col rows (n, oh, ow), columns (channel, tap) split by group: (groups, M, K / groups)
     cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(m_rows, groups, kg)
@@ -175,8 +138,8 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: _I
     out = np.ascontiguousarray(out.transpose(0, 3, 1, 2))
 
     def backward(g):
-        m = _model(accumulation)
-        g2 = widen(g, _operand_dtype(m, fmt)).transpose(0, 2, 3, 1).reshape(m_rows, cout)
+        m = accumulation_model(accumulation)
+        g2 = widen(g, operand_dtype(m, fmt)).transpose(0, 2, 3, 1).reshape(m_rows, cout)
         g3 = g2.reshape(m_rows, groups, coutg).transpose(1, 0, 2)  # (groups, M, coutg)
         grads = [None] * len(parents)
         if x._requires_grad:
@@ -205,19 +168,19 @@ def _pool_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> in
     return out
 
 
-def _pool_args(op: str, x: Tensor, kernel_size: _IntPair, stride: _IntPair | None,
-               padding: _IntPair, dilation: _IntPair, ceil_mode: bool,
+def _pool_args(op: str, x: Tensor, kernel_size: IntPair, stride: IntPair | None,
+               padding: IntPair, dilation: IntPair, ceil_mode: bool,
                ) -> tuple[tuple[int, int], ...]:
     """Checked (kernel, stride, padding, dilation, output size) pairs of a pooling op."""
     if x.ndim != 4:
         raise ValueError(f"{op}: expected input (N, C, H, W) or (C, H, W), got shape {x.shape}")
-    kh, kw = _ints(kernel_size, "kernel_size", op, 1)
+    kh, kw = ints(kernel_size, "kernel_size", op, 1)
     if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0):
         sh, sw = kh, kw  # PyTorch: the stride defaults to the kernel size
     else:
-        sh, sw = _ints(stride, "stride", op, 1)
-    ph, pw = _ints(padding, "padding", op, 0)
-    dh, dw = _ints(dilation, "dilation", op, 1)
+        sh, sw = ints(stride, "stride", op, 1)
+    ph, pw = ints(padding, "padding", op, 0)
+    dh, dw = ints(dilation, "dilation", op, 1)
     if ph > kh // 2 or pw > kw // 2:
         raise ValueError(f"{op}: padding {(ph, pw)} should be at most half of the kernel size "
                          f"{(kh, kw)}")
@@ -237,8 +200,8 @@ def _extra(size: int, p: int, out: int, k: int, s: int, d: int) -> int:
     return max((out - 1) * s + (k - 1) * d + 1 - size - p, 0)
 
 
-def max_pool2d(input: Tensor, kernel_size: _IntPair, stride: _IntPair | None = None,
-               padding: _IntPair = 0, dilation: _IntPair = 1, ceil_mode: bool = False,
+def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = None,
+               padding: IntPair = 0, dilation: IntPair = 1, ceil_mode: bool = False,
                return_indices: bool = False) -> Tensor | tuple[Tensor, np.ndarray]:
     """2-D max pooling as ``torch.nn.functional.max_pool2d`` (exact): input (N, C, H, W) or
     (C, H, W); ``stride`` defaults to the kernel size; padding is -inf. A NaN in a window is
@@ -255,11 +218,11 @@ def max_pool2d(input: Tensor, kernel_size: _IntPair, stride: _IntPair | None = N
     >>> v.tolist(), i.tolist()
     ([[[8.0, 6.0], [2.0, 0.0]]], [[[0, 2], [6, 8]]])
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     if x.ndim == 3:
-        r = max_pool2d(unsqueeze(x, 0), kernel_size, stride, padding, dilation, ceil_mode,
+        r = max_pool2d(x.unsqueeze(0), kernel_size, stride, padding, dilation, ceil_mode,
                        return_indices)
-        return (squeeze(r[0], 0), r[1][0]) if return_indices else squeeze(r, 0)
+        return (r[0].squeeze(0), r[1][0]) if return_indices else r.squeeze(0)
     (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = _pool_args(
         "max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
     n, c, h, wd = x.shape
@@ -316,8 +279,8 @@ def max_pool2d(input: Tensor, kernel_size: _IntPair, stride: _IntPair | None = N
     return (result, indices) if return_indices else result
 
 
-def avg_pool2d(input: Tensor, kernel_size: _IntPair, stride: _IntPair | None = None,
-               padding: _IntPair = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+def avg_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = None,
+               padding: IntPair = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                divisor_override: int | None = None) -> Tensor:
     """2-D average pooling as ``torch.nn.functional.avg_pool2d``: the float64 sum of each
     window over its divisor, rounded once to the input's format. The divisor (PyTorch's rule)
@@ -332,10 +295,10 @@ def avg_pool2d(input: Tensor, kernel_size: _IntPair, stride: _IntPair | None = N
     >>> avg_pool2d(x, 2, padding=1, count_include_pad=False).tolist()
     [[[[0.0, 1.5], [4.5, 6.0]]]]
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     if x.ndim == 3:
-        return squeeze(avg_pool2d(unsqueeze(x, 0), kernel_size, stride, padding, ceil_mode,
-                                  count_include_pad, divisor_override), 0)
+        return avg_pool2d(x.unsqueeze(0), kernel_size, stride, padding, ceil_mode,
+                          count_include_pad, divisor_override).squeeze(0)
     (kh, kw), (sh, sw), (ph, pw), _, (oh, ow) = _pool_args(
         "avg_pool2d", x, kernel_size, stride, padding, 1, ceil_mode)
     n, c, h, wd = x.shape

@@ -81,6 +81,7 @@ Tensor.to / cast_to            target        one rounding with the given mode; t
 from __future__ import annotations
 
 import builtins
+import sys
 from collections import namedtuple
 from collections.abc import Sequence
 
@@ -88,17 +89,15 @@ import numpy as np
 
 from .. import arithmetic as _arithmetic
 from .. import flags as _flags
-from ..formats import FP16, FP32, Format, get_format
+from ..formats import FP16, Format
 from ..modes import Rounding, Subnormals, as_rounding
 from ..rounding import round as fpsim_round
 from . import accumulate as _acc
+from . import tensor as _tensor
 from .context import (
     F32_SAFE,
-    Accumulation,
-    as_accumulation,
     autocast_args,
     check_same_format,
-    contains,
     promote_formats,
     round_to,
     settings,
@@ -106,6 +105,12 @@ from .context import (
 )
 from .fastcast import f64_to_f16
 from .generator import get_generator
+from .operands import (
+    accumulation_model,
+    as_tensor,
+    binary_operands,
+    operand_dtype,
+)
 from .special import erfc
 from .tensor import Tensor, as_format, make_result
 
@@ -127,42 +132,6 @@ MaxResult = namedtuple("max", ["values", "indices"])
 
 
 # ---------------------------------------------------------------------- operand helpers
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating))
-
-
-def _as_tensor(x, int_fmt: Format = FP32) -> Tensor:
-    """Tensors pass; arrays become tensors of their dtype's format (integers: ``int_fmt``)."""
-    if isinstance(x, Tensor):
-        return x
-    if isinstance(x, (int, float, np.integer, np.floating)):
-        return Tensor(x, int_fmt)
-    arr = np.asarray(x)
-    if arr.dtype.kind in "iub":
-        return Tensor(arr, int_fmt)
-    if arr.dtype.kind in "fV":
-        return Tensor(arr, as_format(get_format(arr.dtype)))
-    raise TypeError(f"expected a Tensor, a number or a real array, got {type(x).__name__}")
-
-
-def _operands(input, other, op: str):
-    """(x, y, fmt): Tensors, or Python floats for scalars, and the result format."""
-    if isinstance(input, Tensor):
-        if isinstance(other, Tensor):
-            fmt = input.fmt if input.fmt is other.fmt else promote_formats(input.fmt, other.fmt)
-            return input, other, fmt
-        if _is_number(other):
-            return input, float(other), input.fmt
-        other = _as_tensor(other, input.fmt)
-        return input, other, promote_formats(input.fmt, other.fmt)
-    if isinstance(other, Tensor):
-        if _is_number(input):
-            return float(input), other, other.fmt
-        input = _as_tensor(input, other.fmt)
-        return input, other, promote_formats(input.fmt, other.fmt)
-    raise TypeError(f"{op} needs at least one Tensor operand")
-
-
 def _shape(v) -> tuple:
     return v._data.shape if isinstance(v, Tensor) else ()
 
@@ -317,7 +286,7 @@ def add(input, other) -> Tensor:
     'fp32'
     """
     input, other = autocast_args("add", input, other)
-    x, y, fmt = _operands(input, other, "add")
+    x, y, fmt = binary_operands(input, other, "add")
     _check_broadcast(x, y, "add")
     with np.errstate(all="ignore"):
         out = _arith("add", x, y, fmt)
@@ -332,7 +301,7 @@ def sub(input, other) -> Tensor:
     2.0
     """
     input, other = autocast_args("sub", input, other)
-    x, y, fmt = _operands(input, other, "sub")
+    x, y, fmt = binary_operands(input, other, "sub")
     _check_broadcast(x, y, "sub")
     with np.errstate(all="ignore"):
         out = _arith("sub", x, y, fmt)
@@ -347,7 +316,7 @@ def mul(input, other) -> Tensor:
     1.5
     """
     input, other = autocast_args("mul", input, other)
-    x, y, fmt = _operands(input, other, "mul")
+    x, y, fmt = binary_operands(input, other, "mul")
     _check_broadcast(x, y, "mul")
     with np.errstate(all="ignore"):
         out = _arith("mul", x, y, fmt)
@@ -363,7 +332,7 @@ def div(input, other) -> Tensor:
     Tensor([0.33325195], fmt=fp16)
     """
     input, other = autocast_args("div", input, other)
-    x, y, fmt = _operands(input, other, "div")
+    x, y, fmt = binary_operands(input, other, "div")
     _check_broadcast(x, y, "div")
     with np.errstate(all="ignore"):
         out = _arith("div", x, y, fmt)
@@ -378,7 +347,7 @@ def neg(input: Tensor) -> Tensor:
     >>> float(neg(Tensor([2.0])).item())
     -2.0
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     out = np.negative(x._data)
     return make_result(out, x.fmt, (x,), lambda g: (np.negative(g),), "neg")
 
@@ -389,7 +358,7 @@ def abs(input: Tensor) -> Tensor:  # noqa: A001 - torch.abs
     >>> abs(Tensor([-2.0])).item()
     2.0
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     out = np.abs(x._data)
 
     def backward(g):
@@ -406,7 +375,7 @@ def pow(input, exponent) -> Tensor:  # noqa: A001 - torch.pow
     9.0
     """
     input, exponent = autocast_args("pow", input, exponent)
-    x, y, fmt = _operands(input, exponent, "pow")
+    x, y, fmt = binary_operands(input, exponent, "pow")
     _check_broadcast(x, y, "pow")
     with np.errstate(all="ignore"):
         out = round_to(np.asarray(np.power(_val(x), _val(y))), fmt)
@@ -425,18 +394,6 @@ def pow(input, exponent) -> Tensor:  # noqa: A001 - torch.pow
 
 
 # --------------------------------------------------------------------------- matmul
-def _model(accumulation) -> Accumulation:
-    return settings().accumulation if accumulation is None else as_accumulation(accumulation)
-
-
-def _operand_dtype(model: Accumulation, *fmts: Format):
-    """The float type GEMM operands are widened to: float32 for the sgemm model (exact for
-    formats inside fp32), float64 otherwise."""
-    if model.kind == "sgemm" and all(contains(FP32, f) for f in fmts):
-        return _F32
-    return _F64
-
-
 def _swap(a: np.ndarray) -> np.ndarray:
     return np.swapaxes(a, -1, -2)
 
@@ -451,14 +408,14 @@ def matmul(input: Tensor, other: Tensor, *, accumulation=None) -> Tensor:
     11.0
     """
     input, other = autocast_args("matmul", input, other)
-    a, b = _as_tensor(input), _as_tensor(other)
+    a, b = as_tensor(input), as_tensor(other)
     check_same_format("matmul", a, b)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"matmul: both arguments need at least 1 dimension, got shapes "
                          f"{a.shape} and {b.shape}")
     fmt = a.fmt if a.fmt is b.fmt else promote_formats(a.fmt, b.fmt)
-    model = _model(accumulation)
-    dt = _operand_dtype(model, a.fmt, b.fmt)
+    model = accumulation_model(accumulation)
+    dt = operand_dtype(model, a.fmt, b.fmt)
     a64, b64 = widen(a._data, dt), widen(b._data, dt)
     a2 = a64 if a.ndim > 1 else a64[None, :]
     b2 = b64 if b.ndim > 1 else b64[:, None]
@@ -478,8 +435,8 @@ def matmul(input: Tensor, other: Tensor, *, accumulation=None) -> Tensor:
         out = out[..., 0]
 
     def backward(g):
-        m = _model(accumulation)
-        g2 = widen(g, _operand_dtype(m, fmt)).reshape(out2_shape)
+        m = accumulation_model(accumulation)
+        g2 = widen(g, operand_dtype(m, fmt)).reshape(out2_shape)
         gfmt = fmt  # the output's gradient format
         ga = gb = None
         if a._requires_grad:
@@ -503,32 +460,32 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *,
     [[5.5]]
     """
     input, weight, bias = autocast_args("linear", input, weight, bias)
-    x, w = _as_tensor(input), _as_tensor(weight)
+    x, w = as_tensor(input), as_tensor(weight)
     if w.ndim != 2 or x.ndim == 0 or x.shape[-1] != w.shape[1]:
         raise ValueError(f"linear: input shape {x.shape} and weight shape {w.shape} do not "
                          f"match (need input (..., {w.shape[-1] if w.ndim else '?'}) and weight "
                          "(out_features, in_features))")
     parents = [x, w]
-    check_same_format("linear", x, w, None if bias is None else _as_tensor(bias))
+    check_same_format("linear", x, w, None if bias is None else as_tensor(bias))
     fmt = x.fmt if x.fmt is w.fmt else promote_formats(x.fmt, w.fmt)
     b64 = None
     if bias is not None:
-        b = _as_tensor(bias)
+        b = as_tensor(bias)
         if b.shape != (w.shape[0],):
             raise ValueError(f"linear: bias shape {b.shape} does not match weight shape "
                              f"{w.shape} (need ({w.shape[0]},))")
         parents.append(b)
         fmt = fmt if b.fmt is fmt else promote_formats(fmt, b.fmt)
         b64 = widen(b._data)
-    model = _model(accumulation)
-    dt = _operand_dtype(model, x.fmt, w.fmt)
+    model = accumulation_model(accumulation)
+    dt = operand_dtype(model, x.fmt, w.fmt)
     x2 = widen(x._data, dt).reshape(-1, w.shape[1])
     w64 = widen(w._data, dt)
     out = _acc.gemm(x2, w64.T, fmt, model, fmt, b64).reshape(x.shape[:-1] + (w.shape[0],))
 
     def backward(g):
-        m = _model(accumulation)
-        g2 = widen(g, _operand_dtype(m, fmt)).reshape(-1, w.shape[0])
+        m = accumulation_model(accumulation)
+        g2 = widen(g, operand_dtype(m, fmt)).reshape(-1, w.shape[0])
         grads = [None, None, None]
         if x._requires_grad:
             acc = _acc.gemm_acc(g2, w64, m, promote_formats(fmt, w.fmt))
@@ -552,7 +509,7 @@ def sum(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
     [4.0, 6.0]
     """
     input = autocast_args("sum", input)
-    x = _as_tensor(input)
+    x = as_tensor(input)
     axes = _axes(dim, x.ndim)
     out = round_to(np.asarray(widen(x._data).sum(axis=axes, keepdims=keepdim)), x.fmt)
 
@@ -571,7 +528,7 @@ def mean(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     1.5
     """
     input = autocast_args("mean", input)
-    x = _as_tensor(input)
+    x = as_tensor(input)
     axes = _axes(dim, x.ndim)
     n = int(np.prod([x.shape[a] for a in axes])) if x.ndim else 1
     with np.errstate(all="ignore"):
@@ -595,7 +552,7 @@ def max(input: Tensor, dim: int | None = None, keepdim: bool = False):  # noqa: 
     >>> r.values.tolist(), r.indices.tolist()
     ([5.0, 7.0], [1, 0])
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     x64 = widen(x._data)
     if dim is None:
         m = x64.max()
@@ -629,7 +586,7 @@ def reshape(input: Tensor, shape: Sequence[int]) -> Tensor:
     >>> reshape(Tensor([1.0, 2.0, 3.0, 4.0]), (2, 2)).shape
     (2, 2)
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     try:
         out = x._data.reshape(tuple(shape))
     except ValueError:
@@ -644,7 +601,7 @@ def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     >>> flatten(Tensor(np.zeros((2, 3, 4))), 1).shape
     (2, 12)
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     if x.ndim == 0:
         return reshape(x, (1,))
     s, e = _axes((start_dim, end_dim), x.ndim)
@@ -658,7 +615,7 @@ def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:
     >>> transpose(Tensor(np.zeros((2, 3))), 0, 1).shape
     (3, 2)
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     d0, d1 = _axes((dim0, dim1), x.ndim)
     out = np.swapaxes(x._data, d0, d1)
     return make_result(out, x.fmt, (x,), lambda g: (np.swapaxes(g, d0, d1),), "transpose")
@@ -670,7 +627,7 @@ def permute(input: Tensor, dims: Sequence[int]) -> Tensor:
     >>> permute(Tensor(np.zeros((2, 3, 4))), (2, 0, 1)).shape
     (4, 2, 3)
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     dims = _axes(tuple(dims), x.ndim)
     if sorted(dims) != list(range(x.ndim)):
         raise ValueError(f"permute: dims {dims} are not a permutation of the {x.ndim} "
@@ -686,7 +643,7 @@ def unsqueeze(input: Tensor, dim: int) -> Tensor:
     >>> unsqueeze(Tensor([1.0, 2.0]), 0).shape
     (1, 2)
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     (d,) = _axes(dim, x.ndim + 1)
     return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
 
@@ -697,7 +654,7 @@ def squeeze(input: Tensor, dim: int | None = None) -> Tensor:
     >>> squeeze(Tensor(np.zeros((1, 2, 1)))).shape
     (2,)
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     if dim is None:
         shape = tuple(n for n in x.shape if n != 1)
     else:
@@ -727,7 +684,7 @@ def getitem(input: Tensor, index) -> Tensor:
     >>> Tensor([1.0, 2.0, 3.0])[1:].tolist()
     [2.0, 3.0]
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     index = _index_arg(index)
     out = x._data[index]
     basic = _is_basic(index)
@@ -756,7 +713,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     >>> cat([Tensor([1.0], fpsim.FP16), Tensor([2.0], fpsim.BF16)]).fmt.name
     'fp32'
     """
-    ts = [_as_tensor(t) for t in tensors]
+    ts = [as_tensor(t) for t in tensors]
     if not ts:
         raise ValueError("cat: expected a non-empty sequence of tensors")
     fmt = promote_formats(*[t.fmt for t in ts])
@@ -780,11 +737,17 @@ def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     >>> stack([Tensor([1.0, 2.0]), Tensor([3.0, 4.0])]).shape
     (2, 2)
     """
-    return cat([unsqueeze(_as_tensor(t), dim) for t in tensors], dim)
+    return cat([unsqueeze(as_tensor(t), dim) for t in tensors], dim)
 
 
-def _identity(input: Tensor, copy: bool = True) -> Tensor:
-    x = _as_tensor(input)
+def identity(input: Tensor, copy: bool = True) -> Tensor:
+    """The values of ``input`` as a new graph node (a copy unless ``copy=False``); the
+    gradient passes through unchanged (``Tensor.clone``; internal, not in ``__all__``).
+
+    >>> identity(Tensor([1.0], requires_grad=True)).requires_grad
+    True
+    """
+    x = as_tensor(input)
     return make_result(x._data.copy() if copy else x._data, x.fmt, (x,), lambda g: (g,),
                        "clone")
 
@@ -798,7 +761,7 @@ def cast_to(input: Tensor, fmt: Format | str,
     >>> cast_to(Tensor([0.1]), "bf16", "toward_zero").item()
     0.099609375
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     fmt = as_format(fmt)
     mode = as_rounding(rounding)
     if fmt == x.fmt:
@@ -829,7 +792,7 @@ def exp(input: Tensor) -> Tensor:
     1.0
     """
     input = autocast_args("exp", input)
-    return _unary(_as_tensor(input), np.exp, lambda x, o, g: g * widen(o), "exp")
+    return _unary(as_tensor(input), np.exp, lambda x, o, g: g * widen(o), "exp")
 
 
 def log(input: Tensor) -> Tensor:
@@ -839,7 +802,7 @@ def log(input: Tensor) -> Tensor:
     0.0
     """
     input = autocast_args("log", input)
-    return _unary(_as_tensor(input), np.log, lambda x, o, g: g / x, "log")
+    return _unary(as_tensor(input), np.log, lambda x, o, g: g / x, "log")
 
 
 def sqrt(input: Tensor) -> Tensor:
@@ -848,7 +811,7 @@ def sqrt(input: Tensor) -> Tensor:
     >>> sqrt(Tensor([4.0])).item()
     2.0
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     with np.errstate(all="ignore"):
         out = _arith("sqrt", x, None, x.fmt)
 
@@ -869,7 +832,7 @@ def tanh(input: Tensor) -> Tensor:
         o = widen(o)
         return g * (1.0 - o * o)
 
-    return _unary(_as_tensor(input), np.tanh, grad, "tanh")
+    return _unary(as_tensor(input), np.tanh, grad, "tanh")
 
 
 def _sigmoid64(x: np.ndarray) -> np.ndarray:
@@ -887,7 +850,7 @@ def sigmoid(input: Tensor) -> Tensor:
         o = widen(o)
         return g * o * (1.0 - o)
 
-    return _unary(_as_tensor(input), _sigmoid64, grad, "sigmoid")
+    return _unary(as_tensor(input), _sigmoid64, grad, "sigmoid")
 
 
 _INT_OF_SIZE = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
@@ -913,7 +876,7 @@ def relu(input: Tensor) -> Tensor:
     >>> relu(Tensor([-1.0, 2.0])).tolist()
     [0.0, 2.0]
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     data = x._data
     inf = _INF_BITS16.get(data.dtype)
     if inf is not None:  # decide on the bit patterns: float16 comparisons are slow in NumPy
@@ -935,7 +898,7 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     >>> round(gelu(Tensor([1.0], "fp64")).item(), 12)
     0.841344746069
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     if approximate == "none":
         def fwd(v):
             return v * (0.5 * erfc(-v * _SQRT1_2))
@@ -970,7 +933,7 @@ def softmax(input: Tensor, dim: int | None = None) -> Tensor:
     [0.5, 0.5]
     """
     input = autocast_args("softmax", input)
-    x = _as_tensor(input)
+    x = as_tensor(input)
     (d,) = _axes(_need_dim(dim, "softmax"), x.ndim)
     x64 = widen(x._data)
     with np.errstate(all="ignore"):
@@ -992,7 +955,7 @@ def log_softmax(input: Tensor, dim: int | None = None) -> Tensor:
     -0.69314718056
     """
     input = autocast_args("log_softmax", input)
-    x = _as_tensor(input)
+    x = as_tensor(input)
     (d,) = _axes(_need_dim(dim, "log_softmax"), x.ndim)
     x64 = widen(x._data)
     with np.errstate(all="ignore"):
@@ -1028,7 +991,7 @@ def nll_loss(input: Tensor, target, weight=None, ignore_index: int = -100,
     """
     input = autocast_args("nll_loss", input)
     _check_reduction(reduction)
-    x = _as_tensor(input)
+    x = as_tensor(input)
     t = np.asarray(target._data if isinstance(target, Tensor) else target)
     if x.ndim > 2:  # (N, C, d1, ...) with target (N, d1, ...): one row per position
         if t.shape != (x.shape[0],) + x.shape[2:]:
@@ -1056,7 +1019,7 @@ def nll_loss(input: Tensor, target, weight=None, ignore_index: int = -100,
     if bad.any():
         raise IndexError(f"Target {int(t1[bad][0])} is out of bounds for {c} classes")
     tc = np.where(valid, t1, 0)
-    w = np.ones(c) if weight is None else widen(_as_tensor(weight)._data).reshape(c)
+    w = np.ones(c) if weight is None else widen(as_tensor(weight)._data).reshape(c)
     wt = np.where(valid, w[tc], 0.0)
     picked = widen(x2)[np.arange(n), tc]
     with np.errstate(all="ignore"):
@@ -1098,7 +1061,7 @@ def masked_fill(input: Tensor, mask, value: float) -> Tensor:
     >>> masked_fill(Tensor([1.0, 2.0, 3.0]), np.array([False, True, False]), 0.0).tolist()
     [1.0, 0.0, 3.0]
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     m = np.asarray(mask._data if isinstance(mask, Tensor) else mask)
     if m.dtype != np.bool_:
         raise TypeError(f"masked_fill: the mask must be boolean, got dtype {m.dtype}")
@@ -1133,7 +1096,7 @@ def cross_entropy(input: Tensor, target, weight=None, ignore_index: int = -100,
     _check_reduction(reduction)
     if not 0.0 <= float(label_smoothing) <= 1.0:
         raise ValueError(f"label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
-    x = _as_tensor(input)
+    x = as_tensor(input)
     if x.ndim == 0:
         raise ValueError("cross_entropy: input must be (C,), (N, C) or (N, C, d1, ...), got a "
                          "scalar")
@@ -1151,7 +1114,7 @@ def cross_entropy(input: Tensor, target, weight=None, ignore_index: int = -100,
         if ignore_index >= 0:
             raise ValueError("cross_entropy: ignore_index is not supported for class-probability "
                              "targets")
-        tt = _as_tensor(target) if isinstance(target, Tensor) else Tensor(t_arr, x.fmt)
+        tt = as_tensor(target) if isinstance(target, Tensor) else Tensor(t_arr, x.fmt)
         if eps > 0:
             tt = tt * (1.0 - eps) + eps / c
         prod = logp * tt
@@ -1189,7 +1152,7 @@ def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:
     """
     input, target = autocast_args("mse_loss", input, target)
     _check_reduction(reduction)
-    x = _as_tensor(input)
+    x = as_tensor(input)
     t = target if isinstance(target, Tensor) else Tensor(target, x.fmt)
     if t.shape != x.shape:
         raise ValueError(f"mse_loss: input shape {x.shape} and target shape {t.shape} differ")
@@ -1221,7 +1184,7 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     >>> dropout(Tensor([1.0, 1.0]), 0.5, training=False).tolist()
     [1.0, 1.0]
     """
-    x = _as_tensor(input)
+    x = as_tensor(input)
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
@@ -1239,7 +1202,7 @@ def _affine_parts(x: Tensor, weight, bias, shape: tuple):
     w64 = b64 = None
     wt = bt = None
     if weight is not None:
-        wt = _as_tensor(weight)
+        wt = as_tensor(weight)
         if wt.shape != shape:
             raise ValueError(f"weight shape {wt.shape} does not match the normalized shape "
                              f"{shape}")
@@ -1247,7 +1210,7 @@ def _affine_parts(x: Tensor, weight, bias, shape: tuple):
         fmt = promote_formats(fmt, wt.fmt)
         w64 = widen(wt._data)
     if bias is not None:
-        bt = _as_tensor(bias)
+        bt = as_tensor(bias)
         if bt.shape != shape:
             raise ValueError(f"bias shape {bt.shape} does not match the normalized shape {shape}")
         parents.append(bt)
@@ -1265,7 +1228,7 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None,
     True
     """
     input, weight, bias = autocast_args("layer_norm", input, weight, bias)
-    x = _as_tensor(input)
+    x = as_tensor(input)
     ns = (normalized_shape,) if isinstance(normalized_shape, (int, np.integer)) else tuple(
         normalized_shape)
     k = len(ns)
@@ -1318,7 +1281,7 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     True
     """
     input, weight, bias = autocast_args("batch_norm", input, weight, bias)
-    x = _as_tensor(input)
+    x = as_tensor(input)
     if x.ndim < 2:
         raise ValueError(f"batch_norm: expected input of shape (N, C, ...), got {x.shape}")
     c = x.shape[1]
@@ -1373,4 +1336,6 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     return make_result(out, fmt, parents, backward, "batch_norm")
 
 
-from .conv import avg_pool2d, conv2d, max_pool2d  # noqa: E402 - they use the ops above
+from .conv import avg_pool2d, conv2d, max_pool2d  # noqa: E402 - they use the Tensor methods
+
+_tensor.bind_ops(sys.modules[__name__])  # Tensor's methods call the ops above

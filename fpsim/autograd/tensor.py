@@ -393,8 +393,7 @@ class Tensor:
         >>> Tensor([1.0], requires_grad=True).clone().requires_grad
         True
         """
-        from . import functional as F
-        return F._identity(self, copy=True)
+        return _F.identity(self, copy=True)
 
     def to(self, fmt: Format | str, rounding: Rounding | str = "nearest_even") -> Tensor:
         """Differentiable cast to ``fmt`` with ``rounding``; the gradient flows back rounded to
@@ -404,8 +403,7 @@ class Tensor:
         >>> Tensor([1/3]).to("bf16").data.dtype.name
         'bfloat16'
         """
-        from . import functional as F
-        return F.cast_to(self, fmt, rounding)
+        return _F.cast_to(self, fmt, rounding)
 
     # --------------------------------------------------------------------- backward
     def backward(self, gradient=None, retain_graph: bool = False) -> None:
@@ -814,4 +812,13 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
             grads[id(p)] = pg if prev is None else add_grads(prev, pg, p.grad_fmt)
 
 
-from . import functional as _F  # noqa: E402 - the ops need Tensor defined first
+# The ops module, fpsim.autograd.functional: it imports this module and, once its ops are
+# defined, binds itself here, so Tensor's methods reach the ops without an import circle.
+_F = None
+
+
+def bind_ops(ops) -> None:
+    """Install the module whose ops Tensor's methods call (internal: called once by
+    :mod:`fpsim.autograd.functional`)."""
+    global _F
+    _F = ops

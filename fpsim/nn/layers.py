@@ -11,8 +11,11 @@ import math
 import numpy as np
 
 from ..autograd import functional as F
-from ..autograd.conv import _check_padding_string, _IntPair, _ints, _pair
 from ..autograd.generator import get_generator
+from ..autograd.operands import IntPair as _IntPair
+from ..autograd.operands import check_padding_string as _check_padding_string
+from ..autograd.operands import ints as _ints
+from ..autograd.operands import pair as _pair
 from ..autograd.tensor import Tensor, as_format
 from ..formats import FP32, FP64, Format
 from . import init

@@ -46,7 +46,7 @@ import numpy as np
 from ..autograd import functional as F
 from ..autograd.accumulate import gemm_acc
 from ..autograd.context import as_accumulation, get_accumulation, round_to, widen
-from ..autograd.conv import _pair
+from ..autograd.operands import pair as _pair
 from ..autograd.tensor import Tensor, as_format, make_result
 from ..formats import BF16, FP16, FP32, Format
 from ..nn import init
