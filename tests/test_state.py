@@ -147,6 +147,15 @@ def test_one_generator_rule():
             normalise(True)
     with pytest.raises(TypeError, match="got 'a'"):
         rounding("stochastic", rng="a")
+    # the demo MLP and MXLinear take the same rule (None: a fresh, unseeded generator)
+    from fpsim.quant.mx_layers import MXLinear
+    from fpsim.training.model import MLP
+    for make in (lambda rng: MLP((3, 2), rng=rng), lambda rng: MXLinear(32, 2, rng=rng)):
+        w = [p.data.copy() for p in make(5).parameters()]
+        assert all(np.array_equal(a, p.data) for a, p in zip(w, make(np.int64(5)).parameters(),
+                                                              strict=True))
+        with pytest.raises(TypeError, match="rng must be a numpy.random.Generator"):
+            make("a")
     assert fpsim.rounding.default_rng() is state.rounding_rng
     assert get_generator() is state.init_rng
 

@@ -52,6 +52,7 @@ from ..autograd.tensor import Tensor, make_result
 from ..formats import FP32
 from ..nn import init
 from ..nn.module import Module, Parameter
+from ..state import as_generator
 from .layers import linear_like
 
 __all__ = ["MXLinear", "RECIPES", "hadamard16", "fake_quantize_mx", "fake_quantize_nbytes"]
@@ -165,7 +166,7 @@ class MXLinear(Module):
             raise ValueError("weight_2d (16x16 weight blocks) is part of the NVFP4 recipe; "
                              f"recipe {recipe!r} quantizes weights in 1x32 blocks")
         self.in_features, self.out_features = in_features, out_features
-        self._rng = np.random.default_rng(rng)
+        self._rng = np.random.default_rng() if rng is None else as_generator(rng)
         self.weight = Parameter(np.zeros((out_features, in_features)), FP32)
         if bias:
             self.bias = Parameter(np.zeros(out_features), FP32)

@@ -10,6 +10,7 @@ import numpy as np
 from ..autograd import functional as F
 from ..autograd.tensor import Tensor
 from ..nn import Linear, Module
+from ..state import as_generator
 
 __all__ = ["MLP"]
 
@@ -37,7 +38,7 @@ class MLP(Module):
         if len(sizes) < 2 or min(sizes) < 1:
             raise ValueError(f"sizes must list at least an input and an output width, all "
                              f"positive, got {sizes}")
-        gen = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
+        gen = np.random.default_rng() if rng is None else as_generator(rng)  # fpsim's one rule
         self.sizes = sizes
         self.init_scale = float(init_scale)
         self.out_init_scale = float(out_init_scale)
