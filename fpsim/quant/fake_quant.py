@@ -292,16 +292,18 @@ def _fma_to_float32(a32: np.ndarray, b32: np.ndarray, c) -> np.ndarray:
 
 
 def quantize(x, scale, zero_point, quant_min: int | None = None, quant_max: int | None = None,
-             dtype: str | IntFormat = "int8", axis: int | None = None) -> np.ndarray:
+             dtype: str | IntFormat | None = None, axis: int | None = None, *,
+             fmt: str | IntFormat | None = None) -> np.ndarray:
     """Quantize to integers as PyTorch 2.13's ``torch.quantize_per_tensor`` (``axis=None``)
     and ``torch.quantize_per_channel`` (``axis``) on an x86-64 CPU, bit for bit: the zero
     point is added *before* rounding (see the module docstring for the two kernels):
     ``clamp(rint(x * (1.0f / scale) + zero_point), quant_min, quant_max)`` in float32.
 
-    ``dtype`` is "int8" / "qint8", "uint8" / "quint8", "int32" / "qint32" or an IntFormat of
-    those; ``quant_min`` / ``quant_max`` default to its full range (a narrower range clamps
-    the result further). The input is cast to float32 (PyTorch quantizes float32 tensors
-    only). NaN input raises ValueError (an integer has no NaN); +-inf clamp.
+    ``dtype`` (PyTorch's name; ``fmt`` is fpsim's, give either) is "int8" (the default) /
+    "qint8", "uint8" / "quint8", "int32" / "qint32" or an IntFormat of those; ``quant_min`` /
+    ``quant_max`` default to its full range (a narrower range clamps the result further).
+    The input is cast to float32 (PyTorch quantizes float32 tensors only). NaN input raises
+    ValueError (an integer has no NaN); +-inf clamp.
 
     >>> quantize(np.array([-1.0, 0.05, 0.15, 100.0], np.float32), 0.1, 3)
     array([ -7,   4,   4, 127], dtype=int8)
@@ -312,10 +314,13 @@ def quantize(x, scale, zero_point, quant_min: int | None = None, quant_max: int 
 
     >>> quantize(np.float32(0.273939937), 0.00214854861, 0, dtype="uint8")
     np.uint8(128)
-    >>> int(quantize(np.float32(2.3), 0.0117647061124444, 59, dtype="uint8"))  # 254.5 -> 254
+    >>> int(quantize(np.float32(2.3), 0.0117647061124444, 59, fmt="uint8"))  # 254.5 -> 254
     254
     """
-    fmt = as_qdtype(dtype).int_format
+    if dtype is not None and fmt is not None:
+        raise TypeError("quantize takes fmt or dtype (its PyTorch name), not both")
+    fmt = as_qdtype("int8" if dtype is None and fmt is None else
+                    (fmt if dtype is None else dtype)).int_format
     qmin = fmt.min if quant_min is None else quant_min
     qmax = fmt.max if quant_max is None else quant_max
     qmin, qmax = _check_range(qmin, qmax)

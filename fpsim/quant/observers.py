@@ -22,7 +22,7 @@ from .qparams import (
     FLOAT32_EPS,
     QDtype,
     QScheme,
-    _eps32,
+    as_eps32,
     as_qdtype,
     as_qscheme,
     calculate_qmin_qmax,
@@ -63,7 +63,7 @@ class _ObserverBase:
         self.reduce_range = bool(reduce_range)
         self.quant_min, self.quant_max, self.has_customized_qrange = calculate_qmin_qmax(
             quant_min, quant_max, self.dtype, self.reduce_range)
-        self.eps = _eps32(eps)
+        self.eps = as_eps32(eps)
         self.reset_min_max_vals()
 
     def reset_min_max_vals(self) -> None:

@@ -174,8 +174,13 @@ def real_array(value, name: str) -> np.ndarray:
     return a.astype(np.float64)
 
 
-def _eps32(eps) -> np.float32:
-    """The observer's minimum scale as float32: a real number, positive and finite there."""
+def as_eps32(eps) -> np.float32:
+    """The observer's minimum scale as float32: a real number, positive and finite there
+    (shared with :mod:`fpsim.quant.observers`; not exported).
+
+    >>> as_eps32(2.0**-20)
+    np.float32(9.536743e-07)
+    """
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
         raise TypeError(f"eps must be a positive real number, got {type(eps).__name__} {eps!r}")
     with np.errstate(over="ignore", under="ignore"):
@@ -259,7 +264,7 @@ def calculate_qparams(
         raise ValueError(f"min_val and max_val shapes differ: {mn.shape} vs {mx.shape}")
     if np.isnan(mn).any() or np.isnan(mx).any():
         raise ValueError("min_val / max_val contain NaN: the calibration data had NaN")
-    eps32 = _eps32(eps)
+    eps32 = as_eps32(eps)
     qmin, qmax = _check_int("quant_min", quant_min), _check_int("quant_max", quant_max)
     if not qmin < qmax:
         raise ValueError(f"quant_min must be strictly less than quant_max, got "
