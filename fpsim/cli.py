@@ -205,8 +205,8 @@ _register("quant", "INT8 PTQ / QAT, LSQ, NF4 + LoRA and FP8 on the digits data: 
 _register("memory", "ZeRO model-state memory per rank, communication, fits-on-GPU",
           _lazy("fpsim.memory", "configure_parser"), _lazy("fpsim.memory", "run_cli"))
 _register("zero", "ZeRO stages 0-3 on N ranks: simulated, or MPI processes (fpsim[mpi])",
-          _lazy("fpsim.distributed.cli", "configure_parser"),
-          _lazy("fpsim.distributed.cli", "run_cli"))
+          _lazy("fpsim.cli_zero", "configure_parser"),
+          _lazy("fpsim.cli_zero", "run_cli"))
 _register("notebooks", "write student editions of the course notebooks (solutions removed)",
           _lazy("fpsim.course", "configure_parser"), _lazy("fpsim.course", "run_cli"))
 

@@ -85,3 +85,47 @@ def test_one_fp8_format_check():
             FP8Linear(2, 2, fwd_fmt=bad)
     with pytest.raises(TypeError, match="integer format"):
         FP8Linear(2, 2, bwd_fmt="int8")
+
+
+# ------------------------------------------------------------------ amp.autocast
+def test_amp_autocast_is_the_class_and_its_module_has_another_name():
+    import importlib
+
+    import fpsim.amp.autocast_policy as policy_module
+    from fpsim import amp
+
+    assert inspect.isclass(amp.autocast)
+    assert amp.autocast is policy_module.autocast
+    assert isinstance(policy_module, types.ModuleType)
+    assert amp.AUTOCAST_POLICY is policy_module.AUTOCAST_POLICY
+    # no module hides behind the class any more: `import fpsim.amp.autocast as m` used to give
+    # the class, `from fpsim.amp.autocast import ...` the module
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("fpsim.amp.autocast")
+
+
+# ------------------------------------------------------------------ the ZeRO command line
+def test_zero_cli_lives_in_the_cli_layer():
+    import importlib
+
+    from fpsim import cli_zero
+
+    assert callable(cli_zero.run_cli) and callable(cli_zero.configure_parser)
+    with pytest.raises(ModuleNotFoundError):  # it imports fpsim.training: not below it
+        importlib.import_module("fpsim.distributed.cli")
+
+
+# ------------------------------------------------------------------ the format argument
+def test_quantize_takes_fmt_beside_dtype():
+    from fpsim.quant import quantize
+
+    x = np.array([-1.0, 0.05, 0.15, 100.0, 30.0], np.float32)
+    for name in ("int8", "uint8", "int32", fpsim.UINT8):
+        want = quantize(x, 0.1, 3, dtype=name)
+        got = quantize(x, 0.1, 3, fmt=name)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert quantize(x, 0.1, 3).dtype == np.int8  # the default is unchanged
+    assert np.array_equal(quantize(x, 0.1, 3, None, None, "uint8"), quantize(x, 0.1, 3,
+                                                                             fmt="uint8"))
+    with pytest.raises(TypeError, match="fmt or dtype"):
+        quantize(x, 0.1, 3, dtype="int8", fmt="int8")

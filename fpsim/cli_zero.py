@@ -26,8 +26,9 @@ named by the others' deadlines; without it Hydra ends the job at once)::
     mpiexec -n 8 -f hosts -disable-auto-cleanup fpsim zero --engine mpi --ranks 8 --stage 3 \
         --steps 10 --json
 
-This module is part of the command-line layer: it imports the demo model from
-:mod:`fpsim.training` when a command runs.
+This module is part of the command-line layer (it was ``fpsim.distributed.cli``; it moved
+here because it imports the demo model from :mod:`fpsim.training` when a command runs, and
+:mod:`fpsim.distributed` sits below the training layer).
 
 A rank that fails prints ``fpsim zero: rank R of N (pid P on HOST) failed at step K: why`` and
 calls ``MPI_Abort``, which ends the job; a rank that waits longer than ``--timeout`` seconds
@@ -55,8 +56,8 @@ import time
 
 import numpy as np
 
-from .collectives import Communicator, ring_volume
-from .zero import ZERO_STAGES, ZeroEngine
+from .distributed.collectives import Communicator, ring_volume
+from .distributed.zero import ZERO_STAGES, ZeroEngine
 
 __all__ = ["ENGINES", "configure_parser", "run_cli", "run_zero", "demo_model",
            "validate_args", "launched_by_mpi", "find_mpiexec"]
@@ -151,8 +152,8 @@ def demo_model():
     >>> isinstance(demo_model(), Module)
     True
     """
-    from ..training import MLP
-    from ..training.experiment import demo_config
+    from .training import MLP
+    from .training.experiment import demo_config
 
     cfg = demo_config()
     return MLP(cfg.sizes, rng=cfg.seed, init_scale=cfg.init_scale,
@@ -183,7 +184,7 @@ def run_zero(args: argparse.Namespace, comm: Communicator | None = None,
     ('sim', True)
     """
     progress = {} if progress is None else progress
-    from ..datasets import load_digits
+    from .datasets import load_digits
 
     comm = Communicator(args.ranks) if comm is None else comm
     comm.reset()  # the result counts this run's traffic only
@@ -270,7 +271,7 @@ def find_mpiexec(explicit: str | None = None) -> str:
     ...
     fpsim.distributed.mpi.MissingMPIError: --mpiexec '/nonexistent/mpiexec' is not an executable
     """
-    from .mpi import MPI_EXTRA_HINT, MissingMPIError
+    from .distributed.mpi import MPI_EXTRA_HINT, MissingMPIError
 
     if explicit is not None:
         found = shutil.which(explicit)
@@ -307,7 +308,7 @@ def _is_hydra(mpiexec: str) -> bool:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from .mpi import MPI_EXTRA_HINT, MissingMPIError
+    from .distributed.mpi import MPI_EXTRA_HINT, MissingMPIError
 
     if importlib.util.find_spec("mpi4py") is None:
         raise MissingMPIError("--engine mpi needs mpi4py, which is not installed; "
@@ -332,7 +333,7 @@ def _launch(args: argparse.Namespace) -> int:
 
 
 def _run_rank(args: argparse.Namespace) -> int:
-    from .mpi import MPICommunicator
+    from .distributed.mpi import MPICommunicator
 
     comm = MPICommunicator(timeout=args.timeout)
     where = f"rank {comm.rank} of {comm.world_size} (pid {os.getpid()} on " \
