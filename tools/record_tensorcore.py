@@ -41,13 +41,16 @@ Without a GPU, ``--dry-run --model H100`` writes the same inputs with the model'
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
 import fpsim
+import fpsim.mx as mx
 import fpsim.tensorcore as tc
 
 # Values of one GPU call along K: wmma 16x16x16, tf32 16x16x8, fp8 mma m16n8k32.
@@ -590,6 +593,362 @@ def record(out: Path, pairs, groups, rows: int, seed: int, label: str,
     return written
 
 
+# -- block-scaled probes (MXFP8, MXFP4, NVFP4 GEMMs on Blackwell) ------------------------------
+#
+# The OCP MX spec leaves the accumulation of a block-scaled dot product to the implementation;
+# fpsim.mx.matmul offers candidate models. Each probe row is one dot product of length K (whole
+# blocks) built from powers of two placed so that the candidates disagree: its expected result
+# under every candidate is written beside the inputs, and a GPU run of the same rows says which
+# candidates survive (``--check``). The questions, one group each:
+#
+# - ``in_block`` (MXFP8 only: fp4 products span too few binades): are the 32 products of one
+#   block summed exactly, or aligned to the largest and truncated (how many extra bits)? A large
+#   product, a product at half an fp32 ulp of it (a tie) and a tiny one 2**-j below the tie; and
+#   large + one ulp - tiny. Exact summation breaks the tie; a truncating alignment drops the tiny
+#   product once j passes its extra bits.
+# - ``across_blocks``: are the blocks' scaled sums added in fp32 one block at a time, or kept
+#   wider? A large block and n blocks of a quarter ulp each, the large one first or last (fp32
+#   in ascending k loses the small ones only when the large one comes first); a tie block and a
+#   tiny block after the large one.
+# - ``scale_range`` (MX only: NVFP4's e4m3 scales cannot leave fp32's range): are the scales
+#   applied to the block's sum or to each product, and what range does the sum across blocks
+#   have? Products that overflow fp32 once scaled but cancel inside their block; blocks that
+#   overflow fp32 but cancel across blocks; products below half of fp32's smallest subnormal
+#   once scaled whose block sum is representable; a lone subnormal result (flushed or kept).
+# - ``output_rounding``: the final rounding to fp32: exact sums a quarter, a half and three
+#   quarters of an ulp above an odd or even fp32 value, both signs (nearest even or toward zero).
+#
+# Candidates (BS_MODELS): "exact" (one rounding of the exact sum to fp32, nearest even),
+# "exact-rz" (the same, toward zero), "fp32" (mx.matmul's model: each block's exact sum times
+# its scales rounded to fp32, blocks added in fp32 in ascending k), "prescaled" (each product
+# times its scales rounded to fp32, then added in fp32 in ascending k: scales before the sum),
+# and for MX formats the block-FMA units "B200-fp8-exact", "B200-fp8-variant",
+# "B200-fp8-published" (mx.matmul with that unit: fpsim's B200 FP8 fits, applied per MX block).
+
+BS_FORMATS = ("mxfp8_e4m3", "mxfp4", "nvfp4")
+BS_BLOCKS = 8  # blocks per row in every group (K = 256 for MX, 128 for NVFP4)
+# powers of two an element can hold exactly: e4m3 2**-9 (subnormal) .. 2**8, e2m1 0.5 .. 4
+_ELEM_POW2 = {"fp8_e4m3": (-9, 8), "fp4_e2m1": (-1, 2)}
+_SCALE_POW2 = {"e8m0": (-127, 127), "e4m3": (-9, 8)}
+BS_UNITS = ("B200-fp8-exact", "B200-fp8-variant", "B200-fp8-published")
+
+
+class BlockCase:
+    """The rows of one probe group: exact element values ``a`` and ``b`` (R x K; row r of A
+    times row r of B^T is probe r), the scale exponents ``sa``, ``sb`` (R x blocks: scale =
+    2**s), and for each row the exact terms it was built from (what the probe claims)."""
+
+    def __init__(self, fmt, group, a, b, sa, sb, terms):
+        self.fmt, self.group, self.a, self.b, self.sa, self.sb = fmt, group, a, b, sa, sb
+        self.terms = terms
+
+
+def _split(e: int, lo: int, hi: int) -> tuple[int, int]:
+    """e = ea + eb with both in [lo, hi] (ValueError if impossible)."""
+    ea = min(hi, max(lo, e - (e // 2)))
+    eb = e - ea
+    if not (lo <= eb <= hi):
+        raise ValueError(f"2**{e} is not a product of two values in 2**[{lo}, {hi}]")
+    return ea, eb
+
+
+def _build_rows(fmt_name: str, rows_terms: list[list[tuple[int, int, int, int]]]):
+    """Rows from terms ``(block, slot, exponent, sign)``: the term ``sign * 2**exponent`` is
+    the scaled product in ``slot`` of ``block``. A block's scale product is chosen so that its
+    largest term's element product is as large as the elements allow; every term of the block
+    must then fit the element range."""
+    f = mx.get_mx_format(fmt_name)
+    bs = f.block_size
+    k = bs * BS_BLOCKS
+    elo, ehi = _ELEM_POW2[f.element.name]
+    slo, shi = _SCALE_POW2[f.scale]
+    r = len(rows_terms)
+    a = np.zeros((r, k))
+    b = np.zeros((r, k))
+    sa = np.zeros((r, BS_BLOCKS), np.int64)
+    sb = np.zeros((r, BS_BLOCKS), np.int64)
+    for i, terms in enumerate(rows_terms):
+        for blk in {t[0] for t in terms}:
+            in_blk = [t for t in terms if t[0] == blk]
+            top = max(t[2] for t in in_blk)
+            x = max(2 * slo, top - 2 * ehi)  # scale product: elements as large as possible
+            sa[i, blk], sb[i, blk] = _split(x, slo, shi)
+            for _, slot, e, sign in in_blk:
+                ea, eb = _split(e - x, elo, ehi)
+                if a[i, blk * bs + slot] != 0:
+                    raise ValueError(f"row {i}: slot {slot} of block {blk} used twice")
+                a[i, blk * bs + slot] = sign * 2.0**ea
+                b[i, blk * bs + slot] = 2.0**eb
+    return a, b, sa, sb
+
+
+def _bs_in_block(fmt_name: str) -> list:
+    rows = []
+    for kind in range(4):  # tie + tiny, ulp - tiny; each with both signs
+        sign = -1 if kind % 2 else 1
+        for j in range(1, 11):
+            if kind < 2:  # 2**16 + 2**-8 (half an fp32 ulp) + 2**(-8 - j)
+                rows.append([(0, 0, 16, sign), (0, 1, -8, sign), (0, 2, -8 - j, sign)])
+            else:  # 2**16 + 2**-7 (one ulp) - 2**(-8 - j)
+                rows.append([(0, 0, 16, sign), (0, 1, -7, sign), (0, 2, -8 - j, -sign)])
+    return rows
+
+
+def _bs_across_blocks(fmt_name: str) -> list:
+    top = 20 if fmt_name == "nvfp4" else 30  # the large block's value 2**top (ulp 2**(top-23))
+    u = top - 25  # a quarter ulp
+    rows = []
+    for sign in (1, -1):
+        for n in range(1, BS_BLOCKS):  # the large block first, then n quarter-ulp blocks
+            rows.append([(0, 0, top, sign)] + [(i, 0, u, sign) for i in range(1, n + 1)])
+        for n in range(1, BS_BLOCKS):  # n quarter-ulp blocks first, the large block last
+            rows.append([(i, 0, u, sign) for i in range(n)] + [(BS_BLOCKS - 1, 0, top, sign)])
+        for j in range(1, 8):  # large, a tie (half ulp), a tiny block 2**-j ulp below
+            rows.append([(0, 0, top, sign), (1, 0, top - 24, sign), (2, 0, top - 24 - j, sign)])
+    return rows
+
+
+def _bs_scale_range(fmt_name: str) -> list:
+    rows = []
+    for sign in (1, -1):
+        # products past fp32's range once scaled, cancelling inside block 0; block 1 holds 1
+        for e in (130, 160, 200):
+            rows.append([(0, 0, e, sign), (0, 1, e, -sign), (1, 0, 0, sign)])
+        # blocks past fp32's range cancelling across blocks, then 1
+        for e in (128, 140):
+            rows.append([(0, 0, e, sign), (1, 0, e, -sign), (2, 0, 0, sign)])
+        # n products of 2**-151 (below half of 2**-149 once scaled) in one block
+        for n in (3, 4, 8, 15):
+            rows.append([(0, i, -151, sign) for i in range(n)])
+        # n blocks of 2**-150 each (a tie with 0 when a block is rounded alone)
+        for n in (2, 3, 5):
+            rows.append([(i, 0, -150, sign) for i in range(n)])
+        for e in (-130, -140, -149):  # a lone subnormal result
+            rows.append([(0, 0, e, sign)])
+    return rows
+
+
+def _bs_output_rounding(fmt_name: str) -> list:
+    top = 20 if fmt_name == "nvfp4" else 30
+    ulp = top - 23
+    rows = []
+    for sign in (1, -1):
+        for odd in (False, True):
+            base = [(0, 0, top, sign)] + ([(1, 0, ulp, sign)] if odd else [])
+            for frac in ([ulp - 2], [ulp - 1], [ulp - 1, ulp - 2]):  # 1/4, 1/2, 3/4 ulp
+                rows.append(base + [(2 + i, 0, e, sign) for i, e in enumerate(frac)])
+    return rows
+
+
+BS_GROUPS = {"in_block": _bs_in_block, "across_blocks": _bs_across_blocks,
+             "scale_range": _bs_scale_range, "output_rounding": _bs_output_rounding}
+# the groups a format can express (fp4 products span 2**-2 .. 2**4: no fp32 ties in a block;
+# NVFP4's e4m3 scales keep every result inside fp32's range)
+BS_GROUP_FORMATS = {"in_block": ("mxfp8_e4m3",), "across_blocks": BS_FORMATS,
+                    "scale_range": ("mxfp8_e4m3", "mxfp4"), "output_rounding": BS_FORMATS}
+
+
+def make_block_case(fmt_name: str, group: str) -> BlockCase:
+    """The probe rows of ``group`` for ``fmt_name`` (see the section comment)."""
+    if fmt_name not in BS_GROUP_FORMATS.get(group, ()):
+        raise ValueError(f"group {group!r} does not apply to {fmt_name!r}; valid pairs: "
+                         + ", ".join(f"{g}:{f}" for g, fs in BS_GROUP_FORMATS.items()
+                                     for f in fs))
+    terms = BS_GROUPS[group](fmt_name)
+    a, b, sa, sb = _build_rows(fmt_name, terms)
+    return BlockCase(fmt_name, group, a, b, sa, sb, terms)
+
+
+def block_codes(case: BlockCase) -> dict[str, np.ndarray]:
+    """The bit patterns a GPU reads: element codes (uint8, one element per byte; fp4 in the
+    low nibble) and scale codes (uint8: E8M0, or e4m3 for NVFP4) of A and B (B as N x K)."""
+    f = mx.get_mx_format(case.fmt)
+    el = f.element.dtype
+    sdt = f.scale_dtype
+    codes = {k: getattr(case, k).astype(el).view(np.uint8) for k in ("a", "b")}
+    for k in ("sa", "sb"):
+        codes[k] = np.ldexp(1.0, getattr(case, k)).astype(sdt).view(np.uint8)
+    return codes
+
+
+def _mx_arrays(fmt_name: str, codes: dict[str, np.ndarray]):
+    """MXArrays (A: R x K blocked on axis 1, B: K x R blocked on axis 0) from the codes."""
+    f = mx.get_mx_format(fmt_name)
+    r, k = codes["a"].shape
+    el, sdt = f.element.dtype, f.scale_dtype
+    qa = mx.MXArray(f, codes["sa"].view(sdt), codes["a"].view(el), (r, k), 1, f.block_size,
+                    None)
+    qb = mx.MXArray(f, np.ascontiguousarray(codes["sb"].view(sdt).T),
+                    np.ascontiguousarray(codes["b"].view(el).T), (k, r), 0, f.block_size, None)
+    return qa, qb
+
+
+def _exact_terms(fmt_name: str, codes: dict[str, np.ndarray]) -> list[list[Fraction]]:
+    """Every row's scaled products as exact Fractions, in ascending k."""
+    f = mx.get_mx_format(fmt_name)
+    el, sdt = f.element.dtype, f.scale_dtype
+    va = codes["a"].view(el).astype(np.float64)
+    vb = codes["b"].view(el).astype(np.float64)
+    xa = codes["sa"].view(sdt).astype(np.float64)
+    xb = codes["sb"].view(sdt).astype(np.float64)
+    bs = f.block_size
+    out = []
+    for i in range(va.shape[0]):
+        nz = np.flatnonzero(va[i] * vb[i])
+        out.append([Fraction(va[i, j]) * Fraction(vb[i, j]) * Fraction(xa[i, j // bs])
+                    * Fraction(xb[i, j // bs]) for j in nz])
+    return out
+
+
+def fraction_to_fp32(q: Fraction, rounding: str = "nearest_even") -> float:
+    """``q`` rounded once to fp32 (subnormals kept; "nearest_even" overflows to inf,
+    "toward_zero" to the largest finite value), as a float."""
+    if q == 0:
+        return 0.0
+    sign = -1.0 if q < 0 else 1.0
+    q = abs(q)
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    if Fraction(2) ** e > q:
+        e -= 1
+    quantum = max(e, -126) - 23
+    scaled = q / Fraction(2) ** quantum
+    n = scaled.numerator // scaled.denominator
+    rem = scaled - n
+    if rounding == "nearest_even" and (rem > Fraction(1, 2) or (rem == Fraction(1, 2) and n % 2)):
+        n += 1
+    value = Fraction(n) * Fraction(2) ** quantum
+    if value >= Fraction(2) ** 128:
+        return sign * (math.inf if rounding == "nearest_even" else float(np.finfo(np.float32).max))
+    return sign * float(value)
+
+
+def block_model_outputs(fmt_name: str, codes: dict[str, np.ndarray], model: str) -> np.ndarray:
+    """fp32 results (as float64) of every row under the candidate ``model`` (BS_MODELS)."""
+    if model in ("exact", "exact-rz"):
+        mode = "nearest_even" if model == "exact" else "toward_zero"
+        return np.array([fraction_to_fp32(sum(t, Fraction(0)), mode)
+                         for t in _exact_terms(fmt_name, codes)])
+    if model == "prescaled":
+        f = mx.get_mx_format(fmt_name)
+        el, sdt = f.element.dtype, f.scale_dtype
+        bs = f.block_size
+        xa = np.repeat(codes["sa"].view(sdt).astype(np.float64), bs, axis=1)
+        xb = np.repeat(codes["sb"].view(sdt).astype(np.float64), bs, axis=1)
+        p = (codes["a"].view(el).astype(np.float64) * codes["b"].view(el).astype(np.float64))
+        with np.errstate(over="ignore", invalid="ignore"):
+            terms = np.asarray(fpsim.round(p * xa * xb, "fp32"), dtype=np.float32)
+            acc = np.zeros(p.shape[0], np.float32)
+            for j in range(p.shape[1]):  # ascending k, one fp32 rounding per add
+                acc = acc + terms[:, j]
+        return acc.astype(np.float64)
+    qa, qb = _mx_arrays(fmt_name, codes)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.diagonal(mx.matmul(qa, qb, model)).copy()
+
+
+def block_models(fmt_name: str) -> tuple[str, ...]:
+    """The candidates that apply to ``fmt_name`` (units need power-of-two scales)."""
+    base = ("exact", "exact-rz", "fp32", "prescaled")
+    return base + (BS_UNITS if mx.get_mx_format(fmt_name).scale == "e8m0" else ())
+
+
+def _fp32_bits(v: np.ndarray) -> np.ndarray:
+    return np.asarray(v, np.float64).astype(np.float32).view(np.uint32)
+
+
+def _pack_fp4(codes: np.ndarray) -> np.ndarray:
+    """Two fp4 codes per byte, the first in the low nibble (torch float4_e2m1fn_x2)."""
+    c = codes & np.uint8(0x0F)
+    return (c[:, 0::2] | (c[:, 1::2] << np.uint8(4))).astype(np.uint8)
+
+
+def _to_blocked(scales: np.ndarray) -> np.ndarray:
+    """cuBLAS's block-scaling factor layout (128 x 4 tiles, each stored 32 x 4 x 4; "1D Block
+    Scaling Factors Layout" of the cuBLAS docs), rows padded to 128 and columns to 4."""
+    rows, cols = scales.shape
+    pr, pc = -(-rows // 128) * 128, -(-cols // 4) * 4
+    pad = np.zeros((pr, pc), scales.dtype)
+    pad[:rows, :cols] = scales
+    t = pad.reshape(pr // 128, 128, pc // 4, 4).transpose(0, 2, 1, 3)
+    return t.reshape(-1, 4, 32, 4).transpose(0, 2, 1, 3).reshape(-1)
+
+
+def gpu_block_scaled(fmt_name: str, codes: dict[str, np.ndarray]) -> np.ndarray:
+    """Run the rows as one block-scaled GEMM on the GPU (torch.nn.functional.scaled_mm,
+    cuBLASLt on Blackwell): A is R x K, B is K x R (column-major), fp32 output; result r is
+    C[r, r]. Returns the fp32 bit patterns."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.functional import ScalingType, SwizzleType
+
+    f = mx.get_mx_format(fmt_name)
+    r, k = codes["a"].shape
+    pr = -(-r // 128) * 128  # M and N padded to the scale tiles' 128 rows
+
+    def operand(c):
+        full = np.zeros((pr, k), np.uint8)
+        full[:r] = c
+        if f.elem_bits == 4:
+            return torch.from_numpy(_pack_fp4(full)).view(torch.float4_e2m1fn_x2).cuda()
+        return torch.from_numpy(full).view(torch.float8_e4m3fn).cuda()
+
+    def scales(c):
+        full = np.zeros((pr, c.shape[1]), np.uint8)
+        full[:r] = c
+        sdt = torch.float8_e8m0fnu if f.scale == "e8m0" else torch.float8_e4m3fn
+        return torch.from_numpy(np.ascontiguousarray(_to_blocked(full))).view(sdt).cuda()
+
+    recipe = ScalingType.BlockWise1x32 if f.scale == "e8m0" else ScalingType.BlockWise1x16
+    out = F.scaled_mm(operand(codes["a"]), operand(codes["b"]).t(), scales(codes["sa"]), recipe,
+                      scales(codes["sb"]), recipe, SwizzleType.SWIZZLE_32_4_4,
+                      SwizzleType.SWIZZLE_32_4_4, output_dtype=torch.float32)
+    torch.cuda.synchronize()
+    d = out.diagonal()[:r].cpu().numpy().astype(np.float32)
+    return d.view(np.uint32)
+
+
+def record_block_scaled(out: Path, label: str, model: str | None,
+                        formats=BS_FORMATS, groups=tuple(BS_GROUPS)) -> list[Path]:
+    """Every (format, group) probe file ``<label>_<fmt>_<group>.npz``: the codes, the GPU's
+    (or ``model``'s) fp32 result bits ``d``, and every candidate's prediction ``pred_<model>``."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fmt_name in formats:
+        for group in groups:
+            if fmt_name not in BS_GROUP_FORMATS[group]:
+                continue
+            codes = block_codes(make_block_case(fmt_name, group))
+            preds = {m: _fp32_bits(block_model_outputs(fmt_name, codes, m))
+                     for m in block_models(fmt_name)}
+            if model is None:
+                d = gpu_block_scaled(fmt_name, codes)
+            else:
+                d = preds[model] if model in preds else _fp32_bits(
+                    block_model_outputs(fmt_name, codes, model))
+            path = out / f"{label}_{fmt_name}_{group.replace('_', '-')}.npz"
+            np.savez_compressed(path, d=d, **codes,
+                                **{f"pred_{m}": v for m, v in preds.items()},
+                                meta=np.array(f"{label}|{fmt_name}|{group}|"
+                                              f"{'model ' + model if model else 'gpu'}"))
+            written.append(path)
+    return written
+
+
+def check_block_scaled(paths) -> list[tuple[str, str, str, int, int]]:
+    """For each file and candidate: (file, format, model, rows agreeing, rows). NaN agrees
+    with NaN (payloads differ between hardware and models)."""
+    rows = []
+    for path in paths:
+        z = np.load(path)
+        label, fmt_name, group, _ = str(z["meta"]).split("|")
+        d = z["d"].view(np.float32)
+        for key in sorted(k for k in z.files if k.startswith("pred_")):
+            p = z[key].view(np.float32)
+            same = (z["d"] == z[key]) | (np.isnan(d) & np.isnan(p))
+            rows.append((Path(path).name, fmt_name, key[5:], int(same.sum()), len(d)))
+    return rows
+
+
 def _pairs(text: str):
     out = []
     for item in text.split(","):
@@ -607,7 +966,7 @@ def _pairs(text: str):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, required=True, help="folder for the result files")
+    p.add_argument("--out", type=Path, default=None, help="folder for the result files")
     p.add_argument("--pairs", type=_pairs, default=ALL_PAIRS,
                    help="input:output pairs, e.g. fp16:fp32,fp16:fp16,bf16:fp32,tf32:fp32,"
                         "e4m3:fp32,e5m2:fp32 (default: all)")
@@ -619,8 +978,26 @@ def main(argv=None) -> int:
                    help="label for the files (default: from the GPU, or --model)")
     p.add_argument("--dry-run", action="store_true",
                    help="no GPU: write the model's predictions (needs --model)")
-    p.add_argument("--model", default=None, help="fpsim GPU model for --dry-run, e.g. H100")
+    p.add_argument("--model", default=None, help="fpsim GPU model for --dry-run, e.g. H100 "
+                   "(with --block-scaled: a candidate, e.g. fp32, exact, B200-fp8-variant)")
+    p.add_argument("--block-scaled", action="store_true",
+                   help="record the MXFP8 / MXFP4 / NVFP4 GEMM probes instead (Blackwell)")
+    p.add_argument("--check-block", nargs="+", type=Path, default=None, metavar="NPZ",
+                   help="compare recorded block-scaled probe files with every candidate")
     args = p.parse_args(argv)
+    if args.check_block:
+        for name, fmt_name, model, agree, total in check_block_scaled(args.check_block):
+            print(f"{name:48s} {fmt_name:11s} {model:20s} {agree:4d} / {total}")
+        return 0
+    if args.block_scaled:
+        if args.dry_run and args.model is None:
+            p.error("--dry-run needs --model (e.g. --model fp32)")
+        label = args.gpu_name or (f"model-{args.model}" if args.dry_run else detect_gpu_name())
+        for f in record_block_scaled(args.out, label, args.model if args.dry_run else None):
+            print(f)
+        return 0
+    if args.out is None:
+        p.error("--out is required")
     groups = list(GROUPS) if args.groups == "all" else [g.strip() for g in args.groups.split(",")]
     bad = [g for g in groups if g not in GROUPS]
     if bad:
