@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["format_bytes", "memory_cell", "results_table", "memory_table", "json_lines",
-           "markdown_table", "Finding", "findings", "findings_text"]
+           "markdown_table", "Finding", "CLAIMS", "findings", "findings_text"]
 
 _MEMORY_COLUMNS = (("weights", "weights"), ("master_weights", "master weights"),
                    ("gradients", "gradients"), ("master_gradients", "master grads"),
@@ -151,10 +151,71 @@ def _points(a: float, b: float) -> float:
     return 100.0 * (a - b)
 
 
+@dataclass(frozen=True)
+class _Claim:
+    """One row of :data:`CLAIMS`: the recipe it is about, the sentence printed (``message``)
+    and the test of the runs (``check``); both take the recipe's run ``r``, its gap to fp32
+    in points ``gap`` (positive: below fp32) and all runs by name ``by``."""
+
+    recipe: str
+    message: Callable[[Any, float, dict[str, Any]], str]
+    check: Callable[[Any, float, dict[str, Any]], bool]
+
+
+def _mixed_fp16_check(r: Any, gap: float, by: dict[str, Any]) -> bool:
+    # scaling must cut the underflow fp16 has without it (fp16-master) tenfold, when it ran
+    uf0 = by["fp16-master"].grad_underflow_fraction if "fp16-master" in by else None
+    return abs(gap) <= 1 and (uf0 is None or r.grad_underflow_fraction < uf0 / 10)
+
+
+# The statements of docs/demo.md, one row per recipe, in the order printed. Thresholds are the
+# issue's, in points of test accuracy against fp32.
+CLAIMS: tuple[_Claim, ...] = (
+    _Claim("fp16",
+           lambda r, gap, by: (
+               f"pure fp16 (Apex O3, no scaling) fails: {_pct(r.grad_underflow_fraction)} of "
+               f"the gradient values underflow to zero and {_pct(r.lost_update_fraction)} of "
+               f"the weight updates are lost; test accuracy {gap:.1f} points below fp32"),
+           lambda r, gap, by: r.grad_underflow_fraction > 0.5 and gap >= 10),
+    _Claim("fp16-master",
+           lambda r, gap, by: (
+               f"fp32 master weights alone do not help: without loss scaling "
+               f"{_pct(r.grad_underflow_fraction)} of the gradient values underflow in fp16; "
+               f"test accuracy {gap:.1f} points below fp32 (claim: >= 10)"),
+           lambda r, gap, by: r.grad_underflow_fraction > 0.5 and gap >= 10),
+    _Claim("mixed-fp16",
+           lambda r, gap, by: (
+               f"dynamic loss scaling (final scale {_scale(r.final_loss_scale)}, "
+               f"{r.skipped_steps} steps skipped on overflow) cuts the underflow to "
+               f"{_pct(r.grad_underflow_fraction)}; test accuracy within {abs(gap):.2f} points "
+               f"of fp32 (claim: <= 1)"),
+           _mixed_fp16_check),
+    _Claim("mixed-bf16",
+           lambda r, gap, by: (
+               f"bf16 with master weights needs no scaling (fp32's exponent range: "
+               f"{_pct(r.grad_underflow_fraction)} underflow); test accuracy within "
+               f"{abs(gap):.2f} points of fp32 (claim: <= 1)"),
+           lambda r, gap, by: abs(gap) <= 1 and r.grad_underflow_fraction < 1e-4),
+    _Claim("bf16",
+           lambda r, gap, by: (
+               f"pure bf16 (no master copy) loses {_pct(r.lost_update_fraction)} of its weight "
+               f"updates to rounding (8 significant bits: an update below 1/512 of the weight "
+               f"vanishes) and stagnates {gap:.1f} points below fp32 (claim: >= 5)"),
+           lambda r, gap, by: (gap >= 5 and r.lost_update_fraction > 0.5
+                               and r.grad_underflow_fraction < 1e-4)),
+    _Claim("bf16-sr",
+           lambda r, gap, by: (
+               f"stochastic rounding of the update keeps them in expectation: pure bf16 with "
+               f"SR ends within {abs(gap):.2f} points of fp32 (claim: <= 2), although "
+               f"{_pct(r.lost_update_fraction)} of the single updates still round away"),
+           lambda r, gap, by: abs(gap) <= 2),
+)
+
+
 def findings(runs: Sequence[Any]) -> list[Finding]:
-    """The statements of docs/demo.md, each checked on ``runs`` (those whose recipes ran):
-    the thresholds are the issue's (test accuracy in points against fp32; the test set has
-    449 digits, one digit is 0.22 point).
+    """The statements of docs/demo.md (:data:`CLAIMS`), each checked on ``runs`` (those
+    whose recipes ran): the thresholds are the issue's (test accuracy in points against fp32;
+    the test set has 449 digits, one digit is 0.22 point).
 
     >>> from types import SimpleNamespace as NS
     >>> def run(p, acc, uf=0.0, lost=0.0):
@@ -168,55 +229,13 @@ def findings(runs: Sequence[Any]) -> list[Finding]:
         return []
     ref = by["fp32"].test_accuracy
     out = []
-
-    def gap(name: str) -> float:
-        return _points(ref, by[name].test_accuracy)
-
-    if "fp16" in by:
-        r = by["fp16"]
-        out.append(Finding("fp16", (
-            f"pure fp16 (Apex O3, no scaling) fails: {_pct(r.grad_underflow_fraction)} of the "
-            f"gradient values underflow to zero and {_pct(r.lost_update_fraction)} of the weight "
-            f"updates are lost; test accuracy {gap('fp16'):.1f} points below fp32"),
-            r.grad_underflow_fraction > 0.5 and gap("fp16") >= 10))
-    if "fp16-master" in by:
-        r = by["fp16-master"]
-        out.append(Finding("fp16-master", (
-            f"fp32 master weights alone do not help: without loss scaling "
-            f"{_pct(r.grad_underflow_fraction)} of the gradient values underflow in fp16; "
-            f"test accuracy {gap('fp16-master'):.1f} points below fp32 (claim: >= 10)"),
-            r.grad_underflow_fraction > 0.5 and gap("fp16-master") >= 10))
-    if "mixed-fp16" in by:
-        r = by["mixed-fp16"]
-        uf0 = by["fp16-master"].grad_underflow_fraction if "fp16-master" in by else None
-        ok = abs(gap("mixed-fp16")) <= 1 and (uf0 is None or r.grad_underflow_fraction < uf0 / 10)
-        out.append(Finding("mixed-fp16", (
-            f"dynamic loss scaling (final scale {_scale(r.final_loss_scale)}, "
-            f"{r.skipped_steps} steps skipped on overflow) cuts the underflow to "
-            f"{_pct(r.grad_underflow_fraction)}; test accuracy within "
-            f"{abs(gap('mixed-fp16')):.2f} points of fp32 (claim: <= 1)"), ok))
-    if "mixed-bf16" in by:
-        r = by["mixed-bf16"]
-        out.append(Finding("mixed-bf16", (
-            f"bf16 with master weights needs no scaling (fp32's exponent range: "
-            f"{_pct(r.grad_underflow_fraction)} underflow); test accuracy within "
-            f"{abs(gap('mixed-bf16')):.2f} points of fp32 (claim: <= 1)"),
-            abs(gap("mixed-bf16")) <= 1 and r.grad_underflow_fraction < 1e-4))
-    if "bf16" in by:
-        r = by["bf16"]
-        out.append(Finding("bf16", (
-            f"pure bf16 (no master copy) loses {_pct(r.lost_update_fraction)} of its weight "
-            f"updates to rounding (8 significant bits: an update below 1/512 of the weight "
-            f"vanishes) and stagnates {gap('bf16'):.1f} points below fp32 (claim: >= 5)"),
-            gap("bf16") >= 5 and r.lost_update_fraction > 0.5
-            and r.grad_underflow_fraction < 1e-4))
-    if "bf16-sr" in by:
-        r = by["bf16-sr"]
-        out.append(Finding("bf16-sr", (
-            f"stochastic rounding of the update keeps them in expectation: pure bf16 with "
-            f"SR ends within {abs(gap('bf16-sr')):.2f} points of fp32 (claim: <= 2), although "
-            f"{_pct(r.lost_update_fraction)} of the single updates still round away"),
-            abs(gap("bf16-sr")) <= 2))
+    for claim in CLAIMS:
+        r = by.get(claim.recipe)
+        if r is None:
+            continue
+        gap = _points(ref, r.test_accuracy)
+        out.append(Finding(claim.recipe, claim.message(r, gap, by),
+                           bool(claim.check(r, gap, by))))
     return out
 
 
