@@ -46,19 +46,33 @@ def test_script_runs_with_breakdown(bench, capsys):
     out = capsys.readouterr().out
     assert "fp16+master speed vs numpy fp32" in out and "GEMM (float64 BLAS)" in out
     assert out.count("fpsim fp16+master sgemm") == 2
-    assert out.count("numpy fp16+master") == 2  # the MLP row and the summary
+    assert out.count("numpy fp16+master  ") == 2  # the floor row of each model
     assert out.count("fpsim bf16+master") == 2
+    assert "engine overhead of fpsim fp16+master over its floor" in out
+    rows = [ln for ln in out.splitlines() if "fpsim fp16+master  " in ln]
+    assert len(rows) == 2 and all(ln.rstrip().endswith("%") for ln in rows)
 
 
-def test_numpy_fp16_floor_is_fpsims_step_bit_for_bit(bench):
+def test_script_engine_rows(bench, capsys):
+    assert bench.main(["--repeat", "1", "--steps", "1", "--engine"]) == 0
+    out = capsys.readouterr().out
+    assert "numpy fp64" not in out and "sgemm" not in out
+    assert out.count("numpy fp16+master  ") == 2
+
+
+@pytest.mark.parametrize("case", ["mlp", "cnn"])
+def test_numpy_fp16_floor_is_fpsims_step_bit_for_bit(bench, case):
     """The hand-written fp16 + fp32-master NumPy step (the floor the benchmark compares the
     engine with) computes what fpsim computes: the same losses and fp16 parameters, bit for
     bit, over three steps (the later ones use the momentum buffers and the master weights)."""
+    build, floor_cls, shape = {"mlp": (bench.mlp, bench.NumpyMLPHalf, (bench.BATCH, 64)),
+                               "cnn": (bench.cnn, bench.NumpyCNNHalf, (bench.BATCH, 1, 8, 8))}[
+        case]
     rng = np.random.default_rng(2)
-    x = rng.standard_normal((bench.BATCH, 64))
+    x = rng.standard_normal(shape)
     y = rng.integers(0, 10, bench.BATCH)
-    model = bench.mlp(3)
-    floor = bench.NumpyMLPHalf([p.numpy(np.float64) for p in model.parameters()])
+    model = build(3)
+    floor = floor_cls([p.numpy(np.float64) for p in model.parameters()])
     step = bench.fpsim_stepper(model, "fp16", True)
     xt = Tensor(x, "fp16")
     losses = [(step(xt, y), floor.step(xt.numpy(), y)) for _ in range(3)]
