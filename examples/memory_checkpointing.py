@@ -22,9 +22,8 @@ matplotlib.use("Agg")  # files only: runs on machines without a display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fpsim import memory, nn  # noqa: E402
+from fpsim import checkpoint_sequential, memory, nn  # noqa: E402
 from fpsim.autograd import Tensor  # noqa: E402
-from fpsim.autograd.checkpoint import checkpoint_sequential  # noqa: E402
 from fpsim.distributed import ZeroEngine  # noqa: E402
 
 

@@ -154,7 +154,7 @@ class MPICommunicator(Communicator):
 
     def _count_local(self, name: str, sent: int, recv: int, itemsize: int, size: int,
                      dtype) -> None:
-        self.stats[0]._add(name, sent, recv, itemsize)
+        self.stats[0].record(name, sent, recv, itemsize)
         self.log.append((name, int(size), np.dtype(dtype).name))
 
     def _ring_gather(self, full: np.ndarray, chunk: int, what: str) -> tuple[int, int]:
