@@ -88,6 +88,12 @@ def _print_results(runs: list, args: argparse.Namespace, paths: list[Path]) -> N
           "and layer outputs, every step) that round to zero / to a subnormal in their "
           "gradient format; lost updates: share of the weight updates that rounding erased "
           "(update below half an ulp of the weight, fp32 master included).")
+    for r in runs:
+        if r.nonfinite_steps and not r.skipped_steps:
+            print(f"note: {r.precision}: {r.nonfinite_steps} steps had inf/NaN gradients and "
+                  "none was skipped: a static loss scale (Apex's, and no scaling) neither "
+                  "checks nor skips, so they reached the weights; --loss-scale dynamic skips "
+                  "them and backs off.")
     for p in paths:
         print(f"saved {p}")
 
