@@ -129,3 +129,15 @@ def test_quantize_takes_fmt_beside_dtype():
                                                                              fmt="uint8"))
     with pytest.raises(TypeError, match="fmt or dtype"):
         quantize(x, 0.1, 3, dtype="int8", fmt="int8")
+
+
+def test_checkpoint_functions_and_their_module():
+    # laid out as torch.utils.checkpoint.checkpoint: the functions' public home is fpsim, the
+    # module keeps its name and is never hidden behind a function
+    import fpsim.autograd.checkpoint as ckpt_module
+
+    assert isinstance(fpsim.autograd.checkpoint, types.ModuleType)
+    assert fpsim.autograd.checkpoint is ckpt_module
+    assert fpsim.checkpoint is ckpt_module.checkpoint
+    assert fpsim.checkpoint_sequential is ckpt_module.checkpoint_sequential
+    assert "checkpoint" not in fpsim.autograd.__all__
