@@ -30,6 +30,7 @@ import warnings
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+import ml_dtypes
 import numpy as np
 
 from ..formats import FP32, get_float_format
@@ -90,6 +91,10 @@ def _grad_params(optimizer: OptimizerLike) -> list[Any]:
             if getattr(p, "grad", None) is not None]
 
 
+# 16-bit gradient dtypes whose cast from float32 NumPy / ml_dtypes round to nearest even
+_WIDENED_BY_NUMPY = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
 def _unscaled(grad: np.ndarray, inv_scale: np.float32) -> np.ndarray:
     """grad * inv_scale as the CUDA/CPU unscale kernel computes it: in the grad's "opmath" type
     (float64 for float64 grads, float32 otherwise), then rounded to the grad's dtype."""
@@ -99,6 +104,13 @@ def _unscaled(grad: np.ndarray, inv_scale: np.float32) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         if dtype == np.float64:
             return grad * np.float64(inv_scale)  # one IEEE float64 multiplication
+        if dtype == np.float32 or dtype in _WIDENED_BY_NUMPY:
+            # one IEEE float32 multiplication (correctly rounded, subnormals kept), then
+            # NumPy's / ml_dtypes' round-to-nearest-even cast: the generic path below, bit for
+            # bit (tests/test_amp_scaler.py checks it against exact Fractions), 3-20x faster
+            prod = np.multiply(grad.astype(np.float32, copy=False), inv_scale,
+                               dtype=np.float32)
+            return prod if dtype == np.float32 else prod.astype(dtype)
         # float32 * float32 has at most 48 significant bits: exact in float64, rounded once
         exact = grad.astype(np.float64) * np.float64(inv_scale)
     prod32 = _round(exact, FP32)
