@@ -17,6 +17,11 @@ np.float16 arrays; for fma: a * b + c, two NumPy operations) measured in the sam
 (ratio = NumPy time / fpsim time: 1.0 is as fast as NumPy, 0.1 ten times slower).
 
     python benchmarks/bench_arithmetic.py [--n 1000000] [--repeat 5] [--flags]
+        [--overhead-only]
+
+The overhead table: the per-call cost on small arrays (1, 16, 256 elements), where parsing the
+options and dispatching dominate, against NumPy's float16 add on the same arrays (speed vs
+NumPy = NumPy time / fpsim time), microseconds per call.
 
 Targets: fp16 add/mul round-to-nearest-even >= 20 M ops/s; fp32 fma >= 5 M ops/s.
 """
@@ -34,6 +39,44 @@ from fpsim import arithmetic
 MODES = ["nearest_even", "nearest_away", "toward_zero", "up", "down", "odd", "stochastic"]
 
 
+
+
+def _overhead_cases(fpsim, a, b, c, up16):
+    cases = [
+        ("add fp16 nearest_even (native)", lambda: fpsim.add(a, b, "fp16")),
+        ("add fp16 up", lambda: fpsim.add(a, b, "fp16", "up")),
+        ("add fp16 up, policy=", (lambda: fpsim.add(a, b, policy=up16)) if up16 else None),
+        ("add bf16 up, flags", lambda: fpsim.add(a, b, "bf16", "up", flags=True)),
+        ("mul fp8_e4m3 nearest_even", lambda: fpsim.mul(a, b, "fp8_e4m3")),
+        ("fma fp16 toward_zero", lambda: fpsim.fma(a, b, c, "fp16", "toward_zero")),
+        ("round bf16 down", lambda: fpsim.round(a, "bf16", "down")),
+    ]
+    return [(label, fn) for label, fn in cases if fn is not None]
+
+
+def _calls(fn, k: int = 200):
+    def loop():
+        for _ in range(k):
+            fn()
+    return loop
+
+
+def overhead_table(repeat: int) -> None:
+    """Per-call cost on small arrays: option parsing and dispatch dominate there."""
+    import fpsim
+    rng = np.random.default_rng(2)
+    policy = getattr(fpsim, "RoundingPolicy", None)  # absent before the policy object
+    up16 = policy("fp16", "up") if policy else None
+    print(f"per-call overhead on small arrays, best of {repeat} x 200 calls; speed vs NumPy = "
+          "NumPy float16 add time / fpsim time")
+    print(f"{'call':34s} {'n':>4s} {'numpy us':>9s} {'fpsim us':>9s} {'vs numpy':>9s}")
+    for n in (1, 16, 256):
+        a, b, c = (rng.standard_normal(n).astype(np.float16) for _ in range(3))
+        for label, fn in _overhead_cases(fpsim, a, b, c, up16):
+            tf = best_time(_calls(fn), repeat) / 200
+            tn = best_time(_calls(lambda a=a, b=b: a + b), repeat) / 200
+            print(f"{label:34s} {n:4d} {tn * 1e6:9.2f} {tf * 1e6:9.2f} {tn / tf:9.3f}")
+    print()
 
 
 def native_table(n: int, repeat: int) -> None:
@@ -70,7 +113,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--flags", action="store_true", help="also compute the IEEE flags")
     p.add_argument("--native-only", action="store_true", help="only the default-path table")
+    p.add_argument("--overhead-only", action="store_true", help="only the small-array table")
     args = p.parse_args(argv)
+    overhead_table(args.repeat)
+    if args.overhead_only:
+        return
     if args.native_only:
         native_table(args.n, args.repeat)
         return

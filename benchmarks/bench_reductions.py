@@ -8,7 +8,15 @@ path every other mode takes; timed on ``--loop-n`` elements and scaled per eleme
 ratio is the speed-up of the native path (target: >= 20x for ``fpsim.sum(np.ones(10**6),
 "bf16")``).
 
+Second table: the sequential and Kahan orders where no native add applies (directed and
+stochastic modes, flags, fp8), one long axis (``--modes-n`` values) and a matrix summed along
+axis 0 (``--rows`` outputs), against NumPy's own sequential sum of the same values
+(``np.add.accumulate`` in float32, last element; speed vs NumPy = NumPy time / fpsim time) and
+against the element-by-element reference loops kept in the tests (speed-up = loop time /
+fpsim time).
+
     python benchmarks/bench_reductions.py [--n 1000000] [--loop-n 20000] [--repeat 5]
+        [--modes-n 20000] [--rows 1000] [--modes-only]
 """
 
 from __future__ import annotations
@@ -23,12 +31,59 @@ import fpsim
 from fpsim import arithmetic, reductions
 
 
+def _loop(X, c, order: str):
+    """The element-by-element reference loops of the tests: one rounded op at a time."""
+    acc = reductions._Acc(c, X.shape[0])
+    if order == "sequential":
+        return reductions._sequential_loop(X, acc)
+    return reductions._kahan_loop(X, acc)
+
+
+MODE_CASES = [("bf16", "up", False), ("fp16", "toward_zero", False), ("bf16", "stochastic", False),
+              ("fp8_e4m3", "nearest_even", False), ("fp16", "nearest_even", True)]
+
+
+def modes_table(n: int, rows: int, repeat: int) -> None:
+    """Sequential and Kahan sums in the modes and formats without a native add."""
+    print(f"sequential / kahan sums without a native add, best of {repeat}; speed vs NumPy = "
+          "NumPy time / fpsim time; vs loop = loop time / fpsim time")
+    print(f"{'format':9s} {'mode':13s} {'flags':5s} {'order':10s} {'shape':>12s} "
+          f"{'fpsim ms':>9s} {'numpy ms':>9s} {'vs numpy':>9s} {'loop ms':>9s} {'vs loop':>8s}")
+    rng = np.random.default_rng(3)
+    for shape, axis in (((n,), None), ((n // 20, rows), 0)):
+        x = rng.standard_normal(shape)
+        for fmt, mode, fl in MODE_CASES:
+            xf = np.asarray(fpsim.round(x, fmt))
+            x32 = xf.astype(np.float32)
+            X = xf.reshape(-1, 1).T.copy() if axis is None else np.ascontiguousarray(xf.T)
+            c = arithmetic.context(fmt, mode, rng=1 if mode == "stochastic" else None,
+                                   flags=fl)
+            for order in ("sequential", "kahan"):
+                def ours(xf=xf, fmt=fmt, mode=mode, order=order, axis=axis, fl=fl):
+                    return fpsim.sum(xf, fmt, axis=axis, order=order, rounding=mode, flags=fl,
+                                     rng=1 if mode == "stochastic" else None)
+                t_fp = best_time(ours, repeat)
+                t_np = best_time(lambda x32=x32: np.add.accumulate(x32, axis=0)[-1], repeat)
+                t_loop = best_time(lambda X=X, c=c, order=order: _loop(X, c, order), 1,
+                                   warmup=False)
+                print(f"{fmt:9s} {mode:13s} {str(fl):5s} {order:10s} {str(shape):>12s} "
+                      f"{t_fp * 1e3:9.1f} {t_np * 1e3:9.2f} {t_np / t_fp:9.4f} "
+                      f"{t_loop * 1e3:9.0f} {t_loop / t_fp:8.1f}")
+    print()
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=10**6)
     p.add_argument("--loop-n", type=int, default=20000)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--modes-n", type=int, default=20000)
+    p.add_argument("--rows", type=int, default=1000)
+    p.add_argument("--modes-only", action="store_true", help="only the second table")
     args = p.parse_args(argv)
+    modes_table(args.modes_n, args.rows, args.repeat)
+    if args.modes_only:
+        return
     print(f"sequential sum of {args.n:.0e} values, best of {args.repeat}; speed vs reference = "
           "reference time / fpsim time")
     print(f"{'format':6s} {'data':6s} {'fpsim ms':>9s} {'native ms':>10s} {'vs native':>10s} "

@@ -65,7 +65,7 @@ from .formats import (
 from .integer import IntOverflow, round_to_integral, to_int
 from .modes import Overflow, Rounding, Subnormals, Tininess
 from .reductions import Order, dot, sum
-from .rounding import cast, round, round_pair, seed
+from .rounding import RoundingPolicy, cast, round, round_pair, seed
 
 # Higher layers load on first use (``fpsim.tensorcore``, ``fpsim.viz``, ...), so that
 # ``import fpsim`` stays light and never pulls matplotlib in by itself.
@@ -87,7 +87,8 @@ __all__ = [
     "FP8_E5M2FNUZ", "FP16", "FP32", "FP64", "INT4", "INT8", "INT16", "INT32", "INT_PRESETS",
     "UINT4", "UINT8", "IntFormat", "get_float_format", "get_int_format", "PRESETS", "TF32",
     "Fields", "FlagContext", "Flags", "FloatingPointTrap", "Format", "NaNEncoding", "Overflow",
-    "Rounding", "Subnormals", "Tininess", "checkpoint", "checkpoint_sequential", "Tensor",
+    "Rounding", "RoundingPolicy", "Subnormals", "Tininess", "checkpoint",
+    "checkpoint_sequential", "Tensor",
     "autograd", "enable_grad", "functional", "is_grad_enabled", "manual_seed",
     "matmul_accumulation", "nn", "no_grad", "optim", "set_grad_enabled", "add", "sub", "mul",
     "div", "sqrt", "fma", "sum", "dot", "Order", "IntOverflow", "round_to_integral", "to_int",

@@ -56,6 +56,7 @@ Conventions:
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -66,20 +67,21 @@ import numpy as np
 
 from . import flags as _flags
 from .flags import Flags
-from .formats import BF16, FP16, FP32, Format, get_float_format
+from .formats import BF16, FP16, FP32, Format
 from .modes import (
     Overflow,
     Rounding,
     Subnormals,
     Tininess,
-    as_overflow,
-    as_rounding,
-    as_subnormals,
-    as_tininess,
 )
-from .rounding import as_float64, default_rng
-from .rounding import round as _round
-from .rounding import round_pair as _round_pair
+from .rounding import (
+    RoundingPolicy,
+    as_float64,
+    default_rng,
+    policy_of,
+    round_pair_with,
+    round_with,
+)
 
 __all__ = ["add", "sub", "mul", "div", "sqrt", "fma"]
 
@@ -87,7 +89,7 @@ _U = np.uint64
 _SPLIT = 134217729.0  # 2**27 + 1: Veltkamp's constant, splits a float64 into 26 + 26 bits
 _STICKY = 2.0**-200  # stands for an operand far below the other's last bit (sign kept)
 _LO_FLOOR = 2.0**-114  # smallest |lo| kept relative to hi in [1/2, 1): below every decision
-_MAX_MANTISSA = 50  # round_pair rounds to odd at 53 bits: exact for targets of <= 51 bits
+MAX_MANTISSA = 50  # round_pair rounds to odd at 53 bits: exact for targets of <= 51 bits
 _MAX_FMA_PRECISION = 26  # fma needs the product exact in float64
 
 # Tests set this to run the general (frexp-scaled) path on every format.
@@ -95,7 +97,7 @@ _FORCE_GENERAL = False
 
 
 @contextmanager
-def _quiet() -> Iterator[None]:
+def quiet_flags() -> Iterator[None]:
     """Hide the active flag contexts from the rounding core: an operation computes its flags
     itself (conversions, several roundings) and records them once."""
     with _flags.suspended():
@@ -103,8 +105,9 @@ def _quiet() -> Iterator[None]:
 
 
 @dataclass(frozen=True)
-class _Ctx:
-    """An operation's validated options."""
+class OpContext:
+    """An operation's validated options (internal API: :func:`context` builds it; the
+    kernels, :func:`compute` and :mod:`fpsim.reductions` take it)."""
 
     fmt: Format
     mode: Rounding
@@ -115,37 +118,52 @@ class _Ctx:
     rng: np.random.Generator | None
     random_bits: int | None
     want: bool  # compute flags (flags=True or a flag context is active)
+    result: RoundingPolicy  # how results are rounded: the above, generator resolved
+    convert: RoundingPolicy  # how operands are converted: nearest even, overflow, daz
+
+
+@functools.lru_cache(maxsize=256)
+def _policies(pol: RoundingPolicy) -> tuple[RoundingPolicy, RoundingPolicy]:
+    """The result and operand-conversion policies of a parsed policy without a generator."""
+    flush = pol.subnormals in (Subnormals.FLUSH, Subnormals.FLUSH_DAZ)
+    result = RoundingPolicy(pol.fmt, pol.rounding, pol.overflow,
+                            Subnormals.FLUSH if flush else Subnormals.KEEP, pol.tininess,
+                            None, pol.random_bits)
+    convert = RoundingPolicy(pol.fmt, Rounding.NEAREST_EVEN, pol.overflow,
+                             Subnormals.DAZ if pol.daz else Subnormals.KEEP)
+    return result, convert
+
+
+def context_of(policy: RoundingPolicy, flags: bool = False, *,
+               what: str = "arithmetic") -> OpContext:
+    """The :class:`OpContext` of a parsed policy (internal API; the format is checked here:
+    at most 50 mantissa bits)."""
+    fmt = policy.fmt
+    if fmt.mantissa_bits > MAX_MANTISSA:
+        raise ValueError(
+            f"{what} supports formats of at most {MAX_MANTISSA} mantissa bits, got {fmt.name} "
+            f"with {fmt.mantissa_bits}; for fp64 use NumPy's float64 arithmetic"
+        )
+    result, convert = _policies(policy if policy.rng is None else
+                                policy_of(fmt, policy.rounding, policy.overflow,
+                                          policy.subnormals, policy.tininess, None,
+                                          policy.random_bits))
+    gen = None
+    if policy.rounding is Rounding.STOCHASTIC:
+        gen = default_rng(policy.rng)  # resolved once: every rounding of the op draws from it
+        result = RoundingPolicy(fmt, result.rounding, result.overflow, result.subnormals,
+                                result.tininess, gen, result.random_bits)
+    return OpContext(fmt=fmt, mode=policy.rounding, overflow=policy.overflow,
+                     result_subnormals=result.subnormals, daz=policy.daz,
+                     tininess=policy.tininess, rng=gen, random_bits=policy.random_bits,
+                     want=bool(flags) or _flags.flags_active(), result=result, convert=convert)
 
 
 def _context(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
-             *, what: str) -> _Ctx:
-    fmt = get_float_format(fmt)
-    if fmt.mantissa_bits > _MAX_MANTISSA:
-        raise ValueError(
-            f"{what} supports formats of at most {_MAX_MANTISSA} mantissa bits, got {fmt.name} "
-            f"with {fmt.mantissa_bits}; for fp64 use NumPy's float64 arithmetic"
-        )
-    mode = as_rounding(rounding)
-    sub = as_subnormals(subnormals)
-    if random_bits is not None:
-        if mode is not Rounding.STOCHASTIC:
-            raise ValueError("random_bits only applies to rounding='stochastic'")
-        if isinstance(random_bits, bool) or not isinstance(random_bits, (int, np.integer)) or \
-                not 1 <= int(random_bits) <= 63:
-            raise ValueError(f"random_bits must be an int in [1, 63], got {random_bits!r}")
-        random_bits = int(random_bits)
-    flush = sub in (Subnormals.FLUSH, Subnormals.FLUSH_DAZ)
-    return _Ctx(
-        fmt=fmt,
-        mode=mode,
-        overflow=as_overflow(overflow),
-        result_subnormals=Subnormals.FLUSH if flush else Subnormals.KEEP,
-        daz=sub in (Subnormals.DAZ, Subnormals.FLUSH_DAZ),
-        tininess=as_tininess(tininess),
-        rng=default_rng(rng) if mode is Rounding.STOCHASTIC else None,
-        random_bits=random_bits,
-        want=bool(flags) or _flags.flags_active(),
-    )
+             *, what: str, policy: RoundingPolicy | None = None) -> OpContext:
+    pol = policy_of(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, policy,
+                    what=what)
+    return context_of(pol, flags, what=what)
 
 
 # -- which formats keep every intermediate exact in float64 ----------------------------------
@@ -186,7 +204,7 @@ def _shifted(fmt: Format, exponent_bits: int, emin: int | None, emax: int | None
 
 
 @functools.cache
-def _plan(fmt: Format) -> _Plan:
+def plan_for(fmt: Format) -> _Plan:
     m, p = fmt.mantissa_bits, fmt.precision_bits
     emax = fmt.emax
     elo = fmt.emin - m  # exponent of the smallest subnormal
@@ -255,7 +273,7 @@ _SNAN_VIEW = {  # dtype -> (unsigned view, exponent mask, quiet bit)
 }
 
 
-def _snan_mask(arr: np.ndarray) -> np.ndarray | None:
+def snan_mask(arr: np.ndarray) -> np.ndarray | None:
     """Signalling NaNs of an IEEE-style input array (None when it holds none)."""
     spec = _SNAN_VIEW.get(arr.dtype)
     if spec is None:
@@ -269,49 +287,48 @@ def _snan_mask(arr: np.ndarray) -> np.ndarray | None:
     return snan if snan.any() else None
 
 
-def _operand(x, c: _Ctx) -> tuple[np.ndarray, np.ndarray | None]:
+def convert_operand(x, c: OpContext) -> tuple[np.ndarray, np.ndarray | None]:
     """x converted (RNE, silently) to fmt as float64, and its signalling-NaN mask."""
     with np.errstate(invalid="ignore"):  # widening a signalling NaN
         return _convert(x, c)
 
 
-def _convert(x, c: _Ctx) -> tuple[np.ndarray, np.ndarray | None]:
+def _convert(x, c: OpContext) -> tuple[np.ndarray, np.ndarray | None]:
     arr = np.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else None
     if arr is not None and c.fmt.dtype is not None and arr.dtype == c.fmt.dtype:
         v = arr.astype(np.float64)  # already values of fmt
-        snan = _snan_mask(arr) if np.isnan(v).any() else None
+        snan = snan_mask(arr) if np.isnan(v).any() else None
         if c.daz:
             v = np.where(np.abs(v) < c.fmt.smallest_normal, np.copysign(0.0, v), v)
         return v, snan
-    sub = Subnormals.DAZ if c.daz else Subnormals.KEEP
     if isinstance(x, (Fraction, Decimal)):  # one exact number: rounded once, at any size
-        v = _round(x, c.fmt, Rounding.NEAREST_EVEN, overflow=c.overflow, subnormals=sub)
-        return np.asarray(v, dtype=np.float64), None
+        return np.asarray(round_with(x, c.convert)[0], dtype=np.float64), None
     hi, lo, _ = as_float64(x if arr is None else arr)
     snan = None
     if hi.dtype.kind == "f" and np.isnan(hi).any():  # the sNaN bit as the input holds it
-        snan = _snan_mask(arr if arr is not None else hi)
+        snan = snan_mask(arr if arr is not None else hi)
     if lo is not None:
         # Beyond float64 (long double, 64-bit or Python integers past 2**53): the rounding
         # core splits the value itself exactly and rounds it once. A (hi, lo) float64 pair is
         # not enough: below 2**-1011 lo is rounded, or lost (a false tie where the format
         # reaches below float64's subnormals), and beyond 2**1024 hi is only a stand-in.
-        v = _round(x if arr is None else arr, c.fmt, Rounding.NEAREST_EVEN,
-                   overflow=c.overflow, subnormals=sub)
+        v, _ = round_with(x if arr is None else arr, c.convert)
     else:
-        v = _round(hi, c.fmt, Rounding.NEAREST_EVEN, overflow=c.overflow, subnormals=sub)
+        v, _ = round_with(hi, c.convert)
     return np.asarray(v, dtype=np.float64), snan
 
 
-def _operands(args, c: _Ctx):
+def _operands(args, c: OpContext):
     """Convert and broadcast the operands: flat float64 arrays, the OR of their sNaN masks,
     the broadcast shape and whether every operand was a scalar."""
     shape = np.broadcast_shapes(*(np.shape(a) for a in args))
     scalar = all(np.ndim(a) == 0 for a in args)
     vals, snan = [], None
     for a in args:
-        v, s = _operand(a, c)
-        vals.append(np.ascontiguousarray(np.broadcast_to(v, shape)).reshape(-1))
+        v, s = convert_operand(a, c)
+        if v.shape != shape:
+            v = np.broadcast_to(v, shape)
+        vals.append(np.ascontiguousarray(v).reshape(-1))
         if s is not None:
             s = np.broadcast_to(s, shape).reshape(-1)
             snan = s if snan is None else (snan | s)
@@ -320,22 +337,22 @@ def _operands(args, c: _Ctx):
 
 # -- rounding the exact pair ------------------------------------------------------------------
 
-def _round_hl(hi, lo, c: _Ctx, fmt: Format | None = None):
-    """Round hi (+ lo) once to fmt; returns (values, flags or None)."""
-    fmt = c.fmt if fmt is None else fmt
-    kw = dict(overflow=c.overflow, subnormals=c.result_subnormals, tininess=c.tininess,
-              rng=c.rng, random_bits=c.random_bits, flags=c.want)
+def round_result(hi, lo, c: OpContext, fmt: Format | None = None):
+    """Round hi (+ lo, a checked pair; None: hi alone) once to fmt (c's format by default)
+    by c's result policy; returns (values, flags or None). Internal API."""
+    pol = c.result
+    if fmt is not None and fmt != pol.fmt:
+        pol = RoundingPolicy(fmt, pol.rounding, pol.overflow, pol.subnormals, pol.tininess,
+                             pol.rng, pol.random_bits)
     if lo is None:
-        out = _round(hi, fmt, c.mode, **kw)
-    else:
-        out = _round_pair(hi, lo, fmt, c.mode, **kw)
-    return out if c.want else (out, None)
+        return round_with(hi, pol, c.want)
+    return round_pair_with(hi, lo, pol, c.want)
 
 
-def _round_general(h, l, E, c: _Ctx):
+def _round_general(h, l, E, c: OpContext):
     """Round (h + l) * 2**E once to fmt, for any integer exponents E: h, l float64 with h the
     nearest float64 to h + l (or 0 for an exact zero, then l = 0), sign of l exact."""
-    plan = _plan(c.fmt)
+    plan = plan_for(c.fmt)
     mh, eh = np.frexp(h)
     l = np.ldexp(l, -eh)
     E = E + eh
@@ -351,7 +368,7 @@ def _round_general(h, l, E, c: _Ctx):
     for w in plan.windows:
         sel = (E >= w.lo) & (E <= w.hi) if len(plan.windows) > 1 else slice(None)
         k = E[sel] - w.shift
-        r, f = _round_hl(np.ldexp(mh[sel], k), np.ldexp(l[sel], k), c, w.fmt)
+        r, f = round_result(np.ldexp(mh[sel], k), np.ldexp(l[sel], k), c, w.fmt)
         out[sel] = np.ldexp(r, w.shift) if w.shift else r
         if c.want:
             fl[sel] = f
@@ -386,10 +403,10 @@ def _merge(sp, out_sp, fl_sp, reg, out_reg, fl_reg, n, want):
 
 # -- the operations on flat float64 arrays of fmt values --------------------------------------
 
-def _add_flat(a, b, c: _Ctx, exact_operands: bool = True):
+def add_flat(a, b, c: OpContext, exact_operands: bool = True):
     """(rounded a + b, flags or None, INVALID mask or None) for flat arrays of fmt values (any
     float64 values with ``exact_operands=False``)."""
-    plan = _plan(c.fmt)
+    plan = plan_for(c.fmt)
     with np.errstate(invalid="ignore", over="ignore"):
         s = a + b
         inv = (np.isnan(s) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
@@ -397,11 +414,11 @@ def _add_flat(a, b, c: _Ctx, exact_operands: bool = True):
             lo = None if plan.add_exact else _two_sum_err(a, b, s)
             if lo is not None and not lo.any():
                 lo = None
-            out, fl = _round_hl(_zero_sign(s, a, b, c.mode), lo, c)
+            out, fl = round_result(_zero_sign(s, a, b, c.mode), lo, c)
             return out, fl, inv
         reg = np.isfinite(a) & np.isfinite(b) & (a != 0) & (b != 0)
         sp = ~reg
-        o_sp, f_sp = _round_hl(_zero_sign(s[sp], a[sp], b[sp], c.mode), None, c)
+        o_sp, f_sp = round_result(_zero_sign(s[sp], a[sp], b[sp], c.mode), None, c)
         ma, ea = np.frexp(a[reg])
         mb, eb = np.frexp(b[reg])
         E = np.maximum(ea, eb)
@@ -414,17 +431,17 @@ def _add_flat(a, b, c: _Ctx, exact_operands: bool = True):
     return out, fl, inv
 
 
-def _mul_flat(a, b, c: _Ctx, exact_operands: bool = True):
-    plan = _plan(c.fmt)
+def mul_flat(a, b, c: OpContext, exact_operands: bool = True):
+    plan = plan_for(c.fmt)
     with np.errstate(invalid="ignore", over="ignore"):
         prod = a * b
         inv = (np.isnan(prod) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
         if plan.mul_fast and exact_operands and not _FORCE_GENERAL:
-            out, fl = _round_hl(prod, None, c)
+            out, fl = round_result(prod, None, c)
             return out, fl, inv
         reg = np.isfinite(a) & np.isfinite(b) & (a != 0) & (b != 0)
         sp = ~reg
-        o_sp, f_sp = _round_hl(prod[sp], None, c)  # zeros, infinities, NaN: exact
+        o_sp, f_sp = round_result(prod[sp], None, c)  # zeros, infinities, NaN: exact
         ma, ea = np.frexp(a[reg])
         mb, eb = np.frexp(b[reg])
         if c.fmt.precision_bits <= _MAX_FMA_PRECISION and exact_operands:
@@ -444,19 +461,19 @@ def _div_pair(a, b):
     return q, r / b
 
 
-def _div_flat(a, b, c: _Ctx, exact_operands: bool = True):
-    plan = _plan(c.fmt)
+def _div_flat(a, b, c: OpContext, exact_operands: bool = True):
+    plan = plan_for(c.fmt)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if plan.div_fast and exact_operands and not _FORCE_GENERAL:
             q, lo = _div_pair(a, b)
             inv = (np.isnan(q) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
-            out, fl = _round_hl(q, _finite_or_zero(lo), c)
+            out, fl = round_result(q, _finite_or_zero(lo), c)
             return out, fl, inv
         q = a / b
         inv = (np.isnan(q) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
         reg = np.isfinite(a) & np.isfinite(b) & (a != 0) & (b != 0)
         sp = ~reg
-        o_sp, f_sp = _round_hl(q[sp], None, c)  # x/0, 0/x, x/inf, inf/x, NaN: exact
+        o_sp, f_sp = round_result(q[sp], None, c)  # x/0, 0/x, x/inf, inf/x, NaN: exact
         ma, ea = np.frexp(a[reg])
         mb, eb = np.frexp(b[reg])
         h, lo = _div_pair(ma, mb)
@@ -472,19 +489,19 @@ def _sqrt_pair(a):
     return s, r / (2.0 * s)
 
 
-def _sqrt_flat(a, c: _Ctx, exact_operands: bool = True):
-    plan = _plan(c.fmt)
+def _sqrt_flat(a, c: OpContext, exact_operands: bool = True):
+    plan = plan_for(c.fmt)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if plan.sqrt_fast and not _FORCE_GENERAL:
             s, lo = _sqrt_pair(a)
             inv = (np.isnan(s) & ~np.isnan(a)) if c.want else None
-            out, fl = _round_hl(s, _finite_or_zero(lo), c)
+            out, fl = round_result(s, _finite_or_zero(lo), c)
             return out, fl, inv
         s = np.sqrt(a)
         inv = (np.isnan(s) & ~np.isnan(a)) if c.want else None
         reg = np.isfinite(a) & (a > 0)
         sp = ~reg
-        o_sp, f_sp = _round_hl(s[sp], None, c)  # +-0, +inf, negative, NaN
+        o_sp, f_sp = round_result(s[sp], None, c)  # +-0, +inf, negative, NaN
         ma, ea = np.frexp(a[reg])
         odd = (ea & 1) == 1
         ma = np.where(odd, 2.0 * ma, ma)  # an even exponent halves exactly
@@ -495,8 +512,8 @@ def _sqrt_flat(a, c: _Ctx, exact_operands: bool = True):
     return out, fl, inv
 
 
-def _fma_flat(a, b, d, c: _Ctx, exact_operands: bool = True):
-    plan = _plan(c.fmt)
+def _fma_flat(a, b, d, c: OpContext, exact_operands: bool = True):
+    plan = plan_for(c.fmt)
     with np.errstate(invalid="ignore", over="ignore"):
         prod = a * b
         nan_in = np.isnan(a) | np.isnan(b) | np.isnan(d)
@@ -510,7 +527,7 @@ def _fma_flat(a, b, d, c: _Ctx, exact_operands: bool = True):
             lo = _two_sum_err(prod, d, s)
             if not lo.any():
                 lo = None
-            out, fl = _round_hl(_zero_sign(s, prod, d, c.mode), lo, c)
+            out, fl = round_result(_zero_sign(s, prod, d, c.mode), lo, c)
             return out, fl, inv
         reg = np.isfinite(a) & np.isfinite(b) & np.isfinite(d) & (a != 0) & (b != 0)
         sp = ~reg
@@ -521,7 +538,7 @@ def _fma_flat(a, b, d, c: _Ctx, exact_operands: bool = True):
         s_sp = p_sp + d[sp]
         if c.want:
             inv[sp] |= np.isnan(s_sp) & ~nan_in[sp]
-        o_sp, f_sp = _round_hl(_zero_sign(s_sp, p_sp, d[sp], c.mode), None, c)
+        o_sp, f_sp = round_result(_zero_sign(s_sp, p_sp, d[sp], c.mode), None, c)
         ma, ea = np.frexp(a[reg])
         mb, eb = np.frexp(b[reg])
         pm, ep = ma * mb, ea + eb  # exact: two significands of <= 26 bits
@@ -540,24 +557,26 @@ def _fma_flat(a, b, d, c: _Ctx, exact_operands: bool = True):
 
 # -- the shared kernel ------------------------------------------------------------------------
 
-def context(fmt: Format | str, rounding: Rounding | str = "nearest_even", *,
+def context(fmt: Format | str | None = None, rounding: Rounding | str = "nearest_even", *,
             overflow: Overflow | str = "inf", subnormals: Subnormals | str = "keep",
             tininess: Tininess | str = "after", rng=None, random_bits: int | None = None,
-            flags: bool = False, what: str = "arithmetic") -> _Ctx:
+            flags: bool = False, what: str = "arithmetic",
+            policy: RoundingPolicy | None = None) -> OpContext:
     """The validated options of an operation (what :func:`compute` takes); for the layers
-    above (``fpsim.autograd``), which hold their options in their own settings."""
+    above (``fpsim.autograd``, :mod:`fpsim.reductions`), which hold their options in their
+    own settings. The options, or ``policy=``, as :func:`fpsim.round` takes them."""
     return _context(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
-                    what=what)
+                    what=what, policy=policy)
 
 
-def daz_operand(v: np.ndarray, c: _Ctx) -> np.ndarray:
+def daz_operand(v: np.ndarray, c: OpContext) -> np.ndarray:
     """Subnormal operand values read as (signed) zero when ``c`` asks for DAZ."""
     if not c.daz:
         return v
     return np.where(np.abs(v) < c.fmt.smallest_normal, np.copysign(0.0, v), v)
 
 
-def compute(name: str, vals, c: _Ctx, snan: np.ndarray | None = None, *,
+def compute(name: str, vals, c: OpContext, snan: np.ndarray | None = None, *,
             exact_operands: bool = True):
     """The one rounded-arithmetic kernel of fpsim, shared by the array functions below and by
     the Tensor ops of :mod:`fpsim.autograd`: ``name`` (add, sub, mul, div, sqrt, fma) on flat
@@ -568,7 +587,7 @@ def compute(name: str, vals, c: _Ctx, snan: np.ndarray | None = None, *,
     ``exact_operands=False`` admits any float64 operands (not only values of ``c.fmt``, e.g. a
     Python scalar kept at its exact value): the frexp-scaled general path with an exact error
     term then runs for add, sub, mul and div (sqrt and fma need values of ``c.fmt``).
-    Callers hide the flag contexts (:func:`_quiet`) and record the flags themselves."""
+    Callers hide the flag contexts (:func:`quiet_flags`) and record the flags themselves."""
     kernel = _KERNELS[name]
     if exact_operands:
         out, fl, inv = kernel(*vals, c)
@@ -618,11 +637,18 @@ _NATIVE_FORMATS = (FP16, BF16, FP32)
 _NATIVE_INPUTS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _native(name: str, args, c: _Ctx):
+def native_ok(c: OpContext) -> bool:
+    """May c's correctly rounded + - * / sqrt run as the native type's operations (fp16,
+    bf16 or fp32, nearest even, IEEE policies, no flags: see above)? Internal API, for
+    :mod:`fpsim.reductions` too."""
+    return not (c.want or c.mode is not Rounding.NEAREST_EVEN or c.overflow is not Overflow.INF
+                or c.daz or c.result_subnormals is not Subnormals.KEEP or _FORCE_GENERAL
+                or c.fmt not in _NATIVE_FORMATS)
+
+
+def _native(name: str, args, c: OpContext):
     """The native result (float64) of the operation, or None when it may not run natively."""
-    if (c.want or c.mode is not Rounding.NEAREST_EVEN or c.overflow is not Overflow.INF
-            or c.daz or c.result_subnormals is not Subnormals.KEEP or _FORCE_GENERAL
-            or name not in _NATIVE_OPS or c.fmt not in _NATIVE_FORMATS):
+    if name not in _NATIVE_OPS or not native_ok(c):
         return None
     dt = c.fmt.dtype
     ops = []
@@ -664,12 +690,14 @@ def _chunk_slices(shape: tuple[int, ...]):
             yield outer + (slice(j, j + b),)
 
 
-def _chunked(name: str, args, c: _Ctx):
+def _chunked(name: str, args, c: OpContext):
     """The operation chunk by chunk for large arrays (None for small ones or other inputs):
     the peak memory is the inputs, the float64 output (and flags) and one chunk's work
     arrays, not ~10 float64 temporaries per element."""
     if not all(isinstance(a, (np.ndarray, np.generic, float, int)) for a in args):
         return None
+    if math.prod(math.prod(np.shape(a)) for a in args) <= _CHUNK:
+        return None  # small: the broadcast size is at most the product of the sizes
     arrs = [np.asarray(a) for a in args]
     if any(a.dtype.kind not in "fiuV" or a.dtype.itemsize > 8 for a in arrs):
         return None  # long double, objects: the one-piece path (exact conversions)
@@ -679,7 +707,7 @@ def _chunked(name: str, args, c: _Ctx):
     views = [np.broadcast_to(a, shape) for a in arrs]
     out = np.empty(shape)
     fl = np.empty(shape, np.uint8) if c.want else None
-    with _quiet():
+    with quiet_flags():
         for idx in _chunk_slices(shape):
             vals, snan, sub_shape, _ = _operands([v[idx] for v in views], c)
             o, f = compute(name, vals, c, snan)
@@ -692,9 +720,9 @@ def _chunked(name: str, args, c: _Ctx):
 # -- public functions -------------------------------------------------------------------------
 
 def _apply(name: str, kernel, args, fmt, rounding, overflow, subnormals, tininess, rng,
-           random_bits, flags):
+           random_bits, flags, policy):
     c = _context(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
-                 what=name)
+                 what=name, policy=policy)
     if name == "fma" and c.fmt.precision_bits > _MAX_FMA_PRECISION:
         raise ValueError(
             f"fma supports formats of at most {_MAX_FMA_PRECISION} precision bits (the product "
@@ -709,7 +737,7 @@ def _apply(name: str, kernel, args, fmt, rounding, overflow, subnormals, tinines
         if c.want and _flags.flags_active():
             _flags.record(fl, name)
         return (out, fl) if flags else out
-    with _quiet():
+    with quiet_flags():
         vals, snan, shape, scalar = _operands(args, c)
         out, fl = compute(name, vals, c, snan)
     if c.want:
@@ -726,7 +754,7 @@ def _apply(name: str, kernel, args, fmt, rounding, overflow, subnormals, tinines
 def add(
     a,
     b,
-    fmt: Format | str,
+    fmt: Format | str | None = None,
     rounding: Rounding | str = "nearest_even",
     *,
     overflow: Overflow | str = "inf",
@@ -735,11 +763,13 @@ def add(
     rng: np.random.Generator | int | None = None,
     random_bits: int | None = None,
     flags: bool = False,
+    policy: RoundingPolicy | None = None,
 ):
     """``a + b`` correctly rounded to ``fmt`` (elementwise, broadcasting).
 
-    Options as :func:`fpsim.round`; ``flags=True`` returns ``(result, flags)`` with the IEEE
-    flags of each element. Operands are first converted to ``fmt`` (round to nearest even).
+    Options as :func:`fpsim.round` (or ``policy=``, a :class:`fpsim.RoundingPolicy`);
+    ``flags=True`` returns ``(result, flags)`` with the IEEE flags of each element. Operands
+    are first converted to ``fmt`` (round to nearest even).
 
     >>> from fpsim.arithmetic import add
     >>> float(add(256.0, 1.0, "bf16"))  # 257 is not a bf16 number: ties to even
@@ -747,18 +777,18 @@ def add(
     >>> float(add(1.0, -1.0, "fp16", "down"))
     -0.0
     """
-    return _apply("add", _add_flat, (a, b), fmt, rounding, overflow, subnormals, tininess,
-                  rng, random_bits, flags)
+    return _apply("add", add_flat, (a, b), fmt, rounding, overflow, subnormals, tininess,
+                  rng, random_bits, flags, policy)
 
 
 def _sub_flat(a, b, c, exact_operands: bool = True):
-    return _add_flat(a, -b, c, exact_operands)
+    return add_flat(a, -b, c, exact_operands)
 
 
 def sub(
     a,
     b,
-    fmt: Format | str,
+    fmt: Format | str | None = None,
     rounding: Rounding | str = "nearest_even",
     *,
     overflow: Overflow | str = "inf",
@@ -767,6 +797,7 @@ def sub(
     rng: np.random.Generator | int | None = None,
     random_bits: int | None = None,
     flags: bool = False,
+    policy: RoundingPolicy | None = None,
 ):
     """``a - b`` correctly rounded to ``fmt`` (elementwise, broadcasting); see :func:`add`.
 
@@ -775,13 +806,13 @@ def sub(
     0.9999999403953552
     """
     return _apply("sub", _sub_flat, (a, b), fmt, rounding, overflow, subnormals, tininess,
-                  rng, random_bits, flags)
+                  rng, random_bits, flags, policy)
 
 
 def mul(
     a,
     b,
-    fmt: Format | str,
+    fmt: Format | str | None = None,
     rounding: Rounding | str = "nearest_even",
     *,
     overflow: Overflow | str = "inf",
@@ -790,6 +821,7 @@ def mul(
     rng: np.random.Generator | int | None = None,
     random_bits: int | None = None,
     flags: bool = False,
+    policy: RoundingPolicy | None = None,
 ):
     """``a * b`` correctly rounded to ``fmt`` (elementwise, broadcasting); see :func:`add`.
 
@@ -801,14 +833,14 @@ def mul(
     >>> float(mul(300.0, 300.0, "fp16", overflow="saturate"))
     65504.0
     """
-    return _apply("mul", _mul_flat, (a, b), fmt, rounding, overflow, subnormals, tininess,
-                  rng, random_bits, flags)
+    return _apply("mul", mul_flat, (a, b), fmt, rounding, overflow, subnormals, tininess,
+                  rng, random_bits, flags, policy)
 
 
 def div(
     a,
     b,
-    fmt: Format | str,
+    fmt: Format | str | None = None,
     rounding: Rounding | str = "nearest_even",
     *,
     overflow: Overflow | str = "inf",
@@ -817,6 +849,7 @@ def div(
     rng: np.random.Generator | int | None = None,
     random_bits: int | None = None,
     flags: bool = False,
+    policy: RoundingPolicy | None = None,
 ):
     """``a / b`` correctly rounded to ``fmt`` (elementwise, broadcasting); see :func:`add`.
 
@@ -830,12 +863,12 @@ def div(
     0.33203125
     """
     return _apply("div", _div_flat, (a, b), fmt, rounding, overflow, subnormals, tininess,
-                  rng, random_bits, flags)
+                  rng, random_bits, flags, policy)
 
 
 def sqrt(
     a,
-    fmt: Format | str,
+    fmt: Format | str | None = None,
     rounding: Rounding | str = "nearest_even",
     *,
     overflow: Overflow | str = "inf",
@@ -844,6 +877,7 @@ def sqrt(
     rng: np.random.Generator | int | None = None,
     random_bits: int | None = None,
     flags: bool = False,
+    policy: RoundingPolicy | None = None,
 ):
     """The square root of ``a`` correctly rounded to ``fmt``; ``sqrt(-0) = -0``, a negative
     number gives NaN and INVALID. See :func:`add` for the options.
@@ -853,14 +887,14 @@ def sqrt(
     (1.4140625, -0.0)
     """
     return _apply("sqrt", _sqrt_flat, (a,), fmt, rounding, overflow, subnormals, tininess,
-                  rng, random_bits, flags)
+                  rng, random_bits, flags, policy)
 
 
 def fma(
     a,
     b,
     c,
-    fmt: Format | str,
+    fmt: Format | str | None = None,
     rounding: Rounding | str = "nearest_even",
     *,
     overflow: Overflow | str = "inf",
@@ -869,6 +903,7 @@ def fma(
     rng: np.random.Generator | int | None = None,
     random_bits: int | None = None,
     flags: bool = False,
+    policy: RoundingPolicy | None = None,
 ):
     """The fused multiply-add ``a * b + c`` rounded once to ``fmt`` (elementwise,
     broadcasting); formats of at most 26 precision bits. See :func:`add` for the options.
@@ -879,8 +914,14 @@ def fma(
     (0.00586700439453125, 0.005859375)
     """
     return _apply("fma", _fma_flat, (a, b, c), fmt, rounding, overflow, subnormals,
-                  tininess, rng, random_bits, flags)
+                  tininess, rng, random_bits, flags, policy)
 
 
-_KERNELS = {"add": _add_flat, "sub": _sub_flat, "mul": _mul_flat, "div": _div_flat,
+_KERNELS = {"add": add_flat, "sub": _sub_flat, "mul": mul_flat, "div": _div_flat,
             "sqrt": _sqrt_flat, "fma": _fma_flat}
+
+# The former private names, still read by fpsim.autograd.functional (its owner moves to the
+# names above).
+_plan = plan_for
+_snan_mask = snan_mask
+_MAX_MANTISSA = MAX_MANTISSA

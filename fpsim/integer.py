@@ -35,8 +35,9 @@ from . import flags as _flags
 from .flags import Flags
 from .formats import Format, IntFormat, get_float_format, get_int_format
 from .modes import Overflow, Rounding, Tininess, as_overflow, as_rounding
-from .rounding import _run, as_float64, default_rng
+from .rounding import as_float64, default_rng
 from .rounding import round as _round
+from .rounding import run_chunks as _run
 
 __all__ = [
     "IntOverflow",

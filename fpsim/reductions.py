@@ -46,21 +46,23 @@ try:
 except ImportError:  # NumPy < 2
     from numpy.core.numeric import normalize_axis_tuple
 
-from . import arithmetic as _arith
 from . import flags as _flags
 from .arithmetic import (
-    _add_flat,
-    _context,
-    _Ctx,
-    _mul_flat,
-    _operand,
-    _plan,
-    _quiet,
-    _round_hl,
+    OpContext,
+    add_flat,
+    context,
+    context_of,
+    convert_operand,
+    mul_flat,
+    native_ok,
+    plan_for,
+    quiet_flags,
+    round_result,
 )
 from .flags import Flags
 from .formats import FP64, Format, get_float_format
 from .modes import Overflow, Rounding, Subnormals, Tininess
+from .rounding import RoundingPolicy
 
 __all__ = ["Order", "sum", "dot"]
 
@@ -85,7 +87,7 @@ def _as_order(order: Order | str) -> Order:
 class _Acc:
     """Runs rounded operations on arrays of any shape and ORs their flags per output row."""
 
-    def __init__(self, c: _Ctx, rows: int):
+    def __init__(self, c: OpContext, rows: int):
         self.c = c
         self.fl = np.zeros(rows, np.uint8) if c.want else None
 
@@ -100,7 +102,7 @@ class _Acc:
     def add(self, a, b, rows_of=slice(None), exact_operands=True):
         """fl(a + b) elementwise; arrays of shape (rows, ...)."""
         shape = a.shape
-        out, fl, inv = _add_flat(a.reshape(-1), b.reshape(-1), self.c,
+        out, fl, inv = add_flat(a.reshape(-1), b.reshape(-1), self.c,
                                  exact_operands=exact_operands)
         self._note(fl, inv, shape, rows_of)
         return out.reshape(shape)
@@ -112,14 +114,12 @@ class _Acc:
 _NATIVE_BLOCK = 1 << 16  # columns per native accumulate: bounded scratch memory
 
 
-def _native_ok(c: _Ctx) -> bool:
+def _native_ok(c: OpContext) -> bool:
     """May adds in c's format run as the native type's adds (see :func:`_native_sequential`)?"""
-    return not (c.want or c.mode is not Rounding.NEAREST_EVEN or c.overflow is not Overflow.INF
-                or c.daz or c.result_subnormals is not Subnormals.KEEP
-                or _arith._FORCE_GENERAL or c.fmt not in _arith._NATIVE_FORMATS)
+    return native_ok(c)
 
 
-def _native_sequential(X, c: _Ctx):
+def _native_sequential(X, c: OpContext):
     """The sequential sum by the native add of the format's own type (np.add.accumulate runs
     ``out[k] = out[k-1] + x[k]`` with one correctly rounded add per element), or None when
     that is not fpsim's rounding: as for the native arithmetic (:func:`fpsim.arithmetic._native`:
@@ -171,6 +171,11 @@ def _kahan(X, acc: _Acc):
                 comp = (t - s) - y
                 s = t
             return s.astype(np.float64)
+    return _kahan_loop(X, acc)
+
+
+def _kahan_loop(X, acc: _Acc):
+    """The reference loop: four rounded ops per column, vectorised across the rows."""
     s = X[:, 0].copy()
     comp = np.zeros_like(s)
     for k in range(1, X.shape[1]):
@@ -249,7 +254,7 @@ def _wide_exact(span: tuple[int, int], acc_fmt: Format, n: int) -> bool:
             and acc_fmt.emin - acc_fmt.mantissa_bits <= bottom and acc_fmt.subnormals)
 
 
-def _wide(X, acc: _Acc, c: _Ctx, acc_fmt: Format, span: tuple[int, int]):
+def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
     """Accumulate the exact terms X (float64, exact, within span) in acc_fmt, round once to
     c.fmt."""
     rows, n = X.shape
@@ -265,9 +270,8 @@ def _wide(X, acc: _Acc, c: _Ctx, acc_fmt: Format, span: tuple[int, int]):
             inv = np.isnan(s) & ~np.isnan(X).any(axis=1)  # inf - inf on the way
             acc.fl[inv] |= np.uint8(Flags.INVALID)
     else:
-        ca = _Ctx(fmt=acc_fmt, mode=c.mode, overflow=c.overflow,
-                  result_subnormals=c.result_subnormals, daz=False, tininess=c.tininess,
-                  rng=c.rng, random_bits=c.random_bits, want=c.want)
+        ca = context_of(RoundingPolicy(acc_fmt, c.mode, c.overflow, c.result_subnormals,
+                                       c.tininess, c.rng, c.random_bits), c.want)
         wacc = _Acc(ca, rows)
         s = None
         if _native_ok(ca):
@@ -279,20 +283,20 @@ def _wide(X, acc: _Acc, c: _Ctx, acc_fmt: Format, span: tuple[int, int]):
                     s = _accumulate(Xn).astype(np.float64)
             del Xn
         if s is None:
-            s, f0 = _round_hl(X[:, 0], None, ca)
+            s, f0 = round_result(X[:, 0], None, ca)
             if f0 is not None:
                 wacc.fl |= f0
             for k in range(1, n):
                 s = wacc.add(s, X[:, k], exact_operands=False)
             if acc.fl is not None:
                 acc.fl |= wacc.fl
-    out, fl = _round_hl(s, None, c)
+    out, fl = round_result(s, None, c)
     if acc.fl is not None:
         acc.fl |= fl
     return out
 
 
-def _reduce(X, c: _Ctx, order: Order, acc_fmt, span):
+def _reduce(X, c: OpContext, order: Order, acc_fmt, span):
     rows, n = X.shape
     acc = _Acc(c, rows)
     if n == 0 or rows == 0:
@@ -319,7 +323,7 @@ def _accumulator(order: Order, accumulator) -> Format | None:
     return fmt
 
 
-def _finish(name, out, fl, snan_rows, out_shape, c: _Ctx, flags: bool):
+def _finish(name, out, fl, snan_rows, out_shape, c: OpContext, flags: bool):
     if c.want:
         if snan_rows is not None:
             fl[snan_rows] |= np.uint8(Flags.INVALID)
@@ -362,7 +366,7 @@ def _to_rows(v: np.ndarray, axis, keepdims: bool):
 
 def sum(  # noqa: A001 - the natural name, as numpy.sum
     x,
-    fmt: Format | str,
+    fmt: Format | str | None = None,
     *,
     axis: int | tuple[int, ...] | None = None,
     order: Order | str = "sequential",
@@ -375,13 +379,15 @@ def sum(  # noqa: A001 - the natural name, as numpy.sum
     random_bits: int | None = None,
     flags: bool = False,
     keepdims: bool = False,
+    policy: RoundingPolicy | None = None,
 ):
     """Sum ``x`` over ``axis`` (all axes by default) in ``fmt`` with the accumulation order
     ``order`` (see the module docstring for the exact models); vectorised over the other axes.
 
     Values are first converted to ``fmt`` (round to nearest even). Returns float64 values of
     ``fmt`` (a scalar for a full reduction); ``flags=True`` adds the OR of the flags of every
-    operation per output element.
+    operation per output element. The rounding options as :func:`fpsim.round` takes them (or
+    ``policy=``, a :class:`fpsim.RoundingPolicy`).
 
     >>> import numpy as np
     >>> from fpsim.reductions import sum
@@ -392,12 +398,12 @@ def sum(  # noqa: A001 - the natural name, as numpy.sum
     array([3., 3.])
     """
     _check_axis(axis)
-    c = _context(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
-                 what="sum")
+    c = context(fmt, rounding, overflow=overflow, subnormals=subnormals, tininess=tininess,
+                rng=rng, random_bits=random_bits, flags=flags, what="sum", policy=policy)
     order = _as_order(order)
     acc_fmt = _accumulator(order, accumulator)
-    with _quiet():
-        v, snan = _operand(x, c)
+    with quiet_flags():
+        v, snan = convert_operand(x, c)
         X, out_shape = _to_rows(np.asarray(v), axis, keepdims)
         snan_rows = None
         if snan is not None and c.want:
@@ -411,7 +417,7 @@ def sum(  # noqa: A001 - the natural name, as numpy.sum
 def dot(
     a,
     b,
-    fmt: Format | str,
+    fmt: Format | str | None = None,
     *,
     axis: int = -1,
     order: Order | str = "sequential",
@@ -423,6 +429,7 @@ def dot(
     rng: np.random.Generator | int | None = None,
     random_bits: int | None = None,
     flags: bool = False,
+    policy: RoundingPolicy | None = None,
 ):
     """Inner products ``sum(a * b)`` along ``axis`` (the last by default; the other axes
     broadcast), in ``fmt``.
@@ -443,16 +450,16 @@ def dot(
     """
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise TypeError(f"dot: axis must be an int, got {axis!r}")
-    c = _context(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
-                 what="dot")
+    c = context(fmt, rounding, overflow=overflow, subnormals=subnormals, tininess=tininess,
+                rng=rng, random_bits=random_bits, flags=flags, what="dot", policy=policy)
     order = _as_order(order)
     acc_fmt = _accumulator(order, accumulator)
-    if order is Order.WIDE and not _plan(c.fmt).mul_fast:
+    if order is Order.WIDE and not plan_for(c.fmt).mul_fast:
         raise ValueError(f"order='wide' needs exact products in float64; {c.fmt.name} has "
                          f"{c.fmt.precision_bits} precision bits or too wide a range")
-    with _quiet():
-        va, sa = _operand(a, c)
-        vb, sb = _operand(b, c)
+    with quiet_flags():
+        va, sa = convert_operand(a, c)
+        vb, sb = convert_operand(b, c)
         shape = np.broadcast_shapes(np.shape(va), np.shape(vb))
         if len(shape) == 0:
             raise ValueError("dot needs arrays with at least one axis")
@@ -488,7 +495,7 @@ def dot(
             if acc.fl is not None:
                 fl |= acc.fl
         else:
-            pr, pfl, inv = _mul_flat(A.reshape(-1), B.reshape(-1), c)
+            pr, pfl, inv = mul_flat(A.reshape(-1), B.reshape(-1), c)
             acc._note(pfl, inv, (rows, n), slice(None))
             out, fl = _reduce(pr.reshape(rows, n), c, order, None, None)
             if acc.fl is not None:

@@ -21,7 +21,7 @@ the real width come from :func:`cast`.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 
@@ -50,7 +50,7 @@ from .modes import (
 )
 
 __all__ = ["round", "round_rational", "as_rational", "round_pair", "cast", "seed", "default_rng",
-           "as_float64"]
+           "as_float64", "RoundingPolicy"]
 
 _U = np.uint64
 SIGN = _U(1 << 63)
@@ -402,22 +402,114 @@ def _split_rational(x: Fraction) -> tuple[int, int, int]:
     return int(x < 0), q | (rem != 0), e
 
 
-def _prepare(fmt, rounding, overflow, subnormals, tininess, random_bits):
-    fmt = get_float_format(fmt)
-    mode = as_rounding(rounding)
-    ovf = as_overflow(overflow)
-    sub = as_subnormals(subnormals)
-    tin = as_tininess(tininess)
-    if random_bits is not None:
-        if mode is not Rounding.STOCHASTIC:
-            raise ValueError("random_bits only applies to rounding='stochastic'")
-        if isinstance(random_bits, bool) or not isinstance(random_bits, (int, np.integer)) or \
-                not 1 <= int(random_bits) <= 63:
-            raise ValueError(f"random_bits must be an int in [1, 63], got {random_bits!r}")
-        random_bits = int(random_bits)
-    flush = sub in (Subnormals.FLUSH, Subnormals.FLUSH_DAZ) or not fmt.subnormals
-    daz = sub in (Subnormals.DAZ, Subnormals.FLUSH_DAZ)
-    return fmt, mode, ovf, flush, daz, tin, random_bits
+@dataclass(frozen=True)
+class RoundingPolicy:
+    """How values are rounded to a format: the one value object behind the ``fmt``,
+    ``rounding``, ``overflow``, ``subnormals``, ``tininess``, ``rng`` and ``random_bits``
+    arguments of fpsim's rounding and arithmetic, parsed and validated once.
+
+    The fields take what those arguments take and hold the parsed values (a
+    :class:`~fpsim.formats.Format`, enum members, an int ``random_bits``); ``rng`` is kept as
+    given (None: fpsim's default generator at the time of use). ``flush`` and ``daz`` are
+    derived (``flush`` also for a format without subnormals). Functions that take the
+    separate options also take ``policy=`` instead (then ``fmt`` and the options stay unset).
+    ``flags=`` is not part of the policy: it says what to return, not how to round.
+
+    >>> p = RoundingPolicy("bf16", "up")
+    >>> p.fmt.name, p.rounding.value, p.flush
+    ('bf16', 'up', False)
+    >>> import fpsim
+    >>> float(fpsim.round(1/3, policy=p)) == float(fpsim.round(1/3, "bf16", "up"))
+    True
+    """
+
+    fmt: Format
+    rounding: Rounding = Rounding.NEAREST_EVEN
+    overflow: Overflow = Overflow.INF
+    subnormals: Subnormals = Subnormals.KEEP
+    tininess: Tininess = Tininess.AFTER
+    rng: np.random.Generator | int | None = None
+    random_bits: int | None = None
+    flush: bool = field(init=False, repr=False, compare=False)
+    daz: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        put = functools.partial(object.__setattr__, self)  # frozen: set the parsed values once
+        fmt = get_float_format(self.fmt)
+        mode = as_rounding(self.rounding)
+        sub = as_subnormals(self.subnormals)
+        random_bits = self.random_bits
+        if random_bits is not None:
+            if mode is not Rounding.STOCHASTIC:
+                raise ValueError("random_bits only applies to rounding='stochastic'")
+            if isinstance(random_bits, bool) or not isinstance(random_bits, (int, np.integer)) \
+                    or not 1 <= int(random_bits) <= 63:
+                raise ValueError(f"random_bits must be an int in [1, 63], got {random_bits!r}")
+            random_bits = int(random_bits)
+        put("fmt", fmt)
+        put("rounding", mode)
+        put("overflow", as_overflow(self.overflow))
+        put("subnormals", sub)
+        put("tininess", as_tininess(self.tininess))
+        put("random_bits", random_bits)
+        put("flush", sub in (Subnormals.FLUSH, Subnormals.FLUSH_DAZ) or not fmt.subnormals)
+        put("daz", sub in (Subnormals.DAZ, Subnormals.FLUSH_DAZ))
+
+    def generator(self) -> np.random.Generator | None:
+        """The generator stochastic rounding draws from (None in the other modes)."""
+        return default_rng(self.rng) if self.rounding is Rounding.STOCHASTIC else None
+
+
+_OPTIONS = {"rounding": "nearest_even", "overflow": "inf", "subnormals": "keep",
+            "tininess": "after", "rng": None, "random_bits": None}
+
+
+@functools.lru_cache(maxsize=512, typed=True)
+def _parsed(fmt, rounding, overflow, subnormals, tininess, random_bits) -> RoundingPolicy:
+    return RoundingPolicy(fmt, rounding, overflow, subnormals, tininess, None, random_bits)
+
+
+def policy_of(fmt, rounding="nearest_even", overflow="inf", subnormals="keep",
+              tininess="after", rng=None, random_bits=None,
+              policy: RoundingPolicy | None = None, *, what: str = "round") -> RoundingPolicy:
+    """The :class:`RoundingPolicy` of a call's arguments, parsed once (cached: the same
+    arguments give the same object); a ``policy`` given instead is returned as it is. Giving
+    both (``fmt`` or a non-default option besides ``policy``) is a TypeError.
+
+    >>> policy_of("fp16", "up") is policy_of("fp16", "up")
+    True
+    """
+    if policy is not None:
+        if not isinstance(policy, RoundingPolicy):
+            raise TypeError(f"{what}: policy must be a fpsim.RoundingPolicy, got "
+                            f"{type(policy).__name__}")
+        given = [k for k, v in zip(_OPTIONS, (rounding, overflow, subnormals, tininess, rng,
+                                              random_bits), strict=True)
+                 if v is not _OPTIONS[k] and not (isinstance(v, str) and v == _OPTIONS[k])]
+        if fmt is not None:
+            given.insert(0, "fmt")
+        if given:
+            raise TypeError(f"{what}: give either policy= or fmt and the rounding options, not "
+                            f"both (got policy= with {', '.join(given)})")
+        return policy
+    try:
+        pol = _parsed(fmt, rounding, overflow, subnormals, tininess, random_bits)
+    except TypeError:
+        if _hashable(fmt, rounding, overflow, subnormals, tininess, random_bits):
+            raise  # the argument's own clear error
+        pol = RoundingPolicy(fmt, rounding, overflow, subnormals, tininess, None, random_bits)
+    if rng is not None:
+        pol = RoundingPolicy(pol.fmt, pol.rounding, pol.overflow, pol.subnormals, pol.tininess,
+                             rng, pol.random_bits)
+    return pol
+
+
+def _hashable(*args) -> bool:
+    try:
+        hash(args)
+    except TypeError:
+        return False
+    return True
 
 
 def _widen(arr: np.ndarray) -> np.ndarray:
@@ -520,11 +612,13 @@ def as_float64(x) -> tuple[np.ndarray, np.ndarray | None, bool]:
     )
 
 
-def _finish(out_bits: np.ndarray, fl, shape, scalar, want_flags: bool, where: str):
+def _finish(out_bits: np.ndarray, fl, shape, scalar, want_flags: bool, where: str | None):
+    """Shape the result; record the flags in the active flag contexts as ``where`` (None:
+    the caller records them)."""
     out = (out_bits.view(np.float64) if out_bits.dtype == np.uint64 else out_bits).reshape(shape)
     if fl is not None:
         fl = fl.reshape(shape)
-        if _flags.flags_active():
+        if where is not None and _flags.flags_active():
             _flags.record(fl, where)
     if scalar:
         out = out[()]
@@ -549,10 +643,12 @@ def _via_float32(v: np.ndarray, store: np.dtype) -> np.ndarray:
     return v.astype(np.float32) if store.kind == _ML_FLOAT_KINDS else v
 
 
-def _run(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want,
-         store: np.dtype | None = None, pair_lo: np.ndarray | None = None):
-    """Round float16/32/64 ``x64`` chunk by chunk: returns (float64 patterns, or values in
-    the ``store`` dtype when given, so no full-size float64 temporary exists; flags). With
+def run_chunks(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want,
+               store: np.dtype | None = None, pair_lo: np.ndarray | None = None):
+    """Round float16/32/64 ``x64`` chunk by chunk (internal API, for :mod:`fpsim.integer`:
+    the parsed options one by one, as a :class:`RoundingPolicy` holds them): returns
+    (float64 patterns, or values in the ``store`` dtype when given, so no full-size float64
+    temporary exists; flags). With
     ``pair_lo`` (float64, flat) the values are the checked pairs ``x64 + pair_lo``, taken to
     53 bits with round-to-odd chunk by chunk (:func:`round_pair`)."""
     p = _params(fmt)
@@ -587,7 +683,7 @@ def _run(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bits, wan
 
 def _run_wide(x: np.ndarray, hi: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng,
               random_bits, want):
-    """:func:`_run` for long double and 64-bit integer arrays (``hi`` their nearest float64):
+    """:func:`run_chunks` for long double and 64-bit integer arrays (``hi`` their nearest float64):
     each value is split exactly into a significand and an exponent and rounded once."""
     p = _params(fmt)
     flat = np.ascontiguousarray(x).reshape(-1)
@@ -654,23 +750,23 @@ def as_rational(x) -> tuple[Fraction | float, bool]:
     )
 
 
-def _round_rational(x, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want, flags):
+def _round_rational(x, pol: RoundingPolicy, want: bool):
+    """One exact number rounded once: (patterns of shape (1,), flags or None)."""
     v, negative = as_rational(x)
-    gen = default_rng(rng) if mode is Rounding.STOCHASTIC else None
+    gen = pol.generator()
     if isinstance(v, float):  # inf, NaN: the float64 kernel
-        out, fl = _kernel(np.array([v]).view(np.uint64), _params(fmt), mode, ovf, flush, daz,
-                          tin, gen, random_bits, want)
-    else:
-        _, sig, e_top = _split_rational(v)
-        out, fl = _round_scaled(np.array([negative], _U), np.array([sig], _U),
-                                np.array([e_top], np.int64), fmt, mode, ovf, flush, daz, tin,
-                                gen, random_bits, want)
-    return _finish(out, fl, (), True, flags, "round")
+        return _kernel(np.array([v]).view(np.uint64), _params(pol.fmt), pol.rounding,
+                       pol.overflow, pol.flush, pol.daz, pol.tininess, gen, pol.random_bits,
+                       want)
+    _, sig, e_top = _split_rational(v)
+    return _round_scaled(np.array([negative], _U), np.array([sig], _U),
+                         np.array([e_top], np.int64), pol.fmt, pol.rounding, pol.overflow,
+                         pol.flush, pol.daz, pol.tininess, gen, pol.random_bits, want)
 
 
 def round_rational(
     x,
-    fmt: Format | str,
+    fmt: Format | str | None = None,
     rounding: Rounding | str = "nearest_even",
     *,
     overflow: Overflow | str = "inf",
@@ -679,6 +775,7 @@ def round_rational(
     rng: np.random.Generator | int | None = None,
     random_bits: int | None = None,
     flags: bool = False,
+    policy: RoundingPolicy | None = None,
 ):
     """Round one exact number once to ``fmt``, whatever its size: an int, a
     :class:`~fractions.Fraction`, a :class:`~decimal.Decimal`, a float, or a decimal string
@@ -694,15 +791,15 @@ def round_rational(
     >>> float(round_rational(2**100 - 1, "fp32", "toward_zero")) < 2.0**100  # not via float64
     True
     """
-    fmt, mode, ovf, flush, daz, tin, random_bits = _prepare(
-        fmt, rounding, overflow, subnormals, tininess, random_bits)
-    return _round_rational(x, fmt, mode, ovf, flush, daz, tin, rng, random_bits,
-                           bool(flags) or _flags.flags_active(), bool(flags))
+    pol = policy_of(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, policy,
+                    what="round_rational")
+    out, fl = _round_rational(x, pol, bool(flags) or _flags.flags_active())
+    return _finish(out, fl, (), True, bool(flags), "round")
 
 
 def round(  # noqa: A001 - the natural name, as numpy.round
     x,
-    fmt: Format | str,
+    fmt: Format | str | None = None,
     rounding: Rounding | str = "nearest_even",
     *,
     overflow: Overflow | str = "inf",
@@ -711,6 +808,7 @@ def round(  # noqa: A001 - the natural name, as numpy.round
     rng: np.random.Generator | int | None = None,
     random_bits: int | None = None,
     flags: bool = False,
+    policy: RoundingPolicy | None = None,
 ):
     """Round real values to the nearest representable values of ``fmt`` (one correct rounding).
 
@@ -742,8 +840,22 @@ def round(  # noqa: A001 - the natural name, as numpy.round
     >>> float(v), fpsim.Flags(int(f))
     (0.0, <Flags.INEXACT|UNDERFLOW: 3>)
     """
-    return _round_impl(x, fmt, rounding, overflow, subnormals, tininess, rng, random_bits,
-                       flags, None)
+    pol = policy_of(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, policy,
+                    what="round")
+    want = bool(flags) or _flags.flags_active()
+    return _finish(*_round_core(x, pol, want, None), bool(flags), "round")
+
+
+def round_with(x, policy: RoundingPolicy, want: bool = False):
+    """Internal API of the layers above (arithmetic, reductions): :func:`round` by a parsed
+    policy. Returns ``(values, flags)``, the flags computed when ``want`` (else None) and not
+    recorded in the flag contexts: the caller records what its operation raised.
+
+    >>> v, f = round_with(1/3, policy_of("bf16", "up"))
+    >>> float(v), f
+    (0.333984375, None)
+    """
+    return _finish(*_round_core(x, policy, want, None), True, None)
 
 
 _BF16_DROP = np.uint32(16)  # float32 and bfloat16 share sign and exponent: 16 bits go
@@ -776,39 +888,38 @@ def _bf16_nearest_even(x: np.ndarray, store: np.dtype | None) -> np.ndarray:
         return r.view(np.float32).astype(np.float64)  # quiets signalling NaNs, as the kernel
 
 
-def _round_impl(x, fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
-                store):
-    """:func:`round`; with a ``store`` dtype, the common path writes its values straight
-    into an array of that dtype (:func:`cast`), others return float64 values."""
-    fmt, mode, ovf, flush, daz, tin, random_bits = _prepare(
-        fmt, rounding, overflow, subnormals, tininess, random_bits)
-    want = bool(flags) or _flags.flags_active()
+def _round_core(x, pol: RoundingPolicy, want: bool, store):
+    """:func:`round` by a parsed policy: (patterns, flags or None, shape, scalar) for
+    :func:`_finish`; with a ``store`` dtype, the common path writes its values straight into
+    an array of that dtype (:func:`cast`), others return float64 patterns."""
+    fmt, mode = pol.fmt, pol.rounding
     if (isinstance(x, np.ndarray) and x.dtype == np.float32 and x.ndim > 0 and fmt == BF16
-            and mode is Rounding.NEAREST_EVEN and ovf is Overflow.INF and not flush
-            and not daz and not want):
-        return _bf16_nearest_even(x, store)
+            and mode is Rounding.NEAREST_EVEN and pol.overflow is Overflow.INF
+            and not pol.flush and not pol.daz and not want):
+        return _bf16_nearest_even(x, store), None, x.shape, False
     if isinstance(x, np.ndarray) and x.dtype in (np.float32, np.float16):
-        hi, lo, scalar = x, None, x.ndim == 0  # widened to float64 chunk by chunk in _run
+        hi, lo, scalar = x, None, x.ndim == 0  # widened to float64 chunk by chunk in run_chunks
     elif isinstance(x, (Fraction, Decimal)) or (
             isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 1 << 53):
-        return _round_rational(x, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want,
-                               bool(flags))
+        out, fl = _round_rational(x, pol, want)
+        return out, fl, (), True
     else:
         hi, lo, scalar = as_float64(x)
+    opts = (fmt, mode, pol.overflow, pol.flush, pol.daz, pol.tininess, pol.rng,
+            pol.random_bits, want)
     if lo is not None:  # long double, or 64-bit integers beyond 2**53: exact, chunked
-        out, fl = _run_wide(np.asarray(x), hi, fmt, mode, ovf, flush, daz, tin, rng,
-                            random_bits, want)
-        return _finish(out, fl, np.shape(hi), scalar, bool(flags), "round")
+        out, fl = _run_wide(np.asarray(x), hi, *opts)
+        return out, fl, np.shape(hi), scalar
     p = _params(fmt)
-    if p.identity and not daz and not flush:
+    if p.identity and not pol.daz and not pol.flush:
         out = np.array(hi, dtype=np.float64, copy=True)  # exact widening
         fl = np.zeros(out.shape, np.uint8) if want else None
         if want:
             snan = np.isnan(out) & ((out.view(np.uint64) & QUIET) == ZERO)
             fl[snan] = np.uint8(Flags.INVALID)
-        return _finish(out.view(np.uint64), fl, out.shape, scalar, bool(flags), "round")
-    out, fl = _run(hi, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want, store)
-    return _finish(out, fl, np.shape(hi), scalar, bool(flags), "round")
+        return out.view(np.uint64), fl, out.shape, scalar
+    out, fl = run_chunks(hi, *opts, store)
+    return out, fl, np.shape(hi), scalar
 
 
 _PAIR_SCREEN = 0.5 + 2.0**-53  # hi + lo * this == hi  iff  |lo| < about the spacing at hi
@@ -898,7 +1009,7 @@ def _pair_to_float64(hi, lo, mode: Rounding, overflow: Overflow, flush: bool, rn
 def round_pair(
     hi,
     lo,
-    fmt: Format | str,
+    fmt: Format | str | None = None,
     rounding: Rounding | str = "nearest_even",
     *,
     overflow: Overflow | str = "inf",
@@ -907,6 +1018,7 @@ def round_pair(
     rng: np.random.Generator | int | None = None,
     random_bits: int | None = None,
     flags: bool = False,
+    policy: RoundingPolicy | None = None,
     _scalar: bool | None = None,
 ):
     """Round the exact value ``hi + lo`` (a float64 pair, ``hi`` the nearest float64 to the
@@ -923,12 +1035,9 @@ def round_pair(
     >>> float(round_pair(1.0, 2.0**-60, "fp32", "up"))  # 1 + tiny rounds up in fp32
     1.0000001192092896
     """
-    fmt, mode, ovf, flush, daz, tin, random_bits = _prepare(
-        fmt, rounding, overflow, subnormals, tininess, random_bits)
-    identity = _params(fmt).identity
-    if fmt.mantissa_bits > 50 and not identity:
-        # round-to-odd at 53 bits is exact before a second rounding to p <= 51 bits (m <= 50)
-        raise ValueError(f"round_pair needs a format of at most 50 mantissa bits, got {fmt.name}")
+    pol = policy_of(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, policy,
+                    what="round_pair")
+    _pair_format_check(pol.fmt)
     hi_a, _, scalar = as_float64(hi)
     lo_a, _, _ = as_float64(lo)
     hi_a, lo_a = np.broadcast_arrays(hi_a, lo_a)
@@ -938,21 +1047,50 @@ def round_pair(
     shape = hi_a.shape
     hi_a = np.ascontiguousarray(hi_a, dtype=np.float64).reshape(-1)
     lo_a = np.ascontiguousarray(lo_a, dtype=np.float64).reshape(-1)
-    if identity:  # fp64 itself (int64 / long double input): hi or its neighbour toward lo
+    out, fl = _round_pair_core(hi_a, lo_a, pol, want)
+    return _finish(out, fl, shape, scalar, bool(flags), "round_pair")
+
+
+def round_pair_with(hi: np.ndarray, lo: np.ndarray, policy: RoundingPolicy,
+                    want: bool = False):
+    """Internal API of the layers above (arithmetic, reductions): :func:`round_pair` of flat
+    float64 arrays by a parsed policy. Returns flat ``(values, flags)``, the flags computed
+    when ``want`` (else None) and not recorded in the flag contexts.
+
+    >>> v, f = round_pair_with(np.array([1.0]), np.array([2.0**-60]), policy_of("fp32", "up"))
+    >>> v.tolist(), f
+    ([1.0000001192092896], None)
+    """
+    _pair_format_check(policy.fmt)
+    hi = np.ascontiguousarray(hi, dtype=np.float64).reshape(-1)
+    lo = np.ascontiguousarray(lo, dtype=np.float64).reshape(-1)
+    out, fl = _round_pair_core(hi, lo, policy, want)
+    return out.view(np.float64), fl
+
+
+def _pair_format_check(fmt: Format) -> None:
+    if fmt.mantissa_bits > 50 and not _params(fmt).identity:
+        # round-to-odd at 53 bits is exact before a second rounding to p <= 51 bits (m <= 50)
+        raise ValueError(f"round_pair needs a format of at most 50 mantissa bits, got {fmt.name}")
+
+
+def _round_pair_core(hi_a: np.ndarray, lo_a: np.ndarray, pol: RoundingPolicy, want: bool):
+    """:func:`round_pair` on flat float64 arrays: (float64 patterns, flags or None)."""
+    fmt, mode, ovf, flush, tin = pol.fmt, pol.rounding, pol.overflow, pol.flush, pol.tininess
+    rng, random_bits = pol.rng, pol.random_bits
+    if _params(fmt).identity:  # fp64 itself (int64 / long double input): hi or its neighbour
         _check_pair(hi_a, lo_a)
         out, fl = _pair_to_float64(hi_a, lo_a, mode, ovf, flush, rng, random_bits)
-        return _finish(out, fl if want else None, shape, scalar, bool(flags), "round_pair")
-    if daz:  # denormal operands were handled by the caller; here only the value matters
-        daz = False
+        return out, fl if want else None
+    # daz: denormal operands were handled by the caller; here only the value matters
     if mode is not Rounding.STOCHASTIC:
-        out, fl = _run(hi_a, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want,
-                       pair_lo=lo_a)
-        return _finish(out, fl, shape, scalar, bool(flags), "round_pair")
+        return run_chunks(hi_a, fmt, mode, ovf, flush, False, tin, rng, random_bits, want,
+                          pair_lo=lo_a)
     # Stochastic: t0 = the value toward zero, ulp the quantum there; p = |exact - t0| / ulp.
     _check_pair(hi_a, lo_a)
     v = _odd_from_pair(hi_a, lo_a)
-    t0, _ = _run(v, fmt, Rounding.TOWARD_ZERO, Overflow.SATURATE, False, False, tin, None,
-                 None, False)
+    t0, _ = run_chunks(v, fmt, Rounding.TOWARD_ZERO, Overflow.SATURATE, False, False, tin,
+                       None, None, False)
     t0 = t0.view(np.float64)
     t0b = np.abs(t0).view(np.uint64)
     e = np.maximum((t0b >> _U(52)).view(np.int64) - 1023, fmt.emin)
@@ -967,23 +1105,25 @@ def round_pair(
         up = gen.integers(0, 1 << random_bits, size=prob.shape) < np.floor(prob * scale)
     res = np.where(up, t0 + np.copysign(ulp, hi_a), t0)
     res = np.where(np.isfinite(hi_a), res, hi_a)
-    out, fl = _run(res, fmt, Rounding.NEAREST_EVEN, ovf, flush, False, tin, None, None, want)
+    out, fl = run_chunks(res, fmt, Rounding.NEAREST_EVEN, ovf, flush, False, tin, None, None,
+                         want)
     if want:
         inexact = ((hi_a != t0) | (lo_a != 0)) & np.isfinite(hi_a)
         fl[inexact] |= np.uint8(Flags.INEXACT)
         tiny = inexact & (np.abs(res) < fmt.smallest_normal)
         fl[tiny] |= np.uint8(Flags.UNDERFLOW)
-    return _finish(out, fl, shape, scalar, bool(flags), "round_pair")
+    return out, fl
 
 
 def cast(
     x,
-    fmt: Format | str,
+    fmt: Format | str | None = None,
     rounding: Rounding | str = "nearest_even",
     **kwargs,
 ) -> np.ndarray:
     """Round to ``fmt`` and return the values in the format's storage dtype (np.float16,
-    ml_dtypes.bfloat16 / float8, float32, ...): the real width, exact.
+    ml_dtypes.bfloat16 / float8, float32, ...): the real width, exact. Options as
+    :func:`round` (keywords, or ``policy=``).
 
     Chunked as :func:`round`: the peak memory is the input, the output at its real width and
     one chunk. A NaN, which formats without NaN (fp6, fp4) cannot store, is a ValueError
@@ -993,18 +1133,20 @@ def cast(
     >>> fpsim.cast([1.0, 1/3], "bf16").dtype.name
     'bfloat16'
     """
-    fmt = get_float_format(fmt)
-    allowed = {"overflow", "subnormals", "tininess", "rng", "random_bits", "flags"}
+    allowed = {"overflow", "subnormals", "tininess", "rng", "random_bits", "flags", "policy"}
     unknown = sorted(set(kwargs) - allowed)
     if unknown:
         raise TypeError(f"cast() got unexpected keyword arguments {unknown}; valid: "
                         f"{', '.join(sorted(allowed))}")
     flags = bool(kwargs.pop("flags", False))
     kw = {"overflow": "inf", "subnormals": "keep", "tininess": "after", "rng": None,
-          "random_bits": None} | kwargs
+          "random_bits": None, "policy": None} | kwargs
+    pol = policy_of(fmt, rounding, kw["overflow"], kw["subnormals"], kw["tininess"], kw["rng"],
+                    kw["random_bits"], kw["policy"], what="cast")
+    fmt = pol.fmt
     store = fmt.storage_dtype
-    out = _round_impl(x, fmt, rounding, kw["overflow"], kw["subnormals"], kw["tininess"],
-                      kw["rng"], kw["random_bits"], flags, store)
+    want = flags or _flags.flags_active()
+    out = _finish(*_round_core(x, pol, want, store), flags, "round")
     values = np.asarray(out[0] if flags else out)
     if values.dtype != store:  # the other paths (scalars, long double, wide ints, fp64)
         _refuse_nan(values, fmt)
