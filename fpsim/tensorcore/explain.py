@@ -423,7 +423,7 @@ def error_vs_k(ks=(16, 64, 256, 1024, 4096), gpus=("V100", "A100", "H100"), *,
                          f"got {ks!r}")
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
         raise ValueError(f"trials must be an int >= 1, got {trials!r}")
-    from .model import _dot_rows, convert_input
+    from .model import convert_input, dot_rows
 
     rng = np.random.default_rng(seed)
     units = [(g if isinstance(g, str) else getattr(g, "name", "custom"),
@@ -441,7 +441,7 @@ def error_vs_k(ks=(16, 64, 256, 1024, 4096), gpus=("V100", "A100", "H100"), *,
         denom = np.where(exact == 0, 1.0, np.abs(exact))
         results = {}
         for name, (unit, ufi, ufo, _) in units:
-            results[name] = _dot_rows(a, b, np.zeros(trials), unit, ufi, ufo)
+            results[name] = dot_rows(a, b, np.zeros(trials), unit, ufi, ufo)
         if baselines:
             p32 = np.asarray(fp_round(prod, FP32), dtype=np.float64).astype(np.float32)
             results["fp32 sequential"] = _sequential_fp32(p32)

@@ -29,7 +29,7 @@ from ..encoding import from_bits, to_bits
 from ..formats import FP32, Format, get_float_format
 from ..rounding import round as fp_round
 from .gpus import BlockFMA, GpuModel, get_gpu, resolve_unit
-from .model import _dot_rows, convert_input
+from .model import convert_input, dot_rows
 
 __all__ = [
     "HardwareFile",
@@ -375,7 +375,7 @@ def model_results(hf: HardwareFile, gpu: str | GpuModel | BlockFMA | None = None
     a = convert_input(hf.a, fi)
     b = convert_input(hf.b, fi)
     c = np.asarray(fp_round(hf.c, fo), dtype=np.float64)
-    d = _dot_rows(a, b, c, unit, fi, fo)
+    d = dot_rows(a, b, c, unit, fi, fo)
     return np.asarray(to_bits(d, fo)).astype(np.uint64)
 
 

@@ -49,7 +49,7 @@ from ..formats import FP32, TF32, Format
 from ..modes import Rounding
 from ..rounding import SIGN, as_float64
 from ..rounding import round as fp_round
-from .gpus import C_MIN_EXPONENT, BlockFMA, GpuModel, resolve_unit
+from .gpus import C_MIN_EXPONENT, MAX_INT_BITS, BlockFMA, GpuModel, resolve_unit
 
 __all__ = ["matmul", "dot", "convert_input", "CHUNK_ELEMENTS"]
 
@@ -388,9 +388,11 @@ def _pairwise(P: np.ndarray, c: np.ndarray, rfmt: Format, flush: bool) -> np.nda
     return np.asarray(d, dtype=np.float64)
 
 
-def _block_general(P, E, c, unit: BlockFMA, rfmt: Format, n: int, prod_bits: int = 48):
+def _block_general(P, E, c, unit: BlockFMA, rfmt: Format, n: int, prod_bits: int = 48,
+                   check_limit: bool = True):
     """One generic block FMA over axis 0 of P (exact products, biased exponents E):
-    (result, trace fields). c is finite or an infinity carried from an overflowed block."""
+    (result, trace fields). c is finite or an infinity carried from an overflowed block.
+    ``check_limit=False`` skips the product-limit test (no product can reach it)."""
     F = unit.fraction_bits
     floor = _NO_FLOOR if unit.min_exponent is None else unit.min_exponent
     mode, overflow = unit.output_rounding, unit.overflow
@@ -403,7 +405,7 @@ def _block_general(P, E, c, unit: BlockFMA, rfmt: Format, n: int, prod_bits: int
         pe = ((np.abs(P).view(_U) >> _U(52)) & _U(0x7FF)).astype(np.int32)
         E = np.where((P != 0) & (pe > E), E + 1, E)
     lim = None
-    if unit.product_limit:
+    if unit.product_limit and check_limit:
         big = np.ldexp(1.0, rfmt.emax + 1)
         pos = (P >= big).any(axis=0)
         neg = (P <= -big).any(axis=0)
@@ -458,38 +460,267 @@ def _block_general(P, E, c, unit: BlockFMA, rfmt: Format, n: int, prod_bits: int
 
 
 def _chain_general(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple,
-                   trace: list | None = None, *, fi: Format = FP32) -> np.ndarray:
-    """Chained generic block FMAs (see :func:`_block_general`), blocks in ascending k."""
+                   trace: list | None = None, *, fi: Format = FP32,
+                   check_limit: bool = True) -> np.ndarray:
+    """Chained generic block FMAs (see :func:`_block_general`), blocks in ascending k.
+    ``check_limit=False``: no product can reach the product limit (known beforehand)."""
     K = av.shape[0]
     n = unit.block_size
     d = np.array(np.broadcast_to(c, out_shape), dtype=np.float64)
+    # exact and pairwise sums take no exponents (unless products are normalised)
+    need_e = unit.summation == "aligned" or unit.products == "normalised"
     for k0 in range(0, max(K, 1), n):
         k1 = min(K, k0 + n)
         P = np.empty((k1 - k0, *out_shape))  # writable temporaries: scaled in place
         E = np.empty((k1 - k0, *out_shape), dtype=np.int32)
         np.multiply(av[k0:k1], bv[k0:k1], out=P)
-        np.add(ae[k0:k1], be[k0:k1], out=E)
+        if need_e:
+            np.add(ae[k0:k1], be[k0:k1], out=E)
         cin = d
-        d, info = _block_general(P, E, d, unit, rfmt, n, 2 * (fi.mantissa_bits + 1))
+        d, info = _block_general(P, E, d, unit, rfmt, n, 2 * (fi.mantissa_bits + 1),
+                                 check_limit)
         if trace is not None:
             trace.append({"k0": k0, "k1": k1, "c": cin.copy(), "result": d.copy(), **info})
     return d
 
 
+# -- fast generic kernels: the same results as _chain_general, fewer passes -----------------
+#
+# _chain_general / _block_general follow the published models stage by stage (integer sums,
+# two-operand alignments) and feed the explain record. The AMD units' speed comes from two
+# specialised kernels, used when no trace is asked for and checked against _chain_general
+# (tests/test_tensorcore_fast.py): they compute the same values with fewer array passes.
+# Every shortcut rests on one fact: a value times or divided by a power of two is exact in
+# float64 (all exponents stay far inside its range), so "round x to a multiple of 2**g" is
+# rnd(x / 2**g) * 2**g whatever x's own scaling, and integer sums can be carried as values.
+
+_LIVE16 = -10000  # zero-term exponent in the int16 exponent arrays of the late-c kernel
+
+
+def _fast_kind(unit: BlockFMA) -> str | None:
+    """'exact', 'late' or 'pairwise' when a specialised kernel computes this unit."""
+    if unit.summation == "pairwise":
+        return "pairwise"
+    if (unit.sticky_bit or unit.products != "unnormalised"
+            or unit.input_subnormals != "keep" or unit.output_subnormals != "keep"):
+        return None
+    if unit.summation == "exact":
+        return "exact"
+    if unit.summation == "aligned" and unit.c_addition == "late":
+        return "late"
+    return None
+
+
+def _rounder(rfmt: Format, mode: Rounding, overflow: str):
+    """The output rounding of a block as a function (v, out): float64 -> float32 -> float64
+    casts where that is the unit's rounding (fp32, nearest even, overflow to inf: IEEE's
+    conversion, subnormals included), :func:`_round_out` otherwise."""
+    if rfmt == FP32 and mode is Rounding.NEAREST_EVEN and overflow == "inf":
+        def cast(v, out):
+            with np.errstate(over="ignore"):
+                out[...] = v.astype(np.float32)
+        return cast
+    return lambda v, out: _round_out(v, rfmt, mode, overflow, out)
+
+
+def _chain_exact(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple,
+                 trace: list | None = None, *, fi: Format = FP32,
+                 c_bits: int = 23) -> np.ndarray:
+    """Chained exact (Kulisch) block sums. Where every term of a block is a multiple of 2**lo
+    below 2**top with ``(n + 1) * 2**top <= 2**(53 + lo)``, the float64 sum is exact in any
+    order and is rounded once; the bounds come from the exponents of each row of A and
+    column of B over the block (a product's lowest bit is at least 2**(e_a + e_b - 2 m_in),
+    its magnitude below 2**(e_a + e_b + 2)) and of c (c_bits fraction bits), so they cost a
+    few operations per output. Other elements take :func:`_exact_round`."""
+    K = av.shape[0]
+    n = unit.block_size
+    rnd = _rounder(rfmt, unit.output_rounding, unit.overflow)
+    span = MAX_INT_BITS - int(np.ceil(np.log2(n + 1)))
+    f = np.arange(2048, dtype=np.int32)
+    tops = f + 1  # |c| < 2**(e + 1); a zero c (field 0) takes no part
+    tops[0] = _ZERO_EXP
+    lows = f - c_bits
+    lows[0] = -_ZERO_EXP
+    ae_lo = np.where(ae > _LIVE_EXP, ae, -_ZERO_EXP)  # zero inputs: no lowest bit
+    be_lo = np.where(be > _LIVE_EXP, be, -_ZERO_EXP)
+    P = np.empty((max(0, min(n, K)), *out_shape))
+    d = np.array(np.broadcast_to(c, out_shape), dtype=np.float64)
+    s = np.empty(out_shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for k0 in range(0, K, n):
+            k1 = min(K, k0 + n)
+            p = P[:k1 - k0]
+            np.multiply(av[k0:k1], bv[k0:k1], out=p)
+            top = (ae[k0:k1].max(axis=0) + 2) + be[k0:k1].max(axis=0)
+            low = (ae_lo[k0:k1].min(axis=0) - 2 * fi.mantissa_bits) + be_lo[k0:k1].min(axis=0)
+            field = (d.view(_U) >> _U(52)) & _U(0x7FF)
+            top = np.maximum(top, np.take(tops, field))
+            low = np.minimum(low, np.take(lows, field))
+            top -= low
+            slow = top > span
+            p.sum(axis=0, out=s)
+            s += d
+            s += 0.0  # an exactly zero sum is +0
+            if slow.any():
+                t = np.concatenate([d[slow][None], p[:, slow]])
+                rnd(s, d)
+                d[slow] = _exact_round(t, rfmt, unit.output_rounding, unit.overflow)
+            else:
+                rnd(s, d)
+    return d
+
+
+def _chain_late(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple,
+                trace: list | None = None, **_) -> np.ndarray:
+    """Chained aligned block sums with c added late (and odd/even groups): the stages of
+    :func:`_block_general` on values. ``ae`` / ``be`` are int16 exponents (zero terms at
+    _LIVE16). Each group: maxE, truncation to F bits below it, exact sum, value; the
+    odd/even merge and the late c round each operand to the grid 2**g of the larger one:
+    rnd(x / 2**g) * 2**g."""
+    K = av.shape[0]
+    n = unit.block_size
+    F = unit.fraction_bits
+    G = 2 if unit.grouping == "odd_even" else 1
+    floor = (_NO_FLOOR if unit.min_exponent is None else unit.min_exponent) + 1023
+    extra, far = unit.late_extra_bits, unit.c_far_truncation
+    rnd = _ALIGN_ROUND[unit.alignment_rounding]
+    out_rnd = _rounder(rfmt, unit.output_rounding, unit.overflow)
+    ec_table = np.maximum(np.arange(2048, dtype=np.int16), 1023 + C_MIN_EXPONENT)
+    wmax = max(0, min(n, K))
+    wmax += wmax % G
+    P = np.empty((wmax, *out_shape))
+    E = np.empty((wmax, *out_shape), dtype=np.int16)
+    d = np.array(np.broadcast_to(c, out_shape), dtype=np.float64)
+    scale_base = np.int64(F + 2 * 1023)
+    for k0 in range(0, K, n):
+        k1 = min(K, k0 + n)
+        w = k1 - k0
+        wp = w + w % G
+        np.multiply(av[k0:k1], bv[k0:k1], out=P[:w])
+        np.add(ae[k0:k1], be[k0:k1], out=E[:w])
+        if wp > w:  # an odd last block: an empty product closes the odd group
+            P[w:wp] = 0.0
+            E[w:wp] = 2 * _LIVE16
+        p = P[:wp].reshape(wp // G, G, *out_shape)
+        mx = E[:wp].reshape(wp // G, G, *out_shape).max(axis=0)  # (G, ...) per group
+        live = mx > _LIVE_EXP
+        np.maximum(mx, floor, out=mx)
+        scale = ((scale_base - mx) << 52).view(np.float64)  # 2**(F - maxE)
+        np.multiply(p, scale, out=p)
+        np.trunc(p, out=p)
+        gv = p.sum(axis=0)
+        gv /= scale  # each group's exact value
+        if G == 2:  # the merge: the smaller group rounded to the larger one's grid
+            mp = np.maximum(mx[0], mx[1])
+            live = live[0] | live[1]
+            g1 = np.left_shift(mp - np.int16(F), 52, dtype=np.int64).view(np.float64)
+            gv /= g1
+            rnd(gv, out=gv)
+            pv = gv[0] + gv[1]
+            pv *= g1
+        else:
+            mp, live, pv = mx[0], live[0], gv[0]
+        ec = np.take(ec_table, (d.view(_U) >> _U(52)) & _U(0x7FF))
+        mp = np.where(live, mp, ec)  # no non-zero product: the block passes c on
+        pos = ec > mp  # c's exponent is the larger: the product sum gains `extra` bits
+        gexp = np.maximum(mp, ec) - np.int16(F)
+        gexp -= np.where(pos, np.int16(extra), np.int16(0))
+        grid = np.left_shift(gexp, 52, dtype=np.int64).view(np.float64)
+        pv /= grid
+        rnd(pv, out=pv)
+        y = d / grid
+        farm = None if far is None else (mp - ec) > far
+        if farm is not None and farm.any():
+            y = np.where(farm, np.trunc(y), rnd(y))
+        else:
+            rnd(y, out=y)
+        pv += y
+        pv *= grid
+        pv += 0.0  # an exactly zero sum is +0
+        out_rnd(pv, d)
+    return d
+
+
+def _chain_pairwise(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple,
+                    trace: list | None = None, *, fi: Format = FP32) -> np.ndarray:
+    """Chained pairwise block sums with fp32 results: :func:`_pairwise` in float32 throughout.
+    A float32 product of two inputs (exact in float32: at most 24-bit significands within
+    fp32's exponent range) is the exact product rounded once to nearest even, as the cast of
+    the float64 product is; the tree adds neighbours level by level, which is the recursive
+    halving order for a power-of-two block. Flushing: as :func:`_block_general` does, unless
+    the input format makes it void (every product and partial sum a multiple of 2**g with
+    g - 24 >= emin: none can be subnormal; c, flushed once, is never -0, so no zero result
+    is -0 either, as with the flushed (+0) zero products)."""
+    K = av.shape[0]
+    n = unit.block_size
+    flush_out = unit.output_subnormals == "flush"
+    grid = 2 * (fi.emin - fi.mantissa_bits)
+    flush = flush_out and grid - 24 < FP32.emin
+    a32 = av.astype(np.float32)
+    b32 = bv.astype(np.float32)
+    P = np.zeros((n, *out_shape), dtype=np.float32)
+    d = np.array(np.broadcast_to(c, out_shape), dtype=np.float32)
+    if flush_out:  # a subnormal c becomes +0 (later results are flushed or never subnormal)
+        d = _flush(d, rfmt)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k0 in range(0, K, n):
+            k1 = min(K, k0 + n)
+            w = k1 - k0
+            np.multiply(a32[k0:k1], b32[k0:k1], out=P[:w])
+            if w < n:
+                P[w:] = 0.0  # the last block is padded with zero products
+            if flush:
+                d = _flush(d, rfmt)
+            x = _flush(P, rfmt) if flush else P
+            while x.shape[0] > 1:
+                x = x[0::2] + x[1::2]
+                if flush:
+                    x = _flush(x, rfmt, signed=True)
+            d = d + x[0]
+            if flush:
+                d = _flush(d, rfmt, signed=True)
+    return d.astype(np.float64)
+
+
+def _limit_reachable(av: np.ndarray, bv: np.ndarray, rfmt: Format) -> bool:
+    """Whether any product of the finite inputs can reach the product limit 2**(emax + 1)."""
+    if av.size == 0 or bv.size == 0:
+        return False
+    with np.errstate(over="ignore"):
+        return bool(np.abs(av).max() * np.abs(bv).max() >= np.ldexp(1.0, rfmt.emax + 1))
+
+
 def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
-         outer: bool, trace: list | None = None) -> np.ndarray:
+         outer: bool, trace: list | None = None, fo: Format | None = None) -> np.ndarray:
     """Evaluate chained block FMAs for k-first operands.
 
     outer=True: aT_raw (K, M), b_raw (K, N), c (M, N) -> (M, N) (a matrix product).
-    outer=False: aT_raw (K, R), b_raw (K, R), c (R,) -> (R,) (independent dot products)."""
+    outer=False: aT_raw (K, R), b_raw (K, R), c (R,) -> (R,) (independent dot products).
+    ``fo`` is the format c is given in (default ``rfmt``)."""
     K = aT_raw.shape[0]
     n = unit.block_size
-    chain = _chain if unit.is_plain else functools.partial(_chain_general, fi=fi)
     if unit.input_subnormals == "flush":  # subnormal inputs become +0 (specials unchanged)
         aT_raw = np.where(np.abs(aT_raw) < fi.smallest_normal, 0.0, aT_raw)
         b_raw = np.where(np.abs(b_raw) < fi.smallest_normal, 0.0, b_raw)
     av, ae = _split(aT_raw, fi, 1023)
     bv, be = _split(b_raw, fi, 0)
+    limit = unit.product_limit and _limit_reachable(av, bv, rfmt)
+    general = functools.partial(_chain_general, fi=fi, check_limit=limit)
+    kind = None if (trace is not None or limit or K == 0 or unit.is_plain) else \
+        _fast_kind(unit)
+    if unit.is_plain:
+        chain = _chain
+    elif kind == "exact":
+        chain = functools.partial(_chain_exact, fi=fi, c_bits=(fo or rfmt).mantissa_bits)
+    elif kind == "pairwise" and rfmt == FP32:
+        chain = functools.partial(_chain_pairwise, fi=fi)
+    elif kind == "late":
+        chain = _chain_late
+        ae16 = np.maximum(ae, _LIVE16).astype(np.int16)  # exponents stay within int16
+        be16 = np.maximum(be, _LIVE16).astype(np.int16)
+    else:
+        kind = None
+        chain = general
     a_bad = ~np.isfinite(aT_raw).all(axis=0)
     b_bad = ~np.isfinite(b_raw).all(axis=0)
     c_fin = np.where(np.isfinite(c_raw), c_raw, 0.0)
@@ -506,8 +737,15 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
                 n1 = min(N, n0 + nc)
                 shape = (m1 - m0, n1 - n0)
                 cc = c_fin[m0:m1, n0:n1]
-                res = chain(av[:, m0:m1, None], ae[:, m0:m1, None], bv[:, None, n0:n1],
-                             be[:, None, n0:n1], cc, unit, rfmt, shape, trace)
+                args = (av[:, m0:m1, None], ae[:, m0:m1, None], bv[:, None, n0:n1],
+                        be[:, None, n0:n1], cc, unit, rfmt, shape, trace)
+                if kind == "late":
+                    res = chain(av[:, m0:m1, None], ae16[:, m0:m1, None], bv[:, None, n0:n1],
+                                be16[:, None, n0:n1], cc, unit, rfmt, shape)
+                else:
+                    res = chain(*args)
+                if kind is not None and not np.isfinite(res).all():
+                    res = general(*args)  # an overflowed block: the stage-by-stage kernel
                 if a_bad[m0:m1].any() or b_bad[n0:n1].any() or c_bad[m0:m1, n0:n1].any():
                     sp = _specials(aT_raw[:, m0:m1, None], b_raw[:, None, n0:n1],
                                    c_raw[m0:m1, n0:n1], per_k)
@@ -520,8 +758,15 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
     rc = max(1, CHUNK_ELEMENTS // per_k)
     for r0 in range(0, R, rc):
         r1 = min(R, r0 + rc)
-        res = chain(av[:, r0:r1], ae[:, r0:r1], bv[:, r0:r1], be[:, r0:r1], c_fin[r0:r1],
-                     unit, rfmt, (r1 - r0,), trace)
+        args = (av[:, r0:r1], ae[:, r0:r1], bv[:, r0:r1], be[:, r0:r1], c_fin[r0:r1],
+                unit, rfmt, (r1 - r0,), trace)
+        if kind == "late":
+            res = chain(av[:, r0:r1], ae16[:, r0:r1], bv[:, r0:r1], be16[:, r0:r1],
+                        c_fin[r0:r1], unit, rfmt, (r1 - r0,))
+        else:
+            res = chain(*args)
+        if kind is not None and not np.isfinite(res).all():
+            res = general(*args)  # an overflowed block: the stage-by-stage kernel
         if a_bad[r0:r1].any() or b_bad[r0:r1].any() or c_bad[r0:r1].any():
             sp = _specials(aT_raw[:, r0:r1], b_raw[:, r0:r1], c_raw[r0:r1], per_k)
             if sp is not None:
@@ -611,15 +856,31 @@ def matmul(A: npt.ArrayLike, B: npt.ArrayLike, C: npt.ArrayLike | None = None, *
         return np.zeros((M, N))
     aT = np.ascontiguousarray(Ar.T)
     _record_invalid(aT, Br, Cr, True, "tensorcore.matmul")
-    return _run(aT, np.ascontiguousarray(Br), Cr, unit, fi, unit.result_format(fo), outer=True)
+    return _run(aT, np.ascontiguousarray(Br), Cr, unit, fi, unit.result_format(fo), outer=True,
+                fo=fo)
 
 
-def _dot_rows(a_raw: np.ndarray, b_raw: np.ndarray, c_raw: np.ndarray, unit: BlockFMA,
-              fi: Format, fo: Format, trace: list | None = None) -> np.ndarray:
-    """Independent dot products of converted rows a_raw, b_raw (R x K) and c_raw (R,)."""
+def dot_rows(a_raw: np.ndarray, b_raw: np.ndarray, c_raw: np.ndarray, unit: BlockFMA,
+             fi: Format, fo: Format, trace: list | None = None) -> np.ndarray:
+    """Independent dot products of rows already in the input format (internal API of the
+    tensorcore package: hardware checks, the accuracy experiment, the explain record).
+
+    ``a_raw``, ``b_raw`` (R x K) hold exact ``fi`` values (see :func:`convert_input`),
+    ``c_raw`` (R,) exact ``fo`` values; returns the R results (float64) of ``unit``, with no
+    conversion, broadcasting or argument checks. ``trace``, a list, receives one record per
+    block (for :mod:`fpsim.tensorcore.explain`).
+
+    >>> import numpy as np
+    >>> from fpsim.formats import FP16, FP32
+    >>> from fpsim.tensorcore import get_gpu
+    >>> unit = get_gpu("V100").unit_for(FP16, FP32)
+    >>> dot_rows(np.array([[1.0, 1.0]]), np.array([[1.0, -2.0**-24]]),
+    ...          np.array([-1 + 2.0**-24]), unit, FP16, FP32)
+    array([1.1920929e-07])
+    """
     return _run(np.ascontiguousarray(a_raw.T), np.ascontiguousarray(b_raw.T),
                 np.ascontiguousarray(c_raw, dtype=np.float64), unit, fi,
-                unit.result_format(fo), outer=False, trace=trace)
+                unit.result_format(fo), outer=False, trace=trace, fo=fo)
 
 
 def dot(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike = 0.0, *,
@@ -672,7 +933,7 @@ def dot(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike = 0.0, *,
         raise ValueError("explain=True needs one dot product (1-D a and b)")
     trace: list | None = [] if explain else None
     _record_invalid(a2.T, b2.T, cr.reshape(-1), False, "tensorcore.dot")
-    d = _dot_rows(a2, b2, cr.reshape(-1), unit, fi, fo, trace)
+    d = dot_rows(a2, b2, cr.reshape(-1), unit, fi, fo, trace)
     d = d.reshape(batch)
     if not batch:
         d = d[()]
