@@ -785,31 +785,41 @@ def add_grads(a: np.ndarray, b: np.ndarray, fmt: Format) -> np.ndarray:
 def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
     order = _topo_order(root)
     grads: dict[int, np.ndarray] = {id(root): g}
+    pop = grads.pop
     for node in reversed(order):
-        g = grads.pop(id(node), None)
+        g = pop(id(node), None)
         if g is None:
             continue
-        if node._parents is None or node._retains_grad:
+        parents = node._parents
+        if parents is None or node._retains_grad:
             if node._grad is None:
                 node._grad = g.copy()  # never shared with another tensor's gradient
             else:
                 node._grad = add_grads(node._grad, g, node.grad_fmt)
-        if node._parents is None:
-            continue
+            if parents is None:
+                continue
         pgrads = node._backward(g)
         if not retain_graph:
             node._backward = _freed
-            for o in tuple(_observers):
-                o.on_release(node)
-        for p, pg in zip(node._parents, pgrads, strict=True):
+            if _observers:
+                for o in tuple(_observers):
+                    o.on_release(node)
+        for p, pg in zip(parents, pgrads, strict=True):
             if pg is None or not p._requires_grad:
                 continue
             if pg.shape != p._data.shape:
                 raise RuntimeError(f"internal error: {node._op} backward gave shape {pg.shape} "
                                    f"for an input of shape {p._data.shape}")
-            pg = round_to(pg, p.grad_fmt)
-            prev = grads.get(id(p))
-            grads[id(p)] = pg if prev is None else add_grads(prev, pg, p.grad_fmt)
+            fmt = p._grad_fmt
+            if fmt is None:
+                fmt = p.fmt
+            # round_to's own first test, without the call: a gradient already in the storage
+            # dtype of a format that has a NumPy type holds values of the format
+            if pg.dtype != fmt.storage_dtype or fmt.dtype is None:
+                pg = round_to(pg, fmt)
+            key = id(p)
+            prev = grads.get(key)
+            grads[key] = pg if prev is None else add_grads(prev, pg, fmt)
 
 
 # The ops module, fpsim.autograd.functional: it imports this module and, once its ops are

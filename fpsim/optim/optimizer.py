@@ -47,6 +47,7 @@ class Optimizer:
         self.master_weights = bool(master_weights)
         self.state_fmt = None if state_fmt is None else as_format(state_fmt)
         self._step_state_fmt = FP32  # the state format of the parameter being updated
+        self._plans: dict[Tensor, tuple] = {}  # per parameter: see _plan
         self.state: dict[Tensor, dict] = {}
         self.param_groups: list[dict] = []
         params = list(params)
@@ -141,27 +142,43 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                self._step_state_fmt = self.state_format(p)
-                dtype = self._dtype(p, self._step_state_fmt)
-                st = self.state.setdefault(p, {})
-                use_master = self.master_weights and p.fmt != FP32 and contains(FP32, p.fmt)
-                if use_master:
-                    if "master" not in st:
-                        st["master"] = widen(p.data, np.float32).copy()
-                    w = st["master"]
-                else:
-                    w = widen(p.data, dtype)
-                g = widen(p.grad, dtype)
-                with np.errstate(all="ignore"):
-                    w_new = self._update(w, g, st, group, dtype)
-                if use_master:
-                    st["master"] = w_new.astype(np.float32, copy=False)
-                p._data = round_to(w_new, p.fmt)
+        plans = self._plans
+        with np.errstate(all="ignore"):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    grad = p._grad
+                    if grad is None:
+                        continue
+                    fmt, gfmt = p.fmt, p._grad_fmt
+                    plan = plans.get(p)
+                    if plan is None or plan[0] is not fmt or plan[1] is not gfmt \
+                            or plan[2] is not self.state_fmt or plan[3] is not self.master_weights:
+                        plan = plans[p] = self._plan(p)
+                    self._step_state_fmt, dtype, use_master = plan[4:]
+                    st = self.state.get(p)
+                    if st is None:
+                        st = self.state[p] = {}
+                    if use_master:
+                        w = st.get("master")
+                        if w is None:
+                            w = st["master"] = widen(p._data, np.float32).copy()
+                    else:
+                        w = widen(p._data, dtype)
+                    w_new = self._update(w, widen(grad, dtype), st, group, dtype)
+                    if use_master:
+                        st["master"] = w_new.astype(np.float32, copy=False)
+                    p._data = round_to(w_new, fmt)
         return loss
+
+    def _plan(self, p: Tensor) -> tuple:
+        """What a step of ``p`` needs that depends only on the formats of ``p``, its gradient and
+        the state, and on ``master_weights``: (the four keys the plan was made for, the state
+        format, the compute dtype, whether ``p`` steps through an fp32 master). Optimizer.step
+        keeps one per parameter and remakes it when a key changes (e.g. ``Module.to``)."""
+        state_fmt = self.state_format(p)
+        use_master = self.master_weights and p.fmt != FP32 and contains(FP32, p.fmt)
+        return (p.fmt, p._grad_fmt, self.state_fmt, self.master_weights, state_fmt,
+                self._dtype(p, state_fmt), use_master)
 
     def _update(self, w: np.ndarray, g: np.ndarray, state: dict, group: dict,
                 dtype) -> np.ndarray:
