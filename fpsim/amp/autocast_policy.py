@@ -232,8 +232,8 @@ class autocast:  # noqa: N801 - PyTorch's name
     """Context manager (or decorator): run the autocast-aware ops of the region with
     PyTorch's cast policy (see the module docstring).
 
-    - ``dtype``: the low-precision format of "lower" ops (``"fp16"``, ``"bf16"`` or any
-      :class:`~fpsim.Format`).
+    - ``dtype`` (PyTorch's name; ``fmt`` is fpsim's, give either): the low-precision format of
+      "lower" ops (``"fp16"``, the default, ``"bf16"`` or any :class:`~fpsim.Format`).
     - ``enabled=False``: a region where ops run as written (also inside another region).
     - ``overrides``: ``{op: policy}`` for this region, e.g. ``{"softmax": "lower"}``
       (module-wide: :func:`set_autocast_policy`).
@@ -245,13 +245,19 @@ class autocast:  # noqa: N801 - PyTorch's name
     >>> with autocast("bf16", overrides={"softmax": "lower"}):
     ...     x.softmax(dim=1).fmt.name
     'bf16'
+    >>> autocast(fmt="bf16").fmt is autocast(dtype="bf16").fmt
+    True
     """
 
-    def __init__(self, dtype: Format | str = FP16, enabled: bool = True, *,
-                 overrides: Mapping[str, str] | None = None, cache_enabled: bool = True) -> None:
+    def __init__(self, dtype: Format | str | None = None, enabled: bool = True, *,
+                 overrides: Mapping[str, str] | None = None, cache_enabled: bool = True,
+                 fmt: Format | str | None = None) -> None:
         if not isinstance(enabled, bool):
             raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
-        self.fmt = as_format(dtype)
+        if dtype is not None and fmt is not None:
+            raise TypeError("autocast takes fmt or dtype (its PyTorch name), not both")
+        self.fmt = as_format(FP16 if dtype is None and fmt is None else
+                             (fmt if dtype is None else dtype))
         self.enabled = enabled
         self.overrides = dict(overrides or {})
         get_autocast_policy(self.overrides)  # validate now, not on entry

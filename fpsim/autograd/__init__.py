@@ -27,6 +27,7 @@ from .context import (
     promote_formats,
     round_to,
     rounding,
+    rounding_context,
 )
 from .generator import get_generator, manual_seed
 from .tensor import Tensor, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
@@ -48,5 +49,6 @@ __all__ = [
     "promote_formats",
     "round_to",
     "rounding",
+    "rounding_context",
     "set_grad_enabled",
 ]

@@ -53,6 +53,7 @@ __all__ = [
     "reset_autocast_hook",
     "round_to",
     "rounding",
+    "rounding_context",
     "set_autocast_hook",
     "widen",
 ]
@@ -159,17 +160,20 @@ def _use(new: _Settings) -> Iterator[_Settings]:
         yield new
 
 
-def rounding(mode: Rounding | str = "nearest_even", rng: np.random.Generator | int | None = None,
-             *, overflow: Overflow | str = "inf", subnormals: Subnormals | str = "keep"):
+def rounding_context(mode: Rounding | str = "nearest_even",
+                     rng: np.random.Generator | int | None = None, *,
+                     overflow: Overflow | str = "inf", subnormals: Subnormals | str = "keep"):
     """Context manager: round op results and gradients with ``mode`` (any :class:`fpsim.Rounding`
     name; ``stochastic`` draws from ``rng``, a Generator or seed, else fpsim's default
     generator), ``overflow`` (``inf`` | ``saturate``) and ``subnormals`` (``keep`` | ``flush``
-    | ``daz`` | ``flush_daz``). Tensor construction always rounds to nearest even.
+    | ``daz`` | ``flush_daz``). Tensor construction always rounds to nearest even. Named as
+    :func:`fpsim.flag_context`; ``rounding`` is its old name, kept (it clashed with the module
+    :mod:`fpsim.rounding`).
 
     >>> import fpsim
-    >>> from fpsim.autograd import Tensor, rounding
+    >>> from fpsim.autograd import Tensor, rounding_context
     >>> x = Tensor([1.0], fpsim.FP16)
-    >>> with rounding("up"):
+    >>> with rounding_context("up"):
     ...     y = x + 2.0**-20
     >>> float(y.item()) == 1 + 2.0**-10
     True
@@ -178,6 +182,9 @@ def rounding(mode: Rounding | str = "nearest_even", rng: np.random.Generator | i
     return _use(_state.autograd_settings.replace(mode=as_rounding(mode), rng=rng,
                                  overflow=as_overflow(overflow),
                                  subnormals=as_subnormals(subnormals)))
+
+
+rounding = rounding_context  # the old name, kept for compatibility
 
 
 def matmul_accumulation(model: Accumulation | str | tuple):
