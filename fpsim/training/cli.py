@@ -1,8 +1,10 @@
 """Command-line entry points ``fpsim demo`` and ``fpsim train`` (wired into fpsim/cli.py).
 
-- ``fpsim demo [--quick] [--seed N] [--json] [--out DIR] [--no-plots]``: the seven precision
-  recipes on the digits, a results table, the findings they support and a memory table (or
-  JSON lines), plots in DIR. A tqdm bar per recipe on a terminal only (not with ``--json``).
+- ``fpsim demo [--quick] [--seed N] [--json] [--out DIR] [--no-plots] [--jobs N]``: the seven
+  precision recipes on the digits (in N processes, default one per available CPU), a results
+  table, the findings they support and a memory table (or JSON lines), plots in DIR. tqdm
+  progress on a terminal only (not with ``--json``): a bar per recipe, or one counting
+  recipes with ``--jobs`` > 1.
 - ``fpsim train --precision NAME [--loss-scale none|dynamic|N] [...]``: one recipe, the same
   outputs.
 """
@@ -17,6 +19,7 @@ from .experiment import (
     DEFAULT_OUT,
     QUICK_CONFIG,
     check_out_dir,
+    default_workers,
     demo_config,
     run_demo,
     save_plots,
@@ -65,6 +68,10 @@ def configure_demo_parser(parser: argparse.ArgumentParser) -> None:
     3
     """
     _common(parser)
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="train the recipes in N processes at once (default: the CPUs "
+                             "available, at most one per recipe; the results do not depend "
+                             "on it)")
 
 
 def _print_results(runs: list, args: argparse.Namespace, paths: list[Path]) -> None:
@@ -131,7 +138,11 @@ def run_demo_cli(args: argparse.Namespace) -> int:
     if not args.json:
         cfg = demo_config(args.quick)
         print(_intro(f"{len(PRECISIONS)} precision recipes", cfg.grad_shift))
-    runs = run_demo(quick=args.quick, seed=args.seed, progress=_progress(args))
+    jobs = default_workers(len(PRECISIONS)) if args.jobs is None else args.jobs
+    if jobs < 1:
+        print(f"fpsim demo: --jobs must be a positive int, got {jobs}", file=sys.stderr)
+        return 2
+    runs = run_demo(quick=args.quick, seed=args.seed, progress=_progress(args), workers=jobs)
     return _finish(runs, args)
 
 

@@ -402,9 +402,11 @@ def demo_runs(quick: bool = True, seed: int = 0, progress: bool = False) -> list
     """
     key = f"{quick}:{seed}"
     if key not in _DEMO_CACHE:
-        from ..training.experiment import run_demo
+        from ..training.experiment import default_workers, run_demo
+        from ..training.recipes import PRECISIONS
 
-        _DEMO_CACHE[key] = run_demo(quick=quick, seed=seed, progress=progress)
+        _DEMO_CACHE[key] = run_demo(quick=quick, seed=seed, progress=progress,
+                                    workers=default_workers(len(PRECISIONS)))
     return _DEMO_CACHE[key]
 
 
