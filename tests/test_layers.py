@@ -6,6 +6,7 @@ not pull in matplotlib, tqdm or the training / plotting stack, and it prints its
 """
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -46,3 +47,30 @@ def test_import_fpsim_is_light():
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"import fpsim: {result['seconds'] * 1e3:.0f} ms (fresh interpreter)")
     assert result["loaded"] == [], f"import fpsim loaded {result['loaded']}"
+
+
+def _tensorcore_graph():
+    grimp = pytest.importorskip("grimp", reason="grimp comes with import-linter "
+                                "(pip install -e '.[test]')")
+    graph = grimp.build_graph("fpsim", cache_dir=None)
+    return graph, sorted(graph.find_descendants("fpsim.tensorcore") | {"fpsim.tensorcore"})
+
+
+def test_tensorcore_has_no_import_circle():
+    """No two modules of fpsim.tensorcore import each other, directly or through a chain (any
+    import statement counts, also one inside a function), and none takes a private name from
+    another (issue 20: model.py <-> explain.py was a circle; ``_dot_rows`` is now the internal
+    API ``model.dot_rows``)."""
+    import itertools
+
+    graph, mods = _tensorcore_graph()
+    assert "fpsim.tensorcore.model" in mods and "fpsim.tensorcore.accuracy" in mods
+    circles = [(a, b, graph.find_shortest_chain(a, b), graph.find_shortest_chain(b, a))
+               for a, b in itertools.combinations(mods, 2)
+               if graph.chain_exists(a, b) and graph.chain_exists(b, a)]
+    assert circles == [], circles
+    private = [(imp, m, d["line_contents"]) for m in mods
+               for imp in graph.find_modules_that_directly_import(m) if imp in mods
+               for d in graph.get_import_details(importer=imp, imported=m)
+               if re.search(r"import\s+(\(?\s*)?_\w|,\s*_\w", d["line_contents"])]
+    assert private == [], private

@@ -21,7 +21,8 @@ flushing (docs/tensorcore-model.md). ``dot(..., explain=True)`` shows the steps;
 [5.960464477539063e-08, 1.1920928955078125e-07]
 """
 
-from .explain import BlockStep, DotExplanation, ErrorVsK, TermStep, error_vs_k
+from .accuracy import ErrorVsK, error_vs_k
+from .explain import BlockStep, DotExplanation, TermStep
 from .gpus import (
     GPUS,
     BlockFMA,

@@ -49,6 +49,7 @@ from ..formats import FP32, TF32, Format
 from ..modes import Rounding
 from ..rounding import SIGN, as_float64
 from ..rounding import round as fp_round
+from .explain import build_explanation
 from .gpus import C_MIN_EXPONENT, MAX_INT_BITS, BlockFMA, GpuModel, resolve_unit
 
 __all__ = ["matmul", "dot", "convert_input", "CHUNK_ELEMENTS"]
@@ -938,7 +939,5 @@ def dot(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike = 0.0, *,
     if not batch:
         d = d[()]
     if explain:
-        from .explain import build_explanation
-
         return d, build_explanation(ar, br, float(cr), float(d), unit, fi, fo, label, trace)
     return d
