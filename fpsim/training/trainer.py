@@ -71,7 +71,7 @@ from ..optim import SGD
 from .model import MLP
 from .recipes import get_recipe, parse_loss_scale
 
-__all__ = ["TrainConfig", "RunResult", "train", "HIST_BINS"]
+__all__ = ["TrainConfig", "RunResult", "train", "HIST_BINS", "PHASES"]
 
 HIST_BINS = range(-64, 17)  # exponents of the gradient histograms (others counted apart)
 SCHEDULES = ("constant", "cosine")
@@ -173,6 +173,7 @@ class RunResult:
     eval_train_loss: np.ndarray
     histograms: dict[str, ExponentHistogram] = field(default_factory=dict)
     peak_bytes: int = 0  # the memory meter's peak total over the measured (first) step
+    cpu_time_s: dict[str, float] = field(default_factory=dict)  # CPU seconds by phase
 
     @property
     def precision(self) -> str:
@@ -223,6 +224,7 @@ class RunResult:
             "steps": self.config.steps,
             "time_s": round(self.time_s, 3),
             "instrument_time_s": round(self.instrument_time_s, 3),
+            "cpu_time_s": {k: round(v, 3) for k, v in self.cpu_time_s.items()},
             "config": {k: (list(v) if isinstance(v, tuple) else v)
                        for k, v in asdict(self.config).items()},
         }
@@ -336,6 +338,29 @@ class _UpdateRecorder:
         return out
 
 
+PHASES = ("forward", "backward", "unscale", "optimizer", "instrumentation", "evaluation",
+          "other")
+
+
+class _PhaseClock:
+    """CPU time of this thread by phase of the training step (``time.thread_time``: what
+    the run costs, whatever else loads the machine; BLAS runs in this thread). ``lap(phase)``
+    charges the time since the previous lap to ``phase``."""
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.last = time.thread_time()
+
+    def lap(self, phase: str) -> None:
+        now = time.thread_time()
+        self.seconds[phase] += now - self.last
+        self.last = now
+
+    def totals(self) -> dict[str, float]:
+        self.lap("other")
+        return dict(self.seconds)
+
+
 def _accuracy(model: Any, x: np.ndarray, y: np.ndarray) -> float:
     with no_grad():
         out = model(Tensor(x, FP32))
@@ -421,6 +446,7 @@ def _train(config: TrainConfig | None, data: Split | None,
     evals: list[tuple[int, float, float]] = []
     nonfinite_steps = 0
     t_instr = 0.0
+    clock = _PhaseClock()
     order = rng.permutation(n)
 
     for step in range(cfg.steps):
@@ -440,6 +466,7 @@ def _train(config: TrainConfig | None, data: Split | None,
         measured = cfg.instrument and step % cfg.measure_every == 0
         if recorder is not None:
             recorder.active = measured
+        clock.lap("other")
         with meter if meter is not None else contextlib.nullcontext():
             opt.zero_grad()
             loss = F.cross_entropy(model(x), y)
@@ -448,10 +475,13 @@ def _train(config: TrainConfig | None, data: Split | None,
                 loss = loss * shift
             scale = opt.scaler.get_scale()  # 1.0 where scale_loss does not scale
             step_scale[step] = scale
+            clock.lap("forward")
             with scale_loss(loss, opt) as scaled:
                 scaled.backward()
+                clock.lap("backward")
                 if meter is not None:
                     memory["gradients"] = _meter_snapshot(model, opt)["gradients"]
+                    clock.lap("other")
                 if cfg.instrument:
                     t0 = time.perf_counter()
                     grads = {name: p.grad for name, p in params.items() if p.grad is not None}
@@ -464,13 +494,17 @@ def _train(config: TrainConfig | None, data: Split | None,
                                                    counts, hist)
                         step_uf[step] = step_counts.fraction()
                     t_instr += time.perf_counter() - t0
+                    clock.lap("instrumentation")
+            clock.lap("unscale")  # scale_loss's exit: master gradients, unscaling, inf check
             if meter is not None and props.master_weights:
                 # scale_loss promoted every gradient to an fp32 array (Apex's master
                 # gradients); the meter names a gradient by its parameter's gradient format
                 promoted = _meter_snapshot(model, opt)["gradients"]
                 memory["master_gradients"] = {"fp32": sum(promoted.values())}
+                clock.lap("other")
             with update_ctx():
                 opt.step()
+            clock.lap("optimizer")
         if meter is not None:
             rep = meter.report()
             after = _meter_snapshot(model, opt)
@@ -496,9 +530,12 @@ def _train(config: TrainConfig | None, data: Split | None,
             if nz:
                 step_lost[step] = lost / nz
             t_instr += time.perf_counter() - t0
+            clock.lap("instrumentation")
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            clock.lap("other")
             evals.append((step + 1, _accuracy(model, data.x_test, data.y_test),
                           _full_loss(model, data.x_train, data.y_train)))
+            clock.lap("evaluation")
         if tick is not None:
             tick(1)
     if bar is not None:
@@ -525,6 +562,7 @@ def _train(config: TrainConfig | None, data: Split | None,
         peak_bytes=peak_bytes,
         time_s=time.perf_counter() - t_start,
         instrument_time_s=t_instr,
+        cpu_time_s=clock.totals(),
         step_loss=step_loss,
         step_scale=step_scale,
         step_skipped=step_skipped,
