@@ -79,7 +79,7 @@ from .rounding import (
     as_float64,
     default_rng,
     policy_of,
-    round_pair_with,
+    round_flat,
     round_with,
 )
 
@@ -337,16 +337,16 @@ def _operands(args, c: OpContext):
 
 # -- rounding the exact pair ------------------------------------------------------------------
 
-def round_result(hi, lo, c: OpContext, fmt: Format | None = None):
-    """Round hi (+ lo, a checked pair; None: hi alone) once to fmt (c's format by default)
-    by c's result policy; returns (values, flags or None). Internal API."""
+def round_result(hi, lo, c: OpContext, fmt: Format | None = None, *, two_sum: bool = False):
+    """Round hi (+ lo, a pair round_pair accepts; None: hi alone) once to fmt (c's format by
+    default) by c's result policy; returns (values, flags or None). ``two_sum``: the pair is
+    TwoSum's (hi = fl(x + y), lo its exact error), valid by construction, so not screened
+    again. Internal API."""
     pol = c.result
     if fmt is not None and fmt != pol.fmt:
         pol = RoundingPolicy(fmt, pol.rounding, pol.overflow, pol.subnormals, pol.tininess,
                              pol.rng, pol.random_bits)
-    if lo is None:
-        return round_with(hi, pol, c.want)
-    return round_pair_with(hi, lo, pol, c.want)
+    return round_flat(hi, lo, pol, c.want, checked=two_sum)
 
 
 def _round_general(h, l, E, c: OpContext):
@@ -414,7 +414,7 @@ def add_flat(a, b, c: OpContext, exact_operands: bool = True):
             lo = None if plan.add_exact else _two_sum_err(a, b, s)
             if lo is not None and not lo.any():
                 lo = None
-            out, fl = round_result(_zero_sign(s, a, b, c.mode), lo, c)
+            out, fl = round_result(_zero_sign(s, a, b, c.mode), lo, c, two_sum=True)
             return out, fl, inv
         reg = np.isfinite(a) & np.isfinite(b) & (a != 0) & (b != 0)
         sp = ~reg

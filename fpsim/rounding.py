@@ -1068,6 +1068,38 @@ def round_pair_with(hi: np.ndarray, lo: np.ndarray, policy: RoundingPolicy,
     return out.view(np.float64), fl
 
 
+def round_flat(hi: np.ndarray, lo: np.ndarray | None, policy: RoundingPolicy,
+               want: bool = False, *, checked: bool = False):
+    """Internal API, the per-operation hot path of arithmetic and reductions: round ``hi``
+    (+ ``lo``, a pair as :func:`round_pair` needs it; None: ``hi`` alone) once by a parsed
+    policy, for flat contiguous float64 arrays. The same kernel calls as
+    :func:`round_with` / :func:`round_pair_with` (which it falls back to for stochastic
+    rounding, float64 itself and arrays beyond one chunk), without their conversions and
+    reshaping. ``checked=True``: the caller guarantees the pair (TwoSum's), so its check
+    is skipped. Returns flat ``(values, flags or None)``, nothing recorded.
+
+    >>> v, f = round_flat(np.array([1.0]), np.array([2.0**-60]), policy_of("fp32", "up"))
+    >>> v.tolist(), f
+    ([1.0000001192092896], None)
+    """
+    p = _params(policy.fmt)
+    if (policy.rounding is Rounding.STOCHASTIC or hi.size > CHUNK or p.identity
+            or hi.dtype != np.float64):
+        if lo is None:
+            return round_with(hi, policy, want)
+        return round_pair_with(hi, lo, policy, want)
+    if lo is None:
+        daz, bits = policy.daz, hi.view(np.uint64)
+    else:
+        _pair_format_check(policy.fmt)
+        if not checked:
+            _check_pair(hi, lo)
+        daz, bits = False, _odd_from_pair(hi, lo).view(np.uint64)  # as run_chunks' pair path
+    r, fl = _kernel(bits, p, policy.rounding, policy.overflow, policy.flush, daz,
+                    policy.tininess, None, policy.random_bits, want)
+    return r.view(np.float64), fl
+
+
 def _pair_format_check(fmt: Format) -> None:
     if fmt.mantissa_bits > 50 and not _params(fmt).identity:
         # round-to-odd at 53 bits is exact before a second rounding to p <= 51 bits (m <= 50)

@@ -1,0 +1,104 @@
+"""The sequential and Kahan orders where no native add applies (directed modes, round to odd,
+fp8 / fp4 / wide-range formats, overflow / subnormal policies, flags), several outputs at
+once, against an independent reference: every step rounded by exact Fractions
+(tests/test_arith_mpfr.py's IEEE reference built on tests/exact.py), values and the OR of
+the flags per output. Also the slow element loops (``_sequential_loop`` / ``_kahan_loop``)
+against the public ``sum`` on the same rows, stochastic rounding included (same seed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fpsim
+from fpsim import reductions
+from tests.exact import MODES
+from tests.test_arith_mpfr import reference
+
+FORMATS = [fpsim.FP16, fpsim.BF16, fpsim.FP32, fpsim.FP8_E4M3, fpsim.FP8_E5M2,
+           fpsim.FP8_E4M3FNUZ, fpsim.FP4_E2M1, fpsim.Format(11, 20)]
+OPTIONS = [{}, {"overflow": "saturate"}, {"subnormals": "flush"}, {"tininess": "before"}]
+
+
+def _rows(fmt, rows: int, n: int, seed: int) -> np.ndarray:
+    """Values of fmt from the subnormals to the largest finite, with cancellations."""
+    rng = np.random.default_rng(seed)
+    e = rng.integers(fmt.emin - fmt.mantissa_bits, fmt.emax + 1, (rows, 1))
+    x = rng.standard_normal((rows, n)) * 2.0 ** (e + rng.integers(-3, 3, (rows, n)))
+    x = np.asarray(fpsim.round(x, fmt, overflow="saturate"))
+    x[0, ::3] = fmt.max  # overflow on the way
+    x[-1, :] = np.asarray(fpsim.round(np.full(n, 1.0), fmt))  # stagnation
+    return x
+
+
+def _ref_rows(X, fmt, mode, opts, order):
+    out, flags = [], []
+    for row in X:
+        s, fl = float(row[0]), 0
+
+        def op(name, a, b):
+            nonlocal fl
+            v, f = reference(name, [a, b], fmt, mode, opts)
+            fl |= f
+            return v
+
+        if order == "sequential":
+            for t in row[1:]:
+                s = op("add", s, float(t))
+        else:
+            comp = 0.0
+            for t in row[1:]:
+                y = op("sub", float(t), comp)
+                u = op("add", s, y)
+                comp = op("sub", op("sub", u, s), y)
+                s = u
+        out.append(s)
+        flags.append(fl)
+    return np.array(out), np.array(flags, np.uint8)
+
+
+def _same(a, b) -> bool:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return bool((((a == b) & (np.signbit(a) == np.signbit(b))) | (np.isnan(a) & np.isnan(b)))
+                .all())
+
+
+@pytest.mark.parametrize("order, rows, n", [("sequential", 5, 40), ("kahan", 3, 20)])
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_orders_step_by_step_against_fractions(fmt, order, rows, n):
+    X = _rows(fmt, rows, n, seed=rows * n + fmt.bits)
+    for mode in MODES:
+        for opts in OPTIONS:
+            got, gfl = fpsim.sum(X, fmt, axis=1, order=order, rounding=mode, flags=True,
+                                 **opts)
+            want, wfl = _ref_rows(X, fmt, mode, opts, order)
+            assert _same(got, want), (order, mode, opts, got, want)
+            assert np.array_equal(gfl, wfl), (order, mode, opts, gfl, wfl)
+            # the same along axis 0 of the transposed matrix (another memory layout)
+            assert _same(fpsim.sum(X.T, fmt, axis=0, order=order, rounding=mode, **opts), want)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp8_e5m2", "fp8_e4m3"])
+@pytest.mark.parametrize("order", ["sequential", "kahan"])
+def test_public_sum_equals_the_element_loops(fmt, order):
+    """The element-by-element loops, one rounded op per column, kept as the reference."""
+    f = fpsim.get_format(fmt)
+    X = _rows(f, 6, 50, seed=3)
+    loop = reductions._sequential_loop if order == "sequential" else reductions._kahan_loop
+    for mode in MODES:
+        seed = {"rng": 11} if mode == "stochastic" else {}
+        c = fpsim.arithmetic.context(fmt, mode, flags=True, **seed)
+        acc = reductions._Acc(c, X.shape[0])
+        want = loop(X, acc)
+        got, fl = fpsim.sum(X, fmt, axis=1, order=order, rounding=mode, flags=True, **seed)
+        assert _same(got, want) and np.array_equal(fl, acc.fl), (mode, got, want)
+
+
+def test_one_long_axis():
+    """A full reduction of one long vector: one output, every step in sequence."""
+    rng = np.random.default_rng(4)
+    x = np.asarray(fpsim.round(rng.standard_normal(300), "bf16"))
+    for mode in ("up", "toward_zero", "odd"):
+        want, wfl = _ref_rows(x[None], fpsim.BF16, mode, {}, "sequential")
+        got, fl = fpsim.sum(x, "bf16", rounding=mode, flags=True)
+        assert _same(got, want[0]) and int(fl) == int(wfl[0])
