@@ -3,17 +3,22 @@
 - :func:`load_digits`: the UCI 8x8 handwritten digits (1,797 samples, 10 classes, CC BY 4.0;
   see fpsim/data/README.md).
 - :func:`make_blobs`: a synthetic, labelled-as-synthetic Gaussian-blobs task.
+- :func:`minibatches`: the shuffled mini-batch indices of a training loop, epoch after epoch.
 """
 
 from __future__ import annotations
 
 import gzip
+import operator
+from collections.abc import Iterator
 from importlib import resources
 from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Split", "load_digits", "make_blobs", "train_test_split"]
+from .state import as_generator
+
+__all__ = ["Split", "load_digits", "make_blobs", "minibatches", "train_test_split"]
 
 
 class Split(NamedTuple):
@@ -75,3 +80,57 @@ def make_blobs(n_samples: int = 1000, n_features: int = 16, n_classes: int = 4,
     y = rng.integers(0, n_classes, n_samples)
     x = (centres[y] + rng.normal(0.0, spread, size=(n_samples, n_features))).astype(np.float32)
     return train_test_split(x, y, test_fraction, seed) if split else (x, y)
+
+
+def _count(name: str, v: object, least: int) -> int:
+    """``v`` as an int >= ``least`` (bools and floats refused: a count is an integer)."""
+    if isinstance(v, bool):
+        raise TypeError(f"{name} must be an int, got {v!r}")
+    try:
+        n = operator.index(v)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {v!r}") from None
+    if n < least:
+        raise ValueError(f"{name} must be >= {least}, got {n}")
+    return n
+
+
+def minibatches(n_samples: int, batch_size: int, epochs: int = 1,
+                rng: np.random.Generator | int | None = 0, drop_last: bool = True
+                ) -> Iterator[tuple[int, np.ndarray]]:
+    """``(epoch, indices)`` of shuffled mini-batches of ``range(n_samples)``, epoch after
+    epoch: every epoch draws a fresh permutation from ``rng`` (one generator for the whole
+    run: a Generator, an int seed or None for a fresh one) and cuts it into consecutive
+    batches of ``batch_size``; the last partial batch is dropped (``drop_last=True``, as
+    PyTorch's ``DataLoader(..., drop_last=True)``: every step sees a full batch) or yielded
+    short.
+
+    The same arguments give the same batches: two runs (e.g. fp32 and fp16) seeded alike see
+    the same data in the same order. Arguments are checked when called, not when iterated.
+
+    >>> [(e, idx.tolist()) for e, idx in minibatches(5, 2, epochs=2, rng=0)]
+    [(0, [2, 4]), (0, [3, 0]), (1, [4, 1]), (1, [2, 0])]
+    >>> [idx.size for _, idx in minibatches(5, 2, drop_last=False)]
+    [2, 2, 1]
+    """
+    n = _count("n_samples", n_samples, 1)
+    size = _count("batch_size", batch_size, 1)
+    n_epochs = _count("epochs", epochs, 0)
+    if not isinstance(drop_last, (bool, np.bool_)):
+        raise TypeError(f"drop_last must be a bool, got {drop_last!r}")
+    if drop_last and size > n:
+        raise ValueError(f"batch_size {size} is larger than n_samples {n}: with "
+                         "drop_last=True there would be no batch (use a smaller batch_size "
+                         "or drop_last=False)")
+    gen = as_generator(rng)
+    if gen is None:
+        gen = np.random.default_rng()
+    stop = n - size + 1 if drop_last else n
+
+    def batches() -> Iterator[tuple[int, np.ndarray]]:
+        for epoch in range(n_epochs):
+            order = gen.permutation(n)
+            for i in range(0, stop, size):
+                yield epoch, order[i:i + size]
+
+    return batches()
