@@ -81,3 +81,63 @@ def test_numpy_fp16_floor_is_fpsims_step_bit_for_bit(bench, case):
     for p, q in zip(model.parameters(), floor.p, strict=True):
         assert q.dtype == np.float16
         np.testing.assert_array_equal(p.numpy().view(np.uint16), q.view(np.uint16))
+
+
+# The engine fast paths the training step takes, against references computed another way.
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+def test_relu_bit_patterns_all_values(fmt):
+    """relu decides on bit patterns: every one of the 2**16 values of fp16 / bf16 gives x for
+    x > 0 and NaN (the same pattern), +0 otherwise (-0 and -inf included), and its gradient
+    passes where x > 0 and not NaN; the reference compares float64 values."""
+    import ml_dtypes
+
+    import fpsim.autograd.functional as F
+
+    dt = np.float16 if fmt == "fp16" else ml_dtypes.bfloat16
+    data = np.arange(1 << 16, dtype=np.uint16).view(dt)
+    x = Tensor(data, fmt, requires_grad=True)
+    out = F.relu(x)
+    with np.errstate(invalid="ignore"):  # NaN patterns cast with a warning
+        v = data.astype(np.float64)
+    keep = (v > 0) | np.isnan(v)
+    want = np.where(keep, np.arange(1 << 16), 0).astype(np.uint16)
+    np.testing.assert_array_equal(out.numpy().view(np.uint16), want)
+    out.backward(np.ones(1 << 16))
+    np.testing.assert_array_equal(x.grad.astype(np.float64), (v > 0).astype(np.float64))
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_nll_loss_unweighted_path(fmt, reduction):
+    """nll_loss without class weights: the loss is -sum(picked) (/ N), one rounding, and the
+    gradient -g (/ N) at the targets, from float64 sums of the picked values (exact here:
+    few terms of a narrow format); infinities and NaN in the picked values propagate."""
+    import fpsim.autograd.functional as F
+    from fpsim.autograd.context import round_to
+
+    rng = np.random.default_rng(4)
+    x = Tensor(rng.standard_normal((37, 6)) * 8, fmt, requires_grad=True)
+    t = rng.integers(0, 6, 37)
+    loss = F.nll_loss(x, t, reduction=reduction)
+    picked = x.numpy(np.float64)[np.arange(37), t]
+    total = -picked.sum()
+    want = round_to(np.asarray(total / 37 if reduction == "mean" else total), x.fmt)
+    assert loss.numpy().tobytes() == want.tobytes()
+    loss.backward()
+    gx = np.zeros((37, 6))
+    gx[np.arange(37), t] = -1.0 / 37 if reduction == "mean" else -1.0
+    np.testing.assert_array_equal(x.grad, round_to(gx, x.fmt))
+    # the weighted path (another code path) agrees, and so do ignore_index and bad targets
+    w = F.nll_loss(x, t, weight=Tensor(np.ones(6), fmt), reduction=reduction)
+    assert w.numpy().tobytes() == loss.numpy().tobytes()
+    bad = np.array(x.numpy())
+    bad[0, t[0]] = np.inf
+    assert np.isneginf(F.nll_loss(Tensor(bad, fmt), t, reduction=reduction).item())
+    assert np.isfinite(F.nll_loss(Tensor(bad, fmt), t, ignore_index=int(t[0]),
+                                  reduction=reduction).item())  # the inf's row is ignored
+    bad[1, t[1]] = -np.nan  # a NaN keeps its sign bit as on the weighted path
+    ones = Tensor(np.ones(6), fmt)
+    assert F.nll_loss(Tensor(bad, fmt), t, reduction=reduction).numpy().tobytes() == \
+        F.nll_loss(Tensor(bad, fmt), t, ones, reduction=reduction).numpy().tobytes()
+    with pytest.raises(IndexError):
+        F.nll_loss(x, np.r_[t[:-1], 6])
