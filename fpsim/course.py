@@ -73,11 +73,6 @@ QUESTIONS: dict[str, dict[str, Question]] = {
         "bytes per parameter, Adam + master": Question(
             16.0, "fp16 weight and gradient, plus fp32 master, exp_avg and exp_avg_sq"),
     },
-    "04": {
-        "A100 waves for 2560 tiles": Question(
-            24.0, "one tile per SM at a time; A100 has 108 SMs and a partial wave costs a "
-            "whole one"),
-    },
     "05": {
         "parameters on 80 GB with offload": Question(
             40e9, "with offload only the fp16 parameters stay on the GPU"),
@@ -93,6 +88,11 @@ QUESTIONS: dict[str, dict[str, Question]] = {
             0.0, "compare 1e-8 with fp16's smallest subnormal, 2**-24 (about 6e-8)"),
         "largest integer x with exp(x) finite in fp16": Question(
             11.0, "fp16's largest value is 65504: take its natural logarithm"),
+    },
+    "09": {
+        "A100 waves for 2560 tiles": Question(
+            24.0, "one tile per SM at a time; A100 has 108 SMs and a partial wave costs a "
+            "whole one"),
     },
 }
 
@@ -151,7 +151,7 @@ class _Checker:
 
 
 def checker(notebook: str) -> _Checker:
-    """The ``check(question, answer)`` of notebook ``notebook`` ("01" ... "08").
+    """The ``check(question, answer)`` of notebook ``notebook`` ("01" ... "09").
 
     >>> checker("02")("fp16(2**-25)", 0)
     right
