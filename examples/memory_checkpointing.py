@@ -22,26 +22,19 @@ matplotlib.use("Agg")  # files only: runs on machines without a display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fpsim import checkpoint_sequential, memory, nn  # noqa: E402
+from fpsim import memory, nn  # noqa: E402
 from fpsim.autograd import Tensor  # noqa: E402
 from fpsim.distributed import ZeroEngine  # noqa: E402
 
 
-def checkpointing(n: int, width: int = 32, batch: int = 16, fmt: str = "fp16"):
-    """Rows (k, measured peak units, formula units, recomputed share of forward FLOPs)."""
+def checkpointing(n: int, width: int = 32, batch: int = 16, fmt: str = "fp16"
+                  ) -> list[memory.CheckpointPoint]:
+    """One row per k = 1..n: (k, measured peak units, formula units, recomputed share of
+    forward FLOPs), measured by fpsim.memory.checkpoint_sweep on a chain of Linear + ReLU."""
     layers = [nn.Sequential(nn.Linear(width, width, rng=i), nn.ReLU()).to(fmt)
               for i in range(n)]
-    model = nn.Sequential(*layers)
     x = Tensor(np.random.default_rng(0).normal(size=(batch, width)), fmt)
-    unit = batch * width * 2
-    rows = []
-    for k in range(1, n + 1):
-        with memory.meter(model) as m:
-            checkpoint_sequential(layers, k, x).sum().backward()
-        r = m.report()
-        rows.append((k, r.max["activations"] / unit, memory.checkpoint_peak_activations(n, k),
-                     r.recompute_overhead))
-    return rows
+    return memory.checkpoint_sweep(layers, x)
 
 
 def zero_rows(world_size: int = 4):

@@ -22,6 +22,8 @@ Gradient checkpointing (Chen et al. 2016) with ``k`` segments of an ``n``-layer 
 peak holds the ``k`` segment inputs plus the activations of the segment being recomputed,
 ``k + ceil(n / k)`` layer activations (in units of one layer's output); the minimum over k is
 ``ceil(2 sqrt(n))``, reached near ``k = sqrt(n)``; without checkpointing it is ``n``.
+:func:`checkpoint_sweep` measures it: the chain run once per segment count under the memory
+meter, next to the formula.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from __future__ import annotations
 import argparse
 import math
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -371,3 +374,75 @@ def zero_measured_vs_formula(engine, rank: int = 0) -> dict:
         "ring_comm_elements": factor * (n - 1) * psi / n,
         "paper_comm_elements": zero_communication_volume(psi, stage),
     }
+
+
+# -- measured checkpointing: the sweep over segment counts ----------------------------------
+
+__all__ += ["CheckpointPoint", "checkpoint_sweep"]
+
+
+class CheckpointPoint(NamedTuple):
+    """One row of :func:`checkpoint_sweep`: ``segments`` k, the measured ``peak`` of saved
+    activations and Chen et al.'s ``formula`` k + ceil(n/k), both in layer outputs, and the
+    ``recomputed`` share of the forward FLOPs run again in backward."""
+
+    segments: int
+    peak: float
+    formula: int
+    recomputed: float
+
+
+def checkpoint_sweep(layers: Sequence[Callable[[Any], Any]], x: Any,
+                     segments: Iterable[int] | None = None) -> list[CheckpointPoint]:
+    """Gradient checkpointing measured: for each segment count k (default 1..n), run
+    ``checkpoint_sequential(layers, k, x).sum().backward()`` under :func:`meter` and return
+    one :class:`CheckpointPoint` per k. ``layers`` is a chain of n modules of equal width
+    (e.g. ``Linear + ReLU`` blocks) and ``x`` its input :class:`~fpsim.autograd.Tensor`; the
+    peak is in units of one layer output, ``x``'s bytes. The parameters' gradients are left as
+    they were (each run starts from none; the backward passes do not accumulate into them).
+
+    >>> from fpsim import nn
+    >>> from fpsim.autograd import Tensor
+    >>> layers = [nn.Sequential(nn.Linear(8, 8, rng=i), nn.ReLU()) for i in range(4)]
+    >>> for row in checkpoint_sweep(layers, Tensor(np.ones((2, 8)))):
+    ...     print(row.segments, row.peak, row.formula, f"{row.recomputed:.0%}")
+    1 5.0 5 0%
+    2 4.0 4 50%
+    3 4.0 5 75%
+    4 5.0 5 75%
+    """
+    from .autograd.checkpoint import checkpoint_sequential
+    from .autograd.tensor import Tensor
+    from .nn import Sequential
+
+    chain = list(layers) if isinstance(layers, (Sequence, Sequential)) else None
+    if not chain or not all(callable(f) for f in chain):
+        raise TypeError("layers must be a non-empty sequence of modules (or callables), got "
+                        f"{layers!r}")
+    if not isinstance(x, Tensor):
+        raise TypeError(f"x must be an fpsim.autograd.Tensor, got {type(x).__name__}")
+    n = len(chain)
+    ks = list(range(1, n + 1)) if segments is None else [
+        _positive_int("segments", k) for k in segments]
+    if not ks or max(ks) > n:
+        raise ValueError(f"segments must be a non-empty list of counts in [1, n_layers={n}], "
+                         f"got {ks}")
+    model = Sequential(*chain) if not isinstance(layers, Sequential) else layers
+    params = list(model.parameters())
+    saved = [p.grad for p in params]
+    unit = x.data.nbytes
+    rows = []
+    try:
+        for k in ks:
+            for p in params:
+                p.grad = None
+            with meter(model) as m:
+                checkpoint_sequential(chain, k, x).sum().backward()
+            r = m.report()
+            rows.append(CheckpointPoint(k, r.max["activations"] / unit,
+                                        checkpoint_peak_activations(n, k),
+                                        r.recompute_overhead))
+    finally:
+        for p, g in zip(params, saved, strict=True):
+            p.grad = g
+    return rows
