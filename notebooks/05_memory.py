@@ -32,7 +32,8 @@
 #    rank's model-state bytes and communication against the ZeRO paper's formulas.
 # 4. Decide what fits on one 80 GB GPU.
 #
-# Tools: `fpsim.memory.meter()` (a context manager around the engine), `fpsim.autograd.checkpoint`,
+# Tools: `fpsim.memory.meter()` (a context manager around the engine), `fpsim.autograd.checkpoint`
+# (and `fpsim.memory.checkpoint_sweep`, which measures it for every segment count),
 # `fpsim.distributed.ZeroEngine`, and the calculators of `fpsim.memory`.
 
 # %%
@@ -204,32 +205,31 @@ n, W, Bc = 16, 128, 32
 layers = [nn.Sequential(nn.Linear(W, W, rng=i), nn.ReLU()).to("fp16") for i in range(n)]
 chain = nn.Sequential(*layers)
 xc = Tensor(np.random.default_rng(3).normal(size=(Bc, W)), "fp16")
-unit = Bc * W * 2
-rows = []
-for k in range(1, n + 1):
-    with memory.meter(chain) as m:
-        checkpoint_sequential(layers, k, xc).sum().backward()
-    r = m.report()
-    rows.append((k, r.max["activations"] // unit, memory.checkpoint_peak_activations(n, k),
-                 r.recompute_overhead))
+unit = Bc * W * 2  # bytes of one layer output: the unit of the peaks
+# For each k = 1..n, memory.checkpoint_sweep runs under a meter
+#     with memory.meter(chain) as m:
+#         checkpoint_sequential(layers, k, xc).sum().backward()
+# and returns the row (k, m.report().max["activations"] / unit,
+# memory.checkpoint_peak_activations(n, k), m.report().recompute_overhead).
+rows = memory.checkpoint_sweep(layers, xc)
 print(" k  measured  k+ceil(n/k)  recomputed")
 for k, meas, form, over in rows:
-    print(f"{k:2d}  {meas:8d}  {form:11d}  {100 * over:9.1f}%")
-best = min(r[1] for r in rows)
-print("smallest measured peak:", best, "at k =", [r[0] for r in rows if r[1] == best],
+    print(f"{k:2d}  {meas:8.0f}  {form:11d}  {100 * over:9.1f}%")
+best = min(r.peak for r in rows)
+print(f"smallest measured peak: {best:.0f} at k =", [r.segments for r in rows if r.peak == best],
       "; formula's optimum:", memory.optimal_checkpoint_segments(n))
 
 # %%
-ks = [r[0] for r in rows]
+ks = [r.segments for r in rows]
 with style.context():
     fig, ax = style.new_figure((7, 3.6))
-    ax.plot(ks, [r[1] for r in rows], "o-", label="measured peak")
-    ax.plot(ks, [r[2] for r in rows], "s--", label="k + ceil(n/k)")
+    ax.plot(ks, [r.peak for r in rows], "o-", label="measured peak")
+    ax.plot(ks, [r.formula for r in rows], "s--", label="k + ceil(n/k)")
     ax.axvline(np.sqrt(n), color="gray", lw=0.8, ls=":")
     ax.set_xlabel("segments k")
     ax.set_ylabel("saved activations (layer outputs)")
     ax2 = ax.twinx()
-    ax2.bar(ks, [100 * r[3] for r in rows], alpha=0.2, color="gray")
+    ax2.bar(ks, [100 * r.recomputed for r in rows], alpha=0.2, color="gray")
     ax2.set_ylabel("recomputed forward FLOPs (%)")
     ax.legend(loc="upper center")
     ax.set_title("Checkpointing 16 layers: memory against recomputation")
@@ -283,7 +283,7 @@ for k in range(2, 9):
         with memory.meter(chain) as m:
             run_cut(cut(n, k), xc).sum().backward()
         peaks.append(m.report().max["activations"] // unit)
-    assert peaks[0] == rows[k - 1][1]  # fpsim's cut, run by hand, measures as checkpoint_sequential
+    assert peaks[0] == rows[k - 1].peak  # fpsim's cut, run by hand, measures as checkpoint_sequential
     print(f"{k:2d}  {str(fpsim_cut(n, k)):24s} {peaks[0]:4d}   {str(torch_cut(n, k)):24s} "
           f"{peaks[1]:4d}")
 
@@ -295,7 +295,8 @@ for k in range(2, 9):
 # ### Exercise 2
 #
 # For n = 36 layers: which k minimises the measured peak, and what does it cost in recomputed
-# FLOPs? Compare with `memory.optimal_checkpoint_segments(36)`. (Use width 32 to keep it quick.)
+# FLOPs? Compare with `memory.optimal_checkpoint_segments(36)`. (Use width 32 to keep it quick;
+# `memory.checkpoint_sweep` runs the sweep of the previous cells on any chain.)
 
 # %% [markdown] tags=["solution"]
 # #### Solution
@@ -304,15 +305,12 @@ for k in range(2, 9):
 n2 = 36
 l2 = [nn.Sequential(nn.Linear(32, 32, rng=i), nn.ReLU()) for i in range(n2)]
 x2 = Tensor(np.ones((8, 32)))
-res = {}
-for k in range(1, n2 + 1):
-    with memory.meter(nn.Sequential(*l2)) as m:
-        checkpoint_sequential(l2, k, x2).sum().backward()
-    res[k] = (m.report().max["activations"] // (8 * 32 * 4), m.report().recompute_overhead)
-best = min(v[0] for v in res.values())
-print("best peak", best, "at k =", [k for k, v in res.items() if v[0] == best])
+res = {r.segments: r for r in memory.checkpoint_sweep(l2, x2)}
+best = min(r.peak for r in res.values())
+print(f"best peak {best:.0f} at k =", [k for k, r in res.items() if r.peak == best])
 print("formula optimum:", memory.optimal_checkpoint_segments(n2), "peak",
-      memory.checkpoint_peak_activations(n2, 6), "; recompute at k=6:", f"{res[6][1]:.0%}")
+      memory.checkpoint_peak_activations(n2, 6), "; recompute at k=6:",
+      f"{res[6].recomputed:.0%}")
 
 
 # %% [markdown]
