@@ -135,3 +135,17 @@ def test_bad_config():
         ex.run_experiment(ex.ExperimentConfig(seeds=()))
     with pytest.raises(ValueError, match="within 7 pixels"):
         ex.shift_images([[0.0] * 64], 8)
+
+
+def test_fp4_fails_without_its_tensor_scale_and_the_recipe_fixes_it(quick):
+    # NVFP4 with e4m3 block scales alone: most gradients sit below 2**-8 and flush to 0
+    acc = {x.method: x.accuracy for x in quick.block_scaled}
+    bf16, nts = acc["BF16 (fp32 master)"], ex.NO_TS
+    assert acc[f"{nts} (RNE)"] < bf16 - 0.25  # training stalls
+    # the fixes: the per-tensor scale, stochastic rounding, the recipe; the Hadamard mostly
+    assert acc["NVFP4 (RNE, 1x16, no RHT)"] > bf16 - 0.03
+    assert acc[f"{nts} + SR gradients"] > bf16 - 0.03
+    assert acc[f"{nts}, recipe (all four)"] > bf16 - 0.05
+    assert acc[f"{nts} + RHT wgrad"] > acc[f"{nts} (RNE)"] + 0.2
+    # 2-D weight blocks treat the weights, not the gradients: no fix
+    assert acc[f"{nts} + 16x16 W blocks"] < bf16 - 0.2

@@ -28,7 +28,12 @@ gradients, fp32 master weights and Adam moments), MXFP8 (Transformer Engine's re
 both passes, 1x32 blocks), NVFP4 with every GEMM operand rounded to nearest even in 1x16
 blocks (weights too) and no Hadamard transform, and NVIDIA's NVFP4 recipe (16x16 weight
 blocks, stochastic rounding of gradients, random Hadamard transforms on the weight-gradient
-inputs, the last layer in BF16). Then one input outlier (``outlier``, 2**20), two ways, on
+inputs, the last layer in BF16). Then the failure case: NVFP4 without its fp32 per-tensor
+scale (e4m3 block scales only, clamped at 2**-6 as torchao does, so magnitudes below 2**-8
+round to 0: most gradients of the mean-reduced loss), with round to nearest (training stalls)
+and with each piece of the recipe alone (stochastic rounding of gradients, the Hadamard
+transform, 16x16 weight blocks, the BF16 last layer) and all four. Then one input outlier
+(``outlier``, 2**20), two ways, on
 the FP32 model (evaluation only; the outlier's weights are zero, so FP32 is unchanged):
 
 - an outlier *channel* (as LLM.int8's outlier features): the input is padded from 64 to 96
@@ -288,8 +293,12 @@ def _mx_model(hidden: int, seed: int, last_bf16: bool = False, **kw) -> nn.Seque
                          MXLinear(hidden, 10, rng=seed + 1000, **kw))
 
 
+NO_TS = "NVFP4 no tensor scale"  # the failure case: e4m3 block scales only
 BLOCK_ROWS = ("BF16 (fp32 master)", "MXFP8 (E4M3, 1x32)", "NVFP4 (RNE, 1x16, no RHT)",
-              "NVFP4 recipe (SR, RHT, 2-D W)", "outlier channel: FP32",
+              "NVFP4 recipe (SR, RHT, 2-D W)", f"{NO_TS} (RNE)", f"{NO_TS} + SR gradients",
+              f"{NO_TS} + RHT wgrad", f"{NO_TS} + 16x16 W blocks",
+              f"{NO_TS} + BF16 last layer", f"{NO_TS}, recipe (all four)",
+              "outlier channel: FP32",
               "outlier channel: FP8 per-tensor", "outlier channel: MXFP8",
               "outlier channel: NVFP4", "outlier channel: NVFP4 block scales only",
               "outlier pixel: MXFP8 1x32", "outlier pixel: MXFP8 1x8")
@@ -440,12 +449,19 @@ def run_experiment(config: ExperimentConfig | None = None, *, quick: bool = Fals
                     master_weights=True, **kw)
         put(bsc, "BF16 (fp32 master)", accuracy(bf, s.x_test, s.y_test), bf,
             training_memory(bf, opt).total)
+        plain = dict(recipe="nvfp4", stochastic_gradients=False, hadamard=False,
+                     weight_2d=False)
+        bare = dict(plain, tensor_scale=False)
         for name, mkw in (("MXFP8 (E4M3, 1x32)", dict(recipe="mxfp8")),
-                          ("NVFP4 (RNE, 1x16, no RHT)",
-                           dict(recipe="nvfp4", stochastic_gradients=False, hadamard=False,
-                                weight_2d=False)),
-                          ("NVFP4 recipe (SR, RHT, 2-D W)",
-                           dict(recipe="nvfp4", last_bf16=True))):
+                          ("NVFP4 (RNE, 1x16, no RHT)", plain),
+                          ("NVFP4 recipe (SR, RHT, 2-D W)", dict(recipe="nvfp4", last_bf16=True)),
+                          (f"{NO_TS} (RNE)", bare),
+                          (f"{NO_TS} + SR gradients", dict(bare, stochastic_gradients=True)),
+                          (f"{NO_TS} + RHT wgrad", dict(bare, hadamard=True)),
+                          (f"{NO_TS} + 16x16 W blocks", dict(bare, weight_2d=True)),
+                          (f"{NO_TS} + BF16 last layer", dict(bare, last_bf16=True)),
+                          (f"{NO_TS}, recipe (all four)",
+                           dict(recipe="nvfp4", tensor_scale=False, last_bf16=True))):
             m = _mx_model(cfg.hidden, seed, **mkw)
             opt = train(m, s.x_train, s.y_train, cfg.epochs, cfg.lr, seed=seed, **kw)
             put(bsc, name, accuracy(m, s.x_test, s.y_test), m, training_memory(m, opt).total)
@@ -488,6 +504,12 @@ def run_experiment(config: ExperimentConfig | None = None, *, quick: bool = Fals
         "MXFP8 (E4M3, 1x32)": "Transformer Engine's MXFP8: both passes E4M3, E8M0 rceil",
         "NVFP4 (RNE, 1x16, no RHT)": "every layer NVFP4, nearest even",
         "NVFP4 recipe (SR, RHT, 2-D W)": "16x16 W blocks, SR grads, RHT wgrad, last layer BF16",
+        f"{NO_TS} (RNE)": "e4m3 block scales only: gradients below ~2**-8 flush",
+        f"{NO_TS} + SR gradients": "stochastic rounding keeps them in expectation",
+        f"{NO_TS} + RHT wgrad": "Hadamard mixes 16 samples before the wgrad cast",
+        f"{NO_TS} + 16x16 W blocks": "weights only: the gradients still flush",
+        f"{NO_TS} + BF16 last layer": "the last layer learns in BF16; the first still flushes",
+        f"{NO_TS}, recipe (all four)": "SR, RHT, 2-D W and BF16 last layer together",
         "outlier channel: FP32": f"96 inputs: 64 pixels, {_num(cfg.outlier)}, 31 zeros",
         "outlier channel: FP8 per-tensor": "inputs E4M3, scale 448 / amax: pixels flushed",
         "outlier channel: MXFP8": "inputs MXFP8 1x32: the outlier in a block of its own",
@@ -571,6 +593,18 @@ def format_result(result: ExperimentResult) -> str:
                 "and one input outlier", ""]
         out += _table_lines(result.block_scaled, "test accuracy")
         out += ["",
+                f"{NO_TS}: NVFP4 with its e4m3 block scales alone (no fp32 per-tensor scale). "
+                "torchao clamps a block scale",
+                "at 2**-6, so values below 2**-8 round to 0 in fp4; a mean-reduced loss's "
+                "gradients mostly sit there, they",
+                "flush, and training stalls. The per-tensor scale amax / (6 * 448) fixes it (the "
+                "NVFP4 rows above); so does",
+                "stochastic rounding of the gradients (unbiased: a flushed value survives in "
+                "expectation) and, mostly, the",
+                "Hadamard transform of the weight-gradient inputs; 16x16 weight blocks do not "
+                "(they treat the weights).",
+                "Sweep over seeds and configurations: docs/mx.md.",
+                "",
                 "Outlier rows: the FP32 model on test inputs holding one value "
                 f"{_num(cfg.outlier)} whose weights are 0 (FP32 unchanged).",
                 "- Outlier channel (an extra input feature, as LLM.int8's outlier features; "

@@ -30,7 +30,10 @@ Recipes (``recipe=``), each choice with its source:
   4.1), is a model choice: use a BF16 ``nn.Linear`` there (as ``fpsim quant`` does).
 
 ``stochastic_gradients``, ``hadamard`` and ``weight_2d`` override a recipe's defaults (the
-ablations). ``rng`` seeds the stochastic rounding and the Hadamard signs.
+ablations), and ``tensor_scale=False`` drops NVFP4's second scale level (the fp32 per-tensor
+scale, section 2): the e4m3 block scales alone, clamped at 2**-6 as torchao does, cannot reach
+values below about 2**-8, which is where the gradients of a mean-reduced loss live (docs/mx.md,
+"Where FP4 fails"). ``rng`` seeds the stochastic rounding and the Hadamard signs.
 
 >>> import numpy as np
 >>> from fpsim.autograd.tensor import Tensor
@@ -79,35 +82,43 @@ def hadamard16(signs: np.ndarray) -> np.ndarray:
 
 
 def fake_quantize_mx(x: np.ndarray, fmt: str, axis: int, scale_mode: str = "floor",
-                     rounding: str = "nearest_even", rng=None) -> np.ndarray:
+                     rounding: str = "nearest_even", rng=None,
+                     tensor_scale: bool = True) -> np.ndarray:
     """``x`` quantized along ``axis`` and dequantized (float32); NVFP4 with the recipe's
-    per-tensor scale ``amax / (6 * 448)`` (none for an all-zero tensor).
+    per-tensor scale ``amax / (6 * 448)`` (none for an all-zero tensor, or with
+    ``tensor_scale=False``: block scales only).
 
     >>> fake_quantize_mx(np.array([[0.3, 1.0, 7.0, 0.0]]), "mxfp4", axis=1).tolist()
     [[0.5, 1.0, 6.0, 0.0]]
     """
     if fmt == "nvfp4":
-        pts = mx.nvfp4_per_tensor_scale(x)
-        q = mx.quantize(x, fmt, axis=axis, rounding=rounding, rng=rng,
-                        per_tensor_scale=pts if pts > 0 and math.isfinite(pts) else None)
+        pts = _tensor_scale(x) if tensor_scale else None
+        q = mx.quantize(x, fmt, axis=axis, rounding=rounding, rng=rng, per_tensor_scale=pts)
     else:
         q = mx.quantize(x, fmt, axis=axis, scale_mode=scale_mode, rounding=rounding, rng=rng)
     return q.dequantize()
 
 
-def fake_quantize_nbytes(w: np.ndarray, fmt: str) -> int:
+def fake_quantize_nbytes(w: np.ndarray, fmt: str, tensor_scale: bool = True) -> int:
     """Storage of ``w`` quantized along its rows (axis 1) in ``fmt``, NVFP4's per-tensor
-    scale included.
+    scale included (unless ``tensor_scale=False``).
 
     >>> fake_quantize_nbytes(np.ones((2, 32), np.float32), "nvfp4")  # 32 + 4 scales + 4
     40
     """
-    pts = mx.nvfp4_per_tensor_scale(w) if fmt == "nvfp4" else None
-    q = mx.quantize(w, fmt, axis=1, per_tensor_scale=pts if pts else None)
+    pts = _tensor_scale(w) if fmt == "nvfp4" and tensor_scale else None
+    q = mx.quantize(w, fmt, axis=1, per_tensor_scale=pts)
     return q.nbytes
 
 
-def _quantize_weight_2d(w: np.ndarray, rounding: str, rng) -> np.ndarray:
+def _tensor_scale(x: np.ndarray) -> float | None:
+    """NVFP4's per-tensor scale of ``x``, None where it is 0 or not finite (no scale)."""
+    pts = mx.nvfp4_per_tensor_scale(x)
+    return pts if pts > 0 and math.isfinite(pts) else None
+
+
+def _quantize_weight_2d(w: np.ndarray, rounding: str, rng,
+                        tensor_scale: bool = True) -> np.ndarray:
     """NVFP4 with one scale per 16x16 tile of ``w`` (zero-padded to whole tiles): the tiles laid
     out as rows of 256 values, quantized as blocks of 256, and put back."""
     o, i = w.shape
@@ -116,9 +127,8 @@ def _quantize_weight_2d(w: np.ndarray, rounding: str, rng) -> np.ndarray:
     pad[:o, :i] = w
     tiles = pad.reshape(po // _TILE, _TILE, pi // _TILE, _TILE).transpose(0, 2, 1, 3)
     tiles = tiles.reshape(po // _TILE, pi // _TILE, _TILE * _TILE)
-    pts = mx.nvfp4_per_tensor_scale(w)
     q = mx.quantize(tiles, "nvfp4", block_size=_TILE * _TILE, rounding=rounding, rng=rng,
-                    per_tensor_scale=pts if pts > 0 and math.isfinite(pts) else None)
+                    per_tensor_scale=_tensor_scale(w) if tensor_scale else None)
     d = q.dequantize().reshape(po // _TILE, pi // _TILE, _TILE, _TILE).transpose(0, 2, 1, 3)
     return np.ascontiguousarray(d.reshape(po, pi)[:o, :i])
 
@@ -145,6 +155,8 @@ class MXLinear(Module):
     - ``recipe``: ``"mxfp8"`` or ``"nvfp4"``.
     - ``stochastic_gradients``, ``hadamard``, ``weight_2d``: None for the recipe's choice, or a
       bool (NVFP4's ablations; ``weight_2d`` needs NVFP4).
+    - ``tensor_scale``: NVFP4's fp32 per-tensor scale on every operand (default True; False:
+      e4m3 block scales only, the failure case of docs/mx.md).
     - ``rng``: seed or Generator for the initialisation, stochastic rounding and the Hadamard
       sign vector.
     """
@@ -152,6 +164,7 @@ class MXLinear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  recipe: str = "mxfp8", stochastic_gradients: bool | None = None,
                  hadamard: bool | None = None, weight_2d: bool | None = None,
+                 tensor_scale: bool = True,
                  rng: np.random.Generator | int | None = None) -> None:
         super().__init__()
         if recipe not in RECIPES:
@@ -165,6 +178,10 @@ class MXLinear(Module):
         if self.weight_2d and fmt != "nvfp4":
             raise ValueError("weight_2d (16x16 weight blocks) is part of the NVFP4 recipe; "
                              f"recipe {recipe!r} quantizes weights in 1x32 blocks")
+        self.tensor_scale = bool(tensor_scale)
+        if not self.tensor_scale and fmt != "nvfp4":
+            raise ValueError("tensor_scale=False drops NVFP4's per-tensor scale; recipe "
+                             f"{recipe!r} has E8M0 block scales only already")
         self.in_features, self.out_features = in_features, out_features
         self._rng = np.random.default_rng() if rng is None else as_generator(rng)
         self.weight = Parameter(np.zeros((out_features, in_features)), FP32)
@@ -187,7 +204,8 @@ class MXLinear(Module):
     def _q(self, a: np.ndarray, axis: int, gradient: bool = False) -> np.ndarray:
         sr = gradient and self.stochastic_gradients
         return fake_quantize_mx(a, self.fmt, axis, self.scale_mode,
-                                "stochastic" if sr else "nearest_even", self._rng)
+                                "stochastic" if sr else "nearest_even", self._rng,
+                                self.tensor_scale)
 
     def forward(self, x: Tensor) -> Tensor:
         x = x if isinstance(x, Tensor) else Tensor(x)
@@ -197,7 +215,7 @@ class MXLinear(Module):
         w32 = self.weight.numpy(np.float32)
         xq = self._q(x32, axis=1)  # forward: blocks along in_features
         if self.weight_2d:
-            wq = _quantize_weight_2d(w32, "nearest_even", self._rng)
+            wq = _quantize_weight_2d(w32, "nearest_even", self._rng, self.tensor_scale)
             wq_t = wq  # the same quantized weight serves the data gradient
         else:
             wq = self._q(w32, axis=1)
@@ -236,10 +254,11 @@ class MXLinear(Module):
         bias = 0 if self.bias is None else 4 * self.bias.numel()
         if self.weight_2d:
             tiles = -(-self.out_features // _TILE) * -(-self.in_features // _TILE)
-            return (w32.size * 4 + 7) // 8 + tiles + 4 + bias
-        return fake_quantize_nbytes(w32, self.fmt) + bias
+            return (w32.size * 4 + 7) // 8 + tiles + 4 * self.tensor_scale + bias
+        return fake_quantize_nbytes(w32, self.fmt, self.tensor_scale) + bias
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"recipe={self.recipe}, stochastic_gradients={self.stochastic_gradients}, "
-                f"hadamard={self.hadamard}, weight_2d={self.weight_2d}")
+                f"hadamard={self.hadamard}, weight_2d={self.weight_2d}"
+                + ("" if self.tensor_scale else ", tensor_scale=False"))
