@@ -28,13 +28,12 @@ import numpy as np
 
 import fpsim
 from fpsim import amp, nn, optim
-from fpsim.autograd import Tensor, no_grad
+from fpsim.autograd import Tensor
 from fpsim.autograd import functional as F
-from fpsim.datasets import Split, load_digits
+from fpsim.datasets import Split, load_digits, minibatches
+from fpsim.quant.experiment import accuracy  # top-1, inputs in the model's format
 from fpsim.viz import style
-
-R = amp.fp16_range_shading()  # binary exponents: smallest subnormal -24, normal -14, max 15
-XLIM = (-88, 24)
+from fpsim.viz.training import gradient_exponent_histogram
 
 
 class MLP(nn.Module):
@@ -58,22 +57,6 @@ class MLP(nn.Module):
             if i < len(self.names) - 1:
                 h = F.relu(h)
         return h
-
-
-def batches(data: Split, n_epochs: int, batch: int = 64, seed: int = 0):
-    """(epoch, indices) of shuffled mini-batches (the last partial batch dropped)."""
-    rng = np.random.default_rng(seed)
-    n = len(data.x_train)
-    for epoch in range(n_epochs):
-        order = rng.permutation(n)
-        for i in range(0, n - batch + 1, batch):
-            yield epoch, order[i:i + batch]
-
-
-def accuracy(model: MLP, data: Split, fmt: str = "fp32") -> float:
-    with no_grad():
-        logits = model(Tensor(data.x_test, fmt)).numpy(np.float64)
-    return float(np.mean(logits.argmax(axis=1) == data.y_test))
 
 
 # ------------------------------------------------------------------------------ 1 and 2
@@ -126,7 +109,7 @@ def record_fp32_run(data: Split, epochs: int):
     model = MLP()
     opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     record, epoch_of, losses = [], [], []
-    for epoch, idx in batches(data, epochs):
+    for epoch, idx in minibatches(len(data.x_train), 64, epochs, rng=0):
         opt.zero_grad()
         loss = F.cross_entropy(model(Tensor(data.x_train[idx])), data.y_train[idx])
         loss.backward()
@@ -139,37 +122,16 @@ def record_fp32_run(data: Split, epochs: int):
     return record, np.array(epoch_of), np.array(losses), model
 
 
-def exponent_panel(ax, values: np.ndarray, title: str, shift: int = 0,
-                   color: str = "#7F7F7F") -> None:
-    """Histogram of floor(log2|values|) + shift (share of the non-zero values) on fp16's
-    shaded range."""
-    shades = [(-200, R.smallest_subnormal, style.ROLE_COLORS["underflow"], "-> 0 in fp16"),
-              (R.smallest_subnormal, R.smallest_normal, style.format_color("fp16"),
-               "subnormal"),
-              (R.max + 1, 200, style.ROLE_COLORS["overflow"], "overflow")]
-    h = amp.exponent_histogram(values, range(XLIM[0] - shift, XLIM[1] - shift))
-    for lo, hi, col, label in shades:
-        ax.axvspan(max(lo, XLIM[0]), min(hi, XLIM[1]), facecolor=col, lw=0, label=label,
-                   alpha=0.35 if label == "subnormal" else 0.6,
-                   hatch="//" if label == "overflow" else None, edgecolor="#A0412D")
-    edges = np.append(h.exponents, h.exponents[-1] + 1) + shift
-    ax.stairs(h.counts / (h.total - h.zeros), edges, fill=True, color=color, alpha=0.85)
-    ax.set_xlim(*XLIM)
-    ax.set_title(title, loc="left", fontsize=10)
-    ticks = range(-80, 17, 16)
-    ax.set_xticks(ticks, [style.pow2_label(k) for k in ticks])
-
-
 def histogram_figure(grads: dict[str, np.ndarray], steps: int) -> style.Figure:
     with style.context():
-        fig, axes = style.new_figure((11, 5), nrows=2, ncols=3, sharex=True)
+        fig, axes = style.new_figure((12, 6.4), nrows=2, ncols=3)
         for ax, name in zip(axes.ravel(), grads, strict=True):
-            exponent_panel(ax, grads[name], f"gradient of {name}")
-        for ax in axes[:, 0]:
-            ax.set_ylabel("share per binade")
-        for ax in axes[1]:
-            ax.set_xlabel("|gradient| (binade)")
-        axes[0, 0].legend(loc="upper left", fontsize=8)
+            gradient_exponent_histogram(amp.exponent_histogram(grads[name]), "fp16", ax=ax,
+                                        title=f"gradient of {name}", labels=[name])
+        for ax in axes[0]:
+            ax.set_xlabel("")
+        for ax in axes[:, 1:].ravel():
+            ax.set_ylabel("")
         fig.suptitle(f"Gradients of {steps} fp32 training steps against fp16's range", x=0.01,
                      ha="left")
     return fig
@@ -193,15 +155,20 @@ def underflow_per_epoch_figure(record, epoch_of) -> style.Figure:
 
 def loss_scale_figure(pooled: np.ndarray) -> style.Figure:
     with style.context():
-        fig, axes = style.new_figure((9, 6.4), nrows=4, sharex=True, sharey=True)
+        fig, axes = style.new_figure((9, 8), nrows=4, sharex=True, sharey=True)
+        h = amp.exponent_histogram(pooled)
         for ax, k in zip(axes, (0, 3, 7, 16), strict=True):
-            s = amp.underflow_stats(pooled * 2.0**k, "fp16")
-            exponent_panel(ax, pooled, f"S = 2**{k}: {s.fraction:.1%} flushed to 0, "
-                           f"{s.subnormal_fraction:.1%} subnormal, {s.overflowed} overflow",
-                           shift=k, color=style.format_color("fp32"))
+            s = amp.underflow_stats(pooled * 2.0**k, "fp16")  # x 2**k is exact in float64
+            gradient_exponent_histogram(
+                [h, amp.exponent_histogram(pooled * 2.0**k)], "fp16", ax=ax, shift=k,
+                labels=["gradient", f"2**{k} x gradient"],
+                title=f"S = 2**{k}: {s.fraction:.1%} flushed to 0, "
+                      f"{s.subnormal_fraction:.1%} subnormal, {s.overflowed} overflow")
             ax.set_ylabel("share")
-        axes[0].legend(loc="upper right", fontsize=8)
-        axes[-1].set_xlabel("|S x gradient| (binade)")
+        for ax in axes[1:]:
+            ax.get_legend().remove()  # the key once (the shares are in the titles)
+        for ax in axes[:-1]:
+            ax.set_xlabel("")
     return fig
 
 
@@ -212,7 +179,7 @@ def train_fp16_scaled(data: Split, epochs: int, scaler):
     params = list(model.parameters())
     opt = optim.SGD(params, lr=0.1, momentum=0.9, master_weights=True)
     losses = []
-    for _, idx in batches(data, epochs):
+    for _, idx in minibatches(len(data.x_train), 64, epochs, rng=0):  # fp32 run's batches
         opt.zero_grad()
         for p in params:
             p.grad_fmt = None  # fp16 gradients in backward
@@ -225,7 +192,7 @@ def train_fp16_scaled(data: Split, epochs: int, scaler):
         scaler.step(opt)
         scaler.update()
         losses.append(loss.item())
-    return np.array(losses), scaler.history, accuracy(model, data, "fp16")
+    return np.array(losses), scaler.history, accuracy(model, data.x_test, data.y_test)
 
 
 def grad_scaler_figure(history, losses16, losses32, growth_interval: int) -> style.Figure:
@@ -274,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
 
     data = load_digits()
     record, epoch_of, losses32, model = record_fp32_run(data, args.epochs)
-    print(f"\nfp32 training: {len(record)} steps, test accuracy {accuracy(model, data):.3f}")
+    print(f"\nfp32 training: {len(record)} steps, test accuracy "
+          f"{accuracy(model, data.x_test, data.y_test):.3f}")
     grads = {name: np.concatenate([g[name].ravel() for g in record]).astype(np.float64)
              for name in record[0]}
     print(f"  {'gradient of':12s} {'values':>9s} {'exact zero':>11s} {'-> 0 in fp16':>13s} "
