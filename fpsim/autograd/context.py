@@ -278,7 +278,7 @@ def promote_formats(*fmts: Format) -> Format:
     """
     out = fmts[0]
     for f in fmts[1:]:
-        if f == out or contains(out, f):
+        if f is out or f == out or contains(out, f):  # identity first: == compares fields
             continue
         if contains(f, out):
             out = f
@@ -396,7 +396,7 @@ def check_same_format(op: str, *tensors) -> None:
     >>> check_same_format("matmul", fpsim.Tensor([1.0], "bf16"), fpsim.Tensor([1.0], "bf16"))
     """
     fmts = [t.fmt for t in tensors if t is not None]
-    if all(f == fmts[0] for f in fmts[1:]) or _AUTOCAST_HOOK.get() is not None:
+    if all(f is fmts[0] or f == fmts[0] for f in fmts[1:]) or _AUTOCAST_HOOK.get() is not None:
         return
     names = " and ".join(f.name for f in fmts)
     raise TypeError(

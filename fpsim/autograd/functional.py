@@ -466,11 +466,12 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *,
                          f"match (need input (..., {w.shape[-1] if w.ndim else '?'}) and weight "
                          "(out_features, in_features))")
     parents = [x, w]
-    check_same_format("linear", x, w, None if bias is None else as_tensor(bias))
+    b = None if bias is None else as_tensor(bias)
+    if x.fmt is not w.fmt or (b is not None and b.fmt is not x.fmt):  # one format: nothing to check
+        check_same_format("linear", x, w, b)
     fmt = x.fmt if x.fmt is w.fmt else promote_formats(x.fmt, w.fmt)
     b64 = None
-    if bias is not None:
-        b = as_tensor(bias)
+    if b is not None:
         if b.shape != (w.shape[0],):
             raise ValueError(f"linear: bias shape {b.shape} does not match weight shape "
                              f"{w.shape} (need ({w.shape[0]},))")

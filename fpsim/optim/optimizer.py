@@ -124,10 +124,14 @@ class Optimizer:
 
     def _state_get(self, st: dict, key: str, dtype):
         v = st.get(key)
-        return None if v is None else widen(v, dtype)
+        return v if v is None or v.dtype == dtype else widen(v, dtype)
 
     def _state_set(self, st: dict, key: str, value: np.ndarray) -> None:
-        st[key] = round_to(value, self._step_state_fmt)
+        fmt = self._step_state_fmt
+        # round_to's own first test, without the call (fp32 state of a float32 update)
+        if value.dtype != fmt.storage_dtype or fmt.dtype is None:
+            value = round_to(value, fmt)
+        st[key] = value
 
     def step(self, closure: Callable | None = None):
         """One update of every parameter that has a gradient; returns ``closure()`` when
