@@ -45,11 +45,13 @@ import numpy as np
 
 import fpsim
 from fpsim import amp, nn, optim
-from fpsim.autograd import Tensor, no_grad
+from fpsim.autograd import Tensor
 from fpsim.autograd import functional as F
 from fpsim.course import checker
-from fpsim.datasets import load_digits
+from fpsim.datasets import load_digits, minibatches
+from fpsim.quant.experiment import accuracy  # top-1 accuracy of a model on (x, y)
 from fpsim.viz import style  # fpsim's colours and helpers; figures are plain matplotlib
+from fpsim.viz.training import gradient_exponent_histogram
 
 check = checker("02")  # check("question", answer) says right or wrong, never the answer
 print("fpsim", fpsim.__version__)
@@ -262,27 +264,15 @@ print(f"digits: {len(data.x_train):,} training and {len(data.x_test):,} test ima
       "(load_digits() holds out a quarter)")
 
 
-def batches(n_epochs, batch=64, seed=0):
-    """Indices of shuffled mini-batches, epoch after epoch (the last partial batch dropped)."""
-    rng = np.random.default_rng(seed)
-    n = len(data.x_train)
-    for epoch in range(n_epochs):
-        order = rng.permutation(n)
-        for i in range(0, n - batch + 1, batch):
-            yield epoch, order[i:i + batch]
-
-
-def accuracy(model, fmt="fp32"):
-    with no_grad():
-        logits = model(Tensor(data.x_test, fmt)).numpy(np.float64)
-    return float(np.mean(logits.argmax(axis=1) == data.y_test))
-
-
+# minibatches(n, 64, epochs) yields (epoch, indices): every epoch a fresh shuffle of the n
+# training images cut into batches of 64 (the last partial batch dropped), from one seeded
+# generator, so a second run with rng=0 sees the same batches. accuracy(model, x, y): the share
+# of images whose largest logit is the right class (inputs in the model's format, no graph).
 t0 = time.perf_counter()
 model = MLP()
 opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 record, epoch_of, fp32_loss = [], [], []
-for epoch, idx in batches(15):
+for epoch, idx in minibatches(len(data.x_train), 64, epochs=15, rng=0):
     opt.zero_grad()
     loss = F.cross_entropy(model(Tensor(data.x_train[idx])), data.y_train[idx])
     loss.backward()
@@ -294,7 +284,7 @@ for epoch, idx in batches(15):
     opt.step()
 epoch_of = np.array(epoch_of)
 print(f"{len(record)} steps in {time.perf_counter() - t0:.1f} s; last batch loss "
-      f"{fp32_loss[-1]:.4f}; test accuracy {accuracy(model):.3f}")
+      f"{fp32_loss[-1]:.4f}; test accuracy {accuracy(model, data.x_test, data.y_test):.3f}")
 
 # %% [markdown]
 # For each recorded tensor, over all 315 steps: the share of values that are exactly zero in fp32
@@ -316,42 +306,22 @@ for name, g in grads.items():
 # The exponent histograms make it visible. Each bar counts the values with
 # $\lfloor \log_2 |g| \rfloor = e$ (`amp.exponent_histogram`), that is the binade
 # $[2^e, 2^{e+1})$; the shading is fp16's range (`amp.fp16_range_shading()`): flushed to zero
-# below $2^{-24}$ (values in $[2^{-25}, 2^{-24})$ round to 0 or $2^{-24}$), subnormal up to
-# $2^{-14}$, overflow from $2^{16}$.
+# below $2^{-25}$ (values in $[2^{-25}, 2^{-24})$ round to 0 or $2^{-24}$), subnormal up to
+# $2^{-14}$, overflow from $2^{16}$. `fpsim.viz.training.gradient_exponent_histogram` draws
+# such a panel (each with its own window of binades).
 
 # %%
-R = amp.fp16_range_shading()  # binary exponents: smallest subnormal -24, normal -14, max 15
-SHADES = [(-200, R.smallest_subnormal, style.ROLE_COLORS["underflow"], "-> 0 in fp16"),
-          (R.smallest_subnormal, R.smallest_normal, style.format_color("fp16"), "subnormal"),
-          (R.max + 1, 200, style.ROLE_COLORS["overflow"], "overflow")]
-XLIM = (-88, 24)  # binary exponents shown: the run's gradients reach down to 2**-80
-
-
-def exponent_panel(ax, values, title, shift=0, color="#7F7F7F"):
-    """Histogram of floor(log2|values|) + shift as a share of the non-zero values, on fp16's
-    shaded range."""
-    h = amp.exponent_histogram(values, range(XLIM[0] - shift, XLIM[1] - shift))
-    nonzero = h.total - h.zeros
-    for lo, hi, col, label in SHADES:
-        ax.axvspan(max(lo, XLIM[0]), min(hi, XLIM[1]), facecolor=col, lw=0, label=label,
-                   alpha=0.35 if label == "subnormal" else 0.6,
-                   hatch="//" if label == "overflow" else None, edgecolor="#A0412D")
-    edges = np.append(h.exponents, h.exponents[-1] + 1) + shift
-    ax.stairs(h.counts / nonzero, edges, fill=True, color=color, alpha=0.85)
-    ax.set_xlim(*XLIM)
-    ax.set_title(title, loc="left", fontsize=10)
-    ticks = range(-80, 17, 16)
-    ax.set_xticks(ticks, [style.pow2_label(k) for k in ticks])
-
-
-fig, axes = style.new_figure((11, 5), nrows=2, ncols=3, sharex=True)
+# One panel per recorded tensor: gradient_exponent_histogram draws the histogram of
+# amp.exponent_histogram(values) (share of the non-zero values per binade) on fp16's shaded
+# range, amp.fp16_range_shading(), and gives in its key the share below 2**-25.
+fig, axes = style.new_figure((12, 6.4), nrows=2, ncols=3)
 for ax, name in zip(axes.ravel(), grads, strict=True):
-    exponent_panel(ax, grads[name], f"gradient of {name}")
-for ax in axes[:, 0]:
-    ax.set_ylabel("share per binade")
-for ax in axes[1]:
-    ax.set_xlabel("|gradient| (binade)")
-axes[0, 0].legend(loc="upper left", fontsize=8)
+    gradient_exponent_histogram(amp.exponent_histogram(grads[name]), "fp16", ax=ax,
+                                title=f"gradient of {name}", labels=[name])
+for ax in axes[0]:
+    ax.set_xlabel("")
+for ax in axes[:, 1:].ravel():
+    ax.set_ylabel("")
 fig.suptitle("Gradients of 315 fp32 training steps against fp16's range", x=0.01,
              ha="left")
 fig
@@ -399,21 +369,26 @@ fig
 # %%
 pooled = np.concatenate(list(grads.values()))
 scales = {"1": 1.0, "8": 8.0, "128": 128.0, "2**16": 2.0**16}
-fig, axes = style.new_figure((9, 6.4), nrows=4, sharex=True, sharey=True)
+h = amp.exponent_histogram(pooled)
+fig, axes = style.new_figure((9, 8), nrows=4, sharex=True, sharey=True)
 for ax, (label, S) in zip(axes, scales.items(), strict=True):
-    s = amp.underflow_stats(pooled * S, "fp16")
-    exponent_panel(ax, pooled, f"S = {label}: {s.fraction:.1%} flushed to 0, "
-                   f"{s.subnormal_fraction:.1%} subnormal, {s.overflowed} overflow",
-                   shift=int(np.log2(S)), color=style.format_color("fp32"))
+    s = amp.underflow_stats(pooled * S, "fp16")  # a power of two: S * g is exact in float64
+    gradient_exponent_histogram(  # unscaled (grey) and scaled, the shift as an arrow
+        [h, amp.exponent_histogram(pooled * S)], "fp16", ax=ax, shift=int(np.log2(S)),
+        labels=["gradient", f"{label} x gradient"],
+        title=f"S = {label}: {s.fraction:.1%} flushed to 0, "
+              f"{s.subnormal_fraction:.1%} subnormal, {s.overflowed} overflow")
     ax.set_ylabel("share")
-axes[0].legend(loc="upper right", fontsize=8)
-axes[-1].set_xlabel("|S x gradient| (binade)")
+for ax in axes[1:]:
+    ax.get_legend().remove()  # the key once
+for ax in axes[:-1]:
+    ax.set_xlabel("")
 fig
 
 # %% [markdown]
-# *What to see:* a loss scale S slides the whole histogram right by log2 S binades without
-# changing its shape, moving values out of the flush and subnormal bands; at 2^16 it is still far
-# from overflow.
+# *What to see:* a loss scale S slides the whole histogram right by log2 S binades (from grey
+# to orange, the arrow) without changing its shape, moving values out of the flush and
+# subnormal bands; at 2^16 it is still far from overflow.
 
 # %%
 h = amp.exponent_histogram(pooled)
@@ -492,7 +467,8 @@ def train_fp16(scaler, n_epochs=15):
     params = list(model.parameters())
     opt = optim.SGD(params, lr=0.1, momentum=0.9, master_weights=True)
     losses = []
-    for _epoch, idx in batches(n_epochs):
+    # the fp32 run's batches: the same seed gives the same shuffles
+    for _epoch, idx in minibatches(len(data.x_train), 64, epochs=n_epochs, rng=0):
         opt.zero_grad()
         for p in params:
             p.grad_fmt = None  # gradients in the parameters' format (fp16) again
@@ -505,7 +481,7 @@ def train_fp16(scaler, n_epochs=15):
         scaler.step(opt)  # unscale, check for inf/NaN, step unless found
         scaler.update()   # grow or back off
         losses.append(loss.item())
-    return np.array(losses), scaler.history, accuracy(model, "fp16")
+    return np.array(losses), scaler.history, accuracy(model, data.x_test, data.y_test)
 
 
 t0 = time.perf_counter()
@@ -514,7 +490,7 @@ scale = np.array([h["scale"] for h in history])
 skipped = np.array([h["skipped"] for h in history])
 print(f"{len(history)} steps in {time.perf_counter() - t0:.1f} s; skipped {skipped.sum()}; "
       f"final scale 2**{np.log2(history[-1]['new_scale']):.0f}; test accuracy {acc16:.3f} "
-      f"(fp32 run: {accuracy(model):.3f})")
+      f"(fp32 run: {accuracy(model, data.x_test, data.y_test):.3f})")
 
 # %%
 steps = np.arange(len(history))
