@@ -20,6 +20,7 @@ The tables below are printed from the presets:
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -93,47 +94,47 @@ class MXFormat:
     block_size: int
     scale: str  # "e8m0" (MX) or "e4m3" (NVFP4)
 
-    @property
+    @functools.cached_property  # read on every quantize call; frozen, so cached
     def is_int(self) -> bool:
         """True for MXINT8, whose elements are integers times 2**-6."""
         return isinstance(self.element, IntFormat)
 
-    @property
+    @functools.cached_property
     def elem_bits(self) -> int:
         """Stored bits per element."""
         return self.element.bits
 
-    @property
+    @functools.cached_property
     def elem_emax(self) -> int:
         """The spec's emax_elem: exponent of the largest binade of the element format."""
         return 0 if self.is_int else self.element.emax
 
-    @property
+    @functools.cached_property
     def elem_max(self) -> float:
         """Largest finite element value (MXINT8: 127 / 64, the symmetric range)."""
         if self.is_int:
             return 127.0 / (1 << MXINT8_FRACTION_BITS)
         return self.element.max
 
-    @property
+    @functools.cached_property
     def elem_mbits(self) -> int:
         """Fraction bits of the element (MXINT8: 6, the bits below its implicit binary point)."""
         return MXINT8_FRACTION_BITS if self.is_int else self.element.mantissa_bits
 
-    @property
+    @functools.cached_property
     def storage_dtype(self) -> np.dtype:
         """The dtype ``elements`` are held in (one element per byte; :meth:`MXArray.pack`
         packs fp6 and fp4 to their real width)."""
         return np.dtype(np.int8) if self.is_int else self.element.dtype
 
-    @property
+    @functools.cached_property
     def scale_dtype(self) -> np.dtype:
         """The dtype of the block scales: ml_dtypes float8_e8m0fnu or float8_e4m3fn."""
         if self.scale == "e8m0":
             return np.dtype(ml_dtypes.float8_e8m0fnu)
         return np.dtype(ml_dtypes.float8_e4m3fn)
 
-    @property
+    @functools.cached_property
     def bits_per_value(self) -> float:
         """Storage per value at the default block size: element bits + 8 / block_size."""
         return self.elem_bits + 8 / self.block_size

@@ -225,7 +225,7 @@ def e8m0_exponent(amax: np.ndarray, fmt: MXFormat, mode: ScaleMode) -> np.ndarra
     m, k = np.frexp(amax)  # amax = m * 2**k, m in [0.5, 1): floor(log2 amax) = k - 1
     k = k.astype(np.int32)
     # finite nonzero blocks are the rule: the zero / inf / NaN fixes run only when needed
-    special = not bool((amax > 0).all() and (amax < np.inf).all())
+    special = not bool(amax.all() and np.isfinite(amax).all())  # amax >= 0: zero, inf, NaN
     if mode is ScaleMode.RCEIL:
         elem_max = amax.dtype.type(fmt.elem_max)
         with np.errstate(over="ignore", invalid="ignore"):
