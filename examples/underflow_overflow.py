@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from fpsim.autograd import functional as F
 from fpsim.datasets import Split, load_digits, minibatches
 from fpsim.quant.experiment import accuracy  # top-1, inputs in the model's format
 from fpsim.viz import style
-from fpsim.viz.training import gradient_exponent_histogram
+from fpsim.viz.training import gradient_exponent_histogram, loss_curves, loss_scale_trajectory
 
 
 class MLP(nn.Module):
@@ -196,29 +197,20 @@ def train_fp16_scaled(data: Split, epochs: int, scaler):
 
 
 def grad_scaler_figure(history, losses16, losses32, growth_interval: int) -> style.Figure:
-    scale = np.log2([h["scale"] for h in history])
-    skipped = np.array([h["skipped"] for h in history])
-    steps = np.arange(len(history))
+    # fpsim.viz.training draws runs of the training demo: anything with these attributes
+    fp16 = SimpleNamespace(precision="mixed-fp16", step_loss=losses16,
+                           step_scale=np.array([h["scale"] for h in history]),
+                           step_skipped=np.array([h["skipped"] for h in history]))
+    fp32 = SimpleNamespace(precision="fp32", step_loss=losses32)
     with style.context():
         fig, (ax1, ax2) = style.new_figure((9, 5.2), nrows=2, sharex=True,
                                            height_ratios=[3, 2])
-        ax1.step(steps, scale, where="post", color=style.format_color("fp16"), lw=1.8,
-                 label="loss scale used at the step")
-        ax1.plot(steps[skipped], scale[skipped], "x", color=style.ROLE_COLORS["mean"], ms=7,
-                 mew=2, label="overflow: step skipped, scale halved")
-        ks = range(int(scale.min()) - 1, int(scale.max()) + 2)
-        ax1.set_yticks(ks, [style.pow2_label(k) for k in ks])
-        ax1.set_ylabel("scale")
+        loss_scale_trajectory([fp16], ax=ax1)
         ax1.set_title(f"GradScaler(init_scale=2**16, growth_interval={growth_interval}) on "
-                      "fp16 training", loc="left")
-        ax1.legend(loc="upper left")
-        ax2.plot(steps, losses32, color=style.format_color("fp32"), lw=1, label="fp32 run")
-        ax2.plot(steps, losses16, color=style.format_color("fp16"), lw=1, alpha=0.8,
-                 label="fp16 + master weights + GradScaler")
-        ax2.set_yscale("log")
-        ax2.set_xlabel("step")
+                      "fp16 training", fontsize=10)
+        ax1.set_xlabel("")
+        loss_curves([fp32, fp16], smooth=1, ax=ax2, title="")
         ax2.set_ylabel("batch loss")
-        ax2.legend(loc="lower left")
     return fig
 
 
