@@ -36,7 +36,7 @@ def _loop(X, c, order: str):
     acc = reductions._Acc(c, X.shape[0])
     if order == "sequential":
         return reductions._sequential_loop(X, acc)
-    return reductions._kahan_loop(X, acc)
+    return getattr(reductions, "_kahan_loop", reductions._kahan)(X, acc)  # older trees: _kahan
 
 
 MODE_CASES = [("bf16", "up", False), ("fp16", "toward_zero", False), ("bf16", "stochastic", False),

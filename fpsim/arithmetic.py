@@ -637,6 +637,13 @@ _NATIVE_FORMATS = (FP16, BF16, FP32)
 _NATIVE_INPUTS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
+def fast_paths_on() -> bool:
+    """False while the tests run the general kernel everywhere (``_FORCE_GENERAL``), so that
+    every shortcut (native types, :mod:`fpsim.reductions`' Python-float steps) can be
+    compared with it. Internal API."""
+    return not _FORCE_GENERAL
+
+
 def native_ok(c: OpContext) -> bool:
     """May c's correctly rounded + - * / sqrt run as the native type's operations (fp16,
     bf16 or fp32, nearest even, IEEE policies, no flags: see above)? Internal API, for

@@ -74,6 +74,9 @@ def test_orders_step_by_step_against_fractions(fmt, order, rows, n):
             want, wfl = _ref_rows(X, fmt, mode, opts, order)
             assert _same(got, want), (order, mode, opts, got, want)
             assert np.array_equal(gfl, wfl), (order, mode, opts, gfl, wfl)
+            # without flags, few rows take the Python-float steps
+            got = fpsim.sum(X, fmt, axis=1, order=order, rounding=mode, **opts)
+            assert _same(got, want), ("no flags", order, mode, opts, got, want)
             # the same along axis 0 of the transposed matrix (another memory layout)
             assert _same(fpsim.sum(X.T, fmt, axis=0, order=order, rounding=mode, **opts), want)
 
@@ -102,3 +105,66 @@ def test_one_long_axis():
         want, wfl = _ref_rows(x[None], fpsim.BF16, mode, {}, "sequential")
         got, fl = fpsim.sum(x, "bf16", rounding=mode, flags=True)
         assert _same(got, want[0]) and int(fl) == int(wfl[0])
+
+
+DETERMINISTIC = [m for m in MODES if m != "stochastic"]
+SCALAR_FORMATS = FORMATS[:-1] + [fpsim.FP6_E2M3, fpsim.FP6_E3M2, fpsim.FP8_E5M2FNUZ,
+                                 fpsim.Format(9, 30), fpsim.Format(4, 3, subnormals=False)]
+
+
+def _hard_rows(fmt, rows, n, seed):
+    """Ties, exact cancellations (signed zeros), near-overflow and subnormal sums."""
+    rng = np.random.default_rng(seed)
+    x = _rows(fmt, rows, n, seed)
+    half = np.asarray(fpsim.round(x * 2.0 ** -(fmt.mantissa_bits + 1), fmt))
+    x[1, 1::2] = half[1, 1::2]  # below or at half an ulp of the running sum
+    x[2, 1::2] = -x[2, 0::2][: x[2, 1::2].size]  # exact cancellations: signed zeros
+    x[3] = fmt.smallest_subnormal * rng.integers(-3, 4, n)
+    x[3, 0] = -0.0
+    return x
+
+
+@pytest.mark.parametrize("fmt", SCALAR_FORMATS, ids=lambda f: f.name)
+def test_python_float_steps_equal_the_vectorised_loop(fmt):
+    """Few rows without flags run on Python floats; many rows, or flags, run the vectorised
+    loop: the same values, zero signs included, in every deterministic mode and policy."""
+    X = _hard_rows(fmt, 6, 60, seed=fmt.bits + fmt.mantissa_bits)
+    for mode in DETERMINISTIC:
+        for opts in OPTIONS + [{"overflow": "saturate", "subnormals": "flush",
+                                "tininess": "before"}]:
+            c = fpsim.arithmetic.context(fmt, mode, **opts)
+            for order, loop in (("sequential", reductions._sequential_loop),
+                                ("kahan", reductions._kahan_loop)):
+                assert reductions._scalar_ok(c, X.shape[0])
+                want = loop(X, reductions._Acc(c, X.shape[0]))
+                got = fpsim.sum(X, fmt, axis=1, order=order, rounding=mode, **opts)
+                assert _same(got, want), (order, mode, opts, got, want)
+
+
+def test_python_float_steps_only_where_they_apply():
+    c = fpsim.arithmetic.context("bf16", "up")
+    assert reductions._scalar_ok(c, 16) and not reductions._scalar_ok(c, 17)
+    assert not reductions._scalar_ok(fpsim.arithmetic.context("bf16", "up", flags=True), 1)
+    assert not reductions._scalar_ok(fpsim.arithmetic.context("bf16", "stochastic"), 1)
+    assert not reductions._scalar_ok(fpsim.arithmetic.context(fpsim.Format(11, 20), "up"), 1)
+
+
+@pytest.mark.parametrize("fmt", SCALAR_FORMATS, ids=lambda f: f.name)
+def test_python_float_steps_at_binade_edges(fmt):
+    """a + b with a a power of two (or the largest finite, or the smallest normal) and b far
+    below its last bit: the sum lies just below or above a binade edge, where the quantum
+    changes. Pairs in groups of 16 rows (the Python-float path) against the vectorised loop."""
+    tiny = [fmt.smallest_subnormal, fmt.smallest_normal, 2.0 ** (fmt.emin + 3)]
+    big = [2.0 ** k for k in (fmt.emin, fmt.emin + 1, 0, 1, fmt.emax)] + [fmt.max]
+    pairs = [(s1 * a, s2 * b) for a in big for b in tiny + [a * 2.0 ** -(fmt.mantissa_bits + 1),
+                                                              a * 2.0 ** -(fmt.mantissa_bits + 2)]
+             for s1 in (1, -1) for s2 in (1, -1)]
+    X = np.asarray(fpsim.round(np.array(pairs), fmt, "toward_zero"))
+    for mode in DETERMINISTIC:
+        for opts in OPTIONS:
+            c = fpsim.arithmetic.context(fmt, mode, **opts)
+            for i in range(0, len(X), 16):
+                G = X[i:i + 16]
+                want = reductions._sequential_loop(G, reductions._Acc(c, len(G)))
+                got = fpsim.sum(G, fmt, axis=1, rounding=mode, **opts)
+                assert _same(got, want), (mode, opts, G[~((got == want) | np.isnan(got))])
