@@ -40,6 +40,7 @@
 
 # %%
 import time
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -51,7 +52,7 @@ from fpsim.course import checker
 from fpsim.datasets import load_digits, minibatches
 from fpsim.quant.experiment import accuracy  # top-1 accuracy of a model on (x, y)
 from fpsim.viz import style  # fpsim's colours and helpers; figures are plain matplotlib
-from fpsim.viz.training import gradient_exponent_histogram
+from fpsim.viz.training import gradient_exponent_histogram, loss_curves, loss_scale_trajectory
 
 check = checker("02")  # check("question", answer) says right or wrong, never the answer
 print("fpsim", fpsim.__version__)
@@ -493,27 +494,21 @@ print(f"{len(history)} steps in {time.perf_counter() - t0:.1f} s; skipped {skipp
       f"(fp32 run: {accuracy(model, data.x_test, data.y_test):.3f})")
 
 # %%
-steps = np.arange(len(history))
+# fpsim.viz.training plots runs of fpsim's training demo (fpsim demo); any object with the
+# same attributes will do: the scale and skipped flag of every step, the batch losses
+fp16_run = SimpleNamespace(precision="mixed-fp16", step_scale=scale, step_skipped=skipped,
+                           step_loss=losses16)
+fp32_run = SimpleNamespace(precision="fp32", step_loss=np.array(fp32_loss))
 fig, (ax1, ax2) = style.new_figure((9, 5.2), nrows=2, sharex=True, height_ratios=[3, 2])
-ax1.step(steps, np.log2(scale), where="post", color=style.format_color("fp16"), lw=1.8,
-         label="loss scale used at the step")
-ax1.plot(steps[skipped], np.log2(scale[skipped]), "x", color=style.ROLE_COLORS["mean"], ms=7,
-         mew=2, label="overflow: step skipped, scale halved")
-ax1.set_yticks(range(15, 22), [style.pow2_label(k) for k in range(15, 22)])
-ax1.set_ylabel("scale")
-ax1.set_title("GradScaler(init_scale=2**16, growth_interval=20) on fp16 training", loc="left")
-ax1.legend(loc="upper left")
-ax2.plot(steps, fp32_loss, color=style.format_color("fp32"), lw=1, label="fp32 run")
-ax2.plot(steps, losses16, color=style.format_color("fp16"), lw=1, alpha=0.8,
-         label="fp16 + master weights + GradScaler")
-ax2.set_yscale("log")
-ax2.set_xlabel("step")
+loss_scale_trajectory([fp16_run], ax=ax1)  # the scale per step, x: a skipped step
+ax1.set_title("GradScaler(init_scale=2**16, growth_interval=20) on fp16 training", fontsize=10)
+ax1.set_xlabel("")
+loss_curves([fp32_run, fp16_run], smooth=1, ax=ax2, title="")  # batch losses, log scale
 ax2.set_ylabel("batch loss")
-ax2.legend(loc="lower left")
 fig
 
 # %% [markdown]
-# *What to see:* the scale climbs every 20 good steps and halves at each overflow (red crosses),
+# *What to see:* the scale climbs every 20 good steps and halves at each overflow (crosses),
 # settling around 2^18-2^19; the loss of the fp16 run tracks the fp32 run's.
 
 # %% [markdown]
