@@ -157,6 +157,15 @@ class NumpyCNNHalf:
         self.p = [fastcast.f64_to_f16(np.asarray(a, np.float64)) for a in params]
         self.master = [a.astype(np.float32) for a in self.p]
         self.buf: list[np.ndarray | None] = [None] * len(params)
+        self._origin = np.zeros(0, np.intp)
+
+    def _origins(self, n: int) -> np.ndarray:
+        """Flat position in an (n, 8, 8, 8) array of each 2x2 window's top-left tap, windows in
+        (n, c, i, j) order (index arithmetic fixed by the shape: made once per batch size)."""
+        if self._origin.size != n * 128:
+            win = np.arange(n * 8 * 4)[:, None] * 16 + np.arange(4) * 2  # (n, c, i) rows, j
+            self._origin = win.reshape(-1)
+        return self._origin
 
     def step(self, x: np.ndarray, y: np.ndarray, lr: float = 0.01, mom: float = 0.9) -> float:
         wide, r16, acc16 = fastcast.f16_to_wide, fastcast.f64_to_f16, fastcast.f64_to_f32_to_f16
@@ -168,10 +177,12 @@ class NumpyCNNHalf:
         conv = acc16(cols @ wc.reshape(8, 9).T + bc)  # rows (n, h, w), channels last
         conv = np.ascontiguousarray(conv.reshape(n, 8, 8, 8).transpose(0, 3, 1, 2))
         act = _relu16(conv)
+        # 2x2 max pooling as fpsim's kernel: the first maximum of each window of the widened
+        # values, gathered and (backward) scattered through flat positions in act
         blocks = wide(act).reshape(n, 8, 4, 2, 4, 2).transpose(0, 1, 2, 4, 3, 5)
-        blocks = blocks.reshape(n, 8, 4, 4, 4)  # each 2x2 window's taps on the last axis
-        arg = blocks.argmax(axis=-1)[..., None]  # the first maximum wins, as fpsim
-        flat = np.take_along_axis(blocks, arg, axis=-1).reshape(n, 128)
+        arg = blocks.reshape(n * 128, 4).argmax(axis=1)
+        pos = self._origins(n) + (arg >> 1) * 8 + (arg & 1)  # tap (dy, dx) = divmod(arg, 2)
+        flat = wide(act.reshape(-1)[pos]).reshape(n, 128)
         z = wide(acc16(flat @ w.T + b))
         z = z - z.max(axis=1, keepdims=True)
         logp = r16(z - np.log(np.exp(z).sum(axis=1, keepdims=True)))
@@ -184,9 +195,9 @@ class NumpyCNNHalf:
         grads: list = [None] * 4
         grads[2], grads[3] = acc16(dz.T @ flat), r16(dz.sum(axis=0))
         dflat = acc16(dz @ w)  # fp16, scattered to the winning taps
-        dact = np.zeros((n, 8, 4, 4, 4), np.float16)
-        np.put_along_axis(dact, arg, dflat.reshape(n, 8, 4, 4, 1), axis=-1)
-        dact = dact.reshape(n, 8, 4, 4, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(n, 8, 8, 8)
+        dact = np.zeros(n * 512, np.float16)
+        dact[pos] = dflat.reshape(-1)
+        dact = dact.reshape(n, 8, 8, 8)
         g2 = wide(_masked16(dact, conv)).transpose(0, 2, 3, 1).reshape(n * 64, 8)
         grads[0] = acc16(g2.T @ cols).reshape(8, 1, 3, 3)
         grads[1] = r16(g2.sum(axis=0))

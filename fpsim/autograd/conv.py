@@ -233,7 +233,6 @@ def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
     arg = np.argmax(win, axis=-1)  # the first maximum (or the first NaN)
     top = np.arange(oh)[:, None] * sh - ph  # window origins in input coordinates
     left = np.arange(ow)[None, :] * sw - pw
-    rows, cols = top + arg // kw * dh, left + arg % kw * dw
     keep = None  # the windows with a tap inside the input, where some have none
     # a window with a tap inside the input and neither NaN nor -inf there has its maximum
     # inside: skip the checks below unless the input holds NaN / -inf or a dilated window
@@ -241,6 +240,7 @@ def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
     hit_r = ((top + np.arange(kh) * dh >= 0) & (top + np.arange(kh) * dh < h)).any(axis=1)
     hit_c = ((left.T + np.arange(kw) * dw >= 0) & (left.T + np.arange(kw) * dw < wd)).any(axis=1)
     if x64.size and not (x64.min() > -np.inf and hit_r.all() and hit_c.all()):
+        rows, cols = top + arg // kw * dh, left + arg % kw * dw
         best = np.take_along_axis(win, arg[..., None], axis=-1)[..., 0]
         if np.isnan(best).any():  # PyTorch's `val > max || isnan(val)` keeps the last NaN
             isnan = np.isnan(win)
@@ -254,7 +254,11 @@ def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
         cols = np.where(neg, np.where(left < 0, left % dw, left), cols)
         inside = ((rows < h) & (cols < wd)).ravel()  # else -inf, and no gradient
         keep = None if inside.all() else inside
-    indices = (rows * wd + cols).astype(np.int64, copy=False)
+        indices = (rows * wd + cols).astype(np.int64, copy=False)
+    else:  # every winner is inside: its window's origin plus its tap's offset, from a table of
+        # the kh * kw offsets (integer division over every window costs more than the argmax)
+        taps = np.arange(kh * kw)
+        indices = (taps // kw * dh * wd + taps % kw * dw)[arg] + (top * wd + left)
     flat = (np.arange(n * c).reshape(n, c, 1, 1) * (h * wd) + indices).ravel()
     if keep is None:
         out = x._data.reshape(-1)[flat].reshape(n, c, oh, ow)
