@@ -34,6 +34,7 @@
 #    fails.
 # 5. Know what NaN, infinity and all-zero blocks become, how a block-scaled GEMM accumulates over
 #    a long reduction, and what training with MXFP8 / NVFP4 recipes gives on a small network.
+# 6. See FP4 training fail (gradients below the reach of NVFP4's block scales) and what fixes it.
 #
 # Tools: `fpsim.mx` (`MX_FORMATS`, `quantize`, `MXArray.pack` / `nbytes` / `dequantize`,
 # `matmul`), `fpsim.quant.mx_layers` (`MXLinear`) and `fpsim.quant.experiment` (the
@@ -282,7 +283,8 @@ print("NVFP4 NaN block:", np.unique(qn.dequantize()[1, :16]))
 # implementation-defined precision". `mx.matmul` offers `"exact"` (one rounding at the end),
 # `"fp32"` (each block's exact dot rounded to fp32, blocks added in fp32) and a tensor-core
 # block-FMA model (a GPU name). None of the block-scaled units has been measured on hardware:
-# the `"fp32"` and block-FMA models are plausible, not measured. Here a positive dot product of
+# the `"fp32"` and block-FMA models are plausible, not measured (`tools/record_tensorcore.py
+# --block-scaled` holds probes that would decide between them on a B200; docs/mx.md). Here a positive dot product of
 # length K, relative to `"exact"`:
 
 # %%
@@ -341,6 +343,56 @@ print(models["NVFP4 recipe"])
 # and training bytes). The NVFP4 recipe's fixes matter at scale: in NVIDIA's ablations on a
 # 12B-parameter model (arXiv:2509.25149), leaving out the Hadamard transforms, the stochastic
 # rounding of gradients or the BF16 last layers makes the loss worse than the full recipe's.
+#
+# ## 8. Where FP4 fails: gradients below the block scales' reach
+#
+# NVFP4 has two scale levels: an e4m3 scale per 16 values and an fp32 scale per tensor. Drop
+# the second (`tensor_scale=False`) and the e4m3 block scales are on their own: torchao clamps
+# them at 2**-6, so in a block whose largest value is below 6 × 2**-6 every value up to 2**-8
+# rounds to 0. *Predict:* where do the gradients of a loss averaged over 64 images sit?
+
+# %%
+xb, yb = data.x_train[:64], data.y_train[:64]
+net0 = ex.make_mlp(32, 0)
+w1, b1 = net0[0].weight.numpy(np.float64), net0[0].bias.numpy(np.float64)
+w2, b2 = net0[2].weight.numpy(np.float64), net0[2].bias.numpy(np.float64)
+pre = xb @ w1.T + b1
+z = np.maximum(pre, 0) @ w2.T + b2
+p = np.exp(z - z.max(1, keepdims=True))
+p /= p.sum(1, keepdims=True)
+p[np.arange(64), yb] -= 1
+g_logits = p / 64
+g_hidden = (g_logits @ w2) * (pre > 0)
+for name, g in (("logits", g_logits), ("hidden layer", g_hidden)):
+    nz = np.abs(g[g != 0])
+    print(f"gradient of the {name:12s}: largest {nz.max():.1e}, share <= 2**-8: "
+          f"{(nz <= 2.0**-8).mean():.2f}")
+
+# %% [markdown]
+# Nearly all of them. With round to nearest they flush and training stalls; stochastic rounding
+# keeps each one in expectation (a value v below the threshold becomes 2**-7 with probability
+# v / 2**-7), and the per-tensor scale moves the whole tensor into range:
+
+# %%
+plain = dict(recipe="nvfp4", hadamard=False, weight_2d=False)
+runs = {
+    "two-level NVFP4, nearest even": mlp(**plain, stochastic_gradients=False),
+    "block scales only, nearest even": mlp(**plain, stochastic_gradients=False,
+                                           tensor_scale=False),
+    "block scales only, SR gradients": mlp(**plain, stochastic_gradients=True,
+                                           tensor_scale=False),
+}
+for name, m in runs.items():
+    ex.train(m, data.x_train, data.y_train, **cfg)
+    print(f"{name:32s} test accuracy {ex.accuracy(m, data.x_test, data.y_test):.3f}")
+
+# %% [markdown]
+# `fpsim quant` trains the same failure with each piece of the recipe alone: stochastic
+# rounding fixes it, the Hadamard transform mostly does, 16x16 weight blocks do not (they treat
+# the weights), and the BF16 last layer only lets that layer learn. docs/mx.md has the sweep
+# over seeds and configurations. Note the other side of the per-tensor scale in section 4: the
+# same global scale that rescues small gradients is what flushes the pixels next to an input
+# outlier.
 #
 # ### Exercise 1
 #
