@@ -1133,6 +1133,9 @@ def cross_entropy(input: Tensor, target, weight=None, ignore_index: int = -100,
     cdim = 0 if x.ndim == 1 else 1
     c = x.shape[cdim]
     logp = log_softmax(x, dim=cdim)
+    if weight is None and label_smoothing == 0 and isinstance(target, np.ndarray) \
+            and target.dtype.kind in "iu":  # class indices, nothing else: the loss is the nll
+        return nll_loss(logp, target, None, ignore_index, reduction)
     # a weight that is not a Tensor takes the input's format (PyTorch wants the input's dtype)
     w = weight if weight is None or isinstance(weight, Tensor) else Tensor(weight, x.fmt)
     if w is not None and w.shape != (c,):
