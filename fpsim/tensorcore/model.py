@@ -496,6 +496,8 @@ def _chain_general(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: t
 # rnd(x / 2**g) * 2**g whatever x's own scaling, and integer sums can be carried as values.
 
 _LIVE16 = -10000  # zero-term exponent in the int16 exponent arrays of the late-c kernel
+_EXP_BITS = np.int64(0x7FF << 52)  # a float64's exponent field: x & _EXP_BITS = 2**floor(log2|x|)
+_C_FLOOR = float(np.ldexp(1.0, C_MIN_EXPONENT))  # c joins with at least exponent -126
 
 
 def _fast_kind(unit: BlockFMA) -> str | None:
@@ -586,7 +588,8 @@ def _chain_late(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tupl
     extra, far = unit.late_extra_bits, unit.c_far_truncation
     rnd = _ALIGN_ROUND[unit.alignment_rounding]
     out_rnd = _rounder(rfmt, unit.output_rounding, unit.overflow)
-    ec_table = np.maximum(np.arange(2048, dtype=np.int16), 1023 + C_MIN_EXPONENT)
+    # exponent differences stay below 1000 (every exponent lies in [-600, 300])
+    far_scale = None if far is None or far > 1000 else np.ldexp(1.0, far)
     wmax = max(0, min(n, K))
     wmax += wmax % G
     P = np.empty((wmax, *out_shape))
@@ -621,16 +624,19 @@ def _chain_late(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tupl
             pv *= g1
         else:
             mp, live, pv = mx[0], live[0], gv[0]
-        ec = np.take(ec_table, (d.view(_U) >> _U(52)) & _U(0x7FF))
-        mp = np.where(live, mp, ec)  # no non-zero product: the block passes c on
-        pos = ec > mp  # c's exponent is the larger: the product sum gains `extra` bits
-        gexp = np.maximum(mp, ec) - np.int16(F)
-        gexp -= np.where(pos, np.int16(extra), np.int16(0))
-        grid = np.left_shift(gexp, 52, dtype=np.int64).view(np.float64)
+        # the exponents of the late addition as powers of two: 2**Ep of the product sum, 2**Ec
+        # of c (its float64 exponent bits; at least 2**-126, also for a zero c)
+        pp = np.left_shift(mp, 52, dtype=np.int64).view(np.float64)
+        pc = (d.view(np.int64) & _EXP_BITS).view(np.float64)
+        np.maximum(pc, _C_FLOOR, out=pc)
+        pp = np.where(live, pp, pc)  # no non-zero product: the block passes c on
+        pos = pc > pp  # c's exponent is the larger: the product sum gains `extra` bits
+        grid = np.maximum(pp, pc)
+        grid *= np.where(pos, 2.0 ** (-F - extra), 2.0**-F)
         pv /= grid
         rnd(pv, out=pv)
         y = d / grid
-        farm = None if far is None else (mp - ec) > far
+        farm = None if far_scale is None else pp > pc * far_scale  # Ep - Ec > far
         if farm is not None and farm.any():
             y = np.where(farm, np.trunc(y), rnd(y))
         else:
