@@ -258,7 +258,8 @@ def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
     else:  # every winner is inside: its window's origin plus its tap's offset, from a table of
         # the kh * kw offsets (integer division over every window costs more than the argmax)
         taps = np.arange(kh * kw)
-        indices = (taps // kw * dh * wd + taps % kw * dw)[arg] + (top * wd + left)
+        indices = np.take(taps // kw * dh * wd + taps % kw * dw, arg)
+        indices += top * wd + left
     flat = (np.arange(n * c).reshape(n, c, 1, 1) * (h * wd) + indices).ravel()
     if keep is None:
         out = x._data.reshape(-1)[flat].reshape(n, c, oh, ow)

@@ -81,6 +81,7 @@ Tensor.to / cast_to            target        one rounding with the given mode; t
 from __future__ import annotations
 
 import builtins
+import math
 import sys
 from collections import namedtuple
 from collections.abc import Sequence
@@ -606,7 +607,7 @@ def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     if x.ndim == 0:
         return reshape(x, (1,))
     s, e = _axes((start_dim, end_dim), x.ndim)
-    shape = x.shape[:s] + (int(np.prod(x.shape[s:e + 1])),) + x.shape[e + 1:]
+    shape = x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:]  # ints, exact
     return reshape(x, shape)
 
 
