@@ -27,10 +27,10 @@ Orders (the accumulation model; ``x`` the values along the reduced axis, convert
 The sequential order in fp16, bf16 or fp32 with round to nearest even, IEEE policies and no
 flags runs as NumPy's ``add.accumulate`` on the format's own type (the same correctly rounded
 add per element, see :func:`fpsim.add`'s native path), and so does the ``"wide"`` accumulator
-in those formats when every term is one of its values. With at most 16 outputs, no flags and
-a deterministic mode, the sequential and Kahan orders run the same correctly rounded adds on
-Python floats (a step costs about a microsecond, not the fixed cost of a dozen NumPy calls);
-the element-by-element loop, vectorised across independent rows, runs everywhere else.
+in those formats when every term is one of its values. With at most 16 outputs and a
+deterministic mode, the sequential and Kahan orders run the same correctly rounded adds (and
+flags) on Python floats: a step costs about a microsecond, not the fixed cost of a dozen NumPy
+calls. The element-by-element loop, vectorised across independent rows, runs everywhere else.
 
 The rounding mode and policies apply to every operation (the accumulator's adds too); with
 ``flags=True`` the result comes with the OR of the IEEE flags of every operation that produced
@@ -153,13 +153,15 @@ def _sequential(X, acc: _Acc):
     if native is not None:
         return native
     if _scalar_ok(acc.c, X.shape[0]):
-        add = _scalar_adder(acc.c)
+        add, fl = _scalar_adder(acc.c)
         out = []
-        for row in X.tolist():
-            s = row[0]
+        for i, row in enumerate(X.tolist()):
+            s, fl[0] = row[0], 0
             for t in row[1:]:
                 s = add(s, t)
             out.append(s)
+            if acc.fl is not None:
+                acc.fl[i] |= fl[0]
         return np.array(out, dtype=np.float64)
     return _sequential_loop(X, acc)
 
@@ -168,7 +170,7 @@ def _sequential(X, acc: _Acc):
 #
 # With few output rows, each step of the sequential / Kahan loop is a handful of NumPy calls
 # on arrays of one or a few elements: their fixed cost (microseconds each), not arithmetic,
-# is the time. For deterministic modes without flags, the same correctly rounded add runs on
+# is the time. For deterministic modes, the same correctly rounded add (and its flags) runs on
 # Python floats instead. It is the IEEE rounding of the exact sum, as the kernel computes it:
 # s = fl(a + b) and its exact error lo (TwoSum), the value's binade from s (one lower where s
 # is a power of two and lo < 0), its quantum q = 2**(max(e, emin) - m), the position of
@@ -182,35 +184,39 @@ _SCALAR_ROWS = 16  # at most this many outputs take the Python-float path
 
 def _scalar_ok(c: OpContext, rows: int) -> bool:
     fmt = c.fmt
-    return (rows <= _SCALAR_ROWS and not c.want and c.mode is not Rounding.STOCHASTIC
+    return (rows <= _SCALAR_ROWS and c.mode is not Rounding.STOCHASTIC
             and plan_for(fmt).add_fast and fmt.emax - fmt.emin <= 900
             and fmt.mantissa_bits <= 50 and fast_paths_on())
 
 
 def _scalar_adder(c: OpContext):
     """fl(a + b) in c's format, mode and policies for Python floats a, b (values of the
-    format): the vectorised kernel's result, value and sign."""
-    fmt, mode = c.fmt, c.mode
+    format): the vectorised kernel's result, value and sign. Returns ``(add, flags)``:
+    with ``c.want``, ``add`` ORs each op's IEEE flags into ``flags[0]`` (as the kernel and
+    :class:`_Acc` give them: INEXACT, UNDERFLOW by the tininess rule, OVERFLOW, INVALID for
+    inf - inf and for NaN in a format without NaN)."""
+    fmt, mode, want = c.fmt, c.mode, c.want
     m, emin = fmt.mantissa_bits, fmt.emin
     fmax = fmt.max
     tiny = fmt.smallest_normal
     flush = c.result_subnormals is Subnormals.FLUSH or not fmt.subnormals
     before = c.tininess is Tininess.BEFORE
     fnuz = fmt.nan_encoding is NaNEncoding.FNUZ
-    inf = math.inf
-    if c.overflow is Overflow.SATURATE or fmt.nan_encoding is NaNEncoding.NONE:
+    no_nan = fmt.nan_encoding is NaNEncoding.NONE
+    if c.overflow is Overflow.SATURATE or no_nan:
         beyond = fmax  # what an overflow "away" gives
     elif fmt.nan_encoding is NaNEncoding.IEEE:
-        beyond = inf
+        beyond = math.inf
     else:
         beyond = math.nan
     saturate = c.overflow is Overflow.SATURATE
     frexp, ldexp, isfinite, copysign = math.frexp, math.ldexp, math.isfinite, math.copysign
+    inexact_f, under_f = int(Flags.INEXACT), int(Flags.UNDERFLOW)
+    over_f, invalid_f = int(Flags.OVERFLOW | Flags.INEXACT), int(Flags.INVALID)
+    flags = [0]
 
     def up_from(n: float, frac: float, lo: float, neg: bool) -> bool:
-        """Round the magnitude (n + frac) * q (+ lo's sign) up to (n + 1) * q?"""
-        if frac == 0.0 and lo == 0.0:
-            return False  # exact
+        """Round the inexact magnitude (n + frac) * q (+ lo) up to (n + 1) * q?"""
         if mode is Rounding.TOWARD_ZERO:
             return False
         if mode is Rounding.UP:
@@ -219,40 +225,34 @@ def _scalar_adder(c: OpContext):
             return neg
         if mode is Rounding.ODD:
             return n % 2.0 == 0.0
-        above = frac > 0.5 or (frac == 0.5 and lo > 0.0)
         if frac == 0.5 and lo == 0.0:  # a tie
             return mode is Rounding.NEAREST_AWAY or n % 2.0 == 1.0
-        return above
+        return frac > 0.5 or (frac == 0.5 and lo > 0.0)
 
-    def rounded(mag: float, lo: float, e: int, neg: bool) -> float:
-        """(mag + lo) rounded with the quantum 2**(e - m) (mag, lo: magnitude and signed
-        error, lo's sign relative to mag's; the value is within [2**e, 2**(e+1)) or below
-        2**emin when e == emin)."""
+    def rounded(mag: float, lo: float, e: int, neg: bool) -> tuple[float, bool]:
+        """(mag + lo) rounded with the quantum 2**(e - m), and whether inexact (mag, lo:
+        magnitude and error, lo's sign relative to mag's). Exact scalings by powers of two:
+        the position of the value between two multiples of q is t's fraction, and lo only
+        decides a tie, an exact hit, or the side of a grid point (|lo| is at most half the
+        spacing of the fractions t can have)."""
         q = ldexp(1.0, e - m)
-        t = mag / q  # exact: a power-of-two scaling
+        t = mag / q
         n = math.floor(t)
         frac = t - n
-        if frac == 0.0 and lo < 0.0:  # just below the grid point n * q: above half of the
-            n -= 1.0  # step below it, inexact
-            return (n + (1.0 if up_from_below(n, neg) else 0.0)) * q
-        return (n + (1.0 if up_from(n, frac, lo, neg) else 0.0)) * q
-
-    def up_from_below(n: float, neg: bool) -> bool:
-        """Round up from just below (n + 1) * q (above half, inexact)?"""
-        if mode is Rounding.TOWARD_ZERO:
-            return False
-        if mode is Rounding.UP:
-            return not neg
-        if mode is Rounding.DOWN:
-            return neg
-        if mode is Rounding.ODD:
-            return n % 2.0 == 0.0
-        return True  # nearest: above half
+        if frac == 0.0:
+            if lo == 0.0:
+                return mag, False  # exact
+            if lo < 0.0:  # just below the grid point n * q: above half of the step below
+                n -= 1.0
+                frac = 0.75
+        return (n + (1.0 if up_from(n, frac, lo, neg) else 0.0)) * q, True
 
     def add(a: float, b: float) -> float:
         s = a + b
-        if not isfinite(s):
-            return s  # inf or NaN operands: the kernel keeps them (formats hold no others)
+        if not isfinite(s):  # inf or NaN operands, inf - inf: the kernel keeps the value
+            if want and s != s and (no_nan or (a == a and b == b)):
+                flags[0] |= invalid_f
+            return s
         bb = s - a
         lo = (a - (s - bb)) + (b - bb)  # TwoSum: s + lo == a + b exactly
         if s == 0.0:  # an exact zero
@@ -267,20 +267,24 @@ def _scalar_adder(c: OpContext):
         e = ex - 1  # 2**e <= mag < 2**(e+1)
         if f == 0.5 and lo < 0.0:
             e -= 1  # a power of two minus a little: the binade below
-        r_unb = None
-        if e < emin:
-            if flush:
-                if before:
-                    is_tiny = True
-                else:
-                    r_unb = rounded(mag, lo, e, neg)  # unbounded exponent
-                    is_tiny = r_unb < tiny
-                if is_tiny:
-                    return 0.0 if fnuz else copysign(0.0, s)
-            r = rounded(mag, lo, emin, neg)
+        if e < emin:  # below 2**emin: subnormal results
+            is_tiny = True
+            if (flush or want) and not before:
+                is_tiny = rounded(mag, lo, e, neg)[0] < tiny  # unbounded exponent
+            if flush and is_tiny:
+                if want:
+                    flags[0] |= under_f | inexact_f
+                return 0.0 if fnuz else copysign(0.0, s)
+            r, inexact = rounded(mag, lo, emin, neg)
+            if want and inexact:
+                flags[0] |= (under_f | inexact_f) if is_tiny else inexact_f
         else:
-            r = rounded(mag, lo, e, neg)
+            r, inexact = rounded(mag, lo, e, neg)
+            if want and inexact:
+                flags[0] |= inexact_f
         if r > fmax:
+            if want:
+                flags[0] |= over_f
             if saturate:
                 r = fmax
             elif mode in (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY):
@@ -295,7 +299,7 @@ def _scalar_adder(c: OpContext):
             return 0.0
         return -r if neg else r
 
-    return add
+    return add, flags
 
 
 def _sequential_loop(X, acc: _Acc):
@@ -319,16 +323,18 @@ def _kahan(X, acc: _Acc):
                 s = t
             return s.astype(np.float64)
     if _scalar_ok(acc.c, X.shape[0]):  # few outputs: the same ops on Python floats
-        add = _scalar_adder(acc.c)
+        add, fl = _scalar_adder(acc.c)
         out = []
-        for row in X.tolist():
-            s, comp = row[0], 0.0
+        for i, row in enumerate(X.tolist()):
+            s, comp, fl[0] = row[0], 0.0, 0
             for x in row[1:]:
                 y = add(x, -comp)
                 t = add(s, y)
                 comp = add(add(t, -s), -y)
                 s = t
             out.append(s)
+            if acc.fl is not None:
+                acc.fl[i] |= fl[0]
         return np.array(out, dtype=np.float64)
     return _kahan_loop(X, acc)
 
