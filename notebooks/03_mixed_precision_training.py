@@ -110,8 +110,10 @@ print(f"quick demo: MLP {cfg.sizes}, batches of {cfg.batch_size}, {cfg.steps} st
 
 # %%
 t0 = time.perf_counter()
-runs = experiment.run_demo(quick=True, progress=False)
-print(f"{len(runs)} recipes, {cfg.steps} steps each, in {time.perf_counter() - t0:.1f} s")
+jobs = experiment.default_workers(len(PRECISIONS))  # the recipes train in parallel processes
+runs = experiment.run_demo(quick=True, progress=False, workers=jobs)
+print(f"{len(runs)} recipes, {cfg.steps} steps each, in {time.perf_counter() - t0:.1f} s "
+      f"({jobs} processes)")
 print()
 print(report.results_table(runs))
 print()
@@ -169,10 +171,11 @@ figs["gradient_histogram"]
 t0 = time.perf_counter()
 shifts = [0, 9, cfg.grad_shift, 17]
 names = ("fp16-master", "mixed-fp16")
-sweep = {name: [demo_run[name] if k == cfg.grad_shift else
-                experiment.run_demo(quick=True, precisions=[name], progress=False,
-                                    grad_shift=k, measure_every=20)[0]
-                for k in shifts] for name in names}
+by_shift = {k: dict(zip(names, experiment.run_demo(
+    quick=True, precisions=names, progress=False, grad_shift=k, measure_every=25,
+    workers=jobs), strict=True)) for k in shifts if k != cfg.grad_shift}
+by_shift[cfg.grad_shift] = demo_run
+sweep = {name: [by_shift[k][name] for k in shifts] for name in names}
 print(f"{(len(shifts) - 1) * len(names)} runs in {time.perf_counter() - t0:.1f} s")
 print(f"{'shift k':>7s} " + " ".join(f"{n + ': acc':>18s} {'grads -> 0':>10s} {'skipped':>7s}"
                                      for n in names))
@@ -293,6 +296,67 @@ print(per_param, "total", sum(per_param.values()))
 
 # %% tags=["solution"]
 check("bytes per parameter, Adam + master", sum(per_param.values()))
+
+# %% [markdown]
+# ## 7 · The recipes by hand: `fpsim.amp.initialize` and `autocast`
+#
+# The demo builds every recipe with NVIDIA Apex's API: `fpsim.amp.initialize(model,
+# optimizer, opt_level)` prepares both for one of Apex's opt levels, and
+# `with fpsim.amp.scale_loss(loss, optimizer) as scaled: scaled.backward()` scales the loss
+# and unscales the gradients. What each level does to the demo's model:
+
+# %%
+from fpsim.amp import autocast, describe_opt_level, initialize, scale_loss
+
+for level in ("O0", "O1", "O2", "O3"):
+    model = MLP(cfg.sizes, rng=0)
+    model, opt = initialize(model, optim.SGD(model.parameters(), lr=0.01), level)
+    # optimizer state: fp32 masters (O2), the fp16 model's format (O3), else fp32
+    state = "fp32 + master" if opt.master_weights else (opt.state_fmt or fpsim.FP32).name
+    print(f"{level}: weights {model.fc1.weight.fmt.name}, optimizer state {state}, "
+          f"autocast {'on' if opt.properties.patch_torch_functions else 'off'}, "
+          f"loss scale {opt.properties.loss_scale!r}")
+print()
+print(describe_opt_level("O2"))
+
+# %% [markdown]
+# Thirty steps of O2 (the `mixed-fp16` recipe without the demo's scale-down) written out:
+# Apex's loop is `scale_loss`, `backward`, `step`. The dynamic scale starts at $2^{16}$ and
+# halves on a step whose scaled gradients overflow fp16 (that step is skipped); it would
+# double again after 2000 good steps (Apex's and PyTorch's default window).
+
+# %%
+model = MLP(cfg.sizes, rng=0)
+model, opt = initialize(model, optim.SGD(model.parameters(), lr=0.05, momentum=0.9), "O2")
+batch_rng = np.random.default_rng(0)
+losses = []
+for _ in range(30):
+    idx = batch_rng.choice(len(data.x_train), cfg.batch_size, replace=False)
+    loss = F.cross_entropy(model(Tensor(data.x_train[idx], "fp32")), data.y_train[idx])
+    with scale_loss(loss, opt) as scaled:
+        scaled.backward()
+    opt.step()
+    opt.zero_grad()
+    losses.append(loss.item())
+print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f} (computed in {loss.fmt.name}); weights "
+      f"{model.fc1.weight.fmt.name}, master copy {opt.state[model.fc1.weight]['master'].dtype}; "
+      f"scale {opt.scaler.get_scale():g}, skipped steps {opt.skipped_steps}")
+
+# %% [markdown]
+# PyTorch's way (and Apex's O1) keeps fp32 weights and casts per operation:
+# `with fpsim.amp.autocast("fp16"):` runs matrix products in fp16 and softmax, the losses and
+# the reductions in fp32 (`fpsim.amp.autocast_policy_table()` lists every op).
+
+# %%
+model = MLP(cfg.sizes, rng=0)
+x = Tensor(data.x_train[:8], "fp32")
+with autocast("fp16"):
+    logits = model(x)
+    loss = F.cross_entropy(logits, data.y_train[:8])
+print(f"weights {model.fc1.weight.fmt.name}; inside autocast: linear -> {logits.fmt.name}, "
+      f"cross_entropy -> {loss.fmt.name}")
+loss.backward()
+print(f"the gradient reaches the fp32 weight as {model.fc1.weight.grad.dtype}")
 
 # %% [markdown]
 # ## Summary

@@ -55,7 +55,7 @@ def demo(tmp_path_factory):
     return {"rc": rc, "objs": objs, "out": out, "runs": held["runs"]}
 
 
-slow = pytest.mark.slow  # the module's demo run takes ~20-30 s on 2 cores
+slow = pytest.mark.slow  # the module's demo run: ~35 s of CPU, in one process per core
 
 
 def by_name(demo):
