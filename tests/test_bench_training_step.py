@@ -141,3 +141,30 @@ def test_nll_loss_unweighted_path(fmt, reduction):
         F.nll_loss(Tensor(bad, fmt), t, ones, reduction=reduction).numpy().tobytes()
     with pytest.raises(IndexError):
         F.nll_loss(x, np.r_[t[:-1], 6])
+
+
+def test_conv_windows_view_is_sliding_window_view():
+    """conv2d / pooling build their window view with as_strided: the same view NumPy's
+    sliding_window_view gives (then strided), read-only, for strides, dilations and a
+    non-contiguous input."""
+    import itertools
+
+    from fpsim.autograd import conv as C
+
+    rng = np.random.default_rng(5)
+    cases = 0
+    for h, w, kh, kw, sh, sw, dh, dw in itertools.product(
+            [5, 8], [7], [1, 3], [2, 3], [1, 2], [1, 3], [1, 2], [1, 3]):
+        eh, ew = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+        if eh > h or ew > w:
+            continue
+        oh, ow = (h - eh) // sh + 1, (w - ew) // sw + 1
+        for xp in (rng.standard_normal((2, 3, h, w)),
+                   rng.standard_normal((3, 2, w, h)).transpose(1, 0, 3, 2)):
+            ref = np.lib.stride_tricks.sliding_window_view(xp, (eh, ew), axis=(2, 3))[
+                :, :, :sh * (oh - 1) + 1:sh, :sw * (ow - 1) + 1:sw, ::dh, ::dw]
+            got = C._windows(xp, kh, kw, sh, sw, dh, dw, oh, ow)
+            assert got.shape == ref.shape and not got.flags.writeable
+            np.testing.assert_array_equal(got, ref)
+            cases += 1
+    assert cases > 100

@@ -46,9 +46,12 @@ def _windows(xp: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: in
              ow: int) -> np.ndarray:
     """(N, C, oh, ow, kh, kw) view of the padded input's windows: windows (sh, sw) apart, taps
     (dh, dw) apart."""
-    win = np.lib.stride_tricks.sliding_window_view(
-        xp, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(2, 3))
-    return win[:, :, :sh * (oh - 1) + 1:sh, :sw * (ow - 1) + 1:sw, ::dh, ::dw]
+    # the strided view sliding_window_view(...)[..., ::sh, ::sw, ::dh, ::dw] would give, made
+    # directly (read-only, as that one): a quarter of its Python cost per call
+    s0, s1, s2, s3 = xp.strides
+    return np.lib.stride_tricks.as_strided(
+        xp, xp.shape[:2] + (oh, ow, kh, kw), (s0, s1, sh * s2, sw * s3, dh * s2, dw * s3),
+        writeable=False)
 
 
 def _add_windows(gp: np.ndarray, gwin: np.ndarray, sh: int, sw: int, dh: int, dw: int) -> None:
