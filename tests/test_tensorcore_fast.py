@@ -14,6 +14,7 @@ rounding kernel and NumPy's float32 conversion.
 from __future__ import annotations
 
 import zlib
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -150,3 +151,36 @@ def test_fp32_cast_rounding_equals_the_rounding_kernel():
     with np.errstate(over="ignore"):
         assert _same(want, v.astype(np.float32).astype(np.float64))
     assert _same(np.asarray(fpsim.round(v[:20000], "fp32")), want[:20000])
+
+
+def _fp32_nearest_even(s: Fraction) -> float:
+    """The fp32 number nearest to the exact s (ties to even), by comparing Fractions with the
+    neighbours of a float32 guess."""
+    x = np.float32(float(s))
+    cands = [np.nextafter(x, np.float32(-np.inf)), x, np.nextafter(x, np.float32(np.inf))]
+    return float(min(cands, key=lambda v: (abs(Fraction(float(v)) - s),
+                                           int(np.array(v).view(np.uint32)) & 1)))
+
+
+@pytest.mark.parametrize("fin,a,b,c", [
+    # c far below the products: its bits lie past float64's 53; exact: just off a tie
+    ("fp16", [1.0, 2.0**-12], [1.0, 2.0**-12], 2.0**-100),  # 1 + 2**-24 + 2**-100
+    ("fp16", [1.0, 2.0**-11, 2.0**-12], [1.0, 2.0**-12, 2.0**-12], -(2.0**-100)),
+    # c far above the products' lowest bit: 2**10 + 2**-14 (a tie) + 2**-44
+    ("bf16", [2.0**-7, 2.0**-22], [2.0**-7, 2.0**-22], 2.0**10),
+    ("bf16", [2.0**-7, -(2.0**-22)], [2.0**-7, 2.0**-22], 2.0**10 + 2.0**-13),
+])
+def test_exact_sums_where_float64_would_round(fin, a, b, c):
+    """MI100's exact block sums on single blocks whose exact value needs more than 53 bits and
+    lies just off an fp32 tie: the correctly rounded sum (exact Fractions), for one dot product
+    and as one row among ordinary ones (where the block-wide exactness test must not pass)."""
+    exact = sum(Fraction(x) * Fraction(y) for x, y in zip(a, b, strict=True)) + Fraction(c)
+    want = _fp32_nearest_even(exact)
+    naive = float(np.float32(sum(x * y for x, y in zip(a, b, strict=True)) + c))
+    assert naive != want  # a float64 sum rounded to fp32 would be wrong here
+    assert float(tc.dot(a, b, c, gpu="MI100", input_format=fin)) == want
+    A = np.vstack([np.full((3, len(a)), 0.5), a])
+    C = np.array([[1.0, 0.75], [0.5, 1.5], [2.0, 1.0], [c, 1.0]])
+    B = np.array([b, [1.0] * len(b)]).T
+    got = tc.matmul(A, B, C, gpu="MI100", input_format=fin)
+    assert got[3, 0] == want

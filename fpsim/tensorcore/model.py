@@ -554,17 +554,30 @@ def _chain_exact(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tup
             k1 = min(K, k0 + n)
             p = P[:k1 - k0]
             np.multiply(av[k0:k1], bv[k0:k1], out=p)
-            top = (ae[k0:k1].max(axis=0) + 2) + be[k0:k1].max(axis=0)
-            low = (ae_lo[k0:k1].min(axis=0) - 2 * fi.mantissa_bits) + be_lo[k0:k1].min(axis=0)
-            field = (d.view(_U) >> _U(52)) & _U(0x7FF)
-            top = np.maximum(top, np.take(tops, field))
-            low = np.minimum(low, np.take(lows, field))
-            top -= low
-            slow = top > span
+            ta = ae[k0:k1].max(axis=0) + 2  # per row of A / column of B over the block
+            tb = be[k0:k1].max(axis=0)
+            la = ae_lo[k0:k1].min(axis=0) - 2 * fi.mantissa_bits
+            lb = be_lo[k0:k1].min(axis=0)
+            # First the whole block at once: the largest top and smallest lowest bit of the
+            # products, and c's magnitudes (a nonzero c with biased exponent e lies in
+            # [2**(e - 1023), 2**(e - 1022)), its lowest bit at least 2**(e - 1023 - c_bits)).
+            tpm = int(ta.max()) + int(tb.max())
+            lpm = int(la.min()) + int(lb.min())
+            ad = np.abs(d)
+            exact = tpm - lpm <= span and ad.max() < np.ldexp(1.0, lpm + span - 1023)
+            if exact:  # the smallest nonzero |c| (inf when every c is zero)
+                cmin = np.min(ad, where=ad > 0, initial=np.inf)
+                exact = cmin >= np.ldexp(1.0, tpm + c_bits - span - 1023)
+            slow = None
+            if not exact:  # element by element
+                field = (d.view(_U) >> _U(52)) & _U(0x7FF)
+                top = np.maximum(ta + tb, np.take(tops, field))
+                top -= np.minimum(la + lb, np.take(lows, field))
+                slow = top > span
             p.sum(axis=0, out=s)
             s += d
             s += 0.0  # an exactly zero sum is +0
-            if slow.any():
+            if slow is not None and slow.any():
                 t = np.concatenate([d[slow][None], p[:, slow]])
                 rnd(s, d)
                 d[slow] = _exact_round(t, rfmt, unit.output_rounding, unit.overflow)
