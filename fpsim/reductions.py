@@ -191,10 +191,11 @@ def _scalar_ok(c: OpContext, rows: int) -> bool:
 
 def _scalar_adder(c: OpContext):
     """fl(a + b) in c's format, mode and policies for Python floats a, b (values of the
-    format): the vectorised kernel's result, value and sign. Returns ``(add, flags)``:
-    with ``c.want``, ``add`` ORs each op's IEEE flags into ``flags[0]`` (as the kernel and
-    :class:`_Acc` give them: INEXACT, UNDERFLOW by the tininess rule, OVERFLOW, INVALID for
-    inf - inf and for NaN in a format without NaN)."""
+    format, or any float64 values whose sum and TwoSum error neither overflow nor underflow:
+    the exact products of order='wide'): the vectorised kernel's result, value and sign.
+    Returns ``(add, flags)``: with ``c.want``, ``add`` ORs each op's IEEE flags into
+    ``flags[0]`` (as the kernel and :class:`_Acc` give them: INEXACT, UNDERFLOW by the
+    tininess rule, OVERFLOW, INVALID for inf - inf and for NaN in a format without NaN)."""
     fmt, mode, want = c.fmt, c.mode, c.want
     m, emin = fmt.mantissa_bits, fmt.emin
     fmax = fmt.max
@@ -451,8 +452,22 @@ def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
             s, f0 = round_result(X[:, 0], None, ca)
             if f0 is not None:
                 wacc.fl |= f0
-            for k in range(1, n):
-                s = wacc.add(s, X[:, k], exact_operands=False)
+            if _scalar_ok(ca, rows):
+                # few outputs: Python floats (the rounding of s + lo holds for any float64
+                # terms, not only the accumulator's values: see _scalar_adder)
+                add, fl = _scalar_adder(ca)
+                out = []
+                for i, (v, row) in enumerate(zip(s.tolist(), X.tolist(), strict=True)):
+                    fl[0] = 0
+                    for t in row[1:]:
+                        v = add(v, t)
+                    out.append(v)
+                    if wacc.fl is not None:
+                        wacc.fl[i] |= fl[0]
+                s = np.array(out, dtype=np.float64)
+            else:
+                for k in range(1, n):
+                    s = wacc.add(s, X[:, k], exact_operands=False)
             if acc.fl is not None:
                 acc.fl |= wacc.fl
     out, fl = round_result(s, None, c)

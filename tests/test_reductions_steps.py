@@ -9,12 +9,15 @@ stochastic rounding included (same seed)."""
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
 import fpsim
 from fpsim import reductions
-from tests.exact import MODES
+from tests.exact import MODES, round_exact
 from tests.test_arith_mpfr import reference
 
 FORMATS = [fpsim.FP16, fpsim.BF16, fpsim.FP32, fpsim.FP8_E4M3, fpsim.FP8_E5M2,
@@ -180,3 +183,33 @@ def test_python_float_steps_at_binade_edges(fmt):
                 got, fl = fpsim.sum(G, fmt, axis=1, rounding=mode, flags=True, **opts)
                 assert _same(got, want), (mode, opts, G[~((got == want) | np.isnan(got))])
                 assert np.array_equal(fl, acc.fl), (mode, opts, G[fl != acc.fl])
+
+
+@pytest.mark.parametrize("fmt, acc", [("fp8_e4m3", "bf16"), ("fp8_e5m2", "fp16"),
+                                      ("bf16", "bf16"), ("fp16", "fp32"), ("fp16", "fp8_e5m2")])
+def test_wide_accumulator_python_float_steps(fmt, acc):
+    """order='wide' with a rounding accumulator: the exact products added on Python floats
+    (<= 16 outputs) equal the vectorised loop (20 outputs), values and flags, every
+    deterministic mode; and the Fraction reference (an fma into the accumulator per term)."""
+    f, fa = fpsim.get_format(fmt), fpsim.get_format(acc)
+    rng = np.random.default_rng(fa.bits + f.bits)
+    a = np.asarray(fpsim.round(rng.standard_normal((5, 40)) * 4.0, fmt, overflow="saturate"))
+    b = np.asarray(fpsim.round(rng.standard_normal((5, 40)) * 4.0, fmt, overflow="saturate"))
+    a[0, :5] = f.max  # overflow of the accumulator
+    b[0, :5] = f.max
+    for mode in DETERMINISTIC:
+        for opts in OPTIONS[:3]:
+            got, fl = fpsim.dot(a, b, fmt, order="wide", accumulator=acc, rounding=mode,
+                                flags=True, **opts)
+            big, bfl = fpsim.dot(np.repeat(a, 4, axis=0), np.repeat(b, 4, axis=0), fmt,
+                                 order="wide", accumulator=acc, rounding=mode, flags=True,
+                                 **opts)
+            assert _same(got, big[::4]) and np.array_equal(fl, bfl[::4]), (mode, opts)
+            for i in range(1, 3):  # the Fraction reference, rows without specials
+                v = round_exact(Fraction(float(a[i, 0])) * Fraction(float(b[i, 0])), fa, mode,
+                                **opts)[0]
+                for x, y in zip(a[i, 1:], b[i, 1:], strict=True):
+                    v = round_exact(Fraction(v) + Fraction(float(x)) * Fraction(float(y)), fa,
+                                    mode, **opts)[0]
+                want = round_exact(Fraction(v), f, mode, **opts)[0] if math.isfinite(v) else v
+                assert _same(got[i], want), (mode, opts, i, got[i], want)
