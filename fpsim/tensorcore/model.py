@@ -608,7 +608,7 @@ def _chain_late(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tupl
     P = np.empty((wmax, *out_shape))
     E = np.empty((wmax, *out_shape), dtype=np.int16)
     d = np.array(np.broadcast_to(c, out_shape), dtype=np.float64)
-    scale_base = np.int64(F + 2 * 1023)
+    scale_base = np.int16(F + 2 * 1023)  # minus maxE (>= 423, biased): 2**(F - maxE)'s field
     for k0 in range(0, K, n):
         k1 = min(K, k0 + n)
         w = k1 - k0
@@ -622,8 +622,8 @@ def _chain_late(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tupl
         mx = E[:wp].reshape(wp // G, G, *out_shape).max(axis=0)  # (G, ...) per group
         live = mx > _LIVE_EXP
         np.maximum(mx, floor, out=mx)
-        scale = ((scale_base - mx) << 52).view(np.float64)  # 2**(F - maxE)
-        np.multiply(p, scale, out=p)
+        scale = np.left_shift(scale_base - mx, 52, dtype=np.int64).view(np.float64)
+        np.multiply(p, scale, out=p)  # times 2**(F - maxE)
         np.trunc(p, out=p)
         gv = p.sum(axis=0)
         gv /= scale  # each group's exact value
@@ -642,7 +642,8 @@ def _chain_late(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tupl
         pp = np.left_shift(mp, 52, dtype=np.int64).view(np.float64)
         pc = (d.view(np.int64) & _EXP_BITS).view(np.float64)
         np.maximum(pc, _C_FLOOR, out=pc)
-        pp = np.where(live, pp, pc)  # no non-zero product: the block passes c on
+        if not live.all():
+            pp = np.where(live, pp, pc)  # no non-zero product: the block passes c on
         pos = pc > pp  # c's exponent is the larger: the product sum gains `extra` bits
         grid = np.maximum(pp, pc)
         grid *= np.where(pos, 2.0 ** (-F - extra), 2.0**-F)
