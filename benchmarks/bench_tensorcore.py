@@ -38,7 +38,7 @@ def main() -> None:
     sizes = (256,) if args.quick else (256, 1024)
     with threadpool_limits(1):
         for n in sizes:
-            repeat = 1 if (args.quick or n > 512) else 3
+            repeat = 1 if (args.quick or n > 512) else 5
             x = rng.standard_normal((n, n))
             y = rng.standard_normal((n, n))
             t_h100 = None
