@@ -237,3 +237,14 @@ def test_reductions_take_long_doubles_exactly():
     f = FORMATS["e11m20"]
     assert float(fpsim.sum(x, f)) == 4 * 2.0**-1042
     assert float(fpsim.dot(x, np.ones(4), f)) == 4 * 2.0**-1042
+
+
+@pytest.mark.parametrize("fkey", ["fp16", "bf16", "fp32", "e11m20"])
+def test_uint64_operands_beyond_2_63(fkey):
+    fmt = FORMATS[fkey]
+    u = np.array([2**64 - 1, 2**63 + 2**39 + 1, 2**53 + 1, 2**63], dtype=np.uint64)
+    for mode in MODES:
+        got = arithmetic.add(u, 0.0, fmt, mode)
+        want = [reference("add", [round_exact(Fraction(int(v)), fmt)[0], 0.0], fmt, mode,
+                          {})[0] for v in u]
+        assert _same_arrays(got, want), mode
