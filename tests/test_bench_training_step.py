@@ -168,3 +168,29 @@ def test_conv_windows_view_is_sliding_window_view():
             np.testing.assert_array_equal(got, ref)
             cases += 1
     assert cases > 100
+
+
+def test_optimizer_plan_follows_format_changes():
+    """Optimizer.step keeps a per-parameter plan (state format, dtype, master), remade when the
+    parameter's format or master_weights changes. SGD (lr 1, no momentum) on w = 1.0 (fp16)
+    with gradients of 2**-12, a quarter of fp16's ulp at 1.0: the first step leaves w at 1.0
+    (1 - 2**-12 is a tie below 1.0, to even) and the fp32 master at 1 - 2**-12. Then:
+    with the master, the second step reaches 1 - 2**-11; with master weights switched off it
+    stays at 1.0 (again a tie); moved to fp64 (no master there) it is exactly 1 - 2**-12."""
+    from fpsim import optim
+    from fpsim.nn import Parameter
+
+    tiny = 2.0 ** -12
+    for change, want in (("none", 1 - 2 * tiny), ("master off", 1.0), ("fp64", 1 - tiny)):
+        w = Parameter([1.0], "fp16")
+        opt = optim.SGD([w], lr=1.0, master_weights=True)
+        w.grad = np.array([tiny], np.float16)
+        opt.step()
+        assert w.item() == 1.0 and opt.state[w]["master"][0] == np.float32(1 - tiny)
+        if change == "master off":
+            opt.master_weights = False
+        elif change == "fp64":
+            w._cast_("fp64")
+        w.grad = np.array([tiny], w.data.dtype)
+        opt.step()
+        assert w.item() == want, change
