@@ -488,12 +488,13 @@ def _chain_general(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: t
 # -- fast generic kernels: the same results as _chain_general, fewer passes -----------------
 #
 # _chain_general / _block_general follow the published models stage by stage (integer sums,
-# two-operand alignments) and feed the explain record. The AMD units' speed comes from two
-# specialised kernels, used when no trace is asked for and checked against _chain_general
-# (tests/test_tensorcore_fast.py): they compute the same values with fewer array passes.
-# Every shortcut rests on one fact: a value times or divided by a power of two is exact in
-# float64 (all exponents stay far inside its range), so "round x to a multiple of 2**g" is
-# rnd(x / 2**g) * 2**g whatever x's own scaling, and integer sums can be carried as values.
+# two-operand alignments) and feed the explain record. The AMD units' speed comes from three
+# specialised kernels (exact, late c / odd-even, pairwise), used when no trace is asked for
+# and checked against _chain_general (tests/test_tensorcore_fast.py): they compute the same
+# values with fewer array passes. The late-c kernel rests on one fact: a value times or
+# divided by a power of two is exact in float64 (all exponents stay far inside its range), so
+# "round x to a multiple of 2**g" is rnd(x / 2**g) * 2**g whatever x's own scaling, and
+# integer sums can be carried as values.
 
 _LIVE16 = -10000  # zero-term exponent in the int16 exponent arrays of the late-c kernel
 _EXP_BITS = np.int64(0x7FF << 52)  # a float64's exponent field: x & _EXP_BITS = 2**floor(log2|x|)
