@@ -32,3 +32,15 @@ def test_bad_workers(bad):
 def test_default_workers_at_most_one_per_run():
     assert default_workers(1) == 1
     assert 1 <= default_workers(7) <= 7
+
+
+def test_demo_cli_refuses_bad_jobs(capsys):
+    import argparse
+
+    import fpsim.training.cli as cli
+
+    p = argparse.ArgumentParser()
+    cli.configure_demo_parser(p)
+    assert cli.run_demo_cli(p.parse_args(["--quick", "--no-plots", "--jobs", "0"])) == 2
+    out = capsys.readouterr()
+    assert "--jobs must be a positive int, got 0" in out.err and out.out == ""

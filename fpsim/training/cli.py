@@ -133,15 +133,15 @@ def run_demo_cli(args: argparse.Namespace) -> int:
     >>> p.parse_args(["--quick", "--json"]).out
     'fpsim-output'
     """
+    jobs = default_workers(len(PRECISIONS)) if args.jobs is None else args.jobs
+    if jobs < 1:
+        print(f"fpsim demo: --jobs must be a positive int, got {jobs}", file=sys.stderr)
+        return 2
     if not _check_out(args, "demo"):
         return 2
     if not args.json:
         cfg = demo_config(args.quick)
         print(_intro(f"{len(PRECISIONS)} precision recipes", cfg.grad_shift))
-    jobs = default_workers(len(PRECISIONS)) if args.jobs is None else args.jobs
-    if jobs < 1:
-        print(f"fpsim demo: --jobs must be a positive int, got {jobs}", file=sys.stderr)
-        return 2
     runs = run_demo(quick=args.quick, seed=args.seed, progress=_progress(args), workers=jobs)
     return _finish(runs, args)
 
