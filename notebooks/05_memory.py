@@ -283,7 +283,7 @@ for k in range(2, 9):
         with memory.meter(chain) as m:
             run_cut(cut(n, k), xc).sum().backward()
         peaks.append(m.report().max["activations"] // unit)
-    assert peaks[0] == rows[k - 1].peak  # fpsim's cut, run by hand, measures as checkpoint_sequential
+    assert peaks[0] == rows[k - 1].peak  # fpsim's cut by hand measures as checkpoint_sequential
     print(f"{k:2d}  {str(fpsim_cut(n, k)):24s} {peaks[0]:4d}   {str(torch_cut(n, k)):24s} "
           f"{peaks[1]:4d}")
 
