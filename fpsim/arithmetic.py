@@ -926,9 +926,3 @@ def fma(
 
 _KERNELS = {"add": add_flat, "sub": _sub_flat, "mul": mul_flat, "div": _div_flat,
             "sqrt": _sqrt_flat, "fma": _fma_flat}
-
-# The former private names, still read by fpsim.autograd.functional (its owner moves to the
-# names above).
-_plan = plan_for
-_snan_mask = snan_mask
-_MAX_MANTISSA = MAX_MANTISSA

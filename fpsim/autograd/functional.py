@@ -176,7 +176,7 @@ def _float64_ok(op: str, fmt: Format, st) -> bool:
     float64 operation cannot overflow or lose bits to float64's subnormals for operands of the
     format (the arithmetic kernel's plan), subnormals are kept and the mode is nearest even."""
     return (st.mode is Rounding.NEAREST_EVEN and st.subnormals is Subnormals.KEEP
-            and fmt.precision_bits <= 25 and getattr(_arithmetic._plan(fmt), _PLAN_FAST[op]))
+            and fmt.precision_bits <= 25 and getattr(_arithmetic.plan_for(fmt), _PLAN_FAST[op]))
 
 
 def _arith(op: str, x, y, fmt: Format) -> np.ndarray:
@@ -190,7 +190,7 @@ def _arith(op: str, x, y, fmt: Format) -> np.ndarray:
     contexts."""
     vals = (x,) if op == "sqrt" else (x, y)
     st = settings()
-    if fmt.mantissa_bits > _arithmetic._MAX_MANTISSA:
+    if fmt.mantissa_bits > _arithmetic.MAX_MANTISSA:
         # fp64 (and wider-mantissa formats): float64's own operations, as fpsim.add refuses
         # them; no IEEE flags are recorded for these
         a = [_val(v) for v in vals]
@@ -215,7 +215,7 @@ def _arith(op: str, x, y, fmt: Format) -> np.ndarray:
     if want:
         for v in vals:
             if isinstance(v, Tensor):
-                m = _arithmetic._snan_mask(v._data)
+                m = _arithmetic.snan_mask(v._data)
                 if m is not None:
                     m = np.broadcast_to(m, shape).reshape(-1)
                     snan = m if snan is None else (snan | m)
