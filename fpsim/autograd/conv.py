@@ -240,9 +240,14 @@ def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
     # a window with a tap inside the input and neither NaN nor -inf there has its maximum
     # inside: skip the checks below unless the input holds NaN / -inf or a dilated window
     # steps over the whole input
-    hit_r = ((top + np.arange(kh) * dh >= 0) & (top + np.arange(kh) * dh < h)).any(axis=1)
-    hit_c = ((left.T + np.arange(kw) * dw >= 0) & (left.T + np.arange(kw) * dw < wd)).any(axis=1)
-    if x64.size and not (x64.min() > -np.inf and hit_r.all() and hit_c.all()):
+    # without padding every window's first tap is inside (the output size guarantees it)
+    all_hit = ph == 0 and pw == 0
+    if not all_hit:
+        hit_r = ((top + np.arange(kh) * dh >= 0) & (top + np.arange(kh) * dh < h)).any(axis=1)
+        hit_c = ((left.T + np.arange(kw) * dw >= 0) & (left.T + np.arange(kw) * dw < wd)
+                 ).any(axis=1)
+        all_hit = hit_r.all() and hit_c.all()
+    if x64.size and not (x64.min() > -np.inf and all_hit):
         rows, cols = top + arg // kw * dh, left + arg % kw * dw
         best = np.take_along_axis(win, arg[..., None], axis=-1)[..., 0]
         if np.isnan(best).any():  # PyTorch's `val > max || isnan(val)` keeps the last NaN
