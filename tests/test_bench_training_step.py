@@ -194,3 +194,22 @@ def test_optimizer_plan_follows_format_changes():
         w.grad = np.array([tiny], w.data.dtype)
         opt.step()
         assert w.item() == want, change
+
+
+def test_conv_pad_is_np_pad():
+    """conv.py pads by filling and copying: np.pad's constant-mode result, bit for bit, for
+    float64 / float32 / fp16 arrays, contiguous or not, zero or -inf fill."""
+    import itertools
+
+    from fpsim.autograd import conv as C
+
+    rng = np.random.default_rng(6)
+    for dt, (t, b, lf, r), fill in itertools.product(
+            (np.float64, np.float32, np.float16), itertools.product(range(3), repeat=4),
+            (0.0, -np.inf)):
+        x = rng.standard_normal((2, 3, 5, 4)).astype(dt).transpose(0, 1, 3, 2)
+        ref = np.pad(x, ((0, 0), (0, 0), (t, b), (lf, r)), constant_values=fill)
+        got = C._pad(x, t, b, lf, r, fill)
+        assert got.dtype == ref.dtype
+        np.testing.assert_array_equal(got, ref)
+        assert np.signbit(got).tolist() == np.signbit(ref).tolist()

@@ -38,7 +38,11 @@ def _conv_padding(padding: IntPair | str, kernel: tuple[int, int], dilation: tup
 def _pad(x: np.ndarray, top: int, bottom: int, left: int, right: int,
          fill: float = 0.0) -> np.ndarray:
     if top or bottom or left or right:
-        return np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=fill)
+        # what np.pad(..., constant_values=fill) returns, without its ~40 us of argument handling
+        n, c, h, w = x.shape
+        out = np.full((n, c, top + h + bottom, left + w + right), fill, dtype=x.dtype)
+        out[:, :, top:top + h, left:left + w] = x
+        return out
     return x
 
 
