@@ -7,9 +7,10 @@ Variants, timed in the same run:
 
 - ``numpy fp32``: hand-written NumPy float32 forward / backward / update (the baseline);
 - ``numpy fp64``: the same code in float64 (the price of float64 GEMMs, as the "fp32" model pays);
-- ``numpy fp16+master`` (MLP): fpsim's fp16 step written directly in NumPy, every rounding
-  done by fpsim's kernels, no graph: the floor of this maths in NumPy (bit-identical to fpsim's
-  step, checked by tests/test_bench_training_step.py);
+- ``numpy fp16+master`` (MLP and CNN): fpsim's fp16 step written directly in NumPy, every
+  rounding done by fpsim's kernels, no graph, no Tensor objects, no argument checks: the floor
+  of this maths in NumPy (bit-identical to fpsim's step, checked by
+  tests/test_bench_training_step.py);
 - ``fpsim fp32``: fpsim tensors in fp32;
 - ``fpsim fp16+master``: model and input in fp16, fp32 master weights in the optimizer, "fp32"
   matmul accumulation (float64 products and sums, rounded to fp32, then to fp16);
@@ -20,17 +21,19 @@ Variants, timed in the same run:
 
 Ratio convention: speed vs numpy fp32 = numpy-fp32 time / variant time (1.0 = as fast as the
 NumPy float32 step, < 1 slower); BLAS pinned to one thread. Target: fp16+master >= 0.33
-(at most 3x the NumPy time). Where it goes
+(at most 3x the NumPy time). The ``engine overhead`` column is fpsim fp16+master time / floor
+time - 1 (what the graph, the Tensor objects and the ops' argument handling add; target < 10%;
+``--engine`` times only the rows it needs). Where it goes
 (``--breakdown`` times the parts of the MLP step): the "fp32" model accumulates in float64 (BLAS
 dgemm, ~2x sgemm: the NumPy float64 step alone is ~2x the float32 one), every fp16 result is
 rounded by fpsim.autograd.fastcast (11 NumPy passes, 2-7 ns per element for the step's 8k-64k
 element arrays) and every fp16 operand is widened through a 65536-entry table (~2-2.5 ns); an
-MLP step rounds ~300k and widens ~315k elements. The floor row shows that these conversions,
-not the engine, set the cost: fpsim's step is within 8-27% of it. BLAS runs on one thread
-(timing.pinned_blas): several threads on these small GEMMs were measured 5-10x slower on a
-busy 2-core machine.
+MLP step rounds ~300k and widens ~315k elements. The floor rows show that these conversions,
+not the engine, set the cost (docs/autograd.md gives the measured overhead). BLAS runs on one
+thread (timing.pinned_blas): several threads on these small GEMMs were measured 5-10x slower on
+a busy 2-core machine.
 
-    python benchmarks/bench_training_step.py [--repeat 7] [--steps 20] [--breakdown]
+    python benchmarks/bench_training_step.py [--repeat 7] [--steps 20] [--breakdown] [--engine]
 """
 
 from __future__ import annotations
