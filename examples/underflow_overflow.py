@@ -28,36 +28,20 @@ from types import SimpleNamespace
 import numpy as np
 
 import fpsim
-from fpsim import amp, nn, optim
+from fpsim import amp, optim
 from fpsim.autograd import Tensor
 from fpsim.autograd import functional as F
 from fpsim.datasets import Split, load_digits, minibatches
 from fpsim.quant.experiment import accuracy  # top-1, inputs in the model's format
+from fpsim.training import MLP
 from fpsim.viz import style
 from fpsim.viz.training import gradient_exponent_histogram, loss_curves, loss_scale_trajectory
 
 
-class MLP(nn.Module):
-    """Linear -> ReLU -> Linear -> ReLU -> Linear; after each forward ``outputs`` holds every
-    Linear layer's output, with its gradient retained."""
-
-    def __init__(self, sizes=(64, 64, 64, 10), seed=0):
-        super().__init__()
-        self.names = [f"fc{i + 1}" for i in range(len(sizes) - 1)]
-        for i, name in enumerate(self.names):
-            setattr(self, name, nn.Linear(sizes[i], sizes[i + 1], rng=seed + i))
-
-    def forward(self, x):
-        self.outputs = {}
-        h = x
-        for i, name in enumerate(self.names):
-            h = getattr(self, name)(h)
-            if h.requires_grad:
-                h.retain_grad()
-            self.outputs[name] = h
-            if i < len(self.names) - 1:
-                h = F.relu(h)
-        return h
+def digits_mlp(seed: int = 0) -> MLP:
+    """The demo's MLP (fpsim.training.MLP) as 64-64-64-10, layer i initialised from seed + i;
+    after each forward ``activations`` holds every Linear layer's output, gradient retained."""
+    return MLP((64, 64, 64, 10), layer_seeds=range(seed, seed + 3))
 
 
 # ------------------------------------------------------------------------------ 1 and 2
@@ -107,14 +91,14 @@ def lost_update_figure() -> style.Figure:
 def record_fp32_run(data: Split, epochs: int):
     """Train in fp32; return per-step gradients {name: array}, the epoch of each step, the
     batch losses and the model."""
-    model = MLP()
+    model = digits_mlp()
     opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     record, epoch_of, losses = [], [], []
     for epoch, idx in minibatches(len(data.x_train), 64, epochs, rng=0):
         opt.zero_grad()
         loss = F.cross_entropy(model(Tensor(data.x_train[idx])), data.y_train[idx])
         loss.backward()
-        g = {f"{k} output": model.outputs[k].grad.copy() for k in model.names}
+        g = {f"{k} output": model.activations[k].grad.copy() for k in model.names}
         g |= {f"{k} weight": getattr(model, k).weight.grad.copy() for k in model.names}
         record.append(g)
         epoch_of.append(epoch)
@@ -176,7 +160,7 @@ def loss_scale_figure(pooled: np.ndarray) -> style.Figure:
 # ------------------------------------------------------------------------------------ 5
 def train_fp16_scaled(data: Split, epochs: int, scaler):
     """fp16 model, fp32 master weights, a loss scaler; returns (losses, history, accuracy)."""
-    model = MLP().to("fp16")
+    model = digits_mlp().to("fp16")
     params = list(model.parameters())
     opt = optim.SGD(params, lr=0.1, momentum=0.9, master_weights=True)
     losses = []

@@ -45,7 +45,7 @@ from types import SimpleNamespace
 import numpy as np
 
 import fpsim
-from fpsim import amp, nn, optim
+from fpsim import amp, optim
 from fpsim.autograd import Tensor
 from fpsim.autograd import functional as F
 from fpsim.course import checker
@@ -236,28 +236,14 @@ print(f"exact {1 + steps * u:.5f}; round to nearest {w_rne.mean():.5f}; "
 #   *activation gradients* that backpropagation passes from layer to layer.
 
 # %%
-class MLP(nn.Module):
-    """Linear -> ReLU -> Linear -> ReLU -> Linear (64 pixels -> 10 classes), PyTorch's default
-    initialisation. After each forward, `outputs` holds every Linear layer's output; their
-    gradients are kept by retain_grad() (backpropagation's activation gradients)."""
+from fpsim.training import MLP  # the demo's MLP: Linear -> ReLU -> ... -> Linear
 
-    def __init__(self, sizes=(64, 64, 64, 10), seed=0):
-        super().__init__()
-        self.names = [f"fc{i + 1}" for i in range(len(sizes) - 1)]
-        for i, name in enumerate(self.names):
-            setattr(self, name, nn.Linear(sizes[i], sizes[i + 1], rng=seed + i))
 
-    def forward(self, x):
-        self.outputs = {}
-        h = x
-        for i, name in enumerate(self.names):
-            h = getattr(self, name)(h)
-            if h.requires_grad:
-                h.retain_grad()
-            self.outputs[name] = h
-            if i < len(self.names) - 1:
-                h = F.relu(h)
-        return h
+def digits_mlp():
+    """64 pixels -> 10 classes, PyTorch's default initialisation (layer i from seed i). After
+    each forward, `activations` holds every Linear layer's output; their gradients are kept by
+    retain_grad() (backpropagation's activation gradients)."""
+    return MLP((64, 64, 64, 10), layer_seeds=(0, 1, 2))
 
 
 data = load_digits()  # 64 features in [0, 1]
@@ -270,14 +256,14 @@ print(f"digits: {len(data.x_train):,} training and {len(data.x_test):,} test ima
 # generator, so a second run with rng=0 sees the same batches. accuracy(model, x, y): the share
 # of images whose largest logit is the right class (inputs in the model's format, no graph).
 t0 = time.perf_counter()
-model = MLP()
+model = digits_mlp()
 opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 record, epoch_of, fp32_loss = [], [], []
 for epoch, idx in minibatches(len(data.x_train), 64, epochs=15, rng=0):
     opt.zero_grad()
     loss = F.cross_entropy(model(Tensor(data.x_train[idx])), data.y_train[idx])
     loss.backward()
-    g = {f"{k} output": model.outputs[k].grad.copy() for k in model.names}
+    g = {f"{k} output": model.activations[k].grad.copy() for k in model.names}
     g |= {f"{k} weight": getattr(model, k).weight.grad.copy() for k in model.names}
     record.append(g)
     epoch_of.append(epoch)
@@ -464,7 +450,7 @@ print("largest gradient per epoch:",
 def train_fp16(scaler, n_epochs=15):
     """The run of section 3 in fp16 with fp32 master weights and a loss scaler; returns the
     batch losses, the scaler's history and the test accuracy."""
-    model = MLP().to("fp16")
+    model = digits_mlp().to("fp16")
     params = list(model.parameters())
     opt = optim.SGD(params, lr=0.1, momentum=0.9, master_weights=True)
     losses = []

@@ -18,11 +18,14 @@ __all__ = ["MLP"]
 class MLP(Module):
     """``Linear -> ReLU -> ... -> Linear`` with layer widths ``sizes`` (input first, classes
     last) and PyTorch's default initialisation drawn from ``rng``; ``init_scale`` multiplies
-    every initial weight and bias (1: PyTorch's default).
+    every initial weight and bias (1: PyTorch's default). ``layer_seeds`` (one int per layer)
+    draws layer i from its own seed instead, as ``nn.Linear(..., rng=layer_seeds[i])`` does
+    (the initialisation of the examples, notebook 02 and the training-step benchmark).
 
     After each forward, ``activations`` maps ``fc1``, ``fc2``, ... to the outputs of the linear
     layers (pre-activations and logits); when they require grad, their gradients are retained
-    (``.grad`` after backward), as the layer outputs whose gradients backpropagation stores.
+    (``.grad`` after backward), as the layer outputs whose gradients backpropagation stores;
+    ``retain_grads=False`` keeps none (a plain ``nn.Sequential``'s cost, for benchmarks).
 
     >>> net = MLP((64, 32, 10), rng=0)
     >>> out = net(Tensor(np.zeros((5, 64), np.float32)))
@@ -32,20 +35,27 @@ class MLP(Module):
 
     def __init__(self, sizes: Sequence[int] = (64, 64, 10), *,
                  rng: np.random.Generator | int | None = 0, init_scale: float = 1.0,
-                 out_init_scale: float = 1.0) -> None:
+                 out_init_scale: float = 1.0, layer_seeds: Sequence[int] | None = None,
+                 retain_grads: bool = True) -> None:
         super().__init__()
         sizes = tuple(int(s) for s in sizes)
         if len(sizes) < 2 or min(sizes) < 1:
             raise ValueError(f"sizes must list at least an input and an output width, all "
                              f"positive, got {sizes}")
         gen = np.random.default_rng() if rng is None else as_generator(rng)  # fpsim's one rule
+        if layer_seeds is not None:
+            layer_seeds = [int(s) for s in layer_seeds]
+            if len(layer_seeds) != len(sizes) - 1:
+                raise ValueError(f"layer_seeds must give one seed per layer ({len(sizes) - 1}), "
+                                 f"got {len(layer_seeds)}")
         self.sizes = sizes
+        self.retain_grads = bool(retain_grads)
         self.init_scale = float(init_scale)
         self.out_init_scale = float(out_init_scale)
         self.names = [f"fc{i + 1}" for i in range(len(sizes) - 1)]
         for i, name in enumerate(self.names):
             fan_in, fan_out = sizes[i], sizes[i + 1]
-            layer = Linear(fan_in, fan_out, rng=gen)
+            layer = Linear(fan_in, fan_out, rng=gen if layer_seeds is None else layer_seeds[i])
             factor = self.init_scale * (self.out_init_scale if name == self.names[-1] else 1.0)
             if factor != 1.0:
                 for p in layer.parameters():
@@ -60,7 +70,7 @@ class MLP(Module):
         for name in self.names:
             h = getattr(self, name)(h)
             acts[name] = h
-            if h.requires_grad:
+            if self.retain_grads and h.requires_grad:
                 h.retain_grad()
             if name != last:
                 h = F.relu(h)
