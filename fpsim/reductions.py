@@ -30,7 +30,9 @@ add per element, see :func:`fpsim.add`'s native path), and so does the ``"wide"`
 in those formats when every term is one of its values. With at most 16 outputs and a
 deterministic mode, the sequential and Kahan orders run the same correctly rounded adds (and
 flags) on Python floats: a step costs about a microsecond, not the fixed cost of a dozen NumPy
-calls. The element-by-element loop, vectorised across independent rows, runs everywhere else.
+calls; with stochastic rounding they draw the same random values from the generator, in the
+same order and amount (raw 64-bit draws taken in blocks), and round them on Python integers.
+The element-by-element loop, vectorised across independent rows, runs everywhere else.
 
 The rounding mode and policies apply to every operation (the accumulator's adds too); with
 ``flags=True`` the result comes with the OR of the IEEE flags of every operation that produced
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import enum
 import math
+import struct
 
 import numpy as np
 
@@ -66,7 +69,7 @@ from .arithmetic import (
 from .flags import Flags
 from .formats import FP64, Format, NaNEncoding, get_float_format
 from .modes import Overflow, Rounding, Subnormals, Tininess
-from .rounding import RoundingPolicy
+from .rounding import RoundingPolicy, _params
 
 __all__ = ["Order", "sum", "dot"]
 
@@ -152,6 +155,8 @@ def _sequential(X, acc: _Acc):
     native = _native_sequential(X, acc.c)
     if native is not None:
         return native
+    if _stochastic_ok(acc.c, X.shape[0]):
+        return _sequential_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):
         add, fl = _scalar_adder(acc.c)
         out = []
@@ -303,6 +308,293 @@ def _scalar_adder(c: OpContext):
     return add, flags
 
 
+# -- few outputs, stochastic rounding: the same draws, the rounding on Python ints -------------
+#
+# Each rounded add of the vectorised loop draws exactly one random value per row, in row
+# order, from c.rng: rng.integers(0, 2**64, dtype=uint64) when the step's sums are exact in
+# float64 for every row (round_flat -> run_chunks -> _kernel), else (TwoSum errors, formats
+# whose adds are not exact in float64, e.g. bf16) the pair path's rng.random() or, with
+# random_bits = r, rng.integers(0, 2**r) (round_pair's stochastic branch). Every one of these
+# consumes one next_uint64 of the bit generator per value (r > 32: Lemire's bounded integer
+# with a power-of-two range never rejects and is u >> (64 - r); random() is
+# (u >> 11) * 2**-53 for PCG64, PCG64DXSM, Philox and SFC64, not MT19937), and a batch of n
+# raw draws is the stream of n single ones. So the raw values are drawn in blocks, exactly as
+# many as the loop consumes (the generator ends in the same state), and each op's rounding
+# mirrors the kernel's integer code on float64 patterns. Where random() or 32-bit integers
+# would be needed and the identity does not hold, each op draws as the loop does.
+# tests/test_reductions_stochastic_fast.py checks values, flags and the generator's state.
+
+_RAW_DOUBLE_BITGENS = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
+_DRAW_BLOCK = 1 << 14  # raw values per bulk draw: bounded memory
+_M64 = (1 << 64) - 1
+_SIGN64, _EXP64, _QUIET64 = 1 << 63, 0x7FF << 52, 1 << 51
+_HIDDEN64, _FRAC64 = 1 << 52, (1 << 52) - 1
+_pack_d, _unpack_q = struct.Struct("<d").pack, struct.Struct("<Q").unpack
+_pack_q, _unpack_d = struct.Struct("<Q").pack, struct.Struct("<d").unpack
+
+
+def _bits(x: float) -> int:
+    return _unpack_q(_pack_d(x))[0]
+
+
+def _float(b: int) -> float:
+    return _unpack_d(_pack_q(b))[0]
+
+
+def _stochastic_ok(c: OpContext, rows: int) -> bool:
+    return (rows <= _SCALAR_ROWS and c.mode is Rounding.STOCHASTIC and plan_for(c.fmt).add_fast
+            and c.fmt.mantissa_bits <= 50 and fast_paths_on())
+
+
+class _StochasticAdder:
+    """fl(a + b) with stochastic rounding for lists of ``rows`` Python floats (values of the
+    format), as :class:`_Acc`'s add computes it (values, flags per row, the generator's
+    draws); ``ops`` is the number of adds the caller will make (the raw draws taken)."""
+
+    def __init__(self, c: OpContext, rows: int, ops: int):
+        fmt = c.fmt
+        p = _params(fmt)
+        self.rows, self.want, self.rng, self.rb = rows, c.want, c.rng, c.random_bits
+        self.m, self.emin, self.tiny = fmt.mantissa_bits, fmt.emin, fmt.smallest_normal
+        self.c, self.k = int(p.c), int(p.k)
+        self.max_bits, self.tiny_bits = int(p.max_bits), int(p.tiny_bits)
+        self.qmin = _float(int(p.qmin_bits))
+        self.ovf_bits, self.low_emin = int(p.ovf_bits), bool(p.low_emin)
+        self.enc = p.enc
+        self.flush = c.result_subnormals is Subnormals.FLUSH or not fmt.subnormals
+        self.after = c.tininess is Tininess.AFTER
+        self.saturate = c.overflow is Overflow.SATURATE
+        self.exact = plan_for(fmt).add_exact  # every add is exact in float64: no pair path
+        self.fl = [0] * rows
+        self.bulk = self.exact or (
+            type(c.rng.bit_generator) in _RAW_DOUBLE_BITGENS if self.rb is None
+            else self.rb > 32)
+        self.left = ops * rows  # raw draws still to take (bulk)
+        self.buf: list[int] = []
+        self.pos = 0
+
+    # -- the draws ---------------------------------------------------------------------------
+    def _raw(self) -> list[int]:
+        if self.pos == len(self.buf):
+            k = min(self.left, _DRAW_BLOCK * self.rows)
+            self.buf = self.rng.integers(0, 1 << 64, size=k, dtype=np.uint64).tolist()
+            self.left -= k
+            self.pos = 0
+        i = self.pos
+        self.pos = i + self.rows
+        return self.buf[i:i + self.rows]
+
+    def _kernel_draws(self) -> list[int]:
+        if self.bulk:
+            return self._raw()
+        return self.rng.integers(0, 1 << 64, size=self.rows, dtype=np.uint64,
+                                 endpoint=False).tolist()
+
+    def _pair_draws(self) -> list:
+        rb = self.rb
+        if self.bulk:
+            raw = self._raw()
+            if rb is None:
+                return [(u >> 11) * (1.0 / 9007199254740992.0) for u in raw]
+            return [u >> (64 - rb) for u in raw]
+        if rb is None:
+            return self.rng.random(self.rows).tolist()
+        return self.rng.integers(0, 1 << rb, size=self.rows).tolist()
+
+    # -- rounding on float64 patterns (rounding._kernel and friends, one element) ------------
+    def _inc(self, a: int, s: int, u: int) -> int:
+        """_increment_round, stochastic: (a + the random increment) with s low bits cleared."""
+        mask = (1 << s) - 1
+        rb = self.rb
+        if rb is None:
+            inc = u & mask
+        else:
+            inc = ((u >> (64 - rb)) << max(s - rb, 0)) & mask
+        return (a + inc) & ~mask
+
+    def _low(self, a: int, u: int) -> int:
+        """_round_low / _deep_round, stochastic."""
+        eb = a >> 52
+        if self.low_emin:
+            eb = max(eb, 1)
+        s = max(self.k - eb, self.c)
+        r = self._inc(a, min(s, 52), u)
+        if s >= max(52, self.c + 1) and a != 0:
+            sig = (a & _FRAC64) | (_HIDDEN64 if a >> 52 else 0)
+            s63 = min(s, 63)
+            kept, rem = sig >> s63, sig & ((1 << s63) - 1)
+            rb = 64 if self.rb is None else self.rb
+            v = u if self.rb is None else u >> (64 - rb)
+            sh = s - rb
+            count = rem >> min(sh, 63) if sh >= 0 else (rem << min(-sh, 63)) & _M64
+            r = _bits((kept + (1 if v < count else 0)) * self.qmin)
+        return r
+
+    def _round(self, b: int, u: int | None) -> tuple[int, int]:
+        """rounding._kernel on one pattern: stochastic with the raw draw u, or (u None)
+        round to nearest even of a value on the format's grid (the pair path's last step:
+        only overflow, flush and specials act). Returns (pattern, flags)."""
+        sign = b & _SIGN64
+        a = b ^ sign
+        if u is None:
+            r = a  # on the grid: nearest even keeps it (below 2**emin too)
+        else:
+            r = self._inc(a, self.c, u)
+        low = a < self.tiny_bits
+        if low and u is not None:
+            r = self._low(a, u)
+        fl = (_INEXACT if r != a else 0) if self.want else 0
+        if low and (self.want or self.flush):
+            tiny = a != 0
+            if tiny and self.after:
+                al, lim = a, self.tiny_bits
+                if self.low_emin and al < _HIDDEN64:
+                    al, lim = _bits(_float(al) * 2.0**64), self.tiny_bits + (64 << 52)
+                r_unb = al if u is None else self._inc(al, self.c, u)
+                tiny = r_unb < lim
+            if tiny:
+                if self.flush:
+                    r = 0
+                    fl |= _UNDER | _INEXACT
+                elif self.want and fl:
+                    fl |= _UNDER
+        if a > self.max_bits:
+            if a >= _EXP64:  # inf or NaN
+                enc = self.enc
+                if a > _EXP64:
+                    r = a | _QUIET64
+                    fl = _INVALID if (not a & _QUIET64 or enc is NaNEncoding.NONE) else 0
+                else:
+                    if enc is NaNEncoding.IEEE:
+                        r, fl = _EXP64, 0
+                    elif enc is NaNEncoding.NONE or self.saturate:
+                        r, fl = self.max_bits, _INEXACT
+                    else:
+                        r, fl = _EXP64 | _QUIET64, _INVALID
+                fl = fl if self.want else 0
+            elif r > self.max_bits:
+                r = self.max_bits if self.saturate else self.ovf_bits
+                if self.want:
+                    fl |= _OVER | _INEXACT
+        if self.enc is NaNEncoding.FNUZ and r == 0:
+            sign = 0
+        return r | sign, fl
+
+    def _toward_zero(self, b: int) -> float:
+        """rounding._kernel toward zero, saturating, on one finite pattern (the pair path's
+        t0)."""
+        sign = b & _SIGN64
+        a = b ^ sign
+        r = a & ~((1 << self.c) - 1)
+        if a < self.tiny_bits:
+            eb = a >> 52
+            if self.low_emin:
+                eb = max(eb, 1)
+            s = max(self.k - eb, self.c)
+            r = a & ~((1 << min(s, 52)) - 1)
+            if s >= max(52, self.c + 1) and a != 0:
+                sig = (a & _FRAC64) | (_HIDDEN64 if a >> 52 else 0)
+                r = _bits((sig >> min(s, 63)) * self.qmin)
+        if r > self.max_bits:
+            r = self.max_bits
+        if self.enc is NaNEncoding.FNUZ and r == 0:
+            sign = 0
+        return _float(r | sign)
+
+    def _pair(self, hi: float, lo: float, d) -> tuple[float, int]:
+        """rounding._round_pair_core's stochastic branch for one TwoSum pair, draw d."""
+        if not math.isfinite(hi):
+            r, fl = self._round(_bits(hi), None)
+            return _float(r), fl
+        hb = _bits(hi)
+        inexact = 1 if lo != 0 else 0
+        v = ((hb - (((hb ^ _bits(lo)) >> 63) & inexact)) | inexact) & _M64  # _odd_from_pair
+        t0 = self._toward_zero(v)
+        e = max((_bits(abs(t0)) >> 52) - 1023, self.emin)
+        ulp = math.ldexp(1.0, e - self.m)
+        prob = abs((hi - t0) + lo) / ulp
+        if self.rb is None:
+            up = d < prob
+        else:
+            up = float(d) < math.floor(prob * float(1 << self.rb))
+        res = t0 + math.copysign(ulp, hi) if up else t0
+        r, fl = self._round(_bits(res), None)
+        if self.want and (hi != t0 or lo != 0):
+            fl |= _INEXACT
+            if abs(res) < self.tiny:
+                fl |= _UNDER
+        return _float(r), fl
+
+    def add(self, a: list[float], b: list[float]) -> list[float]:
+        """One vectorised add of _Acc: row i gets fl(a[i] + b[i]); the flags OR into fl."""
+        s = [x + y for x, y in zip(a, b, strict=True)]
+        out = []
+        if self.exact:
+            los = None
+        else:
+            los = []
+            for x, y, h in zip(a, b, s, strict=True):
+                bb = h - x
+                los.append((x - (h - bb)) + (y - bb))
+        if los is None or not any(lo != 0 for lo in los):
+            for i, (h, u) in enumerate(zip(s, self._kernel_draws(), strict=True)):
+                r, f = self._round(_bits(h), u)
+                out.append(_float(r))
+                if self.want:
+                    self._note(i, f, h, a[i], b[i])
+        else:
+            for i, (h, lo, d) in enumerate(zip(s, los, self._pair_draws(), strict=True)):
+                v, f = self._pair(h, lo, d)
+                out.append(v)
+                if self.want:
+                    self._note(i, f, h, a[i], b[i])
+        return out
+
+    def _note(self, i: int, f: int, s: float, a: float, b: float) -> None:
+        if s != s and a == a and b == b:  # inf - inf (_Acc._note: INVALID replaces)
+            f = _INVALID
+        self.fl[i] |= f
+
+
+_INEXACT, _UNDER = int(Flags.INEXACT), int(Flags.UNDERFLOW)
+_OVER, _INVALID = int(Flags.OVERFLOW), int(Flags.INVALID)
+
+
+def _columns(X, block: int = 4096):
+    """X's columns as lists of Python floats, a block at a time (bounded memory)."""
+    for j in range(0, X.shape[1], block):
+        yield from X[:, j:j + block].T.tolist()
+
+
+def _sequential_stochastic(X, acc: _Acc):
+    rows, n = X.shape
+    st = _StochasticAdder(acc.c, rows, n - 1)
+    cols = _columns(X)
+    s = next(cols)
+    for x in cols:
+        s = st.add(s, x)
+    if acc.fl is not None:
+        acc.fl |= np.array(st.fl, dtype=np.uint8)
+    return np.array(s, dtype=np.float64)
+
+
+def _kahan_stochastic(X, acc: _Acc):
+    rows, n = X.shape
+    st = _StochasticAdder(acc.c, rows, 4 * (n - 1))
+    add = st.add
+    cols = _columns(X)
+    s = next(cols)
+    comp = [0.0] * rows
+    for x in cols:  # _kahan_loop's ops: sub(a, b) is add(a, -b)
+        y = add(x, [-v for v in comp])
+        t = add(s, y)
+        comp = add(add(t, [-v for v in s]), [-v for v in y])
+        s = t
+    if acc.fl is not None:
+        acc.fl |= np.array(st.fl, dtype=np.uint8)
+    return np.array(s, dtype=np.float64)
+
+
 def _sequential_loop(X, acc: _Acc):
     """The reference loop: one rounded add per column, vectorised across the rows."""
     s = X[:, 0].copy()
@@ -323,6 +615,8 @@ def _kahan(X, acc: _Acc):
                 comp = (t - s) - y
                 s = t
             return s.astype(np.float64)
+    if _stochastic_ok(acc.c, X.shape[0]):  # few outputs: the same draws and roundings
+        return _kahan_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):  # few outputs: the same ops on Python floats
         add, fl = _scalar_adder(acc.c)
         out = []
