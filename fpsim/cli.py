@@ -198,7 +198,8 @@ _register("train", "train one precision recipe on the digits data",
 _register("check-hardware", "compare the tensor-core model with measured GPU results",
           _lazy("fpsim.tensorcore", "configure_parser"), _lazy("fpsim.tensorcore", "run_cli"))
 _register("figures", "render the README figures to PNG files",
-          _lazy("fpsim.viz.gallery", "configure_parser"), _lazy("fpsim.viz.gallery", "run_cli"))
+          _lazy("fpsim.viz.figures_cli", "configure_parser"),
+          _lazy("fpsim.viz.figures_cli", "run_cli"))
 _register("quant", "INT8 PTQ / QAT, LSQ, NF4 + LoRA and FP8 on the digits data: a table",
           _lazy("fpsim.quant.experiment", "configure_parser"),
           _lazy("fpsim.quant.experiment", "run_cli"))

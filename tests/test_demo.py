@@ -217,11 +217,11 @@ def test_out_unwritable_is_one_line(tmp_path, capsys):
     args = _train_parser().parse_args(["--precision", "fp32", "--steps", "1", "--out", bad])
     assert cli.run_train_cli(args) == 2
     assert capsys.readouterr().err.startswith("fpsim train: cannot write to --out")
-    from fpsim.viz import gallery
+    from fpsim.viz import figures_cli
 
     p = argparse.ArgumentParser()
-    gallery.configure_parser(p)
-    assert gallery.run_cli(p.parse_args(["--out", bad])) == 2
+    figures_cli.configure_parser(p)
+    assert figures_cli.run_cli(p.parse_args(["--out", bad])) == 2
     assert capsys.readouterr().err.startswith("fpsim figures: cannot write to --out")
 
 
@@ -235,17 +235,17 @@ def test_progress_bars_only_on_a_terminal(monkeypatch):
 
 
 def test_figures_help_and_default_set(tmp_path, capsys):
-    from fpsim.viz import gallery
+    from fpsim.viz import figures_cli, gallery
 
     p = argparse.ArgumentParser()
-    gallery.configure_parser(p)
+    figures_cli.configure_parser(p)
     assert "default docs/figures" in p.format_help().replace("\n", " ")
     assert p.parse_args([]).names == []
     assert set(gallery.README_FIGURES) <= set(gallery.names())
     readme = (__import__("pathlib").Path(__file__).parents[1] / "README.md").read_text()
     for name in gallery.README_FIGURES:
         assert f"docs/figures/{name}.png" in readme, name
-    assert gallery.run_cli(p.parse_args(["bit_layout", "--out", str(tmp_path)])) == 0
+    assert figures_cli.run_cli(p.parse_args(["bit_layout", "--out", str(tmp_path)])) == 0
     out = capsys.readouterr().out
     assert "rendering bit_layout" in out and [f.name for f in tmp_path.iterdir()] == [
         "bit_layout.png"]

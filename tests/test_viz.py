@@ -19,7 +19,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 import fpsim  # noqa: E402
 from fpsim import viz  # noqa: E402
-from fpsim.viz import gallery, style  # noqa: E402
+from fpsim.viz import figures_cli, gallery, style  # noqa: E402
 from fpsim.viz._common import values_between  # noqa: E402
 from fpsim.viz.formats import _pct  # noqa: E402
 from tests.exact import round_exact, stochastic_neighbours  # noqa: E402
@@ -506,13 +506,13 @@ def test_figures_show_inline_in_jupyter_without_pyplot():
 
 def test_gallery_cli_lists_and_rejects(capsys):
     parser = argparse.ArgumentParser()
-    gallery.configure_parser(parser)
-    assert gallery.run_cli(parser.parse_args(["--list"])) == 0
+    figures_cli.configure_parser(parser)
+    assert figures_cli.run_cli(parser.parse_args(["--list"])) == 0
     listed = capsys.readouterr().out
     for name in ("number_line_e4m3", "bit_layout", "rounding_modes", "stochastic_rounding",
                  "format_ranges", "relative_error"):
         assert f"{name}:" in listed
-    assert gallery.run_cli(parser.parse_args(["no_such_figure"])) == 2
+    assert figures_cli.run_cli(parser.parse_args(["no_such_figure"])) == 2
     with pytest.raises(ValueError, match="unknown gallery figure"):
         gallery.build("no_such_figure")
     with pytest.raises(ValueError, match="already registered"):

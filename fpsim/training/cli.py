@@ -22,7 +22,6 @@ from .experiment import (
     default_workers,
     demo_config,
     run_demo,
-    save_plots,
 )
 from .recipes import PRECISIONS, parse_loss_scale
 from .report import findings_text, json_lines, memory_table, results_table
@@ -118,7 +117,11 @@ def _check_out(args: argparse.Namespace, command: str) -> bool:
 
 
 def _finish(runs: list, args: argparse.Namespace) -> int:
-    paths = [] if args.no_plots else save_plots(runs, args.out)
+    if args.no_plots:
+        paths = []
+    else:
+        from ..viz.training import save_plots  # plotting lives above training
+        paths = save_plots(runs, args.out)
     _print_results(runs, args, paths)
     return 0
 

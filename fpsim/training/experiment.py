@@ -21,7 +21,7 @@ from .recipes import PRECISIONS
 from .trainer import RunResult, TrainConfig, train
 
 __all__ = ["DEMO_CONFIG", "QUICK_CONFIG", "DEFAULT_OUT", "demo_config", "run_demo",
-           "default_workers", "save_plots", "check_out_dir"]
+           "default_workers", "check_out_dir"]
 
 DEFAULT_OUT = Path("fpsim-output")
 
@@ -125,31 +125,3 @@ def check_out_dir(out: str | Path) -> Path:
     except OSError as exc:
         raise ValueError(f"cannot write to --out {str(out)!r}: {exc.strerror or exc}") from None
     return out
-
-
-def save_plots(runs: Sequence[RunResult], out: str | Path = DEFAULT_OUT) -> list[Path]:
-    """Save loss_curves.png, loss_scale.png and gradient_histogram.png (+ the results as
-    results.json, and the runs for ``fpsim figures`` as demo_runs.pickle) under ``out``;
-    returns the paths of the figures and of results.json.
-
-    >>> import tempfile
-    >>> runs = run_demo(precisions=["fp32"], progress=False, steps=2, eval_every=1)
-    >>> [p.name for p in save_plots(runs, tempfile.mkdtemp())]
-    ['loss_curves.png', 'loss_scale.png', 'gradient_histogram.png', 'results.json']
-    """
-    import json
-    import pickle
-
-    from ..viz import style
-    from ..viz.training import DEMO_CACHE_FILE, demo_figures
-
-    out = check_out_dir(out)
-    paths = [style.save_figure(fig, out / f"{name}.png")
-             for name, fig in demo_figures(runs).items()]
-    cache = out / DEMO_CACHE_FILE  # `fpsim figures` reuses these runs instead of training
-    with cache.open("wb") as fh:
-        pickle.dump({"runs": list(runs)}, fh)
-    path = out / "results.json"
-    path.write_text(json.dumps([r.summary() for r in runs], indent=1) + "\n")
-    paths.append(path)
-    return paths

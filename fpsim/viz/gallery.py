@@ -1,5 +1,6 @@
 """The gallery: the named figures of the README and the course, rendered to PNG in one call
-(``fpsim figures`` on the command line, :func:`render` from Python).
+(``fpsim figures`` on the command line, :mod:`fpsim.viz.figures_cli`; :func:`render` from
+Python).
 
 Figure modules register their README figures with :func:`register`; the modules listed in
 :data:`FIGURE_MODULES` are imported (when they exist) before the gallery is listed, so a later
@@ -12,7 +13,6 @@ True
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 from collections.abc import Callable, Sequence
@@ -27,7 +27,7 @@ from .formats import bit_layouts, format_ranges, number_line
 from .rounding import relative_error, rounding_modes, stochastic_rounding
 
 __all__ = ["GalleryFigure", "FIGURE_MODULES", "README_FIGURES", "register", "names", "build",
-           "render", "configure_parser", "run_cli", "synthetic_gradients"]
+           "render", "description", "synthetic_gradients"]
 
 # Modules whose figures join the gallery when they exist (imported by names()).
 FIGURE_MODULES = ("fpsim.viz.formats", "fpsim.viz.rounding", "fpsim.viz.tensorcore",
@@ -36,7 +36,6 @@ DEFAULT_OUT = Path("docs") / "figures"
 # The figures README.md shows from docs/figures: what `fpsim figures` renders by default.
 README_FIGURES = ("bit_layout", "rounding_modes_e4m3", "tensorcore_alignment",
                   "tensorcore_error_vs_k", "format_ranges")
-DEMO_OUT = Path("fpsim-output")  # where `fpsim demo` leaves its runs for reuse
 
 
 @dataclass(frozen=True)
@@ -85,6 +84,16 @@ def names() -> list[str]:
     """Names of the gallery's figures, in registration order."""
     _load_modules()
     return list(_REGISTRY)
+
+
+def description(name: str) -> str:
+    """The one-line description ``name`` was registered with (KeyError for an unknown name).
+
+    >>> description("number_line_e4m3")
+    'every positive fp8 e4m3 value, binade by binade'
+    """
+    names()  # the figure modules register on import
+    return _REGISTRY[name].description
 
 
 def build(name: str) -> Figure:
@@ -147,84 +156,3 @@ register("format_ranges", "dynamic ranges against synthetic gradient magnitudes"
     lambda: format_ranges(data=synthetic_gradients(), data_label="Synthetic gradients"))
 register("relative_error", "relative rounding error against the unit roundoff")(
     lambda: relative_error())
-
-
-# ---- command line: `fpsim figures`
-def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """Arguments of the ``figures`` subcommand.
-
-    >>> p = argparse.ArgumentParser(); configure_parser(p)
-    >>> p.parse_args([]).out
-    'docs/figures'
-    """
-    parser.add_argument("names", nargs="*",
-                        help="figures to render (default: the ones README.md shows, "
-                             f"{', '.join(README_FIGURES)})")
-    parser.add_argument("--all", action="store_true",
-                        help="render every gallery figure (the demo's ones train the demo "
-                             "unless --demo-cache holds its runs)")
-    parser.add_argument("--out", default=str(DEFAULT_OUT),
-                        help=f"output folder (default {DEFAULT_OUT})")
-    parser.add_argument("--dpi", type=int, default=100, help="resolution (default 100)")
-    parser.add_argument("--list", action="store_true", help="list the figures and exit")
-    parser.add_argument("--demo-cache", default=str(DEMO_OUT), metavar="DIR",
-                        help="folder where `fpsim demo` saved its runs (demo_runs.pickle), "
-                             f"reused for the demo figures (default {DEMO_OUT})")
-
-
-def run_cli(args: argparse.Namespace) -> int:
-    """Run ``fpsim figures``: list or render the gallery, one line per figure as it goes;
-    2 for an unknown figure name or an unwritable ``--out`` (one line, no traceback).
-
-    >>> import argparse, tempfile
-    >>> p = argparse.ArgumentParser(); configure_parser(p)
-    >>> run_cli(p.parse_args(["--list"]))  # doctest: +ELLIPSIS
-    number_line_e4m3: every positive fp8 e4m3 value, binade by binade
-    ...
-    0
-    """
-    import sys
-
-    all_names = names()
-    if args.list:
-        for name in all_names:
-            print(f"{name}: {_REGISTRY[name].description}")
-        return 0
-    unknown = [n for n in args.names if n not in _REGISTRY]
-    if unknown:
-        print(f"unknown figure(s) {', '.join(unknown)}; valid: {', '.join(all_names)}")
-        return 2
-    if args.dpi <= 0:
-        print(f"--dpi must be positive, got {args.dpi}")
-        return 2
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".fpsim-write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        print(f"fpsim figures: cannot write to --out {str(out)!r}: {exc.strerror or exc}",
-              file=sys.stderr)
-        return 2
-    chosen = list(args.names) or (all_names if getattr(args, "all", False)
-                                  else list(README_FIGURES))
-    if any(n.endswith("_demo") for n in chosen):
-        from . import training
-
-        key = "True:0"
-        cached = training.load_cached_demo(getattr(args, "demo_cache", DEMO_OUT))
-        if cached is not None and key not in training._DEMO_CACHE:
-            print(f"demo figures: reusing the runs in {args.demo_cache}", flush=True)
-            training._DEMO_CACHE[key] = cached
-        elif key not in training._DEMO_CACHE:
-            print("demo figures: training the demo (fpsim demo --quick; about half a minute "
-                  "of CPU)", flush=True)
-            training.demo_runs(progress=sys.stderr.isatty())
-
-    def show(name: str) -> None:
-        print(f"rendering {name} ...", flush=True)
-
-    for path in render(chosen, out, args.dpi, progress=show):
-        print(f"  wrote {path}")
-    return 0

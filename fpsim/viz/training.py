@@ -32,7 +32,8 @@ from .gallery import register
 
 __all__ = ["PRECISION_STYLES", "precision_style", "loss_curves", "loss_panels",
            "loss_scale_trajectory", "gradient_exponent_histogram", "add_caption",
-           "demo_figures", "demo_runs", "load_cached_demo", "DEMO_CACHE_FILE"]
+           "demo_figures", "demo_runs", "load_cached_demo", "prime_demo_runs", "save_plots",
+           "DEMO_CACHE_FILE"]
 
 # recipe name -> (format whose colour it takes, line style, label)
 PRECISION_STYLES: dict[str, tuple[str, str, str]] = {
@@ -376,6 +377,34 @@ _DEMO_CACHE: dict[str, list] = {}
 DEMO_CACHE_FILE = "demo_runs.pickle"  # written by `fpsim demo` next to results.json
 
 
+def save_plots(runs: Sequence[Any], out: Any = None) -> list:
+    """Save loss_curves.png, loss_scale.png and gradient_histogram.png (+ the results as
+    results.json, and the runs for ``fpsim figures`` as demo_runs.pickle) under ``out``;
+    returns the paths of the figures and of results.json.
+
+    >>> import tempfile
+    >>> from fpsim.training.experiment import run_demo
+    >>> runs = run_demo(precisions=["fp32"], progress=False, steps=2, eval_every=1)
+    >>> [p.name for p in save_plots(runs, tempfile.mkdtemp())]
+    ['loss_curves.png', 'loss_scale.png', 'gradient_histogram.png', 'results.json']
+    """
+    import json
+    import pickle
+
+    from ..training.experiment import DEFAULT_OUT, check_out_dir  # viz above training: no circle
+
+    out = check_out_dir(DEFAULT_OUT if out is None else out)
+    paths = [style.save_figure(fig, out / f"{name}.png")
+             for name, fig in demo_figures(runs).items()]
+    cache = out / DEMO_CACHE_FILE  # `fpsim figures` reuses these runs instead of training
+    with cache.open("wb") as fh:
+        pickle.dump({"runs": list(runs)}, fh)
+    path = out / "results.json"
+    path.write_text(json.dumps([r.summary() for r in runs], indent=1) + "\n")
+    paths.append(path)
+    return paths
+
+
 def load_cached_demo(path: Any) -> list | None:
     """The runs a previous ``fpsim demo`` saved in ``path`` (a folder or the pickle file),
     or None when there is none. Load only files your own ``fpsim demo`` wrote (pickle)."""
@@ -393,6 +422,23 @@ def load_cached_demo(path: Any) -> list | None:
     except Exception:  # an old or foreign file: rerun the demo instead
         return None
     return obj.get("runs") if isinstance(obj, dict) else None
+
+
+def prime_demo_runs(cache: Any, progress: bool = False) -> None:
+    """Make the demo figures' runs ready: reuse the runs a previous ``fpsim demo`` saved in
+    ``cache`` (a folder or its pickle), else train ``fpsim demo --quick`` once for the process.
+    Says on stdout which it does."""
+    key = "True:0"
+    if key in _DEMO_CACHE:
+        return
+    cached = load_cached_demo(cache)
+    if cached is not None:
+        print(f"demo figures: reusing the runs in {cache}", flush=True)
+        _DEMO_CACHE[key] = cached
+    else:
+        print("demo figures: training the demo (fpsim demo --quick; about half a minute "
+              "of CPU)", flush=True)
+        demo_runs(progress=progress)
 
 
 def demo_runs(quick: bool = True, seed: int = 0, progress: bool = False) -> list:

@@ -1,0 +1,86 @@
+"""``fpsim figures``: list or render the gallery's figures (:mod:`fpsim.viz.gallery`) from the
+command line. It sits above the gallery and the figure modules, so the gallery imports none of
+them back (the demo's figures reuse the runs a previous ``fpsim demo`` saved).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .gallery import DEFAULT_OUT, README_FIGURES, description, names, render
+from .training import prime_demo_runs
+
+__all__ = ["configure_parser", "run_cli", "DEMO_OUT"]
+
+DEMO_OUT = Path("fpsim-output")  # where `fpsim demo` leaves its runs for reuse
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Arguments of the ``figures`` subcommand.
+
+    >>> p = argparse.ArgumentParser(); configure_parser(p)
+    >>> p.parse_args([]).out
+    'docs/figures'
+    """
+    parser.add_argument("names", nargs="*",
+                        help="figures to render (default: the ones README.md shows, "
+                             f"{', '.join(README_FIGURES)})")
+    parser.add_argument("--all", action="store_true",
+                        help="render every gallery figure (the demo's ones train the demo "
+                             "unless --demo-cache holds its runs)")
+    parser.add_argument("--out", default=str(DEFAULT_OUT),
+                        help=f"output folder (default {DEFAULT_OUT})")
+    parser.add_argument("--dpi", type=int, default=100, help="resolution (default 100)")
+    parser.add_argument("--list", action="store_true", help="list the figures and exit")
+    parser.add_argument("--demo-cache", default=str(DEMO_OUT), metavar="DIR",
+                        help="folder where `fpsim demo` saved its runs (demo_runs.pickle), "
+                             f"reused for the demo figures (default {DEMO_OUT})")
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Run ``fpsim figures``: list or render the gallery, one line per figure as it goes;
+    2 for an unknown figure name or an unwritable ``--out`` (one line, no traceback).
+
+    >>> import argparse, tempfile
+    >>> p = argparse.ArgumentParser(); configure_parser(p)
+    >>> run_cli(p.parse_args(["--list"]))  # doctest: +ELLIPSIS
+    number_line_e4m3: every positive fp8 e4m3 value, binade by binade
+    ...
+    0
+    """
+    import sys
+
+    all_names = names()
+    if args.list:
+        for name in all_names:
+            print(f"{name}: {description(name)}")
+        return 0
+    unknown = [n for n in args.names if n not in all_names]
+    if unknown:
+        print(f"unknown figure(s) {', '.join(unknown)}; valid: {', '.join(all_names)}")
+        return 2
+    if args.dpi <= 0:
+        print(f"--dpi must be positive, got {args.dpi}")
+        return 2
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".fpsim-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        print(f"fpsim figures: cannot write to --out {str(out)!r}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 2
+    chosen = list(args.names) or (all_names if getattr(args, "all", False)
+                                  else list(README_FIGURES))
+    if any(n.endswith("_demo") for n in chosen):
+        prime_demo_runs(getattr(args, "demo_cache", DEMO_OUT), progress=sys.stderr.isatty())
+
+    def show(name: str) -> None:
+        print(f"rendering {name} ...", flush=True)
+
+    for path in render(chosen, out, args.dpi, progress=show):
+        print(f"  wrote {path}")
+    return 0
