@@ -47,6 +47,7 @@ import fpsim.autograd.functional as F
 from fpsim import nn, optim
 from fpsim.autograd import Tensor, fastcast, matmul_accumulation
 from fpsim.formats import BF16, FP16, FP32
+from fpsim.training import MLP
 
 BATCH = 128
 
@@ -263,9 +264,8 @@ class NumpyCNN:
 
 # ------------------------------------------------------------------------- fpsim models
 def mlp(seed: int) -> nn.Module:
-    return nn.Sequential(nn.Linear(64, 256, rng=seed), nn.ReLU(),
-                         nn.Linear(256, 256, rng=seed + 1), nn.ReLU(),
-                         nn.Linear(256, 10, rng=seed + 2))
+    """fpsim.training.MLP 64-256-256-10, layer i from seed + i, keeping no activation grads."""
+    return MLP((64, 256, 256, 10), layer_seeds=(seed, seed + 1, seed + 2), retain_grads=False)
 
 
 def cnn(seed: int) -> nn.Module:
