@@ -194,7 +194,13 @@ def test_pairwise_needs_power_of_two_and_rne():
 
 def test_defaults_keep_the_plain_kernel():
     assert all(u.is_plain for g in ("V100", "A100", "Ada", "H100", "B200", "B200-fp8-variant")
-               for u in tc.get_gpu(g).units.values())
+               for (fin, _), u in tc.get_gpu(g).units.items()
+               if not (g == "B200" and fin.startswith("fp8")))
+    # B200's fp8 default is the exact rule: B200-fp8-exact's units, an exact (not plain) sum
+    for fin in ("fp8_e4m3", "fp8_e5m2"):
+        u = tc.get_gpu("B200").unit_for(fin, "fp32")
+        assert u == tc.get_gpu("B200-fp8-exact").unit_for(fin, "fp32") and not u.is_plain
+        assert u.summation == "exact" and u.output_rounding.value == "nearest_even"
     assert not any(u.is_plain for g in ("MI100", "MI210", "MI300X")
                    for u in tc.get_gpu(g).units.values())
     assert repr(tc.get_gpu("A100").unit_for("fp16", "fp32")) == (
@@ -249,9 +255,29 @@ def test_check_hardware_cli_messages(tmp_path, capsys):
 
     data = pathlib.Path(__file__).parent / "data" / "tensorcore" / "open"
     files = sorted(str(p) for p in data.glob("B200_*.txt.gz"))
-    assert main(["check-hardware", *files]) != 0
-    err = capsys.readouterr().err.strip()
-    assert "--gpu B200-fp8-variant" in err and len(err) < 400
+    # B200 fp8 runs with its default (the exact rule): every row, counts per file
+    assert main(["check-hardware", *files]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[:3] + line.split()[4:6] for line in out[:2]] == [
+        ["B200_e4m3_to_fp32.txt.gz", "B200", "fp8_e4m3->fp32", "3000/3000", "rows"],
+        ["B200_e5m2_to_fp32.txt.gz", "B200", "fp8_e5m2->fp32", "3000/3000", "rows"]]
+    assert out[2].startswith("total: 6000/6000 rows match in 2 file(s)")
+    # the named alternatives are still selectable
+    assert main(["check-hardware", *files, "--gpu", "B200-fp8-variant"]) == 0
+    assert "total: 6000/6000" in capsys.readouterr().out
+    assert main(["check-hardware", *files, "--gpu", "B200-fp8-published", "--show", "0"]) == 1
+    assert "total: 3840/6000" in capsys.readouterr().out
+    # an unmodelled pair: one short line naming the valid --gpu choices, nothing read
+    rtx = tmp_path / "RTXPRO6000_e4m3_to_fp32.txt"
+    rtx.write_text("")
+    for argv in ([*files, "--gpu", "RTXPRO6000"], [str(rtx)]):
+        assert main(["check-hardware", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and len(err) < 400 and "Traceback" not in err
+        assert "RTXPRO6000 has no modelled fp8_e4m3->fp32 unit" in err
+        assert err.endswith("valid --gpu choices for fp8_e4m3->fp32: Ada, L40S, H100, H200, "
+                            "B200, B200-fp8-published, B200-fp8-variant, "
+                            "B200-fp8-published-rn, B200-fp8-exact")
     p = tmp_path / "A100_fp16_to_fp32.txt"
     tc.write_hardware_file(p, "A100", "fp16", "fp32", [[0x3c00] + [0] * 7],
                            [[0x3c00] + [0] * 7], [0xbf7fffff], [0x33800000])

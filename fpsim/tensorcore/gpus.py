@@ -395,11 +395,6 @@ _B200_FP8_VARIANT = {
     (f, "fp32"): BlockFMA(32, 7, Rounding.NEAREST_EVEN, -133, name=f"B200 variant {f}->fp32")
     for f in ("fp8_e4m3", "fp8_e5m2")}
 
-_B200_NOTE = ("B200 fp8 is not modelled by default: the published parameters (block 32, 2 extra "
-              "bits, RZ) miss about 36% of the measured rows; gpu='B200-fp8-variant' (block 32, "
-              "round to nearest even, 7 extra bits: all measured rows) or "
-              "gpu='B200-fp8-published' use fitted or published parameters")
-
 #: The published B200 fp8 model with round to nearest even (upstream B200TCRN.m: block 32,
 #: 2 extra bits, RNE).
 _B200_FP8_PUBLISHED_RN = {
@@ -414,6 +409,26 @@ _B200_FP8_EXACT = {
     (f, "fp32"): BlockFMA(32, 0, Rounding.NEAREST_EVEN, summation="exact",
                           name=f"B200 exact candidate {f}->fp32")
     for f in ("fp8_e4m3", "fp8_e5m2")}
+
+#: B200's default fp8 unit: the exact rule (the same parameters as ``B200-fp8-exact``), chosen
+#: by reasoning, not by the rows, which fit the variant too (docs/tensorcore-model.md, "The
+#: B200 fp8 rule"): the variant misses 2 of 4,000 held-out e5m2 rows, the format whose
+#: products spread furthest, and an fp8 product has at most 8 significant bits, so an
+#: accumulator spanning a block's products is about 70 bits wide, cheap beside the fp32
+#: datapath. Exact products with c added once at the end, one rounding, is the exact sum of
+#: all 33 terms rounded once. Pending a B200 run of tools/record_tensorcore.py's
+#: wide_products and c_late probes.
+_B200_FP8_DEFAULT = {
+    (f, "fp32"): BlockFMA(32, 0, Rounding.NEAREST_EVEN, summation="exact",
+                          name=f"B200 {f}->fp32 (reasoned rule: exact block-32 sum with c, RNE; "
+                               f"pending the wide_products and c_late probes)")
+    for f in ("fp8_e4m3", "fp8_e5m2")}
+
+_B200_NOTE = ("fp8 inputs use the reasoned rule, the exact block-32 sum with c rounded once to "
+              "nearest even (= gpu='B200-fp8-exact'; fits all 6,000 measured rows), pending a "
+              "B200 run of tools/record_tensorcore.py's wide_products and c_late probes; "
+              "alternatives by name: 'B200-fp8-variant', 'B200-fp8-published', "
+              "'B200-fp8-published-rn'")
 
 # AMD CDNA matrix cores, from the published models (Khattak & Mikaitis, upstream models/
 # MI100MC.m, MI210MC.m, MI300MC.m): fp32 output only, round to nearest even. Upstream has no
@@ -448,8 +463,11 @@ _CDNA3 = {("fp16", "fp32"): _cdna3(8, "CDNA3 fp16->fp32"),
           ("fp8_e5m2fnuz", "fp32"): _cdna3(16, "CDNA3 fp8_e5m2fnuz->fp32", fp8=True)}
 
 _AMD_NOTE = ("published model (Khattak & Mikaitis), no measured AMD rows yet")
-_RTX_NOTE = ("RTX Blackwell: the published model is B200's; fp8 is not modelled by default, "
-             "as on B200 (gpu='B200-fp8-variant' or 'B200-fp8-published' for fp8)")
+_RTX_NOTE = ("RTX Blackwell: the published model is B200's; fp8 has no default here: RTX PRO 6000 "
+             "is a different chip with no measured fp8 rows, and B200's reasoned fp8 rule is not "
+             "carried over to it; a B200 fp8 rule can be named: gpu='B200' (its default, the "
+             "exact rule), 'B200-fp8-exact', 'B200-fp8-variant', 'B200-fp8-published' or "
+             "'B200-fp8-published-rn'")
 
 _UNIQUE: tuple[GpuModel, ...] = (
     GpuModel("V100", "Volta", _VOLTA, ("volta", "teslav100", "v100s")),
@@ -462,7 +480,8 @@ _UNIQUE: tuple[GpuModel, ...] = (
     GpuModel("L40S", "Ada Lovelace", _ADA, ("l40",)),
     GpuModel("H100", "Hopper", _HOPPER, ("hopper",)),
     GpuModel("H200", "Hopper", _HOPPER),
-    GpuModel("B200", "Blackwell", _BLACKWELL, ("blackwell",), notes=_B200_NOTE),
+    GpuModel("B200", "Blackwell", {**_BLACKWELL, **_B200_FP8_DEFAULT}, ("blackwell",),
+             notes=_B200_NOTE),
     GpuModel("B200-fp8-published", "Blackwell", {**_BLACKWELL, **_B200_FP8_PUBLISHED},
              notes="the published B200 fp8 parameters, unverified: ~64% of measured rows"),
     GpuModel("B200-fp8-variant", "Blackwell", {**_BLACKWELL, **_B200_FP8_VARIANT},
@@ -471,7 +490,7 @@ _UNIQUE: tuple[GpuModel, ...] = (
              notes="the upstream B200TCRN.m fp8 parameters (block 32, 2 extra bits, RNE)"),
     GpuModel("B200-fp8-exact", "Blackwell", {**_BLACKWELL, **_B200_FP8_EXACT},
              notes="candidate B200 fp8 rule: exact block-32 sum with c, RNE (fits every "
-                   "measured row, as the variant does)"),
+                   "measured row, as the variant does); gpu='B200' uses it for fp8"),
     GpuModel("RTXPRO6000", "Blackwell (RTX)", _BLACKWELL, ("rtxpro6000blackwell",),
              notes=_RTX_NOTE),
     GpuModel("MI100", "CDNA 1", _CDNA1, ("cdna1",), notes=_AMD_NOTE),

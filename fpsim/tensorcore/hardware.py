@@ -28,7 +28,7 @@ import numpy as np
 from ..encoding import from_bits, to_bits
 from ..formats import FP32, Format, get_float_format
 from ..rounding import round as fp_round
-from .gpus import BlockFMA, GpuModel, get_gpu, resolve_unit
+from .gpus import GPUS, BlockFMA, GpuModel, get_gpu, resolve_unit
 from .model import convert_input, dot_rows
 
 __all__ = [
@@ -482,21 +482,37 @@ def run_cli(args: argparse.Namespace) -> int:
     missing = [f for f in args.files if not Path(f).is_file()]
     if missing:
         raise ValueError(f"no such file: {', '.join(missing)}")
-    gpu = args.gpu
-    if gpu is None:
-        for f in args.files:
-            try:
-                g, fin, fout = parse_file_name(f)
-            except ValueError:
-                continue
-            if get_gpu_or_none(g) is not None and get_gpu(g).name == "B200" \
-                    and fin.startswith("fp8"):
-                raise ValueError(
-                    f"{Path(f).name}: B200 fp8 has no default model (the published parameters "
-                    f"miss measured rows); name one: --gpu B200-fp8-variant (fits every "
-                    f"measured row; so does --gpu B200-fp8-exact), --gpu B200-fp8-published or "
-                    f"--gpu B200-fp8-published-rn")
-    report = check_hardware(args.files, gpu, input_format=args.input_format,
+    for f in args.files:
+        _check_pair_is_modelled(f, args)
+    report = check_hardware(args.files, args.gpu, input_format=args.input_format,
                             output_format=args.output_format, show=args.show)
     print(report)
     return 0 if report.ok else 1
+
+
+def _check_pair_is_modelled(path: str, args: argparse.Namespace) -> None:
+    """A short ValueError, before any file is read, when the GPU to check against (``--gpu``
+    or the one the file's name gives) has no unit for the file's format pair: it names the
+    valid ``--gpu`` choices for that pair. Names it cannot parse are left to check_hardware.
+
+    >>> ns = argparse.Namespace(gpu=None, input_format=None, output_format=None)
+    >>> _check_pair_is_modelled("B200_e5m2_to_fp32.txt", ns)  # modelled: B200's exact rule
+    >>> _check_pair_is_modelled("RTXPRO6000_e4m3_to_fp32.txt", ns)
+    Traceback (most recent call last):
+    ...
+    ValueError: RTXPRO6000_e4m3_to_fp32.txt: RTXPRO6000 has no modelled fp8_e4m3->fp32 unit; ...
+    """
+    try:
+        g, fin, fout = parse_file_name(path)
+        fin = _fmt_name(args.input_format) if args.input_format else fin
+        fout = _fmt_name(args.output_format) if args.output_format else fout
+    except ValueError:
+        return
+    model = get_gpu_or_none(args.gpu if args.gpu is not None else g)
+    if model is None or (fin, fout) in model.units:
+        return
+    valid = [m.name for m in GPUS.values() if (fin, fout) in m.units]
+    choices = (f"valid --gpu choices for {fin}->{fout}: {', '.join(valid)}" if valid
+               else f"no modelled GPU has a {fin}->{fout} unit")
+    raise ValueError(f"{Path(path).name}: {model.name} has no modelled {fin}->{fout} unit; "
+                     f"{choices}")
