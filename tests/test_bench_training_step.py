@@ -213,3 +213,74 @@ def test_conv_pad_is_np_pad():
         assert got.dtype == ref.dtype
         np.testing.assert_array_equal(got, ref)
         assert np.signbit(got).tolist() == np.signbit(ref).tolist()
+
+
+def test_conv_pool_plans_are_the_checked_arguments():
+    """conv2d / max_pool2d keep a plan per (shape, arguments): a call served by a kept plan
+    gives what a call that parses its arguments gives (values, indices, gradients), and
+    arguments the parser refuses (a bool stride, a bad padding string, a zero dilation) are
+    still refused after the same shapes were planned with good ones."""
+    import itertools
+
+    import fpsim.autograd.functional as F
+    from fpsim.autograd import conv as C
+
+    rng = np.random.default_rng(11)
+    cases = list(itertools.product([(2, 7, 6), (1, 8, 8)], [2, 3, (2, 3)], [None, 1, 2],
+                                   [0, 1], [1, 2], [False, True]))
+    data = {}
+    for (n, h, w), *_ in cases:
+        a = rng.standard_normal((n, 3, h, w))
+        a[0, 0, 0, :2] = (np.nan, -np.inf)  # the slow path's specials, in some windows
+        data[n, h, w] = a
+
+    def run(case):
+        shape, k, s, p, d, ceil = case
+        x = Tensor(data[shape], "fp16", requires_grad=True)
+        try:
+            v, i = F.max_pool2d(x, k, s, p, d, ceil, return_indices=True)
+        except ValueError as e:
+            return str(e)
+        v.sum().backward()
+        return v.numpy().tobytes(), i.tobytes(), x.grad.tobytes()
+
+    fresh = {}
+    for case in cases:
+        C._MAXPOOL_PLANS.clear()
+        fresh[case] = run(case)
+    for _ in range(2):  # every plan kept: a plan served to the wrong arguments would show
+        for case in cases:
+            assert run(case) == fresh[case], case
+    assert sum(isinstance(r, tuple) for r in fresh.values()) > 100
+    x = Tensor(rng.standard_normal((2, 3, 8, 8)), "fp16")
+    wt = Tensor(rng.standard_normal((4, 3, 3, 3)), "fp16")
+    conv_cases = list(itertools.product([1, 2, (1, 2)], [0, 1, "valid", "same", (1, 2)],
+                                        [1, (2, 1)], [1, 3]))
+    conv_fresh = {}
+
+    def conv(case):
+        stride, padding, dilation, groups = case
+        try:
+            return F.conv2d(x, wt if groups == 1 else wg, None, stride, padding, dilation,
+                            groups).numpy().tobytes()
+        except ValueError as e:
+            return str(e)
+
+    wg = Tensor(rng.standard_normal((3, 1, 3, 3)), "fp16")
+    for case in conv_cases:
+        C._CONV_PLANS.clear()
+        conv_fresh[case] = conv(case)
+    for case in conv_cases:
+        assert conv(case) == conv_fresh[case], case
+    F.conv2d(x, wt, None, 1, 1, 1)
+    F.max_pool2d(x, 2, 2, 0, 1)
+    for bad in (dict(stride=True), dict(padding="full"), dict(dilation=0), dict(stride=(1, 0)),
+                dict(padding="same", stride=2)):
+        with pytest.raises(ValueError):
+            F.conv2d(x, wt, None, **bad)
+    for bad in (dict(stride=True), dict(padding=2), dict(dilation=0)):
+        with pytest.raises(ValueError):
+            F.max_pool2d(x, 2, **bad)
+    # NumPy integers and lists are parsed on every call, and give the planned result
+    assert F.conv2d(x, wt, None, np.int64(1), [1, 1]).numpy().tobytes() == \
+        F.conv2d(x, wt, None, 1, 1).numpy().tobytes()

@@ -53,9 +53,12 @@ def _windows(xp: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: in
     # the strided view sliding_window_view(...)[..., ::sh, ::sw, ::dh, ::dw] would give, made
     # directly (read-only, as that one): a quarter of its Python cost per call
     s0, s1, s2, s3 = xp.strides
-    return np.lib.stride_tricks.as_strided(
-        xp, xp.shape[:2] + (oh, ow, kh, kw), (s0, s1, sh * s2, sw * s3, dh * s2, dw * s3),
-        writeable=False)
+    shape, strides = xp.shape[:2] + (oh, ow, kh, kw), (s0, s1, sh * s2, sw * s3, dh * s2, dw * s3)
+    if xp.flags.c_contiguous:  # a view on its buffer: a quarter of as_strided's Python cost
+        v = np.ndarray(shape, xp.dtype, xp, 0, strides)
+        v.flags.writeable = False
+        return v
+    return np.lib.stride_tricks.as_strided(xp, shape, strides, writeable=False)
 
 
 def _add_windows(gp: np.ndarray, gwin: np.ndarray, sh: int, sw: int, dh: int, dw: int) -> None:
@@ -68,31 +71,34 @@ def _add_windows(gp: np.ndarray, gwin: np.ndarray, sh: int, sw: int, dh: int, dw
                j * dw:j * dw + sw * (ow - 1) + 1:sw] += gwin[:, :, :, :, i, j]
 
 
-# ------------------------------------------------------------------------- convolution
-def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntPair = 1,
-           padding: IntPair | str = 0, dilation: IntPair = 1, groups: int = 1, *,
-           accumulation=None) -> Tensor:
-    """2-D cross-correlation as ``torch.nn.functional.conv2d``: input (N, C_in, H, W) or
-    (C_in, H, W), weight (C_out, C_in / groups, kh, kw), ``padding`` an int, a pair, 'valid'
-    or 'same' (stride 1; an odd total puts the extra row / column at the bottom / right).
+# Per-configuration plans (the checked arguments, the sizes and index tables they give), made
+# once per (input shape, arguments) and kept: parsing and checking the arguments cost ~20 us per
+# call, much of a small layer's time on a small batch. Only plain ints, strings and tuples of
+# ints are keys (a bool, a NumPy integer or a list is parsed, and checked, on every call).
+_UNCACHED = object()
+_PLANS_MAX = 256
 
-    Each output is one matmul accumulation (im2col, one GEMM per group; the bias joins the
-    accumulator) under the accumulation model, rounded once; the input gradient adds the
-    column gradients in float64 (col2im) before its one rounding.
 
-    >>> x = Tensor(np.arange(16.0).reshape(1, 1, 4, 4))
-    >>> conv2d(x, Tensor(np.ones((1, 1, 2, 2))), dilation=2).tolist()
-    [[[[20.0, 24.0], [36.0, 40.0]]]]
-    >>> conv2d(Tensor(np.ones((2, 5, 5))), Tensor(np.ones((4, 1, 3, 3))), padding="same",
-    ...        groups=2).shape
-    (4, 5, 5)
-    """
-    input, weight, bias = autocast_args("conv2d", input, weight, bias)
-    x, w = as_tensor(input), as_tensor(weight)
-    if x.ndim == 3:
-        # Tensor methods reach the ops: this module does not import fpsim.autograd.functional
-        return conv2d(x.unsqueeze(0), w, bias, stride, padding, dilation, groups,
-                      accumulation=accumulation).squeeze(0)
+def _plain(v):
+    """``v`` as a plan-cache key part, or _UNCACHED."""
+    t = type(v)
+    if t is int or t is str or (t is tuple and all(type(e) is int for e in v)):
+        return v
+    return _UNCACHED
+
+
+def _remember(cache: dict, key: tuple, plan: tuple) -> None:
+    if len(cache) >= _PLANS_MAX:
+        cache.clear()
+    cache[key] = plan
+
+
+_CONV_PLANS: dict = {}
+
+
+def _conv_plan(x: Tensor, w: Tensor, stride, padding, dilation, groups) -> tuple:
+    """conv2d's argument checks; the parsed arguments and sizes (sh, sw, dh, dw, groups, pt, pb,
+    pl, pr, hp, wp, oh, ow)."""
     if x.ndim != 4 or w.ndim != 4:
         raise ValueError(f"conv2d: expected input (N, C_in, H, W) or (C_in, H, W) and weight "
                          f"(C_out, C_in / groups, kh, kw), got shapes {x.shape} and {w.shape}")
@@ -120,6 +126,43 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: In
                          f"{(eh, ew)}, larger than the padded input {(hp, wp)} (input shape "
                          f"{x.shape})")
     oh, ow = (hp - eh) // sh + 1, (wp - ew) // sw + 1
+    return sh, sw, dh, dw, groups, pt, pb, pl, pr, hp, wp, oh, ow
+
+
+# ------------------------------------------------------------------------- convolution
+def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntPair = 1,
+           padding: IntPair | str = 0, dilation: IntPair = 1, groups: int = 1, *,
+           accumulation=None) -> Tensor:
+    """2-D cross-correlation as ``torch.nn.functional.conv2d``: input (N, C_in, H, W) or
+    (C_in, H, W), weight (C_out, C_in / groups, kh, kw), ``padding`` an int, a pair, 'valid'
+    or 'same' (stride 1; an odd total puts the extra row / column at the bottom / right).
+
+    Each output is one matmul accumulation (im2col, one GEMM per group; the bias joins the
+    accumulator) under the accumulation model, rounded once; the input gradient adds the
+    column gradients in float64 (col2im) before its one rounding.
+
+    >>> x = Tensor(np.arange(16.0).reshape(1, 1, 4, 4))
+    >>> conv2d(x, Tensor(np.ones((1, 1, 2, 2))), dilation=2).tolist()
+    [[[[20.0, 24.0], [36.0, 40.0]]]]
+    >>> conv2d(Tensor(np.ones((2, 5, 5))), Tensor(np.ones((4, 1, 3, 3))), padding="same",
+    ...        groups=2).shape
+    (4, 5, 5)
+    """
+    input, weight, bias = autocast_args("conv2d", input, weight, bias)
+    x, w = as_tensor(input), as_tensor(weight)
+    if x.ndim == 3:
+        # Tensor methods reach the ops: this module does not import fpsim.autograd.functional
+        return conv2d(x.unsqueeze(0), w, bias, stride, padding, dilation, groups,
+                      accumulation=accumulation).squeeze(0)
+    key = (x.shape, w.shape, _plain(stride), _plain(padding), _plain(dilation), _plain(groups))
+    plan = _CONV_PLANS.get(key)
+    if plan is None:
+        plan = _conv_plan(x, w, stride, padding, dilation, groups)
+        if _UNCACHED not in key:
+            _remember(_CONV_PLANS, key, plan)
+    sh, sw, dh, dw, groups, pt, pb, pl, pr, hp, wp, oh, ow = plan
+    n, c, h, wd = x.shape
+    cout, cg, kh, kw = w.shape
     parents = [x, w]
     check_same_format("conv2d", x, w, None if bias is None else as_tensor(bias))
     fmt = x.fmt if x.fmt is w.fmt else promote_formats(x.fmt, w.fmt)
@@ -207,6 +250,33 @@ def _extra(size: int, p: int, out: int, k: int, s: int, d: int) -> int:
     return max((out - 1) * s + (k - 1) * d + 1 - size - p, 0)
 
 
+_MAXPOOL_PLANS: dict = {}
+
+
+def _max_pool_plan(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode) -> tuple:
+    """max_pool2d's argument checks; the parsed arguments, sizes and index tables (kh, kw, sh,
+    sw, ph, pw, dh, dw, oh, ow, bottom and right padding, window origins top and left, whether
+    every window has a tap inside the input, the taps' offsets in an (H, W) plane, each
+    window's origin in the flattened input)."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = _pool_args(
+        "max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
+    n, c, h, wd = x.shape
+    top = np.arange(oh)[:, None] * sh - ph  # window origins in input coordinates
+    left = np.arange(ow)[None, :] * sw - pw
+    # without padding every window's first tap is inside (the output size guarantees it)
+    all_hit = ph == 0 and pw == 0
+    if not all_hit:
+        hit_r = ((top + np.arange(kh) * dh >= 0) & (top + np.arange(kh) * dh < h)).any(axis=1)
+        hit_c = ((left.T + np.arange(kw) * dw >= 0) & (left.T + np.arange(kw) * dw < wd)
+                 ).any(axis=1)
+        all_hit = bool(hit_r.all() and hit_c.all())
+    taps = np.arange(kh * kw)
+    table = taps // kw * dh * wd + taps % kw * dw
+    base = np.arange(n * c).reshape(n, c, 1, 1) * (h * wd) + (top * wd + left)
+    return (kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, _extra(h, ph, oh, kh, sh, dh),
+            _extra(wd, pw, ow, kw, sw, dw), top, left, all_hit, table, base)
+
+
 def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = None,
                padding: IntPair = 0, dilation: IntPair = 1, ceil_mode: bool = False,
                return_indices: bool = False) -> Tensor | tuple[Tensor, np.ndarray]:
@@ -230,27 +300,23 @@ def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
         r = max_pool2d(x.unsqueeze(0), kernel_size, stride, padding, dilation, ceil_mode,
                        return_indices)
         return (r[0].squeeze(0), r[1][0]) if return_indices else r.squeeze(0)
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = _pool_args(
-        "max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
+    key = (x.shape, _plain(kernel_size), None if stride is None else _plain(stride),
+           _plain(padding), _plain(dilation), ceil_mode if type(ceil_mode) is bool else _UNCACHED)
+    plan = _MAXPOOL_PLANS.get(key)
+    if plan is None:
+        plan = _max_pool_plan(x, kernel_size, stride, padding, dilation, ceil_mode)
+        if _UNCACHED not in key:
+            _remember(_MAXPOOL_PLANS, key, plan)
+    kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, bottom, right, top, left, all_hit, table, base = plan
     n, c, h, wd = x.shape
     x64 = widen(x._data)
-    xp = _pad(x64, ph, _extra(h, ph, oh, kh, sh, dh), pw, _extra(wd, pw, ow, kw, sw, dw),
-              fill=-np.inf)
+    xp = _pad(x64, ph, bottom, pw, right, fill=-np.inf)
     win = _windows(xp, kh, kw, sh, sw, dh, dw, oh, ow).reshape(n, c, oh, ow, kh * kw)
     arg = np.argmax(win, axis=-1)  # the first maximum (or the first NaN)
-    top = np.arange(oh)[:, None] * sh - ph  # window origins in input coordinates
-    left = np.arange(ow)[None, :] * sw - pw
     keep = None  # the windows with a tap inside the input, where some have none
     # a window with a tap inside the input and neither NaN nor -inf there has its maximum
     # inside: skip the checks below unless the input holds NaN / -inf or a dilated window
     # steps over the whole input
-    # without padding every window's first tap is inside (the output size guarantees it)
-    all_hit = ph == 0 and pw == 0
-    if not all_hit:
-        hit_r = ((top + np.arange(kh) * dh >= 0) & (top + np.arange(kh) * dh < h)).any(axis=1)
-        hit_c = ((left.T + np.arange(kw) * dw >= 0) & (left.T + np.arange(kw) * dw < wd)
-                 ).any(axis=1)
-        all_hit = hit_r.all() and hit_c.all()
     if x64.size and not (x64.min() > -np.inf and all_hit):
         rows, cols = top + arg // kw * dh, left + arg % kw * dw
         best = np.take_along_axis(win, arg[..., None], axis=-1)[..., 0]
@@ -267,12 +333,15 @@ def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
         inside = ((rows < h) & (cols < wd)).ravel()  # else -inf, and no gradient
         keep = None if inside.all() else inside
         indices = (rows * wd + cols).astype(np.int64, copy=False)
+        flat = (np.arange(n * c).reshape(n, c, 1, 1) * (h * wd) + indices).ravel()
     else:  # every winner is inside: its window's origin plus its tap's offset, from a table of
         # the kh * kw offsets (integer division over every window costs more than the argmax)
-        taps = np.arange(kh * kw)
-        indices = np.take(taps // kw * dh * wd + taps % kw * dw, arg)
-        indices += top * wd + left
-    flat = (np.arange(n * c).reshape(n, c, 1, 1) * (h * wd) + indices).ravel()
+        flat = np.take(table, arg)
+        flat += base  # the window's origin in the flattened input
+        flat = flat.ravel()
+        if return_indices:
+            indices = np.take(table, arg)
+            indices += top * wd + left
     if keep is None:
         out = x._data.reshape(-1)[flat].reshape(n, c, oh, ow)
     else:
