@@ -175,3 +175,51 @@ def test_raw_draw_identities():
             assert g.integers(0, 1 << r, 60).tolist() == [u >> (64 - r) for u in raw]
         same = g3.random(60).tolist() == [(u >> 11) * 2.0**-53 for u in raw]
         assert same == (bitgen in reductions._RAW_DOUBLE_BITGENS), bitgen
+
+
+@pytest.mark.parametrize("fmt", [fpsim.BF16, fpsim.FP32, fpsim.Format(10, 30, bias=1000)],
+                         ids=lambda f: f.name)
+def test_terms_below_the_float64_spacing_of_the_sum(fmt):
+    """Running sums on the format's grid plus terms far below their float64 spacing (TwoSum
+    errors of either sign: the pair path's value toward zero is the grid point below when
+    the error points down). With few random bits the probability is truncated, so a wrong
+    toward-zero value shows on almost every draw."""
+    rng = np.random.default_rng(1)
+    one = float(np.asarray(fpsim.round(1.0, fmt)))
+    # just below the float64 spacing at 1 (the probability's float64 value shows them) and
+    # far below it (only the direction counts)
+    tiny = [2.0 ** -k for k in range(54, 62)] + [
+        2.0 ** k for k in range(fmt.emin - fmt.mantissa_bits, fmt.emin - fmt.mantissa_bits + 40, 5)]
+    rows = []
+    for sign in (1.0, -1.0):
+        t = rng.choice(tiny, 40) * rng.choice([-1.0, 1.0], 40)
+        rows.append(np.concatenate([[sign * one], t]))
+        rows.append(np.concatenate([[sign * one * 2.0 ** 5], -sign * np.abs(t)]))
+    X = np.asarray(fpsim.round(np.array(rows), fmt))
+    for rb in (1, 2, 5, None, 40):
+        for opts in ({}, {"subnormals": "flush"}):
+            for order in ("sequential", "kahan"):
+                _check(fmt, X, order, opts, rb, np.random.PCG64, seed=rb or 0)
+                _check(fmt, X[:1], order, opts, rb, np.random.SFC64, seed=3)
+
+
+@pytest.mark.parametrize("bitgen", BITGENS, ids=lambda b: b.__name__)
+def test_draw_conversions_equal_the_generator_calls(bitgen):
+    """Each op's draws as the adder makes them (bulk raw values converted, or the op's own
+    call) equal what the loop's call on the same generator returns: integers(0, 2**64)
+    (uint64) on the kernel path, random() or integers(0, 2**r) on the pair path."""
+    for fmt in (fpsim.BF16, fpsim.FP16):
+        for rb in (None, 1, 32, 33, 63):
+            for rows in (1, 5):
+                g = np.random.Generator(bitgen(21))
+                ref = np.random.Generator(bitgen(21))
+                c = fpsim.arithmetic.context(fmt, "stochastic", rng=g, random_bits=rb)
+                st = reductions._StochasticAdder(c, rows, 4)
+                assert st._kernel_draws() == ref.integers(0, 2**64, rows,
+                                                          dtype=np.uint64).tolist()
+                if not st.exact:
+                    want = (ref.random(rows) if rb is None
+                            else ref.integers(0, 1 << rb, rows)).tolist()
+                    assert st._pair_draws() == want, (fmt.name, rb, rows)
+                    assert st._kernel_draws() == ref.integers(0, 2**64, rows,
+                                                              dtype=np.uint64).tolist()
