@@ -63,15 +63,12 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.dpi <= 0:
         print(f"--dpi must be positive, got {args.dpi}")
         return 2
-    out = Path(args.out)
+    from ..training.experiment import check_out_dir  # the demo's rule for --out
+
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".fpsim-write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        print(f"fpsim figures: cannot write to --out {str(out)!r}: {exc.strerror or exc}",
-              file=sys.stderr)
+        out = check_out_dir(args.out)
+    except ValueError as exc:
+        print(f"fpsim figures: {exc}", file=sys.stderr)
         return 2
     chosen = list(args.names) or (all_names if getattr(args, "all", False)
                                   else list(README_FIGURES))
