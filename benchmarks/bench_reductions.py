@@ -9,11 +9,12 @@ ratio is the speed-up of the native path (target: >= 20x for ``fpsim.sum(np.ones
 "bf16")``).
 
 Second table: the sequential and Kahan orders where no native add applies (directed and
-stochastic modes, flags, fp8), one long axis (``--modes-n`` values) and a matrix summed along
-axis 0 (``--rows`` outputs), against NumPy's own sequential sum of the same values
-(``np.add.accumulate`` in float32, last element; speed vs NumPy = NumPy time / fpsim time) and
-against the element-by-element reference loops kept in the tests (speed-up = loop time /
-fpsim time).
+stochastic modes, flags, fp8), one long axis (``--modes-n`` values), 16 columns (the most
+outputs the Python-float steps take, stochastic rounding included) and a matrix summed along
+axis 0 (``--rows`` outputs, the vectorised loop), against NumPy's own sequential sum of the
+same values (``np.add.accumulate`` in float32, last element; speed vs NumPy = NumPy time /
+fpsim time) and against the element-by-element reference loops kept in the tests (speed-up =
+loop time / fpsim time).
 
     python benchmarks/bench_reductions.py [--n 1000000] [--loop-n 20000] [--repeat 5]
         [--modes-n 20000] [--rows 1000] [--modes-only]
@@ -40,7 +41,8 @@ def _loop(X, c, order: str):
 
 
 MODE_CASES = [("bf16", "up", False), ("fp16", "toward_zero", False), ("bf16", "stochastic", False),
-              ("fp8_e4m3", "nearest_even", False), ("fp16", "nearest_even", True)]
+              ("fp8_e4m3", "nearest_even", False), ("fp16", "nearest_even", True),
+              ("fp8_e4m3", "stochastic", False), ("bf16", "stochastic", True)]
 
 
 def modes_table(n: int, rows: int, repeat: int) -> None:
@@ -50,7 +52,7 @@ def modes_table(n: int, rows: int, repeat: int) -> None:
     print(f"{'format':9s} {'mode':13s} {'flags':5s} {'order':10s} {'shape':>12s} "
           f"{'fpsim ms':>9s} {'numpy ms':>9s} {'vs numpy':>9s} {'loop ms':>9s} {'vs loop':>8s}")
     rng = np.random.default_rng(3)
-    for shape, axis in (((n,), None), ((n // 20, rows), 0)):
+    for shape, axis in (((n,), None), ((n // 16, 16), 0), ((n // 20, rows), 0)):
         x = rng.standard_normal(shape)
         for fmt, mode, fl in MODE_CASES:
             xf = np.asarray(fpsim.round(x, fmt))

@@ -550,6 +550,22 @@ class _StochasticAdder:
                     self._note(i, f, h, a[i], b[i])
         return out
 
+    def add1(self, a: float, b: float) -> float:
+        """:meth:`add` for one row, on floats rather than lists (the same draws)."""
+        s = a + b
+        if not self.exact:
+            bb = s - a
+            lo = (a - (s - bb)) + (b - bb)
+            if lo != 0:
+                v, f = self._pair(s, lo, self._pair_draws()[0])
+                if self.want:
+                    self._note(0, f, s, a, b)
+                return v
+        r, f = self._round(_bits(s), self._kernel_draws()[0])
+        if self.want:
+            self._note(0, f, s, a, b)
+        return _float(r)
+
     def _note(self, i: int, f: int, s: float, a: float, b: float) -> None:
         if s != s and a == a and b == b:  # inf - inf (_Acc._note: INVALID replaces)
             f = _INVALID
@@ -569,10 +585,18 @@ def _columns(X, block: int = 4096):
 def _sequential_stochastic(X, acc: _Acc):
     rows, n = X.shape
     st = _StochasticAdder(acc.c, rows, n - 1)
-    cols = _columns(X)
-    s = next(cols)
-    for x in cols:
-        s = st.add(s, x)
+    if rows == 1:
+        add1 = st.add1
+        row = X[0].tolist()
+        v = row[0]
+        for x in row[1:]:
+            v = add1(v, x)
+        s = [v]
+    else:
+        cols = _columns(X)
+        s = next(cols)
+        for x in cols:
+            s = st.add(s, x)
     if acc.fl is not None:
         acc.fl |= np.array(st.fl, dtype=np.uint8)
     return np.array(s, dtype=np.float64)
@@ -581,15 +605,26 @@ def _sequential_stochastic(X, acc: _Acc):
 def _kahan_stochastic(X, acc: _Acc):
     rows, n = X.shape
     st = _StochasticAdder(acc.c, rows, 4 * (n - 1))
-    add = st.add
-    cols = _columns(X)
-    s = next(cols)
-    comp = [0.0] * rows
-    for x in cols:  # _kahan_loop's ops: sub(a, b) is add(a, -b)
-        y = add(x, [-v for v in comp])
-        t = add(s, y)
-        comp = add(add(t, [-v for v in s]), [-v for v in y])
-        s = t
+    if rows == 1:
+        add1 = st.add1
+        row = X[0].tolist()
+        v, comp1 = row[0], 0.0
+        for x in row[1:]:  # _kahan_loop's ops: sub(a, b) is add(a, -b)
+            y1 = add1(x, -comp1)
+            t1 = add1(v, y1)
+            comp1 = add1(add1(t1, -v), -y1)
+            v = t1
+        s = [v]
+    else:
+        add = st.add
+        cols = _columns(X)
+        s = next(cols)
+        comp = [0.0] * rows
+        for x in cols:
+            y = add(x, [-v for v in comp])
+            t = add(s, y)
+            comp = add(add(t, [-v for v in s]), [-v for v in y])
+            s = t
     if acc.fl is not None:
         acc.fl |= np.array(st.fl, dtype=np.uint8)
     return np.array(s, dtype=np.float64)

@@ -29,11 +29,11 @@ BITGENS = [np.random.PCG64, np.random.MT19937, np.random.Philox, np.random.SFC64
 
 def _data(fmt, rows: int, n: int, seed: int, specials: bool) -> np.ndarray:
     X = _hard_rows(fmt, max(rows, 4), n, seed)[:rows].copy()
-    if specials and rows > 1:  # inf - inf (INVALID), NaN operands, in formats that have them
+    if specials:  # inf - inf (INVALID), NaN operands, in formats that have them
         if fmt.nan_encoding is fpsim.NaNEncoding.IEEE:
             X[0, 2], X[0, 5] = np.inf, -np.inf
         if fmt.nan_encoding is not fpsim.NaNEncoding.NONE:
-            X[1, 3] = np.nan
+            X[-1, 3] = np.nan
     return X
 
 
