@@ -223,3 +223,19 @@ def test_draw_conversions_equal_the_generator_calls(bitgen):
                     assert st._pair_draws() == want, (fmt.name, rb, rows)
                     assert st._kernel_draws() == ref.integers(0, 2**64, rows,
                                                               dtype=np.uint64).tolist()
+
+
+def test_ambient_generator_state():
+    """rng=None draws from fpsim's default generator (fpsim.seed): it ends where the loop
+    leaves it."""
+    X = _data(fpsim.BF16, 3, 30, seed=2, specials=False)
+    fpsim.seed(8)
+    got = fpsim.sum(X, "bf16", axis=1, order="kahan", rounding="stochastic")
+    state = fpsim.rounding.default_rng().bit_generator.state
+    after = fpsim.round(np.full(64, 0.1), "bf16", "stochastic")
+    fpsim.seed(8)
+    c = fpsim.arithmetic.context("bf16", "stochastic")
+    want = reductions._kahan_loop(X, reductions._Acc(c, 3))
+    assert np.array_equal(_bits(got), _bits(want))
+    assert fpsim.rounding.default_rng().bit_generator.state == state
+    assert np.array_equal(fpsim.round(np.full(64, 0.1), "bf16", "stochastic"), after)
