@@ -69,7 +69,7 @@ from .arithmetic import (
 from .flags import Flags
 from .formats import FP64, Format, NaNEncoding, get_float_format
 from .modes import Overflow, Rounding, Subnormals, Tininess
-from .rounding import RoundingPolicy, _params
+from .rounding import RoundingPolicy, kernel_params
 
 __all__ = ["Order", "sum", "dot"]
 
@@ -353,7 +353,7 @@ class _StochasticAdder:
 
     def __init__(self, c: OpContext, rows: int, ops: int):
         fmt = c.fmt
-        p = _params(fmt)
+        p = kernel_params(fmt)
         self.rows, self.want, self.rng, self.rb = rows, c.want, c.rng, c.random_bits
         self.m, self.emin, self.tiny = fmt.mantissa_bits, fmt.emin, fmt.smallest_normal
         self.c, self.k = int(p.c), int(p.k)

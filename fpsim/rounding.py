@@ -131,6 +131,16 @@ def _params(fmt: Format) -> _Params:
     )
 
 
+def kernel_params(fmt: Format) -> _Params:
+    """The rounding kernel's constants for ``fmt`` (cached; internal API: the reductions'
+    Python-float paths mirror the kernel with them).
+
+    >>> int(kernel_params(get_format("fp16")).c)  # fraction bits float64 has beyond fp16's
+    42
+    """
+    return _params(fmt)
+
+
 def _increment_round(a, s, mode: Rounding, neg, rnd, random_bits):
     """Round magnitude patterns ``a`` by dropping ``s`` low bits (0 <= s <= 52, a uint64
     scalar or array). Dropping no bit (s = 0: a 52-bit format's normal range) is the

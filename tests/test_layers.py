@@ -143,3 +143,35 @@ def test_import_circle_finder_finds_a_circle():
             return set(self.edges[m])
 
     assert _import_circles(Graph(), set(Graph.edges)) == [["a", "b", "c"]]
+
+
+def _private_imports(root: Path) -> list[str]:
+    """Every ``from <fpsim module> import _name`` (dunders aside) in the package's sources,
+    relative imports included, as 'file:line name'."""
+    import ast
+
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level == 0 and not (node.module or "").split(".")[0] == "fpsim":
+                continue
+            for alias in node.names:
+                name = alias.name
+                if name.startswith("_") and not (name.startswith("__") and name.endswith("__")):
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno} {name}")
+    return found
+
+
+def test_no_private_names_imported_across_modules(tmp_path):
+    """Modules share named internal APIs, never each other's underscore names (issue 20 item 2:
+    reductions took eight private names from arithmetic, deepspeed_scaler subclassed
+    _ScalerBase, ...). The finder is checked on a planted private import first."""
+    pkg = tmp_path / "fpsim"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("from .b import _hidden, shown\nfrom . import c as _c\n"
+                              "from numpy import _globals\n")
+    assert _private_imports(pkg) == ["fpsim/a.py:1 _hidden"]
+    assert _private_imports(Path(__file__).parents[1] / "fpsim") == []
