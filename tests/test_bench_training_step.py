@@ -322,3 +322,45 @@ def test_leaf_gradients_are_never_shared():
     assert not held(lambda: np.zeros(8)[:4]) and not held(lambda: np.zeros((4, 4)).T)
     keep = np.zeros(4)
     assert not held(lambda: keep)
+
+
+def test_max_pool_tap_compare_is_argmax(monkeypatch):
+    """max_pool2d's first maximum by comparing the taps (large outputs, no NaN / -inf) is
+    np.argmax's over the windows: values, indices and gradients equal bit for bit with the tap
+    loop on every size and with argmax everywhere, on ties, signed zeros, padding, ceil_mode,
+    strides and dilations; and _first_max equals np.argmax directly."""
+    import itertools
+
+    import fpsim.autograd.functional as F
+    from fpsim.autograd import conv as C
+
+    rng = np.random.default_rng(17)
+    cases = 0
+    for (kh, kw), (sh, sw), (ph, pw), (dh, dw), ceil, vals in itertools.product(
+            [(2, 2), (3, 2), (1, 3)], [(1, 1), (2, 2), (2, 1)], [(0, 0), (1, 1)], [(1, 1), (2, 1)],
+            [False, True], ["ties", "normal"]):
+        if ph > kh // 2 or pw > kw // 2:
+            continue
+        if vals == "ties":
+            data = rng.integers(-2, 3, (2, 3, 9, 8)).astype(float)
+            zeros = data == 0
+            data[zeros] = np.where(rng.random(zeros.sum()) < 0.5, 0.0, -0.0)
+        else:
+            data = rng.standard_normal((2, 3, 9, 8))
+        runs = []
+        for taps_min in (0, 1 << 60):
+            monkeypatch.setattr(C, "_TAPS_MIN", taps_min)
+            x = Tensor(data, "fp16", requires_grad=True)
+            v, i = F.max_pool2d(x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), ceil,
+                                return_indices=True)
+            v.sum().backward()
+            runs.append((v.numpy().tobytes(), i.tobytes(), x.grad.tobytes()))
+        assert runs[0] == runs[1], (kh, kw, sh, sw, ph, pw, dh, dw, ceil, vals)
+        cases += 1
+        h, w = data.shape[2:]
+        oh, ow = (h - (kh - 1) * dh - 1) // sh + 1, (w - (kw - 1) * dw - 1) // sw + 1
+        win = C._windows(data, kh, kw, sh, sw, dh, dw, oh, ow)
+        ref = np.argmax(win.reshape(win.shape[:4] + (kh * kw,)), axis=-1)
+        got = C._first_max(win, kh, kw)
+        assert got.dtype == ref.dtype and np.array_equal(got, ref)
+    assert cases > 100
