@@ -312,7 +312,7 @@ def _with_first_weight(net: nn.Module, w_first: np.ndarray) -> nn.Module:
     first = nn.Linear(w_first.shape[1], w_first.shape[0])
     first.weight.data = w_first
     first.bias.data = net[0].bias.numpy(np.float32)
-    net._modules["0"] = first
+    net.add_module("0", first)
     return net
 
 
@@ -430,7 +430,7 @@ def run_experiment(config: ExperimentConfig | None = None, *, quick: bool = Fals
 
         nf4 = copy.deepcopy(net)
         for i in (0, 2):
-            nf4._modules[str(i)] = NF4Linear.from_linear(net[i])
+            nf4.add_module(str(i), NF4Linear.from_linear(net[i]))
         put(table, "NF4 weight-only", accuracy(nf4, s.x_test, s.y_test), nf4)
         ql = prepare_qlora(net, cfg.lora_rank, cfg.lora_alpha, rng=seed)
         opt = train(ql, s.x_train, s.y_train, cfg.qat_epochs, cfg.lora_lr, seed=seed,

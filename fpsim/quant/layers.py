@@ -588,12 +588,12 @@ class FP8Linear(Module):
             gq = widen(np.asarray(fp8_quantize(g32, gs.scale, self.bwd_fmt)))
             m = _fp8_accumulation(self.accumulation)
             grads = [None] * len(parents)
-            if x._requires_grad:
+            if x.requires_grad:
                 grads[0] = _descale(gemm_acc(gq, wq, m, self.bwd_fmt), gs.scale_inv,
                                     swi).reshape(x_shape)
-            if self.weight._requires_grad:
+            if self.weight.requires_grad:
                 grads[1] = _descale(gemm_acc(gq.T, xq, m, self.bwd_fmt), gs.scale_inv, sxi)
-            if len(parents) == 3 and parents[2]._requires_grad:
+            if len(parents) == 3 and parents[2].requires_grad:
                 grads[2] = widen(g32).sum(axis=0)
             return tuple(grads)
 

@@ -129,9 +129,9 @@ def prepare_qlora(model: Module, r: int = 8, alpha: float = 16, *, block_size: i
         return make(model)
     found = 0
     for mod in list(model.modules()):
-        for name, child in list(mod._modules.items()):
+        for name, child in list(mod.named_children()):
             if type(child) is nn.Linear:
-                mod._modules[name] = make(child)
+                mod.add_module(name, make(child))
                 found += 1
     if not found:
         raise ValueError("the model has no nn.Linear layer to adapt")

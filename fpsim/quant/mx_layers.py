@@ -232,15 +232,15 @@ class MXLinear(Module):
         def backward(g):
             g32 = widen(g, np.float32).reshape(-1, self.out_features)
             grads = [None] * len(parents)
-            if x._requires_grad:  # dgrad = g W: reduction over out_features
+            if x.requires_grad:  # dgrad = g W: reduction over out_features
                 w_d = wq_t if wq_t is not None else self._q(w32, axis=0)
                 grads[0] = _gemm(self._q(g32, axis=1, gradient=True), w_d).reshape(x_shape)
-            if self.weight._requires_grad:  # wgrad = g^T x: reduction over the batch
+            if self.weight.requires_grad:  # wgrad = g^T x: reduction over the batch
                 gw, xw = g32, x32
                 if self.hadamard:
                     gw, xw = _rht_rows(g32, self._h), _rht_rows(x32, self._h)
                 grads[1] = _gemm(self._q(gw, axis=0, gradient=True).T, self._q(xw, axis=0))
-            if len(parents) == 3 and parents[2]._requires_grad:
+            if len(parents) == 3 and parents[2].requires_grad:
                 grads[2] = widen(g32).sum(axis=0)
             return tuple(grads)
 

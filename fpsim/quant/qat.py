@@ -194,9 +194,9 @@ def lsq_fake_quantize(x: Tensor, scale: Tensor, quant_min: int, quant_max: int,
     def backward(g):
         mask, ds = lsq_grad(arr, s, quant_min, quant_max)
         g64 = widen(g)
-        gx = np.where(mask, g64, 0.0) if x._requires_grad else None
+        gx = np.where(mask, g64, 0.0) if x.requires_grad else None
         gs = None
-        if scale._requires_grad:
+        if scale.requires_grad:
             with np.errstate(over="ignore", invalid="ignore"):
                 per = ds * g64.astype(np.float32) * gf  # float32, as the kernel
             gs = np.array(per.astype(np.float64).sum()).reshape(scale.shape)
@@ -650,29 +650,28 @@ def _swap(model: Module, qconfig, linear_cls, conv_cls, fuse_relu: bool) -> list
     done: list[str] = []
 
     def visit(mod: Module, prefix: str) -> None:
-        names = list(mod._modules)
+        kids = list(mod.named_children())  # replaced in place below, order kept
         seq = isinstance(mod, nn.Sequential)
         prev_quantized = False
         i = 0
-        while i < len(names):
-            child = mod._modules[names[i]]
-            full = f"{prefix}.{names[i]}" if prefix else names[i]
+        while i < len(kids):
+            name, child = kids[i]
+            full = f"{prefix}.{name}" if prefix else name
             if type(child) in (nn.Linear, nn.Conv2d):
-                nxt = mod._modules[names[i + 1]] if i + 1 < len(names) else None
+                nxt = kids[i + 1][1] if i + 1 < len(kids) else None
                 relu = seq and fuse_relu and isinstance(nxt, nn.ReLU)
                 cls = linear_cls if type(child) is nn.Linear else conv_cls
-                mod._modules[names[i]] = cls(child, _qconfig_for(qconfig, full), relu=relu,
-                                             quantize_input=not (seq and prev_quantized))
+                mod.add_module(name, cls(child, _qconfig_for(qconfig, full), relu=relu,
+                                         quantize_input=not (seq and prev_quantized)))
                 done.append(full)
                 if relu:
-                    mod._modules[names[i + 1]] = nn.Identity()
+                    mod.add_module(kids[i + 1][0], nn.Identity())
                     i += 1
                 prev_quantized = seq
             elif seq and isinstance(child, _PRESERVING):
                 pass
             else:
-                if child is not None:
-                    visit(child, full)
+                visit(child, full)
                 prev_quantized = False
             i += 1
 
@@ -771,17 +770,15 @@ def convert(model: Module, *, inplace: bool = False) -> Module:
     def visit(mod: Module) -> None:
         seq = isinstance(mod, nn.Sequential)
         prev = None
-        for name in list(mod._modules):
-            child = mod._modules[name]
+        for name, child in list(mod.named_children()):
             if isinstance(child, _Wrapped):
                 new = child.to_int8(prev if seq else None)
-                mod._modules[name] = new
+                mod.add_module(name, new)
                 prev = new.output_qparams if seq else None
             elif seq and isinstance(child, _PRESERVING):
                 pass
             else:
-                if child is not None:
-                    visit(child)
+                visit(child)
                 prev = None
 
     visit(model)
