@@ -34,6 +34,7 @@ thread (timing.pinned_blas): several threads on these small GEMMs were measured 
 a busy 2-core machine.
 
     python benchmarks/bench_training_step.py [--repeat 7] [--steps 20] [--breakdown] [--engine]
+                                             [--pairs 200]
 """
 
 from __future__ import annotations
@@ -303,6 +304,26 @@ def bench(variants: dict, steps: int, repeat: int) -> dict:
     return best
 
 
+def cpu_pairs(floor: tuple, engine: tuple, pairs: int) -> tuple[float, float]:
+    """Best per-step CPU time of this thread (seconds) of the floor and of fpsim over ``pairs``
+    rounds, each round two floor steps then two fpsim steps: CPU time leaves out the time other
+    processes take the core from this one, the steadier measure on a shared machine."""
+    (ffn, fargs), (efn, eargs) = floor, engine
+    ffn(*fargs), efn(*eargs)  # warm up
+    best_f = best_e = float("inf")
+    clock = time.thread_time
+    for _ in range(pairs):
+        t0 = clock()
+        ffn(*fargs)
+        ffn(*fargs)
+        t1 = clock()
+        efn(*eargs)
+        efn(*eargs)
+        t2 = clock()
+        best_f, best_e = min(best_f, (t1 - t0) / 2), min(best_e, (t2 - t1) / 2)
+    return best_f, best_e
+
+
 def breakdown(step, args: tuple, steps: int) -> dict[str, float]:
     """Seconds per step spent in the GEMMs (the accumulation model), the fp16 rounding kernels
     and the fp16 widening table, measured by wrapping those functions for ``steps`` calls."""
@@ -346,6 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine", action="store_true",
                     help="time only numpy fp32, the floor and fpsim fp16+master (the engine "
                          "overhead, with less time spent on the other rows)")
+    ap.add_argument("--pairs", type=int, default=0,
+                    help="also time the floor and fpsim fp16+master in this many interleaved "
+                         "pairs of steps by per-thread CPU time (best of them)")
     ap.add_argument("--breakdown", action="store_true",
                     help="also time the GEMMs, fp16 roundings and widenings of the MLP step")
     args = ap.parse_args(argv)
@@ -362,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
           "fp16+master time / numpy fp16+master (floor) time - 1 (target < 10%)")
     print(f"{'model':26s} {'variant':26s} {'ms/step':>9s} {'speed vs numpy fp32':>20s} "
           f"{'engine overhead':>16s}")
-    summary, overheads = [], []
+    summary, overheads, cpu = [], [], []
     for name, (build, numpy_cls, x, half_cls) in cases.items():
         params = [p.numpy(np.float64) for p in build(0).parameters()]
         variants = {"numpy fp32": (numpy_cls(params).step, (x.astype(np.float32), y)),
@@ -379,6 +403,11 @@ def main(argv: list[str] | None = None) -> int:
         times = bench(variants, args.steps, args.repeat)
         over = times["fpsim fp16+master"] / times["numpy fp16+master"] - 1
         overheads.append(f"{name}: {over:+.1%}")
+        if args.pairs > 0:
+            tf, te = cpu_pairs(variants["numpy fp16+master"], variants["fpsim fp16+master"],
+                               args.pairs)
+            cpu.append(f"{name}: floor {tf * 1e3:.3f} ms, fpsim {te * 1e3:.3f} ms, "
+                       f"{te / tf - 1:+.1%}")
         for label, t in times.items():
             col = f"{over:+16.1%}" if label == "fpsim fp16+master" else f"{'':16s}"
             print(f"{name:26s} {label:26s} {t * 1e3:9.3f} {times['numpy fp32'] / t:20.2f} {col}")
@@ -389,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     print("fpsim fp16+master speed vs numpy fp32 (target >= 0.33): " + ", ".join(summary))
     print("engine overhead of fpsim fp16+master over its floor (target < 10%): "
           + ", ".join(overheads))
+    if cpu:
+        print(f"engine overhead by per-thread CPU time (best of {args.pairs} pairs of steps): "
+              + "; ".join(cpu))
     if args.breakdown:
         build, _, x, _ = cases["MLP 64-256-256-10"]
         for label, fmt, master in (("fpsim fp32", FP32, False),

@@ -58,6 +58,10 @@ def test_script_engine_rows(bench, capsys):
     out = capsys.readouterr().out
     assert "numpy fp64" not in out and "sgemm" not in out
     assert out.count("numpy fp16+master  ") == 2
+    assert "per-thread CPU" not in out
+    assert bench.main(["--repeat", "1", "--steps", "1", "--engine", "--pairs", "2"]) == 0
+    line = [ln for ln in capsys.readouterr().out.splitlines() if "per-thread CPU" in ln]
+    assert len(line) == 1 and line[0].count("%") == 2 and "best of 2 pairs" in line[0]
 
 
 @pytest.mark.parametrize("case", ["mlp", "cnn"])
