@@ -12,7 +12,6 @@ topological order; every gradient is rounded to the gradient format of the tenso
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -794,10 +793,7 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
         parents = node._parents
         if parents is None or node._retains_grad:
             if node._grad is None:
-                # never shared with another tensor's gradient: a leaf takes a fresh array that
-                # nothing else holds as it is (a copy of a 256x256 fp16 gradient costs ~40 us:
-                # a fresh mapping and its page faults), anything else is copied
-                node._grad = g if parents is None and _sole(g) else g.copy()
+                node._grad = g.copy()  # never shared with another tensor's gradient
             else:
                 node._grad = add_grads(node._grad, g, node.grad_fmt)
             if parents is None:
@@ -824,30 +820,6 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
             key = id(p)
             prev = grads.get(key)
             grads[key] = pg if prev is None else add_grads(prev, pg, fmt)
-        pgrads = pg = prev = None  # the dict holds the gradients now (see _SOLE_REFS)
-
-
-def _sole(g: np.ndarray) -> bool:
-    """Whether ``g`` (held by the caller's one local variable) is a writeable C-contiguous
-    array that nothing else holds or sees: its own data, or the whole of a base array that only
-    ``g`` holds (a bit-pattern view of a fresh result)."""
-    if _getrefcount(g) > _SOLE_REFS + 1 or not g.flags.writeable or not g.flags.c_contiguous:
-        return False  # + 1: this function's own argument
-    b = g.base
-    if b is None:
-        return True
-    return (type(b) is np.ndarray and b.base is None and b.nbytes == g.nbytes
-            and _getrefcount(b) <= _SOLE_REFS + 1)  # held by g (and the local b) only
-
-
-def _sole_ref_count() -> int:
-    """What sys.getrefcount reports for an array held by one local variable only."""
-    g = np.empty(0)
-    return _getrefcount(g)
-
-
-_getrefcount = sys.getrefcount
-_SOLE_REFS = _sole_ref_count()
 
 
 # The ops module, fpsim.autograd.functional: it imports this module and, once its ops are
