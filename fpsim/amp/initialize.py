@@ -167,12 +167,7 @@ def _cast_model(model: Any, fmt: Format, keep_batchnorm_fp32: bool) -> None:
         if keep_batchnorm_fp32 and _is_batchnorm(module):
             _keep_input_format(module)
             continue
-        for p in module._parameters.values():  # this module's own, not its children's
-            if p is not None:
-                p._cast_(fmt)
-        for name, b in module._buffers.items():
-            if b is not None and name not in module._no_cast:
-                b._cast_(fmt)
+        module.to(fmt, recurse=False)  # this module's own, not its children's
 
 
 class AmpOptimizer:
@@ -223,7 +218,7 @@ class AmpOptimizer:
             for p in group["params"]:
                 g = p.grad
                 if g is not None and g.dtype.itemsize < 4 and contains(FP32, p.grad_fmt):
-                    p._grad = g.astype(np.float32)  # fp16 / bf16 -> fp32 is exact
+                    p.set_grad_(g.astype(np.float32))  # fp16 / bf16 -> fp32 is exact
 
     def _unscale(self) -> None:
         """scale_loss's exit: master gradients, then unscale and check (once per iteration)."""

@@ -367,9 +367,13 @@ class Tensor:
         """
         return self._data.astype(np.float64).tolist()
 
-    def _cast_(self, fmt: Format) -> None:
+    def cast_(self, fmt: Format | str) -> None:
         """Move this tensor's values (and gradient) to ``fmt`` in place, rounding to nearest even
-        (what ``Module.to`` does to parameters)."""
+        (what ``Module.to`` does to parameters).
+
+        >>> t = Tensor([1.0 + 2.0**-20]); t.cast_("fp16"); t.fmt.name, t.tolist()
+        ('fp16', [1.0])
+        """
         fmt = as_format(fmt)
         if fmt == self.fmt:
             return
@@ -378,6 +382,41 @@ class Tensor:
         self.fmt = fmt
         if self._grad is not None and follow:
             self._grad = Tensor(self._grad, fmt)._data
+
+    _cast_ = cast_  # the former private name
+
+    # Internal API for fpsim's other packages (ZeRO's flat buffers, Apex O2's fp32 gradients,
+    # quantized layers' outputs): they store an array as it is, without the rounding copy of
+    # the public setters; the caller guarantees the values are exact in the target format.
+    wrap = _wrap
+
+    def set_data_(self, arr: np.ndarray) -> None:
+        """Store ``arr`` as the values, as it is: no copy, no rounding (it may be a view into a
+        shared buffer). It must have this tensor's shape and ``fmt.storage_dtype``.
+
+        >>> t = Tensor([1.0, 2.0], "fp16"); buf = np.zeros(4, np.float16)
+        >>> t.set_data_(buf[:2]); buf[0] = 3; t.tolist()
+        [3.0, 0.0]
+        """
+        if not isinstance(arr, np.ndarray) or arr.shape != self.shape \
+                or arr.dtype != self.fmt.storage_dtype:
+            raise ValueError(f"set_data_ takes an array of shape {self.shape} and dtype "
+                             f"{np.dtype(self.fmt.storage_dtype)}, got "
+                             f"{getattr(arr, 'shape', type(arr).__name__)} "
+                             f"{getattr(arr, 'dtype', '')}".rstrip())
+        self._data = arr
+
+    def set_grad_(self, arr: np.ndarray) -> None:
+        """Store ``arr`` as the gradient, as it is: no copy, no rounding to ``grad_fmt`` (Apex
+        O2 keeps an fp32 copy of an fp16 gradient until the update). Shape must match.
+
+        >>> t = Tensor([1.0], "fp16"); t.set_grad_(np.array([2.0**-30], np.float32)); t.grad
+        array([9.313226e-10], dtype=float32)
+        """
+        if not isinstance(arr, np.ndarray) or arr.shape != self.shape:
+            raise ValueError(f"set_grad_ takes an array of shape {self.shape}, got "
+                             f"{getattr(arr, 'shape', type(arr).__name__)}")
+        self._grad = arr
 
     def detach(self) -> Tensor:
         """A tensor sharing the values, cut from the graph.

@@ -215,7 +215,7 @@ class ZeroEngine:
 
     def _load(self, flat: np.ndarray) -> None:
         for p, a in zip(self._params, self.unflatten(flat), strict=True):
-            p._data = a
+            p.set_data_(a)  # a view into the rank's flat buffer
             p.grad = None
 
     def full_params(self, rank: int | None = None) -> np.ndarray:

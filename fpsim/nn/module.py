@@ -315,22 +315,28 @@ class Module:
             p.requires_grad_(requires_grad)
         return self
 
-    def to(self, fmt: Format | str) -> Module:
+    def to(self, fmt: Format | str, *, recurse: bool = True) -> Module:
         """Round every parameter and floating-point buffer to ``fmt`` in place (nearest even);
-        gradients follow unless a parameter has its own ``grad_fmt``.
+        gradients follow unless a parameter has its own ``grad_fmt``. ``recurse=False``: only
+        this module's own parameters and buffers, not its children's (Apex's convert_network
+        keeps batch norm layers in fp32 that way).
 
         >>> import fpsim
-        >>> from fpsim.nn import Linear
+        >>> from fpsim.nn import Linear, Sequential
         >>> Linear(2, 2, rng=0).to("fp16").weight.data.dtype
         dtype('float16')
+        >>> Sequential(Linear(2, 2, rng=0)).to("fp16", recurse=False)[0].weight.data.dtype
+        dtype('float32')
         """
+        if not isinstance(recurse, bool):
+            raise TypeError(f"recurse must be a bool, got {recurse!r}")
         fmt = as_format(fmt)
-        for p in self.parameters():
-            p._cast_(fmt)
-        for mod in self.modules():
+        for p in self.parameters(recurse=recurse):
+            p.cast_(fmt)
+        for mod in (self.modules() if recurse else (self,)):
             for name, b in mod._buffers.items():
                 if b is not None and name not in mod._no_cast:
-                    b._cast_(fmt)
+                    b.cast_(fmt)
         return self
 
     # ------------------------------------------------------------------- state dict

@@ -263,7 +263,7 @@ class _Int8Base(Module):
         """Quantize ``x``, compute on integers, dequantize: an fp32 Tensor without a graph
         (inference only)."""
         yq = self.forward_int(self.quantize_input(x))
-        return Tensor._wrap(self.dequantize_output(yq), FP32)
+        return Tensor.wrap(self.dequantize_output(yq), FP32)
 
     def forward_int(self, xq: np.ndarray) -> np.ndarray:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -444,7 +444,7 @@ class NF4Linear(Module):
     def forward(self, x: Tensor) -> Tensor:
         xc = F.cast_to(x, self.compute_fmt) if isinstance(x, Tensor) else Tensor(
             x, self.compute_fmt)
-        w = Tensor._wrap(self.dequantize(), self.compute_fmt)  # frozen: no gradient
+        w = Tensor.wrap(self.dequantize(), self.compute_fmt)  # frozen: no gradient
         return F.linear(xc, w, self.bias, accumulation=self.accumulation)
 
     def weight_nbytes(self) -> int:
