@@ -104,7 +104,9 @@ def gemm_acc(a: np.ndarray, b: np.ndarray, model: Accumulation, in_fmt: Format) 
     """
     kind = model.kind
     if kind in ("fp32", "exact"):  # operands may come as float32 (saved by an sgemm forward)
-        return a.astype(np.float64, copy=False) @ b.astype(np.float64, copy=False)
+        if a.dtype != np.float64 or b.dtype != np.float64:
+            a, b = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
+        return a @ b
     if kind == "sgemm":
         if not contains(FP32, in_fmt):
             raise ValueError(f"the sgemm accumulation model takes operands of formats inside "

@@ -481,19 +481,23 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *,
         b64 = widen(b._data)
     model = accumulation_model(accumulation)
     dt = operand_dtype(model, x.fmt, w.fmt)
-    x2 = widen(x._data, dt).reshape(-1, w.shape[1])
+    n_out, n_in = w._data.shape
+    x_shape = x._data.shape
+    x2 = widen(x._data, dt).reshape(-1, n_in)
     w64 = widen(w._data, dt)
-    out = _acc.gemm(x2, w64.T, fmt, model, fmt, b64).reshape(x.shape[:-1] + (w.shape[0],))
+    out = _acc.gemm(x2, w64.T, fmt, model, fmt, b64).reshape(x_shape[:-1] + (n_out,))
 
     def backward(g):
         m = accumulation_model(accumulation)
-        g2 = widen(g, operand_dtype(m, fmt)).reshape(-1, w.shape[0])
+        g2 = widen(g, operand_dtype(m, fmt)).reshape(-1, n_out)
         grads = [None, None, None]
         if x._requires_grad:
-            acc = _acc.gemm_acc(g2, w64, m, promote_formats(fmt, w.fmt))
-            grads[0] = _acc.finish(acc, x.grad_fmt, m).reshape(x.shape)
+            in_fmt = fmt if w.fmt is fmt else promote_formats(fmt, w.fmt)
+            acc = _acc.gemm_acc(g2, w64, m, in_fmt)
+            grads[0] = _acc.finish(acc, x.grad_fmt, m).reshape(x_shape)
         if w._requires_grad:
-            acc = _acc.gemm_acc(g2.T, x2, m, promote_formats(fmt, x.fmt))
+            in_fmt = fmt if x.fmt is fmt else promote_formats(fmt, x.fmt)
+            acc = _acc.gemm_acc(g2.T, x2, m, in_fmt)
             grads[1] = _acc.finish(acc, w.grad_fmt, m)
         if bias is not None and parents[2]._requires_grad:
             grads[2] = g2.sum(axis=0, dtype=_F64)
@@ -1019,8 +1023,10 @@ def nll_loss(input: Tensor, target, weight=None, ignore_index: int = -100,
     if t1.shape != (n,):
         raise ValueError(f"nll_loss: expected target shape ({n},) for input shape {x.shape}, "
                          f"got target shape {t.shape}")
+    # 0 <= t < c for all targets in one reduction: viewed as unsigned, negatives are huge
     if (weight is None and reduction != "none" and n and not squeeze_out
-            and not 0 <= ignore_index < c and t1.min() >= 0 and t1.max() < c):
+            and not 0 <= ignore_index < c
+            and t1.view(t1.dtype.str.replace("i", "u")).max() < c):
         return _nll_unweighted(x, t1, n, c, reduction)
     valid = t1 != ignore_index
     bad = valid & ((t1 < 0) | (t1 >= c))

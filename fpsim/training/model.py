@@ -67,8 +67,9 @@ class MLP(Module):
         acts: dict[str, Tensor] = {}
         h = x
         last = self.names[-1]
+        layers = self._modules  # where getattr finds them, without its failed first lookup
         for name in self.names:
-            h = getattr(self, name)(h)
+            h = layers[name](h)
             acts[name] = h
             if self.retain_grads and h.requires_grad:
                 h.retain_grad()
