@@ -24,6 +24,7 @@ Precision of a step (per parameter):
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -32,7 +33,7 @@ from ..autograd.context import contains, round_to, widen
 from ..autograd.tensor import Tensor, as_format, enable_grad
 from ..formats import FP32, Format
 
-__all__ = ["Optimizer"]
+__all__ = ["Optimizer", "UpdateHookHandle"]
 
 
 class Optimizer:
@@ -50,6 +51,7 @@ class Optimizer:
         self._plans: dict[Tensor, tuple] = {}  # per parameter: see _plan
         self.state: dict[Tensor, dict] = {}
         self.param_groups: list[dict] = []
+        self._update_hooks: list[Callable[..., np.ndarray]] = []
         params = list(params)
         if not params:
             raise ValueError("optimizer got an empty parameter list")
@@ -147,6 +149,7 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         plans = self._plans
+        update = self._hooked_update() if self._update_hooks else self._update
         with np.errstate(all="ignore"):
             for group in self.param_groups:
                 for p in group["params"]:
@@ -168,7 +171,7 @@ class Optimizer:
                             w = st["master"] = widen(p._data, np.float32).copy()
                     else:
                         w = widen(p._data, dtype)
-                    w_new = self._update(w, widen(grad, dtype), st, group, dtype)
+                    w_new = update(w, widen(grad, dtype), st, group, dtype)
                     if use_master:
                         st["master"] = w_new.astype(np.float32, copy=False)
                     p._data = round_to(w_new, fmt)
@@ -188,6 +191,35 @@ class Optimizer:
                 dtype) -> np.ndarray:
         """The new value of a parameter (``w``, compute dtype) from its gradient ``g``."""
         raise NotImplementedError
+
+    def register_update_hook(self, hook: Callable[..., np.ndarray]) -> UpdateHookHandle:
+        """Wrap every parameter update of :meth:`step`: ``hook(update, w, g, state, group,
+        dtype)`` is called instead of ``update(w, g, state, group, dtype)`` (the optimizer's
+        rule, or the wrapper of the hook registered before) and returns the new value of ``w``
+        (compute dtype; ``update`` may change ``w`` in place, so copy it first to keep the old
+        value). Returns a handle whose ``remove()`` unregisters the hook. fpsim's trainer
+        records weight updates this way.
+
+        >>> from fpsim.nn import Parameter
+        >>> from fpsim.optim import SGD
+        >>> p = Parameter([1.0]); p.grad = [1.0]; opt = SGD([p], lr=0.5); seen = []
+        >>> def hook(update, w, g, *rest):
+        ...     seen.append(float(g[0]))
+        ...     return update(w, g, *rest)
+        >>> handle = opt.register_update_hook(hook)
+        >>> opt.step(); handle.remove(); opt.step(); p.tolist(), seen
+        ([0.0], [1.0])
+        """
+        if not callable(hook):
+            raise TypeError(f"hook must be callable, got {type(hook).__name__}")
+        self._update_hooks.append(hook)
+        return UpdateHookHandle(self._update_hooks, hook)
+
+    def _hooked_update(self) -> Callable[..., np.ndarray]:
+        update = self._update
+        for hook in self._update_hooks:
+            update = functools.partial(hook, update)
+        return update
 
     # ------------------------------------------------------------------ state dict
     def state_dict(self) -> dict:
@@ -253,3 +285,17 @@ class Optimizer:
                     lines.append(f"    {k}: {group[k]}")
         lines.append(")")
         return "\n".join(lines)
+
+
+class UpdateHookHandle:
+    """What :meth:`Optimizer.register_update_hook` returns: ``remove()`` unregisters the hook
+    (once; later calls do nothing)."""
+
+    def __init__(self, hooks: list, hook: Callable[..., np.ndarray]) -> None:
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self) -> None:
+        for i, h in enumerate(self._hooks):
+            if h is self._hook:
+                del self._hooks[i]
+                return

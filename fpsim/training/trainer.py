@@ -308,21 +308,21 @@ def _lost(w: np.ndarray, u: np.ndarray, fmt: Format, g: np.ndarray | None = None
 
 
 class _UpdateRecorder:
-    """Wraps an optimizer's ``_update`` to capture (weight, new value, state) per parameter."""
+    """An update hook of the optimizer (:meth:`~fpsim.optim.Optimizer.register_update_hook`)
+    capturing (weight, new value, state) per parameter on the steps it is active."""
 
     def __init__(self, optimizer: Any) -> None:
         self.optimizer = optimizer
-        self.inner = optimizer._update
         self.records: list[tuple[np.ndarray, np.ndarray, np.ndarray, dict]] = []
         self.active = True  # record this step (the statistics are sampled)
-        optimizer._update = self
+        self.handle = optimizer.register_update_hook(self)
 
-    def __call__(self, w: np.ndarray, g: np.ndarray, state: dict, group: dict,
+    def __call__(self, update: Any, w: np.ndarray, g: np.ndarray, state: dict, group: dict,
                  dtype: Any) -> np.ndarray:
         if not self.active:
-            return self.inner(w, g, state, group, dtype)
-        old = np.array(w, copy=True)
-        new = self.inner(w, g, state, group, dtype)
+            return update(w, g, state, group, dtype)
+        old = np.array(w, copy=True)  # the update may change w in place
+        new = update(w, g, state, group, dtype)
         self.records.append((old, np.asarray(new), np.array(g, copy=True), state))
         return new
 
