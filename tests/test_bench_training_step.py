@@ -194,7 +194,7 @@ def test_optimizer_plan_follows_format_changes():
         if change == "master off":
             opt.master_weights = False
         elif change == "fp64":
-            w._cast_("fp64")
+            w.cast_("fp64")
         w.grad = np.array([tiny], w.data.dtype)
         opt.step()
         assert w.item() == want, change

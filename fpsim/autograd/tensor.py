@@ -383,7 +383,6 @@ class Tensor:
         if self._grad is not None and follow:
             self._grad = Tensor(self._grad, fmt)._data
 
-    _cast_ = cast_  # the former private name
 
     # Internal API for fpsim's other packages (ZeRO's flat buffers, Apex O2's fp32 gradients,
     # quantized layers' outputs): they store an array as it is, without the rounding copy of
