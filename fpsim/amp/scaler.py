@@ -106,17 +106,16 @@ def _unscaled(grad: np.ndarray, inv_scale: np.float32) -> np.ndarray:
             return grad * np.float64(inv_scale)  # one IEEE float64 multiplication
         if dtype == np.float32 or dtype in _WIDENED_BY_NUMPY:
             # one IEEE float32 multiplication (correctly rounded, subnormals kept), then
-            # NumPy's / ml_dtypes' round-to-nearest-even cast: the generic path below, bit for
-            # bit (tests/test_amp_scaler.py checks it against exact Fractions), 3-20x faster
+            # NumPy's / ml_dtypes' round-to-nearest-even cast: what the fp8 path below does
+            # with fpsim's rounding, bit for bit (tests/test_amp_scaler.py checks it against
+            # exact Fractions)
             prod = np.multiply(grad.astype(np.float32, copy=False), inv_scale,
                                dtype=np.float32)
             return prod if dtype == np.float32 else prod.astype(dtype)
         # float32 * float32 has at most 48 significant bits: exact in float64, rounded once
         exact = grad.astype(np.float64) * np.float64(inv_scale)
     prod32 = _round(exact, FP32)
-    if dtype == np.float32:
-        return prod32.astype(np.float32)
-    fmt = get_float_format(dtype)  # bf16, fp16 (Apex only), fp8: rounded a second time
+    fmt = get_float_format(dtype)  # fp8 (the other dtypes returned above): rounded a second time
     return np.asarray(_round(prod32, fmt)).astype(dtype)
 
 

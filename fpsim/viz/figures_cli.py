@@ -6,14 +6,14 @@ them back (the demo's figures reuse the runs a previous ``fpsim demo`` saved).
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from ..training.experiment import DEFAULT_OUT as DEMO_OUT  # where `fpsim demo` saves its runs
+from ..training.experiment import check_out_dir
 from .gallery import DEFAULT_OUT, README_FIGURES, description, names, render
 from .training import prime_demo_runs
 
 __all__ = ["configure_parser", "run_cli", "DEMO_OUT"]
 
-DEMO_OUT = Path("fpsim-output")  # where `fpsim demo` leaves its runs for reuse
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -63,8 +63,6 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.dpi <= 0:
         print(f"--dpi must be positive, got {args.dpi}")
         return 2
-    from ..training.experiment import check_out_dir  # the demo's rule for --out
-
     try:
         out = check_out_dir(args.out)
     except ValueError as exc:

@@ -424,11 +424,15 @@ def load_cached_demo(path: Any) -> list | None:
     return obj.get("runs") if isinstance(obj, dict) else None
 
 
+def _demo_key(quick: bool, seed: int) -> str:
+    return f"{quick}:{seed}"
+
+
 def prime_demo_runs(cache: Any, progress: bool = False) -> None:
     """Make the demo figures' runs ready: reuse the runs a previous ``fpsim demo`` saved in
     ``cache`` (a folder or its pickle), else train ``fpsim demo --quick`` once for the process.
     Says on stdout which it does."""
-    key = "True:0"
+    key = _demo_key(quick=True, seed=0)  # what demo_runs() trains by default
     if key in _DEMO_CACHE:
         return
     cached = load_cached_demo(cache)
@@ -446,7 +450,7 @@ def demo_runs(quick: bool = True, seed: int = 0, progress: bool = False) -> list
     share them). Imports :mod:`fpsim.training` on first use; the first call trains the seven
     recipes (about half a minute of CPU).
     """
-    key = f"{quick}:{seed}"
+    key = _demo_key(quick, seed)
     if key not in _DEMO_CACHE:
         from ..training.experiment import default_workers, run_demo
         from ..training.recipes import PRECISIONS
