@@ -155,3 +155,21 @@ def test_gradients_are_named_by_the_array_held():
     with MemoryMeter(params=[w]) as m:
         pass
     assert m.report().by_format["gradients"] == {"fp32": 3 * 4 * 4}
+
+
+def test_a_meter_entered_during_a_recomputation_counts_normally_afterwards():
+    """recomputing() undoes its count only on the meters it counted in: one entered inside the
+    block (e.g. by code in a checkpointed segment) must not end at -1 and count later ops as
+    recomputed ones."""
+    from fpsim.autograd.memory_meter import recomputing
+
+    with recomputing():
+        inner = MemoryMeter()
+        inner.__enter__()
+    try:
+        assert inner._recomputing == 0
+        x = Tensor(np.ones((4, 8)), "fp16", requires_grad=True)
+        (x * 2).sum().backward()
+        assert inner.recomputed_forward_calls == 0
+    finally:
+        inner.__exit__(None, None, None)

@@ -495,5 +495,5 @@ def recomputing() -> Iterator[None]:
     try:
         yield
     finally:
-        for m in _meters():
+        for m in meters:  # the ones counted in above: a meter entered inside stays at 0
             m._recomputing -= 1
