@@ -422,3 +422,31 @@ def test_nan_scale_blocks_hold_defined_element_codes(name):
     if q.fmt.is_int or not q.fmt.element.has_nan:
         assert (codes[nan_scale] == 0).all()  # +0: the NaN scale carries the NaN
     assert np.isnan(q.dequantize()[nan_scale]).all()
+
+
+@pytest.mark.parametrize("name", ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2",
+                                  "mxfp4", "mxint8"])
+def test_rceil_scale_of_tiny_blocks(name):
+    """RCEIL's scale is the smallest power of two >= amax / elem_max, the division in float32;
+    where that quotient underflows to 0 (a nonzero amax near float32's smallest subnormal),
+    the scale is E8M0's smallest, as for an all-zero block (the zero fix once ran only for
+    blocks with a zero or non-finite amax). Expected exponents from exact Fractions."""
+    from fractions import Fraction
+
+    from fpsim.mx import ScaleMode, get_mx_format
+    from fpsim.mx.quantize import e8m0_exponent
+
+    fmt = get_mx_format(name)
+    amax = np.array([2.0**-149, 2.0**-147, 2.0**-140, 2.0**-126, 0.75, 448.0], np.float32)
+
+    def expected(a):
+        d = Fraction(float(np.float32(a) / np.float32(fmt.elem_max)))  # the fp32 division
+        if d == 0:
+            return -127
+        e = -127
+        while Fraction(2) ** e < d:
+            e += 1
+        return min(e, 127)
+
+    got = e8m0_exponent(amax, fmt, ScaleMode.RCEIL)
+    assert got.tolist() == [expected(a) for a in amax]

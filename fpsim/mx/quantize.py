@@ -232,7 +232,8 @@ def e8m0_exponent(amax: np.ndarray, fmt: MXFormat, mode: ScaleMode) -> np.ndarra
             descale = (amax / elem_max).astype(amax.dtype)  # rounded, as the hardware does
         dm, dk = np.frexp(descale)
         e = dk.astype(np.int32) - (dm == 0.5)  # ceil(log2(descale))
-        if special or not bool((descale < np.inf).all()):
+        # a tiny nonzero amax can give descale 0 too (amax / elem_max below float32's range)
+        if special or not bool((descale > 0).all() and (descale < np.inf).all()):
             e[descale == 0] = -E8M0_BIAS
             e[np.isinf(descale)] = E8M0_BIAS  # satfinite: inf -> code 254
         np.maximum(e, -E8M0_BIAS, out=e)
