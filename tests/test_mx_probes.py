@@ -146,9 +146,15 @@ def test_dry_run_is_recognised(rt, tmp_path, capsys):
     assert len(files) == len(PAIRS)
     res = rt.check_block_scaled(files)
     for name, _, model, agree, total in res:
-        if model == "fp32":
+        if model == "fp32":  # recorded with fp32: the stored rows read back and re-predicted
             assert agree == total, name
     assert any(m == "exact" and a < t for _, _, m, a, t in res)
     capsys.readouterr()
     assert rt.main(["--check-block", str(files[0])]) == 0
     assert "fp32" in capsys.readouterr().out
+
+
+def test_block_scaled_needs_out(rt, capsys):
+    with pytest.raises(SystemExit):
+        rt.main(["--block-scaled", "--dry-run", "--model", "fp32"])
+    assert "--out is required" in capsys.readouterr().err

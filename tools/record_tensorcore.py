@@ -989,6 +989,8 @@ def main(argv=None) -> int:
         for name, fmt_name, model, agree, total in check_block_scaled(args.check_block):
             print(f"{name:48s} {fmt_name:11s} {model:20s} {agree:4d} / {total}")
         return 0
+    if args.out is None:
+        p.error("--out is required")
     if args.block_scaled:
         if args.dry_run and args.model is None:
             p.error("--dry-run needs --model (e.g. --model fp32)")
@@ -996,8 +998,6 @@ def main(argv=None) -> int:
         for f in record_block_scaled(args.out, label, args.model if args.dry_run else None):
             print(f)
         return 0
-    if args.out is None:
-        p.error("--out is required")
     groups = list(GROUPS) if args.groups == "all" else [g.strip() for g in args.groups.split(",")]
     bad = [g for g in groups if g not in GROUPS]
     if bad:
