@@ -144,12 +144,11 @@ def finish(acc: np.ndarray, out_fmt: Format, model: Accumulation) -> np.ndarray:
     dtype('float32')
     """
     if model.kind == "fp32" and out_fmt is not FP32:
-        # identity tests first: Format's dataclass == compares five fields
-        if out_fmt is FP16 and acc.dtype == np.float64 and settings().plain:
+        # identity test first: Format's dataclass == compares five fields
+        if (out_fmt is FP16 or out_fmt == FP16) and acc.dtype == np.float64 \
+                and settings().plain:
             return f64_to_f32_to_f16(acc)  # the same two roundings, without a fresh array
         if out_fmt != FP32 and contains(FP32, out_fmt):
-            if out_fmt == FP16 and settings().plain and acc.dtype == np.float64:
-                return f64_to_f32_to_f16(acc)
             with np.errstate(over="ignore"):
                 acc = acc.astype(np.float32)  # the fp32 accumulator's own rounding: nearest even
     return round_to(acc, out_fmt)
