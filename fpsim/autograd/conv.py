@@ -38,7 +38,7 @@ def _conv_padding(padding: IntPair | str, kernel: tuple[int, int], dilation: tup
 def _pad(x: np.ndarray, top: int, bottom: int, left: int, right: int,
          fill: float = 0.0) -> np.ndarray:
     if top or bottom or left or right:
-        # what np.pad(..., constant_values=fill) returns, without its ~40 us of argument handling
+        # what np.pad(..., constant_values=fill) returns, without its argument handling
         n, c, h, w = x.shape
         out = np.full((n, c, top + h + bottom, left + w + right), fill, dtype=x.dtype)
         out[:, :, top:top + h, left:left + w] = x
@@ -54,7 +54,7 @@ def _windows(xp: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: in
     # directly (read-only, as that one): a quarter of its Python cost per call
     s0, s1, s2, s3 = xp.strides
     shape, strides = xp.shape[:2] + (oh, ow, kh, kw), (s0, s1, sh * s2, sw * s3, dh * s2, dw * s3)
-    if xp.flags.c_contiguous:  # a view on its buffer: a quarter of as_strided's Python cost
+    if xp.flags.c_contiguous:  # a view on its buffer: cheaper than as_strided
         v = np.ndarray(shape, xp.dtype, xp, 0, strides)
         v.flags.writeable = False
         return v
@@ -72,8 +72,8 @@ def _add_windows(gp: np.ndarray, gwin: np.ndarray, sh: int, sw: int, dh: int, dw
 
 
 # Per-configuration plans (the checked arguments, the sizes and index tables they give), made
-# once per (input shape, arguments) and kept: parsing and checking the arguments cost ~20 us per
-# call, much of a small layer's time on a small batch. Only plain ints, strings and tuples of
+# once per (input shape, arguments) and kept: parsing and checking the arguments on every
+# call was much of a small layer's time on a small batch. Only plain ints, strings and tuples of
 # ints are keys (a bool, a NumPy integer or a list is parsed, and checked, on every call).
 _UNCACHED = object()
 _PLANS_MAX = 256
@@ -252,7 +252,7 @@ def _extra(size: int, p: int, out: int, k: int, s: int, d: int) -> int:
 
 # From this many windows on, max_pool2d finds each window's first maximum by comparing the
 # taps' strided views (kh * kw passes over the output) rather than by argmax over a copy of the
-# windows (that copy, through a 6-D strided iterator, cost ~4 ns per tap at batch 128); below
+# windows (that copy, through a 6-D strided iterator, was the pool's largest cost); below
 # it the argmax has less Python overhead. Used where the input holds no NaN and no -inf.
 _TAPS_MIN = 2048
 
