@@ -7,7 +7,10 @@ cast: a block amax, the shared exponent, an exact power-of-two scaling and a cla
 own cast, and the NVFP4 recipe's e4m3 block scales and fp32 reciprocal. BLAS threads are
 pinned to one (threadpoolctl); the timer takes the best of ``--repeat`` runs.
 
-    python benchmarks/bench_mx.py [--n 10000000] [--repeat 5]
+The second table is the fixed cost of small calls (training quantizes every GEMM operand of
+every step): microseconds per call, the best of ``--small-calls`` calls, beside the same cast.
+
+    python benchmarks/bench_mx.py [--n 10000000] [--repeat 5] [--small-calls 2000]
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ def main(argv: list[str] | None = None) -> list[tuple[str, float, float]]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=10**7)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--small-calls", type=int, default=2000)
     args = p.parse_args(argv)
     n = args.n - args.n % 1024
     x = np.random.default_rng(0).standard_normal(n).astype(np.float32).reshape(-1, 1024)
@@ -48,6 +52,25 @@ def main(argv: list[str] | None = None) -> list[tuple[str, float, float]]:
             t_fp = best_time(fn, args.repeat)
             rows.append((label, t_fp, t_ref))
             print(f"{label:22s} {t_fp * 1e3:9.1f} {t_ref * 1e3:8.1f} {t_ref / t_fp:6.2f}")
+        rng = np.random.default_rng(1)
+        row, square = (rng.standard_normal(s).astype(np.float32) for s in ((1, 32), (64, 64)))
+        small = [
+            ("1x32 mxfp8_e4m3", row, lambda: mx.quantize(row, "mxfp8_e4m3")),
+            ("1x32 mxfp4", row, lambda: mx.quantize(row, "mxfp4")),
+            ("1x32 nvfp4", row, lambda: mx.quantize(row, "nvfp4")),
+            ("64x64 mxfp8 rceil ax0", square,
+             lambda: mx.quantize(square, "mxfp8_e4m3", axis=0, scale_mode="rceil")),
+            ("64x64 nvfp4 + tscale", square, lambda: mx.quantize(
+                square, "nvfp4", per_tensor_scale=mx.nvfp4_per_tensor_scale(square))),
+        ]
+        print(f"small calls: us per call, best of {args.small_calls}; speed vs reference = "
+              "cast time / fpsim time")
+        print(f"{'shape, format':22s} {'fpsim us':>9s} {'cast us':>8s} {'speed':>6s}")
+        for label, arr, fn in small:
+            t_ref = best_time(lambda a=arr: a.astype(ml_dtypes.float8_e4m3fn), args.small_calls)
+            t_fp = best_time(fn, args.small_calls)
+            rows.append((label, t_fp, t_ref))
+            print(f"{label:22s} {t_fp * 1e6:9.1f} {t_ref * 1e6:8.1f} {t_ref / t_fp:6.2f}")
     return rows
 
 
