@@ -527,7 +527,8 @@ def _fma_flat(a, b, d, c: OpContext, exact_operands: bool = True):
             lo = _two_sum_err(prod, d, s)
             if not lo.any():
                 lo = None
-            out, fl = round_result(_zero_sign(s, prod, d, c.mode), lo, c)
+            # (s, lo) is TwoSum's pair (prod is exact here), as in add: not screened again
+            out, fl = round_result(_zero_sign(s, prod, d, c.mode), lo, c, two_sum=True)
             return out, fl, inv
         reg = np.isfinite(a) & np.isfinite(b) & np.isfinite(d) & (a != 0) & (b != 0)
         sp = ~reg

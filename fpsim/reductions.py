@@ -29,8 +29,8 @@ flags runs as NumPy's ``add.accumulate`` on the format's own type (the same corr
 add per element, see :func:`fpsim.add`'s native path), and so does the ``"wide"`` accumulator
 in those formats when every term is one of its values. With at most 16 outputs and a
 deterministic mode, the sequential and Kahan orders run the same correctly rounded adds (and
-flags) on Python floats: a step costs about a microsecond, not the fixed cost of a dozen NumPy
-calls; with stochastic rounding they draw the same random values from the generator, in the
+flags) on Python floats: a step costs a few Python operations, not the fixed cost of a dozen
+NumPy calls; with stochastic rounding they draw the same random values from the generator, in the
 same order and amount (raw 64-bit draws taken in blocks), and round them on Python integers.
 The element-by-element loop, vectorised across independent rows, runs everywhere else.
 
@@ -54,6 +54,7 @@ except ImportError:  # NumPy < 2
 
 from . import flags as _flags
 from .arithmetic import (
+    MAX_MANTISSA,
     OpContext,
     add_flat,
     context,
@@ -121,11 +122,6 @@ class _Acc:
 _NATIVE_BLOCK = 1 << 16  # columns per native accumulate: bounded scratch memory
 
 
-def _native_ok(c: OpContext) -> bool:
-    """May adds in c's format run as the native type's adds (see :func:`_native_sequential`)?"""
-    return native_ok(c)
-
-
 def _native_sequential(X, c: OpContext):
     """The sequential sum by the native add of the format's own type (np.add.accumulate runs
     ``out[k] = out[k-1] + x[k]`` with one correctly rounded add per element), or None when
@@ -133,7 +129,7 @@ def _native_sequential(X, c: OpContext):
     fp16, bf16 or fp32, nearest even, IEEE policies, no flags), each add of two values of
     the format computed in float32 and rounded once to the format equals the correctly rounded
     add (float32 has >= 2p + 2 bits). X holds values of the format (exact to cast)."""
-    if not _native_ok(c):
+    if not native_ok(c):
         return None
     with np.errstate(all="ignore"):
         return _accumulate(X, c.fmt.dtype).astype(np.float64)
@@ -191,7 +187,7 @@ def _scalar_ok(c: OpContext, rows: int) -> bool:
     fmt = c.fmt
     return (rows <= _SCALAR_ROWS and c.mode is not Rounding.STOCHASTIC
             and plan_for(fmt).add_fast and fmt.emax - fmt.emin <= 900
-            and fmt.mantissa_bits <= 50 and fast_paths_on())
+            and fmt.mantissa_bits <= MAX_MANTISSA and fast_paths_on())
 
 
 def _scalar_adder(c: OpContext):
@@ -343,7 +339,7 @@ def _float(b: int) -> float:
 
 def _stochastic_ok(c: OpContext, rows: int) -> bool:
     return (rows <= _SCALAR_ROWS and c.mode is Rounding.STOCHASTIC and plan_for(c.fmt).add_fast
-            and c.fmt.mantissa_bits <= 50 and fast_paths_on())
+            and c.fmt.mantissa_bits <= MAX_MANTISSA and fast_paths_on())
 
 
 class _StochasticAdder:
@@ -639,7 +635,7 @@ def _sequential_loop(X, acc: _Acc):
 
 
 def _kahan(X, acc: _Acc):
-    if _native_ok(acc.c):  # each operation one native rounded op (see _native_sequential)
+    if native_ok(acc.c):  # each operation one native rounded op (see _native_sequential)
         cols = np.ascontiguousarray(X.T).astype(acc.c.fmt.dtype)
         s = cols[0].copy()
         comp = np.zeros_like(s)
@@ -769,7 +765,7 @@ def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
                                        c.tininess, c.rng, c.random_bits), c.want)
         wacc = _Acc(ca, rows)
         s = None
-        if _native_ok(ca):
+        if native_ok(ca):
             with np.errstate(all="ignore"):
                 Xn = X.astype(acc_fmt.dtype)
             if np.array_equal(Xn.astype(np.float64), X, equal_nan=True):
