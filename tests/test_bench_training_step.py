@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from fpsim.autograd import Tensor, matmul_accumulation
+from fpsim.formats import FP16
 
 PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_training_step.py"
 
@@ -198,6 +199,34 @@ def test_optimizer_plan_follows_format_changes():
         w.grad = np.array([tiny], w.data.dtype)
         opt.step()
         assert w.item() == want, change
+
+
+@pytest.mark.parametrize("change", ["state_fmt", "grad_fmt"])
+def test_optimizer_plan_follows_state_and_grad_format_changes(change):
+    """The plan's other two keys: the optimizer's state format and the parameter's gradient
+    format, changed between steps. The reference is the same run with the plans dropped
+    before every step (each step plans afresh)."""
+    from fpsim import optim
+    from fpsim.nn import Parameter
+
+    def run(drop_plans: bool) -> list:
+        w = Parameter(np.linspace(0.5, 2.0, 8), "bf16")
+        opt = optim.SGD([w], lr=0.3, momentum=0.9)
+        out = []
+        for k in range(4):
+            if k == 2:
+                if change == "state_fmt":
+                    opt.state_fmt = FP16
+                else:
+                    w.grad_fmt = "fp64"  # wider than fp32: the update runs in float64
+            if drop_plans:
+                opt._plans.clear()
+            w.grad = np.random.default_rng(k).standard_normal(8) * 2.0 ** -9
+            opt.step()
+            out.append(w.data.tobytes() + opt.state[w]["momentum_buffer"].tobytes())
+        return out
+
+    assert run(drop_plans=False) == run(drop_plans=True)
 
 
 def test_conv_pad_is_np_pad():
