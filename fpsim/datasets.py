@@ -9,13 +9,13 @@
 from __future__ import annotations
 
 import gzip
-import operator
 from collections.abc import Iterator
 from importlib import resources
 from typing import NamedTuple
 
 import numpy as np
 
+from .checks import as_int
 from .state import as_generator
 
 __all__ = ["Split", "load_digits", "make_blobs", "minibatches", "train_test_split"]
@@ -82,19 +82,6 @@ def make_blobs(n_samples: int = 1000, n_features: int = 16, n_classes: int = 4,
     return train_test_split(x, y, test_fraction, seed) if split else (x, y)
 
 
-def _count(name: str, v: object, least: int) -> int:
-    """``v`` as an int >= ``least`` (bools and floats refused: a count is an integer)."""
-    if isinstance(v, bool):
-        raise TypeError(f"{name} must be an int, got {v!r}")
-    try:
-        n = operator.index(v)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {v!r}") from None
-    if n < least:
-        raise ValueError(f"{name} must be >= {least}, got {n}")
-    return n
-
-
 def minibatches(n_samples: int, batch_size: int, epochs: int = 1,
                 rng: np.random.Generator | int | None = 0, drop_last: bool = True
                 ) -> Iterator[tuple[int, np.ndarray]]:
@@ -113,9 +100,9 @@ def minibatches(n_samples: int, batch_size: int, epochs: int = 1,
     >>> [idx.size for _, idx in minibatches(5, 2, drop_last=False)]
     [2, 2, 1]
     """
-    n = _count("n_samples", n_samples, 1)
-    size = _count("batch_size", batch_size, 1)
-    n_epochs = _count("epochs", epochs, 0)
+    n = as_int("n_samples", n_samples, 1)
+    size = as_int("batch_size", batch_size, 1)
+    n_epochs = as_int("epochs", epochs, 0)
     if not isinstance(drop_last, (bool, np.bool_)):
         raise TypeError(f"drop_last must be a bool, got {drop_last!r}")
     if drop_last and size > n:

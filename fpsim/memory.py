@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import operator
 from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from .checks import as_int
 from .formats import Format, IntFormat, get_format
 
 __all__ = [
@@ -89,18 +89,6 @@ def _param_count(name: str, v) -> Fraction:
     return f
 
 
-def _positive_int(name: str, v) -> int:
-    if isinstance(v, bool):
-        raise TypeError(f"{name} must be an int, got {v!r}")
-    try:
-        n = operator.index(v)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {v!r}") from None
-    if n < 1:
-        raise ValueError(f"{name} must be >= 1, got {n}")
-    return n
-
-
 def _stage(stage) -> int:
     if isinstance(stage, bool) or not isinstance(stage, (int, np.integer)) or \
             stage not in ZERO_STAGES:
@@ -128,7 +116,7 @@ def zero_model_state_bytes(num_params: float, stage: int, dp_degree: int, k: flo
     """
     psi = _param_count("num_params", num_params)
     kk = _positive_number("k", k) if k != 0 else Fraction(0)
-    return float(_model_state_exact(psi, _stage(stage), _positive_int("dp_degree", dp_degree),
+    return float(_model_state_exact(psi, _stage(stage), as_int("dp_degree", dp_degree, 1),
                                     kk))
 
 
@@ -245,8 +233,8 @@ def checkpoint_peak_activations(n_layers: int, segments: int) -> int:
     >>> checkpoint_peak_activations(100, 10), checkpoint_peak_activations(100, 1)
     (20, 101)
     """
-    n = _positive_int("n_layers", n_layers)
-    k = _positive_int("segments", segments)
+    n = as_int("n_layers", n_layers, 1)
+    k = as_int("segments", segments, 1)
     if k > n:
         raise ValueError(f"segments must be in [1, n_layers={n}], got {k}")
     return k + -(-n // k)
@@ -260,7 +248,7 @@ def optimal_checkpoint_segments(n_layers: int) -> int:
     >>> optimal_checkpoint_segments(100), optimal_checkpoint_segments(1000)
     (10, 32)
     """
-    n = _positive_int("n_layers", n_layers)
+    n = as_int("n_layers", n_layers, 1)
     root = math.sqrt(n)
     return min(range(1, n + 1), key=lambda k: (k + -(-n // k), abs(k - root), k))
 
@@ -288,7 +276,7 @@ def memory_report(num_params: float, gpus: int, stage: int | None = None, k: flo
     3      P_os+g+p  1.875  1.746           2.25e+10              45  yes
     """
     psi = float(_param_count("num_params", num_params))
-    gpus = _positive_int("gpus", gpus)
+    gpus = as_int("gpus", gpus, 1)
     cap = float(_positive_number("gpu_memory_gb", gpu_memory_gb))
     kk = float(_positive_number("k", k)) if k != 0 else 0.0
     stages = ZERO_STAGES if stage is None else (_stage(stage),)
@@ -423,7 +411,7 @@ def checkpoint_sweep(layers: Sequence[Callable[[Any], Any]], x: Any,
         raise TypeError(f"x must be an fpsim.autograd.Tensor, got {type(x).__name__}")
     n = len(chain)
     ks = list(range(1, n + 1)) if segments is None else [
-        _positive_int("segments", k) for k in segments]
+        as_int("segments", k, 1) for k in segments]
     if not ks or max(ks) > n:
         raise ValueError(f"segments must be a non-empty list of counts in [1, n_layers={n}], "
                          f"got {ks}")

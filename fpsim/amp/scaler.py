@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import ml_dtypes
 import numpy as np
 
+from ..checks import as_int
 from ..formats import FP32, get_float_format
 from ..rounding import round as _round
 
@@ -295,12 +296,9 @@ def check_positive(name: str, value: Any) -> float:
 
 
 def check_positive_int(name: str, value: Any) -> int:
-    """``value`` as an int, checked to be an integer >= 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be a positive int, got {type(value).__name__} {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int (>= 1), got {value!r}")
-    return int(value)
+    """``value`` as an int >= 1: :func:`fpsim.checks.as_int` with minimum 1 (kept under this
+    name for amp/deepspeed_scaler.py)."""
+    return as_int(name, value, 1)
 
 
 def check_flag(name: str, value: Any) -> bool:
@@ -368,7 +366,7 @@ class GradScaler(ScalerBase):
         self._init_scale = check_positive("init_scale", init_scale)
         self._growth_factor = growth
         self._backoff_factor = backoff
-        self._growth_interval = check_positive_int("growth_interval", growth_interval)
+        self._growth_interval = as_int("growth_interval", growth_interval, 1)
         self._init_growth_tracker = 0
         self._scale: np.float32 | None = None
         self._growth_tracker: int | None = None
@@ -439,7 +437,7 @@ class GradScaler(ScalerBase):
 
     def set_growth_interval(self, new_interval: int) -> None:
         """Set the growth interval."""
-        self._growth_interval = check_positive_int("growth_interval", new_interval)
+        self._growth_interval = as_int("growth_interval", new_interval, 1)
 
     def _get_growth_tracker(self) -> int:
         if not self._enabled:
@@ -575,7 +573,7 @@ class ApexLossScaler(ScalerBase):
             self._loss_scale = min(self._max_loss_scale, check_positive("init_scale", init_scale))
         else:
             self._loss_scale = check_positive("loss_scale", loss_scale)
-        self._scale_seq_len = check_positive_int("scale_window", scale_window)
+        self._scale_seq_len = as_int("scale_window", scale_window, 1)
         self._unskipped = 0
         self._warned_fp16 = False
 

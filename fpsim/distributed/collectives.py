@@ -31,12 +31,12 @@ things are kept apart:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..checks import as_int
 from ..formats import get_float_format
 from ..rounding import cast
 
@@ -45,24 +45,6 @@ __all__ = ["Communicator", "CommStats", "ring_volume", "ordered_reduce", "COLLEC
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 REDUCE_OPS = ("sum", "mean")
-
-
-def _count_arg(name: str, v, minimum: int) -> int:
-    """``v`` as an int >= ``minimum``: ints and integral floats; bool, complex, fractional,
-    non-finite and smaller values refused by name."""
-    if isinstance(v, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an int, got {v!r}")
-    if isinstance(v, (int, np.integer)):
-        n = int(v)
-    elif isinstance(v, (float, np.floating)):
-        if not (math.isfinite(v) and float(v).is_integer()):
-            raise ValueError(f"{name} must be a whole number of elements, got {v!r}")
-        n = int(v)
-    else:
-        raise TypeError(f"{name} must be an int, got {type(v).__name__} {v!r}")
-    if n < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {v!r}")
-    return n
 
 
 def ring_volume(collective: str, size: int, world_size: int) -> float:
@@ -76,8 +58,8 @@ def ring_volume(collective: str, size: int, world_size: int) -> float:
     """
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}; valid: {', '.join(COLLECTIVES)}")
-    size = _count_arg("size", size, 0)
-    n = _count_arg("world_size", world_size, 1)
+    size = as_int("size", size, 0, whole_floats=True)
+    n = as_int("world_size", world_size, 1, whole_floats=True)
     if collective == "broadcast":
         return float(size) if n > 1 else 0.0
     factor = 2 if collective == "all_reduce" else 1

@@ -1,0 +1,50 @@
+"""Argument checks shared across fpsim's layers: one rule each, one wording of its errors.
+
+- :func:`as_int`: a count or size argument (``batch_size``, ``world_size``, ``segments``...) as
+  a Python int no smaller than a given minimum. Python ints and NumPy integers are accepted;
+  bools (``True`` is not a count), strings, None and floats are refused with a TypeError naming
+  the argument and what was given; a value below the minimum with a ValueError naming the
+  argument, the minimum and the value. Where an argument counts elements that people write in
+  scientific notation (``1e9``), ``whole_floats=True`` also accepts finite floats with an
+  integral value, and refuses other floats with a ValueError.
+
+This module sits in fpsim's bottom layer: it imports only NumPy, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["as_int"]
+
+
+def as_int(name: str, value: object, minimum: int, *, whole_floats: bool = False) -> int:
+    """``value`` (the argument called ``name``) as an int >= ``minimum``.
+
+    >>> as_int("batch_size", np.int64(32), 1)
+    32
+    >>> as_int("size", 8.0, 0, whole_floats=True)
+    8
+    >>> as_int("epochs", True, 0)
+    Traceback (most recent call last):
+    ...
+    TypeError: epochs must be an int, got bool True
+    >>> as_int("world_size", 0, 1)
+    Traceback (most recent call last):
+    ...
+    ValueError: world_size must be >= 1, got 0
+    """
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        n = int(value)
+    elif whole_floats and isinstance(value, (float, np.floating)):
+        if not (math.isfinite(value) and float(value).is_integer()):
+            raise ValueError(f"{name} must be a whole number, got {value!r}")
+        n = int(value)
+    else:
+        # bool is an int subclass and np.bool_ is not an np.integer: both land here
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if n < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return n
