@@ -155,15 +155,7 @@ def _sequential(X, acc: _Acc):
         return _sequential_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):
         add, fl = _scalar_adder(acc.c)
-        out = []
-        for i, row in enumerate(X.tolist()):
-            s, fl[0] = row[0], 0
-            for t in row[1:]:
-                s = add(s, t)
-            out.append(s)
-            if acc.fl is not None:
-                acc.fl[i] |= fl[0]
-        return np.array(out, dtype=np.float64)
+        return np.array(_python_rows(X, add, fl, acc.fl), dtype=np.float64)
     return _sequential_loop(X, acc)
 
 
@@ -179,8 +171,52 @@ def _sequential(X, acc: _Acc):
 # lo only decides ties, exact hits and which side of a grid point), the mode's choice,
 # overflow and flush-to-zero as the kernel's policies. tests/test_reductions_steps.py checks
 # it against the Fraction reference and the vectorised loop, values and zero signs.
+# Mirror of fpsim/rounding.py (_kernel, _increment_round, _round_low, _overflow, and
+# _round_pair_core's stochastic branch for _StochasticAdder below): a change to the rounding
+# there must be made here too, and the other way round; tests/test_reductions_steps.py and
+# tests/test_reductions_stochastic_fast.py compare the two.
 
 _SCALAR_ROWS = 16  # at most this many outputs take the Python-float path
+
+
+def _python_rows(X, step, fl: list[int], out_fl, starts: list | None = None) -> list:
+    """The row loop of every Python-float path (sequential, Kahan and the 'wide' accumulator;
+    deterministic, and stochastic with one row): row i's state starts at ``starts[i]``
+    (default: the row's first value) and takes ``state = step(state, x)`` for each further
+    value x of the row, in order. ``fl`` is the adder's one-element flag cell, reset per row
+    and ORed into ``out_fl[i]`` (None: no flags). Returns the final states. (A Python for
+    loop: Python 3.11+ runs its Python-to-Python calls faster than functools.reduce's.)"""
+    rows = X.tolist()
+    if starts is None:
+        starts = [row[0] for row in rows]
+    out = []
+    for i, (state, row) in enumerate(zip(starts, rows, strict=True)):
+        fl[0] = 0
+        for x in row[1:]:
+            state = step(state, x)
+        out.append(state)
+        if out_fl is not None:
+            out_fl[i] |= fl[0]
+    return out
+
+
+def _kahan_step(add):
+    """_kahan_loop's four rounded ops as one step on the state (s, comp), with ``add`` the
+    rounded add (sub(a, b) is add(a, -b)); the Kahan order's state starts at (x[0], 0.0)."""
+
+    def step(state: tuple[float, float], x: float) -> tuple[float, float]:
+        s, comp = state
+        y = add(x, -comp)
+        t = add(s, y)
+        return t, add(add(t, -s), -y)
+
+    return step
+
+
+def _kahan_rows(X, add, fl: list[int], out_fl) -> np.ndarray:
+    starts = [(v, 0.0) for v in X[:, 0].tolist()]
+    return np.array([s for s, _ in _python_rows(X, _kahan_step(add), fl, out_fl, starts)],
+                    dtype=np.float64)
 
 
 def _scalar_ok(c: OpContext, rows: int) -> bool:
@@ -581,18 +617,12 @@ def _columns(X, block: int = 4096):
 def _sequential_stochastic(X, acc: _Acc):
     rows, n = X.shape
     st = _StochasticAdder(acc.c, rows, n - 1)
-    if rows == 1:
-        add1 = st.add1
-        row = X[0].tolist()
-        v = row[0]
-        for x in row[1:]:
-            v = add1(v, x)
-        s = [v]
-    else:
-        cols = _columns(X)
-        s = next(cols)
-        for x in cols:
-            s = st.add(s, x)
+    if rows == 1:  # floats rather than lists of one (the same draws)
+        return np.array(_python_rows(X, st.add1, st.fl, acc.fl), dtype=np.float64)
+    cols = _columns(X)
+    s = next(cols)
+    for x in cols:
+        s = st.add(s, x)
     if acc.fl is not None:
         acc.fl |= np.array(st.fl, dtype=np.uint8)
     return np.array(s, dtype=np.float64)
@@ -601,26 +631,17 @@ def _sequential_stochastic(X, acc: _Acc):
 def _kahan_stochastic(X, acc: _Acc):
     rows, n = X.shape
     st = _StochasticAdder(acc.c, rows, 4 * (n - 1))
-    if rows == 1:
-        add1 = st.add1
-        row = X[0].tolist()
-        v, comp1 = row[0], 0.0
-        for x in row[1:]:  # _kahan_loop's ops: sub(a, b) is add(a, -b)
-            y1 = add1(x, -comp1)
-            t1 = add1(v, y1)
-            comp1 = add1(add1(t1, -v), -y1)
-            v = t1
-        s = [v]
-    else:
-        add = st.add
-        cols = _columns(X)
-        s = next(cols)
-        comp = [0.0] * rows
-        for x in cols:
-            y = add(x, [-v for v in comp])
-            t = add(s, y)
-            comp = add(add(t, [-v for v in s]), [-v for v in y])
-            s = t
+    if rows == 1:  # floats rather than lists of one (the same draws)
+        return _kahan_rows(X, st.add1, st.fl, acc.fl)
+    add = st.add
+    cols = _columns(X)
+    s = next(cols)
+    comp = [0.0] * rows
+    for x in cols:  # _kahan_loop's ops: sub(a, b) is add(a, -b)
+        y = add(x, [-v for v in comp])
+        t = add(s, y)
+        comp = add(add(t, [-v for v in s]), [-v for v in y])
+        s = t
     if acc.fl is not None:
         acc.fl |= np.array(st.fl, dtype=np.uint8)
     return np.array(s, dtype=np.float64)
@@ -650,18 +671,7 @@ def _kahan(X, acc: _Acc):
         return _kahan_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):  # few outputs: the same ops on Python floats
         add, fl = _scalar_adder(acc.c)
-        out = []
-        for i, row in enumerate(X.tolist()):
-            s, comp, fl[0] = row[0], 0.0, 0
-            for x in row[1:]:
-                y = add(x, -comp)
-                t = add(s, y)
-                comp = add(add(t, -s), -y)
-                s = t
-            out.append(s)
-            if acc.fl is not None:
-                acc.fl[i] |= fl[0]
-        return np.array(out, dtype=np.float64)
+        return _kahan_rows(X, add, fl, acc.fl)
     return _kahan_loop(X, acc)
 
 
@@ -781,15 +791,7 @@ def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
                 # few outputs: Python floats (the rounding of s + lo holds for any float64
                 # terms, not only the accumulator's values: see _scalar_adder)
                 add, fl = _scalar_adder(ca)
-                out = []
-                for i, (v, row) in enumerate(zip(s.tolist(), X.tolist(), strict=True)):
-                    fl[0] = 0
-                    for t in row[1:]:
-                        v = add(v, t)
-                    out.append(v)
-                    if wacc.fl is not None:
-                        wacc.fl[i] |= fl[0]
-                s = np.array(out, dtype=np.float64)
+                s = np.array(_python_rows(X, add, fl, wacc.fl, s.tolist()), dtype=np.float64)
             else:
                 for k in range(1, n):
                     s = wacc.add(s, X[:, k], exact_operands=False)
