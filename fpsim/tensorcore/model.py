@@ -527,9 +527,8 @@ def _rounder(rfmt: Format, mode: Rounding, overflow: str):
     return lambda v, out: _round_out(v, rfmt, mode, overflow, out)
 
 
-def _chain_exact(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple,
-                 trace: list | None = None, *, fi: Format = FP32,
-                 c_bits: int = 23) -> np.ndarray:
+def _chain_exact(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple, *,
+                 fi: Format = FP32, c_bits: int = 23) -> np.ndarray:
     """Chained exact (Kulisch) block sums. Where every term of a block is a multiple of 2**lo
     below 2**top with ``(n + 1) * 2**top <= 2**(53 + lo)``, the float64 sum is exact in any
     order and is rounded once; the bounds come from the exponents of each row of A and
@@ -587,8 +586,8 @@ def _chain_exact(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tup
     return d
 
 
-def _chain_late(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple,
-                trace: list | None = None, **_) -> np.ndarray:
+def _chain_late(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format,
+                out_shape: tuple) -> np.ndarray:
     """Chained aligned block sums with c added late (and odd/even groups): the stages of
     :func:`_block_general` on values. ``ae`` / ``be`` are int16 exponents (zero terms at
     _LIVE16). Each group: maxE, truncation to F bits below it, exact sum, value; the
@@ -663,8 +662,8 @@ def _chain_late(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tupl
     return d
 
 
-def _chain_pairwise(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple,
-                    trace: list | None = None, *, fi: Format = FP32) -> np.ndarray:
+def _chain_pairwise(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple, *,
+                    fi: Format = FP32) -> np.ndarray:
     """Chained pairwise block sums with fp32 results: :func:`_pairwise` in float32 throughout.
     A float32 product of two inputs (exact in float32: at most 24-bit significands within
     fp32's exponent range) is the exact product rounded once to nearest even, as the cast of
@@ -727,11 +726,13 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
     av, ae = _split(aT_raw, fi, 1023)
     bv, be = _split(b_raw, fi, 0)
     limit = unit.product_limit and _limit_reachable(av, bv, rfmt)
-    general = functools.partial(_chain_general, fi=fi, check_limit=limit)
+    # every chain is called as chain(av, ae, bv, be, c, unit, rfmt, shape): the kernels that
+    # can record a trace get it bound here; the specialised ones run only without a trace
+    general = functools.partial(_chain_general, trace=trace, fi=fi, check_limit=limit)
     kind = None if (trace is not None or limit or K == 0 or unit.is_plain) else \
         _fast_kind(unit)
     if unit.is_plain:
-        chain = _chain
+        chain = functools.partial(_chain, trace=trace)
     elif kind == "exact":
         chain = functools.partial(_chain_exact, fi=fi, c_bits=(fo or rfmt).mantissa_bits)
     elif kind == "pairwise" and rfmt == FP32:
@@ -760,7 +761,7 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
                 shape = (m1 - m0, n1 - n0)
                 cc = c_fin[m0:m1, n0:n1]
                 args = (av[:, m0:m1, None], ae[:, m0:m1, None], bv[:, None, n0:n1],
-                        be[:, None, n0:n1], cc, unit, rfmt, shape, trace)
+                        be[:, None, n0:n1], cc, unit, rfmt, shape)
                 if kind == "late":
                     res = chain(av[:, m0:m1, None], ae16[:, m0:m1, None], bv[:, None, n0:n1],
                                 be16[:, None, n0:n1], cc, unit, rfmt, shape)
@@ -781,7 +782,7 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
     for r0 in range(0, R, rc):
         r1 = min(R, r0 + rc)
         args = (av[:, r0:r1], ae[:, r0:r1], bv[:, r0:r1], be[:, r0:r1], c_fin[r0:r1],
-                unit, rfmt, (r1 - r0,), trace)
+                unit, rfmt, (r1 - r0,))
         if kind == "late":
             res = chain(av[:, r0:r1], ae16[:, r0:r1], bv[:, r0:r1], be16[:, r0:r1],
                         c_fin[r0:r1], unit, rfmt, (r1 - r0,))
