@@ -13,13 +13,15 @@ five-recipe experiment, run ``fpsim demo``.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from fpsim import nn, optim
 from fpsim.amp import GradScaler, autocast, autocast_policy_table, initialize, scale_loss
 from fpsim.autograd import Tensor, no_grad
 from fpsim.autograd import functional as F
-from fpsim.datasets import load_digits
+from fpsim.datasets import load_digits, minibatches
 
 STEPS, BATCH = 200, 128
 
@@ -36,13 +38,9 @@ def accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray, fp16: bool = False)
 
 
 def batches(n: int, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(n)
-    for step in range(STEPS):
-        k = step % (n // BATCH)
-        if k == 0 and step:
-            order = rng.permutation(n)
-        yield order[k * BATCH:(k + 1) * BATCH]
+    """The indices of STEPS shuffled full batches of BATCH, a fresh permutation an epoch."""
+    epochs = -(-STEPS // (n // BATCH))  # enough epochs for STEPS batches
+    return itertools.islice((idx for _, idx in minibatches(n, BATCH, epochs, rng=seed)), STEPS)
 
 
 def pytorch_style(data) -> None:

@@ -43,6 +43,7 @@ The shadow and the statistics cost time; ``instrument=False`` turns them off.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -65,7 +66,7 @@ from ..autograd import functional as F
 from ..autograd.context import rounding as autograd_rounding
 from ..autograd.memory_meter import MemoryMeter
 from ..autograd.tensor import Tensor, no_grad
-from ..datasets import Split, load_digits
+from ..datasets import Split, load_digits, minibatches
 from ..formats import FP32, FP64, Format
 from ..optim import SGD
 from .model import MLP
@@ -430,9 +431,13 @@ def _train(config: TrainConfig | None, data: Split | None,
     else:
         tick = progress if callable(progress) else None
 
-    rng = np.random.default_rng(cfg.seed)
     n = len(data.x_train)
+    # full batches of a fresh permutation an epoch (minibatches' drop_last rule); a batch_size
+    # above n takes the whole training set, reshuffled, every step
     per_epoch = max(n // cfg.batch_size, 1)
+    batches = minibatches(n, cfg.batch_size, epochs=-(-cfg.steps // per_epoch),
+                          rng=np.random.default_rng(cfg.seed),
+                          drop_last=cfg.batch_size <= n)
     counts = {"all": _Counts(), "weights": _Counts(), "activations": _Counts()}
     updates = {"lost": 0, "nonzero": 0}
     hist: dict[str, list] = {}
@@ -447,13 +452,8 @@ def _train(config: TrainConfig | None, data: Split | None,
     nonfinite_steps = 0
     t_instr = 0.0
     clock = _PhaseClock()
-    order = rng.permutation(n)
 
-    for step in range(cfg.steps):
-        k = step % per_epoch
-        if k == 0 and step:
-            order = rng.permutation(n)
-        idx = order[k * cfg.batch_size:(k + 1) * cfg.batch_size]
+    for step, (_, idx) in enumerate(itertools.islice(batches, cfg.steps)):
         lr = cfg.lr if cfg.schedule == "constant" else \
             cfg.lr * 0.5 * (1.0 + math.cos(math.pi * step / cfg.steps))
         lr /= shift  # the gradients are 2^-grad_shift times smaller; the updates are not
