@@ -31,7 +31,11 @@ Conventions:
   or ``"flush_daz"`` also reads subnormal operands as zero). That conversion is silent: the
   flags describe the operation on the converted operands. It is one rounding of the operand's
   exact value, also beyond float64 (long doubles, integers past 2**53, Fractions, Decimals):
-  ``add(np.longdouble("1e4000"), 0, "fp16")`` is inf as ``add(1e300, 0, "fp16")`` is.
+  ``add(np.longdouble("1e4000"), 0, "fp16")`` is inf as ``add(1e300, 0, "fp16")`` is. An
+  object array of such numbers (or a list NumPy makes one of, e.g. with a Fraction or an int
+  past 2**64 in it) converts element by element exactly as each element alone, and broadcasts
+  like any array; an element that is not a real number (None, a string, a complex number) is
+  a TypeError naming the operand (``a``, ``b``, ``c``) and the element.
 - results are float64 arrays (np.float64 for scalar operands) holding values of ``fmt``
   exactly, as :func:`fpsim.round` returns; NaN results are quiet NaNs.
 - IEEE 754 special cases: ``x + (-x)`` is +0 in every mode but ``down`` (-0); products and
@@ -51,6 +55,10 @@ Conventions:
 >>> v, f = div(1.0, 0.0, "bf16", flags=True)
 >>> float(v), fpsim.Flags(int(f))
 (inf, <Flags.DIVBYZERO: 8>)
+>>> from fractions import Fraction
+>>> # each operand first rounds to fp16 (nearest even): 2**-1100 reads as 0
+>>> add([Fraction(1, 3), -10**400, Fraction(1, 2**1100)], 1.0, "fp16", "up").tolist()
+[1.333984375, -inf, 1.0]
 """
 
 from __future__ import annotations
@@ -78,8 +86,10 @@ from .rounding import (
     RoundingPolicy,
     as_float64,
     default_rng,
+    listed,
     policy_of,
     round_flat,
+    round_objects_with,
     round_with,
 )
 
@@ -266,6 +276,8 @@ def _finite_or_zero(x):
 
 # -- operands ---------------------------------------------------------------------------------
 
+_OPERAND_NAMES = ("a", "b", "c")  # the parameter names of add, sub, mul, div, sqrt and fma
+
 _SNAN_VIEW = {  # dtype -> (unsigned view, exponent mask, quiet bit)
     np.dtype(np.float64): (np.uint64, 0x7FF << 52, 1 << 51),
     np.dtype(np.float32): (np.uint32, 0xFF << 23, 1 << 22),
@@ -284,17 +296,24 @@ def snan_mask(arr: np.ndarray) -> np.ndarray | None:
     bits = np.ascontiguousarray(arr).view(view)
     mag = bits & view((1 << (8 * arr.dtype.itemsize - 1)) - 1)
     snan = (mag > view(exp)) & ((bits & view(quiet)) == 0)
-    return snan if snan.any() else None
+    return snan.reshape(arr.shape) if snan.any() else None  # (ascontiguousarray makes 0-d 1-d)
 
 
-def convert_operand(x, c: OpContext) -> tuple[np.ndarray, np.ndarray | None]:
-    """x converted (RNE, silently) to fmt as float64, and its signalling-NaN mask."""
+def convert_operand(x, c: OpContext, name: str = "x") -> tuple[np.ndarray, np.ndarray | None]:
+    """x converted (RNE, silently) to fmt as float64, and its signalling-NaN mask; ``name``
+    (the operand's) is what a TypeError for an element that is not a number calls it."""
     with np.errstate(invalid="ignore"):  # widening a signalling NaN
-        return _convert(x, c)
+        return _convert(x, c, name)
 
 
-def _convert(x, c: OpContext) -> tuple[np.ndarray, np.ndarray | None]:
+def _convert(x, c: OpContext, name: str) -> tuple[np.ndarray, np.ndarray | None]:
+    x = listed(x)  # a list as NumPy's array of it: object arrays of exact numbers below
     arr = np.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else None
+    if arr is not None and arr.dtype == object:
+        # Fractions, Decimals, ints of any size (and floats): each element rounded once from
+        # its exact value, as it is alone
+        v, _, snan = round_objects_with(arr, c.convert, False, name)
+        return v, snan
     if arr is not None and c.fmt.dtype is not None and arr.dtype == c.fmt.dtype:
         v = arr.astype(np.float64)  # already values of fmt
         snan = snan_mask(arr) if np.isnan(v).any() else None
@@ -302,7 +321,8 @@ def _convert(x, c: OpContext) -> tuple[np.ndarray, np.ndarray | None]:
             v = np.where(np.abs(v) < c.fmt.smallest_normal, np.copysign(0.0, v), v)
         return v, snan
     if isinstance(x, (Fraction, Decimal)):  # one exact number: rounded once, at any size
-        return np.asarray(round_with(x, c.convert)[0], dtype=np.float64), None
+        snan = np.array(True) if isinstance(x, Decimal) and x.is_snan() else None
+        return np.asarray(round_with(x, c.convert)[0], dtype=np.float64), snan
     hi, lo, _ = as_float64(x if arr is None else arr)
     snan = None
     if hi.dtype.kind == "f" and np.isnan(hi).any():  # the sNaN bit as the input holds it
@@ -324,8 +344,9 @@ def _operands(args, c: OpContext):
     shape = np.broadcast_shapes(*(np.shape(a) for a in args))
     scalar = all(np.ndim(a) == 0 for a in args)
     vals, snan = [], None
-    for a in args:
-        v, s = convert_operand(a, c)
+    for i, a in enumerate(args):
+        name = _OPERAND_NAMES[i] if i < len(_OPERAND_NAMES) else str(i)
+        v, s = convert_operand(a, c, f"operand {name}")
         if v.shape != shape:
             v = np.broadcast_to(v, shape)
         vals.append(np.ascontiguousarray(v).reshape(-1))

@@ -617,8 +617,9 @@ def as_float64(x) -> tuple[np.ndarray, np.ndarray | None, bool]:
         except (TypeError, ValueError):
             pass
     raise TypeError(
-        f"x must hold real numbers (Python or NumPy floats/ints, ml_dtypes arrays, or one "
-        f"Fraction / Decimal), got dtype {arr.dtype} ({type(x).__name__})"
+        f"x must hold real numbers (Python or NumPy floats/ints, ml_dtypes arrays; round and "
+        f"cast also Fractions / Decimals, alone or in object arrays), got dtype {arr.dtype} "
+        f"({type(x).__name__})"
     )
 
 
@@ -728,6 +729,9 @@ def _run_wide(x: np.ndarray, hi: np.ndarray, fmt, mode, ovf, flush, daz, tin, rn
     return out, fl
 
 
+_SNAN_BITS = EXP_MASK | (QUIET >> ONE)  # a signalling NaN: quiet bit clear, payload nonzero
+
+
 def as_rational(x) -> tuple[Fraction | float, bool]:
     """The exact value of ``x`` as :func:`round_rational` reads it: (a Fraction, or a float
     for inf / NaN; whether it is negative, which also holds the sign of a zero).
@@ -743,6 +747,9 @@ def as_rational(x) -> tuple[Fraction | float, bool]:
                 f"x must be a decimal number such as '0.1', '-1e999', 'inf' or 'nan', got {x!r}"
             ) from None
     if isinstance(x, Decimal):
+        if x.is_snan():  # float() refuses it: a float64 signalling NaN of its sign
+            return float(np.uint64(_SNAN_BITS | (SIGN if x.is_signed() else ZERO))
+                         .view(np.float64)), x.is_signed()
         if not x.is_finite():
             return float(x), x.is_signed()
         return Fraction(x), x.is_signed()
@@ -772,6 +779,130 @@ def _round_rational(x, pol: RoundingPolicy, want: bool):
     return _round_scaled(np.array([negative], _U), np.array([sig], _U),
                          np.array([e_top], np.int64), pol.fmt, pol.rounding, pol.overflow,
                          pol.flush, pol.daz, pol.tininess, gen, pol.random_bits, want)
+
+
+# -- object arrays: exact numbers element by element ------------------------------------------
+
+_OBJECT_ELEMENTS = ("int, float, fractions.Fraction, decimal.Decimal or NumPy real scalars "
+                    "(None, strings and complex numbers are not real numbers)")
+
+
+def _object_element(v):
+    """An object-array element other than a Fraction or Python int, read exactly: (neg, sig,
+    e_top) of :func:`_round_scaled`, or a float64 for the float kernel (floats keep their
+    zero sign and NaN payload; inf, NaN), or None when it is not a real number."""
+    if isinstance(v, float):  # Python float, np.float64
+        return np.float64(v)
+    if isinstance(v, Decimal):
+        r, negative = as_rational(v)  # exact; inf / NaN as floats (sNaN still signalling)
+        if isinstance(r, float):
+            return np.float64(r)
+        return (int(negative),) + _split_rational(r)[1:]  # Decimal("-0") keeps its sign
+    if not isinstance(v, np.generic):
+        return None
+    kind = v.dtype.kind
+    if kind in "iub":
+        return _split_rational(int(v))
+    if kind == "f" and v.dtype.itemsize > 8:  # long double: its exact ratio
+        if not np.isfinite(v):
+            return np.float64(v)
+        return (int(np.signbit(v)),) + _split_rational(Fraction(*v.as_integer_ratio()))[1:]
+    if kind in "f" + _ML_FLOAT_KINDS:
+        try:
+            return _widen(np.asarray(v).reshape(1))[0]  # exact, sNaN kept
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _object_error(v, i: int, shape: tuple, name: str) -> TypeError:
+    where = f"element [{', '.join(str(int(j)) for j in np.unravel_index(i, shape))}]" \
+        if shape else "it"
+    text = repr(v)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    extra = " (round the real and imaginary parts)" if isinstance(
+        v, (complex, np.complexfloating)) else ""
+    return TypeError(f"{name} must hold real numbers: {where} is a {type(v).__name__} "
+                     f"({text}){extra}; an object array (or a list NumPy makes one of) may "
+                     f"hold {_OBJECT_ELEMENTS}")
+
+
+def _round_objects(flat: np.ndarray, shape: tuple, pol: RoundingPolicy, want: bool, name: str):
+    """A flat object array rounded once per element, exactly as its elements are as scalars
+    (Fractions, Decimals and ints of any size through :func:`_round_scaled`, floats through the
+    float64 kernel), chunk by chunk. Returns (float64 patterns, flags or None, the mask of
+    signalling-NaN elements or None)."""
+    p = _params(pol.fmt)
+    n = flat.size
+    out = np.empty(n, dtype=np.uint64)
+    fl = np.empty(n, dtype=np.uint8) if want else None
+    snan = None
+    gen = pol.generator()
+    opts = (pol.rounding, pol.overflow, pol.flush, pol.daz, pol.tininess, gen,
+            pol.random_bits, want)
+    for lo in range(0, n, CHUNK):
+        exact_at, parts, float_at, floats = [], [], [], []
+        for i, v in enumerate(flat[lo:lo + CHUNK], lo):  # per element: Python numbers
+            if isinstance(v, (Fraction, int)):  # the common elements first (bool is an int)
+                t = _split_rational(v)
+            else:
+                t = _object_element(v)
+                if t is None:
+                    raise _object_error(v, i, shape, name)
+            if isinstance(t, tuple):
+                exact_at.append(i)
+                parts.append(t)
+            else:
+                float_at.append(i)
+                floats.append(t)
+        if parts:  # one vectorised rounding of all exact numbers of the chunk
+            neg, sig, e_top = zip(*parts, strict=True)
+            neg, sig, e_top = np.array(neg, _U), np.array(sig, _U), np.array(e_top, np.int64)
+            r, f = _round_scaled(neg, sig, e_top, pol.fmt, *opts)
+            out[exact_at] = r
+            if want:
+                fl[exact_at] = f
+        if floats:
+            b = np.array(floats, dtype=np.float64).view(np.uint64)  # copies the patterns
+            r, f = _kernel(b, p, *opts)
+            out[float_at] = r
+            if want:
+                fl[float_at] = f
+            s = ((b & ~SIGN) > EXP_MASK) & ((b & QUIET) == ZERO)
+            if s.any():
+                if snan is None:
+                    snan = np.zeros(n, dtype=bool)
+                snan[np.asarray(float_at)[s]] = True
+    return out, fl, snan
+
+
+def round_objects_with(arr: np.ndarray, policy: RoundingPolicy, want: bool = False,
+                       name: str = "x"):
+    """Internal API of arithmetic: an object array (any shape) rounded once per element by a
+    parsed policy, each element exactly as :func:`round` rounds it alone. Returns ``(values,
+    flags or None, signalling-NaN mask or None)`` in the array's shape, nothing recorded.
+    An element that is not a real number is a TypeError naming ``name`` and its index.
+
+    >>> a = np.array([Fraction(1, 3), 10**400], dtype=object)
+    >>> v, f, snan = round_objects_with(a, policy_of("fp16", "up"))
+    >>> v.tolist() == [1366 / 4096, np.inf], f, snan  # 1/3 = 1365.33.. / 4096
+    (True, None, None)
+    """
+    out, fl, snan = _round_objects(arr.reshape(-1), arr.shape, policy, want, name)
+    out = out.view(np.float64).reshape(arr.shape)
+    return (out, None if fl is None else fl.reshape(arr.shape),
+            None if snan is None else snan.reshape(arr.shape))
+
+
+def listed(x):
+    """Internal API: a list or tuple as the array NumPy makes of it (a ragged one stays:
+    as_float64 says why); anything else as it is."""
+    if isinstance(x, (list, tuple)):
+        try:
+            return np.asarray(x)
+        except ValueError:
+            return x
+    return x
 
 
 def round_rational(
@@ -838,8 +969,10 @@ def round(  # noqa: A001 - the natural name, as numpy.round
 
     Inputs float64 cannot hold (long doubles, 64-bit and Python integers beyond 2**53, a
     :class:`~fractions.Fraction` or :class:`~decimal.Decimal`) are rounded once, exactly, at
-    any size (:func:`round_rational`). A NaN into a format without NaN (fp6, fp4) gives NaN
-    with INVALID here; :func:`cast` and :func:`fpsim.to_bits`, which need its pattern, raise.
+    any size (:func:`round_rational`); so are the elements of an object array of them (or of
+    a list NumPy makes one of), each as it is alone. A NaN into a format without NaN (fp6,
+    fp4) gives NaN with INVALID here; :func:`cast` and :func:`fpsim.to_bits`, which need its
+    pattern, raise.
 
     >>> import fpsim
     >>> float(fpsim.round(65519.0, "fp16")), float(fpsim.round(65520.0, "fp16"))
@@ -849,6 +982,10 @@ def round(  # noqa: A001 - the natural name, as numpy.round
     >>> v, f = fpsim.round(1e-8, "fp16", flags=True)
     >>> float(v), fpsim.Flags(int(f))
     (0.0, <Flags.INEXACT|UNDERFLOW: 3>)
+    >>> from fractions import Fraction
+    >>> v = fpsim.round([Fraction(1, 3), 2**64 + 1, Fraction(1, 2**1100)], "fp32", "up")
+    >>> v.tolist() == [float(fpsim.round(1/3, "fp32", "up")), 2.0**64 + 2.0**41, 2.0**-149]
+    True
     """
     pol = policy_of(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, policy,
                     what="round")
@@ -914,6 +1051,10 @@ def _round_core(x, pol: RoundingPolicy, want: bool, store):
         out, fl = _round_rational(x, pol, want)
         return out, fl, (), True
     else:
+        x = listed(x)
+        if isinstance(x, np.ndarray) and x.dtype == object:
+            out, fl, _ = _round_objects(x.reshape(-1), x.shape, pol, want, "x")
+            return out, fl, x.shape, x.ndim == 0
         hi, lo, scalar = as_float64(x)
     opts = (fmt, mode, pol.overflow, pol.flush, pol.daz, pol.tininess, pol.rng,
             pol.random_bits, want)
