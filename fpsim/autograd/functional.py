@@ -264,6 +264,8 @@ def _result2(out, fmt, x, y, grad_x, grad_y, op: str) -> Tensor:
 
 
 def _axes(dim, ndim: int) -> tuple[int, ...]:
+    if type(dim) is int and -ndim <= dim < ndim:  # the common case: one valid int
+        return (dim % ndim,)
     if dim is None:
         return tuple(range(ndim))
     dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
@@ -462,46 +464,52 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *,
     """
     input, weight, bias = autocast_args("linear", input, weight, bias)
     x, w = as_tensor(input), as_tensor(weight)
-    if w.ndim != 2 or x.ndim == 0 or x.shape[-1] != w.shape[1]:
+    xd, wd = x._data, w._data  # the arrays' shapes: Tensor.shape is a property call
+    x_shape = xd.shape
+    if wd.ndim != 2 or not x_shape or x_shape[-1] != wd.shape[1]:
         raise ValueError(f"linear: input shape {x.shape} and weight shape {w.shape} do not "
                          f"match (need input (..., {w.shape[-1] if w.ndim else '?'}) and weight "
                          "(out_features, in_features))")
-    parents = [x, w]
-    b = None if bias is None else as_tensor(bias)
-    if x.fmt is not w.fmt or (b is not None and b.fmt is not x.fmt):  # one format: nothing to check
-        check_same_format("linear", x, w, b)
-    fmt = x.fmt if x.fmt is w.fmt else promote_formats(x.fmt, w.fmt)
-    b64 = None
-    if b is not None:
-        if b.shape != (w.shape[0],):
+    n_out, n_in = wd.shape
+    fmt = x.fmt
+    if bias is None:
+        b = None
+        parents = (x, w)
+        if w.fmt is not fmt:  # one format: nothing to check
+            check_same_format("linear", x, w)
+            fmt = promote_formats(fmt, w.fmt)
+    else:
+        b = as_tensor(bias)
+        parents = (x, w, b)
+        if w.fmt is not fmt or b.fmt is not fmt:
+            check_same_format("linear", x, w, b)
+            fmt = promote_formats(fmt, w.fmt, b.fmt)
+        if b._data.shape != (n_out,):
             raise ValueError(f"linear: bias shape {b.shape} does not match weight shape "
-                             f"{w.shape} (need ({w.shape[0]},))")
-        parents.append(b)
-        fmt = fmt if b.fmt is fmt else promote_formats(fmt, b.fmt)
-        b64 = widen(b._data)
+                             f"{w.shape} (need ({n_out},))")
     model = accumulation_model(accumulation)
     dt = operand_dtype(model, x.fmt, w.fmt)
-    n_out, n_in = w._data.shape
-    x_shape = x._data.shape
-    x2 = widen(x._data, dt).reshape(-1, n_in)
-    w64 = widen(w._data, dt)
-    out = _acc.gemm(x2, w64.T, fmt, model, fmt, b64).reshape(x_shape[:-1] + (n_out,))
+    x2 = widen(xd, dt).reshape(-1, n_in)
+    w64 = widen(wd, dt)
+    out = _acc.gemm(x2, w64.T, fmt, model, fmt, None if b is None else widen(b._data))
+    if len(x_shape) != 2:
+        out = out.reshape(x_shape[:-1] + (n_out,))
 
     def backward(g):
         m = accumulation_model(accumulation)
         g2 = widen(g, operand_dtype(m, fmt)).reshape(-1, n_out)
-        grads = [None, None, None]
+        gx = gw = None
         if x._requires_grad:
             in_fmt = fmt if w.fmt is fmt else promote_formats(fmt, w.fmt)
-            acc = _acc.gemm_acc(g2, w64, m, in_fmt)
-            grads[0] = _acc.finish(acc, x.grad_fmt, m).reshape(x_shape)
+            gx = _acc.finish(_acc.gemm_acc(g2, w64, m, in_fmt), x.grad_fmt, m)
+            if len(x_shape) != 2:
+                gx = gx.reshape(x_shape)
         if w._requires_grad:
             in_fmt = fmt if x.fmt is fmt else promote_formats(fmt, x.fmt)
-            acc = _acc.gemm_acc(g2.T, x2, m, in_fmt)
-            grads[1] = _acc.finish(acc, w.grad_fmt, m)
-        if bias is not None and parents[2]._requires_grad:
-            grads[2] = g2.sum(axis=0, dtype=_F64)
-        return tuple(grads[:len(parents)])
+            gw = _acc.finish(_acc.gemm_acc(g2.T, x2, m, in_fmt), w.grad_fmt, m)
+        if b is None:
+            return gx, gw
+        return gx, gw, (g2.sum(axis=0, dtype=_F64) if b._requires_grad else None)
 
     return make_result(out, fmt, parents, backward, "linear")
 
@@ -965,7 +973,7 @@ def log_softmax(input: Tensor, dim: int | None = None) -> Tensor:
     """
     input = autocast_args("log_softmax", input)
     x = as_tensor(input)
-    (d,) = _axes(_need_dim(dim, "log_softmax"), x.ndim)
+    (d,) = _axes(_need_dim(dim, "log_softmax"), x._data.ndim)
     x64 = widen(x._data)
     with np.errstate(all="ignore"):
         z = x64 - x64.max(axis=d, keepdims=True)
@@ -1023,10 +1031,7 @@ def nll_loss(input: Tensor, target, weight=None, ignore_index: int = -100,
     if t1.shape != (n,):
         raise ValueError(f"nll_loss: expected target shape ({n},) for input shape {x.shape}, "
                          f"got target shape {t.shape}")
-    # 0 <= t < c for all targets in one reduction: viewed as unsigned, negatives are huge
-    if (weight is None and reduction != "none" and n and not squeeze_out
-            and not 0 <= ignore_index < c
-            and t1.view(t1.dtype.str.replace("i", "u")).max() < c):
+    if weight is None and not squeeze_out and _unweighted_applies(x2, t1, ignore_index, reduction):
         return _nll_unweighted(x, t1, n, c, reduction)
     valid = t1 != ignore_index
     bad = valid & ((t1 < 0) | (t1 >= c))
@@ -1059,6 +1064,26 @@ def nll_loss(input: Tensor, target, weight=None, ignore_index: int = -100,
         return (gx.reshape(x.shape),)
 
     return make_result(out, x.fmt, (x,), backward, "nll_loss")
+
+
+_UNSIGNED: dict = {}  # integer dtype -> the unsigned dtype of its width
+
+
+def _unweighted_applies(x2: np.ndarray, t: np.ndarray, ignore_index: int,
+                        reduction: str) -> bool:
+    """Whether :func:`_nll_unweighted` computes the loss of log-probabilities ``x2`` (N, C)
+    and integer targets ``t``: N > 0 targets of shape (N,), a reduced loss, no class ignored
+    and 0 <= t < C for all (one reduction: viewed as unsigned, negatives are huge). Class
+    weights are the caller's to rule out."""
+    if reduction == "none" or x2.ndim != 2 or t.shape != x2.shape[:1] or not t.size:
+        return False
+    c = x2.shape[1]
+    if 0 <= ignore_index < c:
+        return False
+    unsigned = _UNSIGNED.get(t.dtype)
+    if unsigned is None:
+        unsigned = _UNSIGNED[t.dtype] = np.dtype(t.dtype.str.replace("i", "u"))
+    return t.view(unsigned).max() < c
 
 
 def _nll_unweighted(x: Tensor, t: np.ndarray, n: int, c: int, reduction: str) -> Tensor:
@@ -1142,6 +1167,9 @@ def cross_entropy(input: Tensor, target, weight=None, ignore_index: int = -100,
     logp = log_softmax(x, dim=cdim)
     if weight is None and label_smoothing == 0 and isinstance(target, np.ndarray) \
             and target.dtype.kind in "iu":  # class indices, nothing else: the loss is the nll
+        lp = autocast_args("nll_loss", logp)  # what nll_loss does first
+        if _unweighted_applies(lp._data, target, ignore_index, reduction):  # its checks pass
+            return _nll_unweighted(lp, target, *lp._data.shape, reduction)
         return nll_loss(logp, target, None, ignore_index, reduction)
     # a weight that is not a Tensor takes the input's format (PyTorch wants the input's dtype)
     w = weight if weight is None or isinstance(weight, Tensor) else Tensor(weight, x.fmt)
