@@ -70,10 +70,29 @@ _UINT_VIEW = {4: np.int32, 8: np.int64}
 _ROUNDINGS: dict[str, Rounding] = {}  # names already looked up (the call's fixed cost)
 _IGNORE = dict(invalid="ignore", divide="ignore", over="ignore")
 
-try:  # the clip ufunc itself: np.clip's Python wrapper costs more than clipping a small block
-    from numpy._core.umath import clip as _clip
-except ImportError:  # NumPy < 2
-    from numpy.core.umath import clip as _clip
+# Clamps are ndarray.clip (NumPy's clip ufunc; a NaN passes through) with the bounds as 0-d
+# arrays of the clamped array's dtype, made once: np.clip's Python wrapper costs more than
+# clamping a small block, and the ufunc takes a 0-d array operand for less than a NumPy scalar
+# (np.minimum / np.maximum cost two passes, each slower than clip's on large blocks).
+_BOUNDS: dict[tuple[float, str], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _bounds(value: float, dt: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(-value, value) as read-only 0-d arrays of float dtype ``dt`` (cached)."""
+    key = (value, dt.char)
+    b = _BOUNDS.get(key)
+    if b is None:
+        b = tuple(np.array(v, dt) for v in (-value, value))
+        for a in b:
+            a.flags.writeable = False
+        b = _BOUNDS[key] = b
+    return b
+
+
+# the NVFP4 recipe's float32 constants as such 0-d operands (the same dtype rules as the
+# np.float32 scalars: neither is a weak Python scalar under NEP 50)
+_E4M3_LO, _E4M3_HI, _FP4_MAX_OP, _ONE_OP = (
+    np.array(v, np.float32) for v in (_E4M3_TINY, _E4M3_MAX, _FP4_MAX, 1.0))
 
 
 @dataclass(frozen=True, eq=False)
@@ -323,9 +342,10 @@ def _round_elements(y: np.ndarray, fmt: MXFormat, mode: Rounding, rng,
     """Elements P (a fresh float32 or float64 array, scaled, NaN where the block is NaN;
     overwritten) rounded with saturation to the element storage dtype. ``has_nan``: whether
     any block is NaN (the NaN scan is skipped otherwise)."""
-    emax = y.dtype.type(fmt.elem_max)
     if fmt.is_int:
-        v = _clip(y * y.dtype.type(1 << MXINT8_FRACTION_BITS), -127, 127)
+        v = y * y.dtype.type(1 << MXINT8_FRACTION_BITS)
+        lo, hi = _bounds(127.0, v.dtype)
+        v.clip(lo, hi, out=v)
         if has_nan:
             v[np.isnan(v)] = 0
         if mode is Rounding.NEAREST_EVEN:
@@ -333,7 +353,8 @@ def _round_elements(y: np.ndarray, fmt: MXFormat, mode: Rounding, rng,
         else:
             r = round_to_integral(v.astype(np.float64), "fp64", mode, rng=rng)
         return np.clip(r, -127, 127).astype(np.int8)
-    y = _clip(y, -emax, emax, out=y)  # saturate, infinities included; NaN passes through
+    lo, hi = _bounds(fmt.elem_max, y.dtype)
+    y.clip(lo, hi, out=y)  # saturate, infinities included; NaN passes through
     if not fmt.element.has_nan and has_nan:
         y[np.isnan(y)] = 0
     if mode is Rounding.NEAREST_EVEN and y.dtype == _F32:
@@ -428,12 +449,13 @@ def quantize(
     dt = blocks.dtype.type
     if nv:
         with np.errstate(**_IGNORE):
-            block_scale = amax / _FP4_MAX
+            block_scale = amax / _FP4_MAX_OP
             if per_tensor_scale is not None:
                 block_scale = block_scale / np.float32(per_tensor_scale)
-            s8 = _clip(block_scale, _E4M3_TINY, _E4M3_MAX).astype(ml_dtypes.float8_e4m3fn)
+            block_scale.clip(_E4M3_LO, _E4M3_HI, out=block_scale)  # fresh: in place
+            s8 = block_scale.astype(ml_dtypes.float8_e4m3fn)
             s32 = s8.astype(np.float32)
-            one = np.float32(1.0)
+            one = _ONE_OP
             if per_tensor_scale is None:
                 recip = one / s32  # a reciprocal, then a product, as the MSLK kernel does
             else:
