@@ -401,15 +401,22 @@ def _split_longdouble(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 def _split_rational(x: Fraction) -> tuple[int, int, int]:
     """A Fraction (or int) to (neg, sig, e_top) of :func:`_round_scaled`, exactly."""
-    n, d = abs(x.numerator), x.denominator
+    return _split_ratio(x.numerator, x.denominator)
+
+
+def _split_ratio(n: int, d: int) -> tuple[int, int, int]:
+    """n / d (Python ints, d > 0) to (neg, sig, e_top) of :func:`_round_scaled`, exactly.
+    Object arrays call this per element: int operations only, no Fraction arithmetic."""
+    neg = int(n < 0)
+    n = -n if neg else n
     if n == 0:
-        return int(x < 0), 0, 0
+        return neg, 0, 0
     e = n.bit_length() - d.bit_length()  # 2**(e-1) < n/d < 2**(e+1)
-    if (n << max(0, -e)) < (d << max(0, e)):
+    if (n < (d << e)) if e >= 0 else ((n << -e) < d):
         e -= 1  # now 2**e <= n/d < 2**(e+1)
     sh = _TOP - e
     q, rem = divmod(n << sh, d) if sh >= 0 else divmod(n, d << -sh)
-    return int(x < 0), q | (rem != 0), e
+    return neg, q | (rem != 0), e
 
 
 @dataclass(frozen=True)
@@ -794,10 +801,9 @@ def _object_element(v):
     if isinstance(v, float):  # Python float, np.float64
         return np.float64(v)
     if isinstance(v, Decimal):
-        r, negative = as_rational(v)  # exact; inf / NaN as floats (sNaN still signalling)
-        if isinstance(r, float):
-            return np.float64(r)
-        return (int(negative),) + _split_rational(r)[1:]  # Decimal("-0") keeps its sign
+        if not v.is_finite():
+            return np.float64(as_rational(v)[0])  # inf, NaN (an sNaN still signalling)
+        return (int(v.is_signed()),) + _split_ratio(*v.as_integer_ratio())[1:]  # -0 kept
     if not isinstance(v, np.generic):
         return None
     kind = v.dtype.kind
@@ -806,7 +812,7 @@ def _object_element(v):
     if kind == "f" and v.dtype.itemsize > 8:  # long double: its exact ratio
         if not np.isfinite(v):
             return np.float64(v)
-        return (int(np.signbit(v)),) + _split_rational(Fraction(*v.as_integer_ratio()))[1:]
+        return (int(np.signbit(v)),) + _split_ratio(*v.as_integer_ratio())[1:]
     if kind in "f" + _ML_FLOAT_KINDS:
         try:
             return _widen(np.asarray(v).reshape(1))[0]  # exact, sNaN kept

@@ -299,3 +299,36 @@ def test_signalling_nans_in_object_arrays_and_scalars():
         assert math.isnan(rv) and int(rf) == 0x10
     rv, rf = fpsim.round(a, "fp16", flags=True)
     assert rf.tolist() == [0x10, 0x10, 0, 0]
+
+
+def test_chunks_keep_every_element_in_its_place(monkeypatch):
+    """Arrays longer than one chunk: the same values, flags, sNaN mask and error index as
+    in one piece (the chunk size made tiny here)."""
+    fmt = FORMATS["e11m20"]
+    a = _obj(_elements(fmt, 23))
+    snan = np.array([0x7FF0000000000001], np.uint64).view(np.float64)[0]
+    a[17] = float(snan)
+    whole = fpsim.round(a, fmt, "odd", flags=True)
+    whole_op = arithmetic.mul(a, 3, fmt, "down", flags=True)
+    monkeypatch.setattr(fpsim.rounding, "CHUNK", 5)
+    parts = fpsim.round(a, fmt, "odd", flags=True)
+    parts_op = arithmetic.mul(a, 3, fmt, "down", flags=True)
+    for w, p in (whole, parts), (whole_op, parts_op):
+        assert np.array_equal(w[0].view(np.uint64), p[0].view(np.uint64))
+        assert np.array_equal(w[1], p[1])
+    assert parts_op[1][17] == 0x10
+    a[21] = "x"
+    with pytest.raises(TypeError, match=r"element \[21\] is a str"):
+        fpsim.round(a, fmt)
+
+
+def test_stochastic_rounding_of_object_elements_has_the_exact_probability():
+    """fpsim.round(..., "stochastic") on Fractions beyond float64's precision: each element
+    rounds up with probability (x - down) / ulp, here 1/3 (4-sigma bounds, fixed seed)."""
+    n = 12000
+    x = 1 + Fraction(1, 3 * 2**10) + Fraction(1, 2**1100)  # 1/3 (+ a bit) of an fp16 ulp
+    p = float((x - 1) * 2**10)
+    got = fpsim.round(_obj([x] * n), "fp16", "stochastic", rng=11)
+    assert set(got.tolist()) <= {1.0, 1.0 + 2**-10}
+    up = float(np.mean(got > 1.0))
+    assert abs(up - p) < 4 * math.sqrt(p * (1 - p) / n), (up, p)
