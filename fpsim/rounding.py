@@ -249,6 +249,11 @@ def _overflow(r, ovf, neg, p: _Params, mode: Rounding, overflow: Overflow):
     return np.where(away, p.ovf_bits, np.where(ovf, p.max_bits, r))
 
 
+# Mirrored in fpsim/reductions.py: its few-output Python-float paths (_scalar_adder, and
+# _StochasticAdder for _kernel, _increment_round, _round_low, _overflow and _round_pair_core's
+# stochastic branch, draws included) redo this rounding per element. A change to the rounding
+# here must be made there too, and the other way round; tests/test_reductions_steps.py and
+# tests/test_reductions_stochastic_fast.py compare the two.
 def _kernel(b, p: _Params, mode, overflow, flush, daz, tininess, rng, random_bits, want_flags):
     """Round one chunk of float64 patterns ``b``; returns (patterns, flags or None)."""
     sign = b & SIGN
