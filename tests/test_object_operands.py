@@ -332,3 +332,26 @@ def test_stochastic_rounding_of_object_elements_has_the_exact_probability():
     assert set(got.tolist()) <= {1.0, 1.0 + 2**-10}
     up = float(np.mean(got > 1.0))
     assert abs(up - p) < 4 * math.sqrt(p * (1 - p) / n), (up, p)
+
+
+def test_round_to_fp64_matches_python_true_division():
+    """fp64 itself: CPython's int / int true division is correctly rounded (nearest even,
+    gradual underflow), an independent reference for the exact split of each element."""
+    fmt = fpsim.FP64
+    vals = [v for v in _elements(FORMATS["e11m20"], 60)
+            if not isinstance(v, (float, np.floating)) and not (
+                isinstance(v, Decimal) and not v.is_finite())]
+    vals += [Fraction(3, 2**1075), Fraction(2**1024 - 2**970), Fraction(2**1024 - 2**970 - 1),
+             Fraction(1, 2**1075), Fraction(1, 2**1075) + Fraction(1, 2**1200), 2**64 - 1,
+             np.uint64(2**64 - 1), np.longdouble(1) / 3]
+    got = fpsim.round(_obj(vals), fmt)
+    for g, v in zip(got, vals, strict=True):
+        q, negz = _exact(v) if not isinstance(v, np.longdouble) else (
+            Fraction(*v.as_integer_ratio()), False)
+        try:
+            want = q.numerator / q.denominator
+        except OverflowError:
+            want = math.inf if q > 0 else -math.inf
+        if q == 0:
+            want = -0.0 if negz else 0.0
+        assert _same(float(g), want), (v, float(g), want)
