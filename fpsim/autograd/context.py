@@ -14,9 +14,7 @@ Settings are read when an op runs: the forward ops when they are called, the bac
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,6 +88,8 @@ class Accumulation:
 
 
 _KINDS = ("fp32", "exact", "sgemm", "sequential", "pairwise", "tensorcore")
+_F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
+_SIMPLE = {k: Accumulation(k) for k in ("fp32", "exact", "sgemm")}  # frozen: shared
 _VALID = ('"fp32", "exact", "sgemm", ("sequential", fmt), ("pairwise", fmt), '
           '("tensorcore", gpu) or an Accumulation')
 
@@ -106,9 +106,12 @@ def as_accumulation(spec: Accumulation | str | tuple) -> Accumulation:
     if isinstance(spec, Accumulation):
         return spec
     if isinstance(spec, str):
+        simple = _SIMPLE.get(spec)
+        if simple is not None:
+            return simple
         key = spec.strip().lower()
-        if key in ("fp32", "exact", "sgemm"):
-            return Accumulation(key)
+        if key in _SIMPLE:
+            return _SIMPLE[key]
         if key in _KINDS:
             raise ValueError(f"accumulation {spec!r} needs a second element: use {_VALID}")
         raise ValueError(f"unknown accumulation model {spec!r}; valid: {_VALID}")
@@ -138,10 +141,10 @@ class _Settings:
         self.accumulation = accumulation
 
     def replace(self, **kw) -> _Settings:
-        d = {k: getattr(self, k) for k in ("mode", "rng", "overflow", "subnormals",
-                                           "accumulation")}
-        d.update(kw)
-        return _Settings(**d)
+        get = kw.get
+        return _Settings(get("mode", self.mode), get("rng", self.rng),
+                         get("overflow", self.overflow), get("subnormals", self.subnormals),
+                         get("accumulation", self.accumulation))
 
 
 # The active settings are ambient state (fpsim.state.autograd_settings); these are the defaults.
@@ -154,10 +157,18 @@ def settings() -> _Settings:
     return _state.autograd_settings
 
 
-@contextlib.contextmanager
-def _use(new: _Settings) -> Iterator[_Settings]:
-    with _state.scoped(autograd_settings=new):
-        yield new
+class _use(_state.scoped):  # noqa: N801 - a context manager, used like one
+    """``scoped(autograd_settings=new)`` whose ``with ... as`` target is ``new`` (a class, not
+    a generator: the contexts are entered per step)."""
+
+    __slots__ = ()
+
+    def __init__(self, new: _Settings) -> None:
+        super().__init__(autograd_settings=new)
+
+    def __enter__(self) -> _Settings:
+        super().__enter__()
+        return self._values["autograd_settings"]
 
 
 def rounding_context(mode: Rounding | str = "nearest_even",
@@ -305,6 +316,12 @@ def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.nda
     if x.dtype == sd and fmt.dtype is not None:
         return x  # values already of the format
     s = _state.autograd_settings
+    if mode is None and fmt is FP16 and s.plain and not _flags.flags_active():
+        # fp16 training's case, first: the plain path below, without its other tests
+        if x.dtype == _F64:
+            return f64_to_f16(x)
+        if x.dtype == _F32:
+            return f32_to_f16(x)
     if mode is None or mode is s.mode:
         mode, plain = s.mode, s.plain
     else:

@@ -461,7 +461,7 @@ class Tensor:
         if gradient is None:
             if self._data.size != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            g = np.ones(self.shape, dtype=self.grad_fmt.storage_dtype)
+            g = np.ones(self._data.shape, dtype=self.grad_fmt.storage_dtype)
         else:
             if isinstance(gradient, Tensor):
                 gradient = gradient._data
@@ -803,11 +803,14 @@ def _topo_order(root: Tensor) -> list[Tensor]:
         if id(node) in seen:
             continue
         seen.add(id(node))
+        parents = node._parents
+        if parents is None:  # a leaf: nothing to expand first
+            order.append(node)
+            continue
         stack.append((node, True))
-        if node._parents is not None:
-            for p in node._parents:
-                if p._requires_grad and id(p) not in seen:
-                    stack.append((p, False))
+        for p in parents:
+            if p._requires_grad and id(p) not in seen:
+                stack.append((p, False))
     return order
 
 
