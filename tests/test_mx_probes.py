@@ -1,12 +1,15 @@
 """The block-scaled GEMM probes of tools/record_tensorcore.py without a GPU: every probe's bit
 patterns decode (independently: ml_dtypes, the spec's E2M1 table, E8M0 by its definition) to
 the exact products it claims, the candidate models disagree on the rows meant to separate them,
-the exact-to-fp32 rounding matches NumPy's cast, the scale layout matches cuBLAS's formula, and a
-dry run written with one candidate is recognised by the checker."""
+the "exact" candidates are the claimed sums rounded by an exact-Fraction reference (itself
+checked against NumPy's cast; fpsim.round, which the tool uses, agrees with it on 20,022 numbers
+per mode), the scale layout matches cuBLAS's formula, the fp4 packing torch's nibble layout, and
+a dry run written with one candidate is recognised by the checker."""
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -105,22 +108,90 @@ def test_candidates_disagree(probes, group, fmt):
     assert differ("exact", "exact-rz") > 0
 
 
-def test_exact_rounding_matches_numpy(rt):
+def _fraction_to_fp32(q: Fraction, rounding: str = "nearest_even") -> float:
+    """The reference: ``q`` rounded once to fp32 on exact Fractions (subnormals kept;
+    "nearest_even" overflows to inf, "toward_zero" to the largest finite value)."""
+    if q == 0:
+        return 0.0
+    sign = -1.0 if q < 0 else 1.0
+    q = abs(q)
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    if Fraction(2) ** e > q:
+        e -= 1
+    quantum = max(e, -126) - 23
+    scaled = q / Fraction(2) ** quantum
+    n = scaled.numerator // scaled.denominator
+    rem = scaled - n
+    if rounding == "nearest_even" and (rem > Fraction(1, 2) or (rem == Fraction(1, 2) and n % 2)):
+        n += 1
+    value = Fraction(n) * Fraction(2) ** quantum
+    if value >= Fraction(2) ** 128:
+        return sign * (math.inf if rounding == "nearest_even" else float(np.finfo(np.float32).max))
+    return sign * float(value)
+
+
+def test_exact_rounding_reference_matches_numpy():
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.standard_normal(2000) * np.exp2(rng.integers(-160, 130, 2000)),
                         [2.0**-150, 3 * 2.0**-151, 2.0**-149, 2.0**128, -(2.0**128) * 0.9999,
                          float(np.finfo(np.float32).max), 1 + 2.0**-24, 1 + 3 * 2.0**-24]])
     with np.errstate(over="ignore"):
         ref = x.astype(np.float32)  # one correct rounding (nearest even) of each float64
-    got = np.array([rt.fraction_to_fp32(Fraction(v)) for v in x], np.float32)
+    got = np.array([_fraction_to_fp32(Fraction(v)) for v in x], np.float32)
     np.testing.assert_array_equal(got, ref)
     # toward zero: NumPy's nearest, moved one step toward zero where it rounded away
     with np.errstate(over="ignore"):
         fin = np.isfinite(ref) & (np.abs(ref.astype(np.float64)) > np.abs(x))
         rz = np.where(fin, np.nextafter(ref, np.float32(0)), ref)
         rz = np.where(np.isinf(ref), np.copysign(np.finfo(np.float32).max, x), rz)
-    got = np.array([rt.fraction_to_fp32(Fraction(v), "toward_zero") for v in x], np.float32)
+    got = np.array([_fraction_to_fp32(Fraction(v), "toward_zero") for v in x], np.float32)
     np.testing.assert_array_equal(got, rz.astype(np.float32))
+
+
+def _fractions(rng, n: int) -> list[Fraction]:
+    """Exact numbers around fp32's grid: random Fractions with wide numerators and
+    denominators (not float64 values) over fp32's whole range and past it, exact ties of the
+    normal and subnormal quanta with and without a tiny term beside them, the overflow
+    threshold (the largest finite value plus half an ulp) and values at and below 2**-150."""
+    out = []
+    for _ in range(n):
+        num = int(rng.integers(1, 2**62)) * 2**int(rng.integers(0, 30)) + 1
+        den = int(rng.integers(1, 2**62)) | 1
+        out.append(Fraction(num, den) * Fraction(2) ** int(rng.integers(-170, 140)))
+    for _ in range(n):
+        e = int(rng.integers(-160, 129))
+        quantum = max(e, -126) - 23
+        m = int(rng.integers(0, 2**24))
+        tie = Fraction(2 * m + 1) * Fraction(2) ** (quantum - 1)
+        tiny = Fraction(1, 2**int(rng.integers(60, 400)))
+        out += [tie, tie + tiny, tie - tiny, Fraction(m) * Fraction(2) ** quantum]
+    top = Fraction(2) ** 128 - Fraction(2) ** 103  # max + half an ulp: a tie past max
+    out += [top, top - Fraction(1, 2**500), top + 1, Fraction(2) ** 128, Fraction(2) ** 200,
+            Fraction(2) ** -150, Fraction(3, 2**151), Fraction(1, 2**151), Fraction(1, 3 * 2**149),
+            Fraction(2) ** -149, Fraction(0)]
+    return [q * sign for q in out for sign in (1, -1)]
+
+
+@pytest.mark.parametrize("rounding", ["nearest_even", "toward_zero"])
+def test_fpsim_rounds_exact_sums_as_the_reference(rounding):
+    """The tool's exact candidates round with fpsim.round (exact on Fractions): the same
+    fp32 values, signs of zero included, as the Fraction reference, on 20,022 numbers."""
+    import fpsim
+
+    qs = _fractions(np.random.default_rng(3), 2000)
+    ref = np.array([_fraction_to_fp32(q, rounding) for q in qs])
+    got = np.array([float(fpsim.round(q, "fp32", rounding)) for q in qs])
+    np.testing.assert_array_equal(got.view(np.uint64), ref.view(np.uint64))
+
+
+@pytest.mark.parametrize("group,fmt", PAIRS)
+def test_exact_predictions_are_the_claimed_sums_rounded(probes, group, fmt):
+    case, _, p = probes[group, fmt]
+    for model, rounding in (("exact", "nearest_even"), ("exact-rz", "toward_zero")):
+        want = [_fraction_to_fp32(sum((sign * Fraction(2) ** e for _, _, e, sign in terms),
+                                      Fraction(0)), rounding) for terms in case.terms]
+        np.testing.assert_array_equal(p[model], np.array(want).astype(np.float32)
+                                      .view(np.uint32), err_msg=f"{group} {fmt} {model}")
 
 
 def test_scale_layout_and_fp4_packing(rt):
@@ -133,10 +204,15 @@ def test_scale_layout_and_fp4_packing(rt):
             tile = 512 * ((i // 128) * 2 + j // 4)
             ref[tile + (i % 128 % 32) * 16 + (i % 128 // 32) * 4 + j % 4] = s[i, j]
     np.testing.assert_array_equal(got, ref)
-    import fpsim.mx as mx
-
-    q = mx.quantize(rng.standard_normal((1, 64)), "mxfp4")
-    np.testing.assert_array_equal(rt._pack_fp4(q.elements.view(np.uint8)).ravel(), q.pack())
+    # fp4 operands: every pair of the 16 E2M1 codes, two per byte, the first in the low nibble
+    # (torch float4_e2m1fn_x2); the high nibble of a code's byte is not read
+    first, second = np.meshgrid(np.arange(16), np.arange(16), indexing="ij")
+    codes = np.stack([first.ravel(), second.ravel()], axis=1).reshape(8, 64).astype(np.uint8)
+    for fmt in ("mxfp4", "nvfp4"):
+        got = rt._packed_elements(fmt, codes)
+        want = [[int(row[2 * j]) | int(row[2 * j + 1]) << 4 for j in range(32)] for row in codes]
+        np.testing.assert_array_equal(got, np.array(want, np.uint8))
+        np.testing.assert_array_equal(rt._packed_elements(fmt, codes | np.uint8(0xF0)), got)
 
 
 def test_dry_run_is_recognised(rt, tmp_path, capsys):

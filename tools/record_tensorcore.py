@@ -41,7 +41,6 @@ Without a GPU, ``--dry-run --model H100`` writes the same inputs with the model'
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Callable
 from fractions import Fraction
@@ -800,33 +799,15 @@ def _exact_terms(fmt_name: str, codes: dict[str, np.ndarray]) -> list[list[Fract
     return out
 
 
-def fraction_to_fp32(q: Fraction, rounding: str = "nearest_even") -> float:
-    """``q`` rounded once to fp32 (subnormals kept; "nearest_even" overflows to inf,
-    "toward_zero" to the largest finite value), as a float."""
-    if q == 0:
-        return 0.0
-    sign = -1.0 if q < 0 else 1.0
-    q = abs(q)
-    e = q.numerator.bit_length() - q.denominator.bit_length()
-    if Fraction(2) ** e > q:
-        e -= 1
-    quantum = max(e, -126) - 23
-    scaled = q / Fraction(2) ** quantum
-    n = scaled.numerator // scaled.denominator
-    rem = scaled - n
-    if rounding == "nearest_even" and (rem > Fraction(1, 2) or (rem == Fraction(1, 2) and n % 2)):
-        n += 1
-    value = Fraction(n) * Fraction(2) ** quantum
-    if value >= Fraction(2) ** 128:
-        return sign * (math.inf if rounding == "nearest_even" else float(np.finfo(np.float32).max))
-    return sign * float(value)
-
-
 def block_model_outputs(fmt_name: str, codes: dict[str, np.ndarray], model: str) -> np.ndarray:
     """fp32 results (as float64) of every row under the candidate ``model`` (BS_MODELS)."""
     if model in ("exact", "exact-rz"):
+        # a prediction, so fpsim may compute it: the exact sum (a Fraction) rounded once to
+        # fp32 by fpsim.round, which reads it exactly (subnormals kept; overflow: inf to
+        # nearest, the largest finite value toward zero). tests/test_mx_probes.py checks these
+        # predictions against its own exact-Fraction rounding.
         mode = "nearest_even" if model == "exact" else "toward_zero"
-        return np.array([fraction_to_fp32(sum(t, Fraction(0)), mode)
+        return np.array([float(fpsim.round(sum(t, Fraction(0)), "fp32", mode))
                          for t in _exact_terms(fmt_name, codes)])
     if model == "prescaled":
         f = mx.get_mx_format(fmt_name)
@@ -856,10 +837,17 @@ def _fp32_bits(v: np.ndarray) -> np.ndarray:
     return np.asarray(v, np.float64).astype(np.float32).view(np.uint32)
 
 
-def _pack_fp4(codes: np.ndarray) -> np.ndarray:
-    """Two fp4 codes per byte, the first in the low nibble (torch float4_e2m1fn_x2)."""
-    c = codes & np.uint8(0x0F)
-    return (c[:, 0::2] | (c[:, 1::2] << np.uint8(4))).astype(np.uint8)
+def _packed_elements(fmt_name: str, codes: np.ndarray) -> np.ndarray:
+    """R x K element codes (one per byte) packed to their real width, row by row: fp4 two per
+    byte, the first in the low nibble (torch float4_e2m1fn_x2, PTX e2m1x2): MXArray.pack's
+    layout. It encodes the GPU's inputs, not a reference: a packing error would make the GPU
+    disagree with every candidate (MXArray.pack is tested against a bitstream reference in
+    tests/test_mx.py, this function against the nibble layout in tests/test_mx_probes.py)."""
+    f = mx.get_mx_format(fmt_name)
+    r, k = codes.shape
+    scales = np.zeros((r, -(-k // f.block_size)), np.uint8).view(f.scale_dtype)  # unread
+    q = mx.MXArray(f, scales, codes.view(f.element.dtype), (r, k), 1, f.block_size, None)
+    return q.pack().reshape(r, -1)
 
 
 def _to_blocked(scales: np.ndarray) -> np.ndarray:
@@ -889,7 +877,8 @@ def gpu_block_scaled(fmt_name: str, codes: dict[str, np.ndarray]) -> np.ndarray:
         full = np.zeros((pr, k), np.uint8)
         full[:r] = c
         if f.elem_bits == 4:
-            return torch.from_numpy(_pack_fp4(full)).view(torch.float4_e2m1fn_x2).cuda()
+            packed = _packed_elements(fmt_name, full)
+            return torch.from_numpy(packed).view(torch.float4_e2m1fn_x2).cuda()
         return torch.from_numpy(full).view(torch.float8_e4m3fn).cuda()
 
     def scales(c):
