@@ -35,6 +35,8 @@ from ..formats import FP32, Format
 
 __all__ = ["Optimizer", "UpdateHookHandle"]
 
+_F32 = np.dtype(np.float32)
+
 
 class Optimizer:
     """Base class: holds ``param_groups`` (a list of dicts with ``"params"`` and the
@@ -148,7 +150,8 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        plans = self._plans
+        plans, states = self._plans, self.state
+        state_fmt, master = self.state_fmt, self.master_weights
         update = self._hooked_update() if self._update_hooks else self._update
         with np.errstate(all="ignore"):
             for group in self.param_groups:
@@ -156,24 +159,25 @@ class Optimizer:
                     grad = p._grad
                     if grad is None:
                         continue
-                    fmt, gfmt = p.fmt, p._grad_fmt
+                    fmt = p.fmt
                     plan = plans.get(p)
-                    if plan is None or plan[0] is not fmt or plan[1] is not gfmt \
-                            or plan[2] is not self.state_fmt or plan[3] is not self.master_weights:
+                    if plan is None or plan[0] is not fmt or plan[1] is not p._grad_fmt \
+                            or plan[2] is not state_fmt or plan[3] is not master:
                         plan = plans[p] = self._plan(p)
                     self._step_state_fmt, dtype, use_master = plan[4:]
-                    st = self.state.get(p)
+                    st = states.get(p)
                     if st is None:
-                        st = self.state[p] = {}
+                        st = states[p] = {}
                     if use_master:
                         w = st.get("master")
                         if w is None:
                             w = st["master"] = widen(p._data, np.float32).copy()
                     else:
                         w = widen(p._data, dtype)
-                    w_new = update(w, widen(grad, dtype), st, group, dtype)
+                    w_new = update(w, grad if grad.dtype == dtype else widen(grad, dtype), st,
+                                   group, dtype)
                     if use_master:
-                        st["master"] = w_new.astype(np.float32, copy=False)
+                        st["master"] = w_new if w_new.dtype == _F32 else w_new.astype(_F32)
                     p._data = round_to(w_new, fmt)
         return loss
 
