@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .scaler import ScalerBase, check_flag, check_positive, check_positive_int
+from ..checks import as_int
+from .scaler import ScalerBase, check_flag, check_positive
 
 __all__ = ["DynamicLossScaler", "WINDOW_RULES"]
 
@@ -68,8 +69,8 @@ class DynamicLossScaler(ScalerBase):
     ) -> None:
         super().__init__(enabled)
         self.cur_scale = check_positive("init_scale", init_scale)
-        self.scale_window = check_positive_int("scale_window", scale_window)
-        self.delayed_shift = check_positive_int("hysteresis", hysteresis)
+        self.scale_window = as_int("scale_window", scale_window, 1)
+        self.delayed_shift = as_int("hysteresis", hysteresis, 1)
         self.cur_hysteresis = self.delayed_shift
         self.min_scale = check_positive("min_scale", min_scale)
         self.scale_factor = check_positive("scale_factor", scale_factor)

@@ -295,12 +295,6 @@ def check_positive(name: str, value: Any) -> float:
     return v
 
 
-def check_positive_int(name: str, value: Any) -> int:
-    """``value`` as an int >= 1: :func:`fpsim.checks.as_int` with minimum 1 (kept under this
-    name for amp/deepspeed_scaler.py)."""
-    return as_int(name, value, 1)
-
-
 def check_flag(name: str, value: Any) -> bool:
     """``value`` as a bool; a string such as "no" is refused (``bool("no")`` is True)."""
     if not isinstance(value, (bool, np.bool_, int, np.integer)):
