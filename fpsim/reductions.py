@@ -155,7 +155,7 @@ def _sequential(X, acc: _Acc):
         return _sequential_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):
         add, fl = _scalar_adder(acc.c)
-        return np.array(_python_rows(X, add, fl, acc.fl), dtype=np.float64)
+        return _python_rows(X, lambda: add, fl, acc.fl)
     return _sequential_loop(X, acc)
 
 
@@ -179,44 +179,47 @@ def _sequential(X, acc: _Acc):
 _SCALAR_ROWS = 16  # at most this many outputs take the Python-float path
 
 
-def _python_rows(X, step, fl: list[int], out_fl, starts: list | None = None) -> list:
+def _python_rows(X, new_step, fl: list[int], out_fl, starts: list | None = None) -> np.ndarray:
     """The row loop of every Python-float path (sequential, Kahan and the 'wide' accumulator;
-    deterministic, and stochastic with one row): row i's state starts at ``starts[i]``
-    (default: the row's first value) and takes ``state = step(state, x)`` for each further
-    value x of the row, in order. ``fl`` is the adder's one-element flag cell, reset per row
-    and ORed into ``out_fl[i]`` (None: no flags). Returns the final states. (A Python for
-    loop: Python 3.11+ runs its Python-to-Python calls faster than functools.reduce's.)"""
+    deterministic, and stochastic with one row): row i's sum starts at ``starts[i]`` (default:
+    the row's first value); ``step = new_step()`` (the per-step update, fresh for each row)
+    then takes ``s = step(s, x)`` for each further value x of the row, in order. ``fl`` is
+    the adder's one-element flag cell, reset per row and ORed into ``out_fl[i]`` (None: no
+    flags). Returns the sums (float64). (A Python for loop: Python 3.11+ runs its
+    Python-to-Python calls faster than functools.reduce's.)"""
     rows = X.tolist()
     if starts is None:
         starts = [row[0] for row in rows]
     out = []
-    for i, (state, row) in enumerate(zip(starts, rows, strict=True)):
+    for i, (s, row) in enumerate(zip(starts, rows, strict=True)):
         fl[0] = 0
+        step = new_step()
         for x in row[1:]:
-            state = step(state, x)
-        out.append(state)
+            s = step(s, x)
+        out.append(s)
         if out_fl is not None:
             out_fl[i] |= fl[0]
-    return out
+    return np.array(out, dtype=np.float64)
 
 
-def _kahan_step(add):
-    """_kahan_loop's four rounded ops as one step on the state (s, comp), with ``add`` the
-    rounded add (sub(a, b) is add(a, -b)); the Kahan order's state starts at (x[0], 0.0)."""
+def _kahan_steps(add):
+    """The Kahan order's per-step update for :func:`_python_rows`: _kahan_loop's four rounded
+    ops, with ``add`` the rounded add (sub(a, b) is add(a, -b)); the compensation starts at
+    0.0 in each row's fresh step and lives in its closure (cheaper than a state tuple)."""
 
-    def step(state: tuple[float, float], x: float) -> tuple[float, float]:
-        s, comp = state
-        y = add(x, -comp)
-        t = add(s, y)
-        return t, add(add(t, -s), -y)
+    def new_step():
+        comp = 0.0
 
-    return step
+        def step(s: float, x: float) -> float:
+            nonlocal comp
+            y = add(x, -comp)
+            t = add(s, y)
+            comp = add(add(t, -s), -y)
+            return t
 
+        return step
 
-def _kahan_rows(X, add, fl: list[int], out_fl) -> np.ndarray:
-    starts = [(v, 0.0) for v in X[:, 0].tolist()]
-    return np.array([s for s, _ in _python_rows(X, _kahan_step(add), fl, out_fl, starts)],
-                    dtype=np.float64)
+    return new_step
 
 
 def _scalar_ok(c: OpContext, rows: int) -> bool:
@@ -618,7 +621,7 @@ def _sequential_stochastic(X, acc: _Acc):
     rows, n = X.shape
     st = _StochasticAdder(acc.c, rows, n - 1)
     if rows == 1:  # floats rather than lists of one (the same draws)
-        return np.array(_python_rows(X, st.add1, st.fl, acc.fl), dtype=np.float64)
+        return _python_rows(X, lambda: st.add1, st.fl, acc.fl)
     cols = _columns(X)
     s = next(cols)
     for x in cols:
@@ -632,7 +635,7 @@ def _kahan_stochastic(X, acc: _Acc):
     rows, n = X.shape
     st = _StochasticAdder(acc.c, rows, 4 * (n - 1))
     if rows == 1:  # floats rather than lists of one (the same draws)
-        return _kahan_rows(X, st.add1, st.fl, acc.fl)
+        return _python_rows(X, _kahan_steps(st.add1), st.fl, acc.fl)
     add = st.add
     cols = _columns(X)
     s = next(cols)
@@ -671,7 +674,7 @@ def _kahan(X, acc: _Acc):
         return _kahan_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):  # few outputs: the same ops on Python floats
         add, fl = _scalar_adder(acc.c)
-        return _kahan_rows(X, add, fl, acc.fl)
+        return _python_rows(X, _kahan_steps(add), fl, acc.fl)
     return _kahan_loop(X, acc)
 
 
@@ -791,7 +794,7 @@ def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
                 # few outputs: Python floats (the rounding of s + lo holds for any float64
                 # terms, not only the accumulator's values: see _scalar_adder)
                 add, fl = _scalar_adder(ca)
-                s = np.array(_python_rows(X, add, fl, wacc.fl, s.tolist()), dtype=np.float64)
+                s = _python_rows(X, lambda: add, fl, wacc.fl, s.tolist())
             else:
                 for k in range(1, n):
                     s = wacc.add(s, X[:, k], exact_operands=False)
