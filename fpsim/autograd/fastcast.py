@@ -73,7 +73,9 @@ def _pack(x: np.ndarray, uint, frac_bits: int, shape) -> np.ndarray:
     c += neg
     with np.errstate(over="ignore", invalid="ignore"):  # huge / inf / NaN: patched below
         y = np.add(x, c.view(x.dtype), out=c.view(x.dtype))  # the rounding
-    out = y.view(uint).astype(np.uint16)  # the low 16 bits: the fp16 pattern
+    res = np.empty(shape, dtype=np.float16)  # the result owns its memory (not a view)
+    out = res.reshape(-1).view(np.uint16)
+    np.copyto(out, y.view(uint), casting="unsafe")  # the low 16 bits: the fp16 pattern
     if big:  # out of fp16's range, infinities, NaN
         sign = uint(1 << (width - 1))
         a = np.bitwise_and(u, ~sign, out=_scratch(0, n, uint))
@@ -81,7 +83,7 @@ def _pack(x: np.ndarray, uint, frac_bits: int, shape) -> np.ndarray:
         hi = np.right_shift(u[over], uint(width - 16))  # sign and exponent bits
         out[over] = (hi & uint(0x8000)) | uint(0x7C00)
         out[a > np.asarray(np.inf, dtype=x.dtype).view(uint)] = 0x7E00  # a quiet NaN
-    return out.view(np.float16).reshape(shape)
+    return res
 
 
 def f32_to_f16(x: np.ndarray) -> np.ndarray:

@@ -827,14 +827,24 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
     order = _topo_order(root)
     grads: dict[int, np.ndarray] = {id(root): g}
     pop = grads.pop
+    # A tensor's .grad never shares memory with another's (nor with anything else), so that
+    # changing one in place changes nothing else. A leaf adopts its gradient without a copy
+    # only when the array is its alone: ``sole`` holds the tensors whose pending gradient is
+    # an array that owns its memory (not a view) and was handed to no other tensor in this pass
+    # (``handed``: ids of every array handed out; an id reused after its array died only costs
+    # a copy). The ops' backward functions return fresh arrays, views of ``g`` or ``g`` itself;
+    # none returns an array it keeps.
+    handed = {id(g)}
+    sole = {id(root)} if g.base is None else set()
     for node in reversed(order):
-        g = pop(id(node), None)
+        key = id(node)
+        g = pop(key, None)
         if g is None:
             continue
         parents = node._parents
         if parents is None or node._retains_grad:
             if node._grad is None:
-                node._grad = g.copy()  # never shared with another tensor's gradient
+                node._grad = g if parents is None and key in sole else g.copy()
             else:
                 node._grad = add_grads(node._grad, g, node.grad_fmt)
             if parents is None:
@@ -860,7 +870,14 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
                 pg = round_to(pg, fmt)
             key = id(p)
             prev = grads.get(key)
-            grads[key] = pg if prev is None else add_grads(prev, pg, fmt)
+            if prev is None:
+                grads[key] = pg
+                if pg.base is None and id(pg) not in handed:
+                    sole.add(key)
+                handed.add(id(pg))
+            else:
+                grads[key] = add_grads(prev, pg, fmt)  # a fresh array
+                sole.add(key)
 
 
 # The ops module, fpsim.autograd.functional: it imports this module and, once its ops are
