@@ -357,7 +357,7 @@ class Tensor:
         """
         if self._data.size != 1:
             raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
-        return float(self._data.astype(np.float64).reshape(()))
+        return float(self._data.reshape(-1)[0])  # a NumPy or ml_dtypes scalar: exact
 
     def tolist(self):
         """Values as (nested) Python floats.
@@ -775,7 +775,16 @@ def make_result(data: np.ndarray, fmt: Format, parents: Sequence[Tensor],
                 backward: Callable, op: str) -> Tensor:
     """Wrap an op's rounded result; record the graph edge when grad mode is on and an input
     requires grad. ``backward(g)`` returns one gradient (or None) per parent."""
-    out = Tensor._wrap(data, fmt)
+    out = object.__new__(Tensor)  # Tensor._wrap, inlined: one call less per op
+    out._data = data
+    out.fmt = fmt
+    out._requires_grad = False
+    out._grad = None
+    out._grad_fmt = None
+    out._parents = None
+    out._backward = None
+    out._op = ""
+    out._retains_grad = False
     if _state.grad_enabled:
         for p in parents:
             if p._requires_grad:

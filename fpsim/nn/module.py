@@ -104,7 +104,10 @@ class Module:
 
     def __getattr__(self, name: str):
         d = self.__dict__
-        for store in ("_parameters", "_buffers", "_modules"):
+        params = d.get("_parameters")
+        if params is not None and name in params:  # the common case first: a layer's weight
+            return params[name]
+        for store in ("_buffers", "_modules"):
             if store in d and name in d[store]:
                 return d[store][name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
