@@ -29,10 +29,8 @@ import fpsim
 from fpsim import arithmetic
 from tests.exact import MODES, round_exact
 from tests.test_arith_mpfr import MPFR_MODES, _same, reference
+from tests.test_arithmetic_wide_operands import FUNCS, OPS  # op -> arity, function
 
-OPS = {"add": 2, "sub": 2, "mul": 2, "div": 2, "sqrt": 1, "fma": 3}
-FUNCS = {"add": arithmetic.add, "sub": arithmetic.sub, "mul": arithmetic.mul,
-         "div": arithmetic.div, "sqrt": arithmetic.sqrt, "fma": arithmetic.fma}
 FORMATS = {
     "fp16": fpsim.FP16,
     "bf16": fpsim.BF16,

@@ -775,16 +775,7 @@ def make_result(data: np.ndarray, fmt: Format, parents: Sequence[Tensor],
                 backward: Callable, op: str) -> Tensor:
     """Wrap an op's rounded result; record the graph edge when grad mode is on and an input
     requires grad. ``backward(g)`` returns one gradient (or None) per parent."""
-    out = object.__new__(Tensor)  # Tensor._wrap, inlined: one call less per op
-    out._data = data
-    out.fmt = fmt
-    out._requires_grad = False
-    out._grad = None
-    out._grad_fmt = None
-    out._parents = None
-    out._backward = None
-    out._op = ""
-    out._retains_grad = False
+    out = Tensor._wrap(data, fmt)
     if _state.grad_enabled:
         for p in parents:
             if p._requires_grad:
