@@ -102,7 +102,7 @@ class Optimizer:
         for group in self.param_groups:
             for p in group["params"]:
                 if set_to_none:
-                    p.grad = None
+                    p._grad = None  # what the grad setter does with None, without the call
                 elif p.grad is not None:
                     p.grad = np.zeros_like(p.grad)
 
