@@ -33,8 +33,13 @@ not the engine, set the cost (docs/autograd.md gives the measured overhead). BLA
 thread (timing.pinned_blas): several threads on these small GEMMs were measured 5-10x slower on
 a busy 2-core machine.
 
+``--glue K`` shows what Python work between kernel calls costs: it times the MLP floor with K
+rounds of plain Python work (small objects made and dropped, as an engine's bookkeeping does)
+before each of its fp16 kernel calls, against the same wrappers doing none, and that Python
+work alone, all by per-thread CPU time.
+
     python benchmarks/bench_training_step.py [--repeat 7] [--steps 20] [--breakdown] [--engine]
-                                             [--pairs 200]
+                                             [--pairs 200] [--glue 10]
 """
 
 from __future__ import annotations
@@ -360,6 +365,71 @@ def breakdown(step, args: tuple, steps: int) -> dict[str, float]:
     return out
 
 
+class _Record:
+    __slots__ = ("a", "b", "c")
+
+
+def _python_work(k: int) -> int:
+    """k rounds of an engine's kind of bookkeeping: a small object, a tuple and a dict made,
+    read and dropped."""
+    total = 0
+    for i in range(k):
+        r = _Record()
+        r.a, r.b, r.c = i, (i, r), {"i": i}
+        total += len(r.c)
+    return total
+
+
+_KERNELS = ("f16_to_wide", "f64_to_f16", "f32_to_f16", "f64_to_f32_to_f16")
+
+
+def glue_cost(k: int, pairs: int) -> tuple[float, float, float, int]:
+    """Per-step CPU seconds of the MLP floor with ``_python_work(0)`` and with
+    ``_python_work(k)`` before each fp16 kernel call (the same wrappers: their difference is
+    the work's cost in the step), of that Python work alone (best of ``pairs`` interleaved
+    rounds), and the number of kernel calls per step."""
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 10, BATCH)
+    x = fastcast.f64_to_f16(rng.standard_normal((BATCH, 64)))
+    params = [p.numpy(np.float64) for p in mlp(0).parameters()]
+    originals = {name: getattr(fastcast, name) for name in _KERNELS}
+    calls = [0]
+
+    def stepper(rounds: int):
+        floor = NumpyMLPHalf(params)
+
+        def with_work(fn):
+            def kernel(*a, **kw):
+                calls[0] += 1
+                _python_work(rounds)
+                return fn(*a, **kw)
+            return kernel
+
+        patched = {name: with_work(fn) for name, fn in originals.items()}
+
+        def step(*a):
+            for name, fn in patched.items():
+                setattr(fastcast, name, fn)
+            try:
+                return floor.step(*a)
+            finally:
+                for name, fn in originals.items():
+                    setattr(fastcast, name, fn)
+        return step
+
+    bare, worked = stepper(0), stepper(k)
+    bare(x, y)
+    n_calls, calls[0] = calls[0], 0
+    t0, tk = cpu_pairs((bare, (x, y)), (worked, (x, y)), pairs)
+    clock, alone = time.thread_time, float("inf")
+    for _ in range(pairs):
+        start = clock()
+        for _ in range(n_calls):
+            _python_work(k)
+        alone = min(alone, clock() - start)
+    return t0, tk, alone, n_calls
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=7)
@@ -372,6 +442,9 @@ def main(argv: list[str] | None = None) -> int:
                          "pairs of steps by per-thread CPU time (best of them)")
     ap.add_argument("--breakdown", action="store_true",
                     help="also time the GEMMs, fp16 roundings and widenings of the MLP step")
+    ap.add_argument("--glue", type=int, default=0, metavar="K",
+                    help="also time the MLP floor with K rounds of plain Python work before "
+                         "each of its fp16 kernel calls (what Python between kernels costs)")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     y = rng.integers(0, 10, BATCH)
@@ -421,6 +494,12 @@ def main(argv: list[str] | None = None) -> int:
     if cpu:
         print(f"engine overhead by per-thread CPU time (best of {args.pairs} pairs of steps): "
               + "; ".join(cpu))
+    if args.glue > 0:
+        t0, tk, alone, n_calls = glue_cost(args.glue, max(args.pairs, 100))
+        print(f"Python work between kernels (MLP floor, {args.glue} rounds of it before each "
+              f"of its {n_calls} fp16 kernel calls, per-thread CPU time): step {t0 * 1e3:.3f} "
+              f"ms without it, {tk * 1e3:.3f} ms with it; the work alone {alone * 1e3:.3f} ms: "
+              f"the step grew by {(tk - t0) / alone:.1f}x the work's own time")
     if args.breakdown:
         build, _, x, _ = cases["MLP 64-256-256-10"]
         for label, fmt, master in (("fpsim fp32", FP32, False),

@@ -65,6 +65,20 @@ def test_script_engine_rows(bench, capsys):
     assert len(line) == 1 and line[0].count("%") == 2 and "best of 2 pairs" in line[0]
 
 
+def test_script_glue_line(bench, capsys):
+    from fpsim.autograd import fastcast
+
+    kernels = {name: getattr(fastcast, name) for name in bench._KERNELS}
+    assert bench.main(["--repeat", "1", "--steps", "1", "--engine", "--glue", "2",
+                       "--pairs", "3"]) == 0
+    line = [ln for ln in capsys.readouterr().out.splitlines() if "between kernels" in ln]
+    assert len(line) == 1 and "2 rounds" in line[0] and "x the work's own time" in line[0]
+    assert all(getattr(fastcast, n) is f for n, f in kernels.items())  # wrappers removed
+    # the wrappers count the floor's fp16 kernel calls: each call of an MLP step
+    t0, tk, alone, n_calls = bench.glue_cost(1, 2)
+    assert n_calls > 20 and min(t0, tk, alone) > 0
+
+
 @pytest.mark.parametrize("case", ["mlp", "cnn"])
 def test_numpy_fp16_floor_is_fpsims_step_bit_for_bit(bench, case):
     """The hand-written fp16 + fp32-master NumPy step (the floor the benchmark compares the
