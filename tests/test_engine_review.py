@@ -19,6 +19,8 @@ from fpsim.autograd import (
     matmul_accumulation,
     rounding_context,
 )
+from fpsim.autograd import functional as F
+from fpsim.nn import Dropout, Linear, Module, Parameter, ReLU, Sequential
 
 
 @pytest.mark.parametrize(("make", "read", "want"), [
@@ -76,3 +78,61 @@ def test_reentered_context_restores_after_an_exception():
     assert get_rounding() is Rounding.NEAREST_EVEN
     np.testing.assert_array_equal(
         (Tensor([1.0], "fp16") + 2.0**-20).numpy(), np.array([1.0], np.float16))
+
+
+# --------------------------------------------------------------------------- Module mirror
+# Module mirrors its parameters, buffers and sub-modules in the instance __dict__ (a plain
+# attribute read). The mirror must not change what an attribute read finds where a registered
+# name is also Module's own state or a class attribute, nor which store wins when one name is
+# registered in two (parameters, then buffers, then sub-modules, as __getattr__ looks).
+
+def test_registering_modules_own_attribute_names_corrupts_nothing():
+    m = Dropout(0.5)
+    m.register_buffer("training", Tensor([1.0]))
+    assert m.training is True and "training" in m._buffers
+    m.eval()
+    assert m.training is False
+    del m.training  # removes the buffer, not the module's training flag
+    assert m.training is False and "training" not in m._buffers
+    n = Module()
+    n.register_buffer("_parameters", Tensor([1.0]))
+    n.w = Parameter([2.0])  # the parameter store is still the module's own
+    assert [name for name, _ in n.named_parameters()] == ["w"]
+    assert list(n.state_dict()) == ["w", "_parameters"]
+
+
+def test_class_attributes_are_found_first_as_before():
+    seq = Sequential(ReLU())
+    seq.add_module("forward", Linear(2, 2, rng=0))  # a sub-module named like a method
+    x = Tensor([[1.0, -1.0]])
+    assert callable(seq.forward) and not isinstance(seq.forward, Module)
+    second = Linear(2, 2, rng=0)
+    np.testing.assert_array_equal(seq(x).numpy(), second(F.relu(x)).numpy())
+
+    class WithDefault(Module):
+        bias = None  # a class attribute: attribute reads find it first
+
+        def __init__(self):
+            super().__init__()
+            self.register_parameter("scale", Parameter([1.0]))
+            self.bias = Parameter([1.0])
+
+    m = WithDefault()
+    assert m.bias is None and list(m.state_dict()) == ["scale", "bias"]
+    assert isinstance(m.scale, Parameter)
+    p = Module()
+    p.register_parameter("eval", Parameter([1.0]))
+    assert p.eval() is p
+
+
+def test_one_name_in_two_stores_reads_the_parameter_first():
+    m = Module()
+    m.register_parameter("w", Parameter([1.0]))
+    m.register_buffer("w", Tensor([2.0]))
+    assert isinstance(m.w, Parameter) and m.w.tolist() == [1.0]
+    del m.w  # the parameter goes; the buffer shows
+    assert not isinstance(m.w, Parameter) and m.w.tolist() == [2.0]
+    del m.w
+    with pytest.raises(AttributeError):
+        m.w  # noqa: B018
+    assert "w" not in m.__dict__

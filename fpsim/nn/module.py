@@ -49,6 +49,10 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
 
+# The attributes Module.__init__ sets on every instance: never mirrored (see Module._mirror).
+_OWN = frozenset(("_parameters", "_buffers", "_modules", "_no_cast", "training"))
+
+
 class Module:
     """Base class of layers and models: subclasses assign parameters / sub-modules in
     ``__init__`` and define ``forward``; calling the module calls ``forward``.
@@ -79,7 +83,21 @@ class Module:
     # layer call). Every write below keeps the mirror equal to the stores.
     def _store(self, store: dict, name: str, value) -> None:
         store[name] = value
-        self.__dict__[name] = value
+        self._mirror(name)
+
+    def _mirror(self, name: str) -> None:
+        """Mirror what __getattr__ finds for ``name`` (the parameter, else the buffer, else the
+        sub-module). Module's own attributes and class attributes are found before
+        __getattr__, so a name among them is not mirrored: reads find what they found
+        before the mirror."""
+        d = self.__dict__
+        if name in _OWN or any(name in vars(k) for k in type(self).__mro__):
+            return
+        for store in (d["_parameters"], d["_buffers"], d["_modules"]):
+            if name in store:
+                d[name] = store[name]
+                return
+        d.pop(name, None)
 
     def __setattr__(self, name: str, value) -> None:
         d = self.__dict__
@@ -124,7 +142,7 @@ class Module:
         for store in (self._parameters, self._buffers, self._modules):
             if name in store:
                 del store[name]
-                self.__dict__.pop(name, None)  # the mirror
+                self._mirror(name)
                 return
         object.__delattr__(self, name)
 
