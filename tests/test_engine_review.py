@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -136,3 +138,17 @@ def test_one_name_in_two_stores_reads_the_parameter_first():
     with pytest.raises(AttributeError):
         m.w  # noqa: B018
     assert "w" not in m.__dict__
+
+
+def test_shallow_copy_keeps_both_modules_consistent():
+    m = Linear(2, 2, rng=0)
+    w = m.weight
+    c = copy.copy(m)
+    assert c.weight is w and c.bias is m.bias and type(c) is Linear
+    c.weight = Parameter([[1.0, 0.0], [0.0, 1.0]])
+    for mod in (m, c):  # what forward reads is what parameters() trains and state_dict saves
+        assert mod.weight is mod._parameters["weight"]
+        assert any(p is mod.weight for p in mod.parameters())
+    assert m.weight is w
+    x = Tensor([[1.0, 2.0]])
+    np.testing.assert_array_equal(c(x).numpy(), F.linear(x, c.weight, c.bias).numpy())

@@ -138,6 +138,17 @@ class Module:
                 return d[store][name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    def __copy__(self) -> Module:
+        """A shallow copy: the same parameters, buffers and sub-modules, in stores of its own
+        (shared stores would leave one module's mirror stale when the other registers)."""
+        clone = object.__new__(type(self))
+        d = clone.__dict__
+        d.update(self.__dict__)
+        for own in ("_parameters", "_buffers", "_modules", "_no_cast"):
+            if own in d:
+                d[own] = d[own].copy()
+        return clone
+
     def __delattr__(self, name: str) -> None:
         for store in (self._parameters, self._buffers, self._modules):
             if name in store:
