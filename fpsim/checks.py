@@ -2,11 +2,12 @@
 
 - :func:`as_int`: a count or size argument (``batch_size``, ``world_size``, ``segments``...) as
   a Python int no smaller than a given minimum. Python ints and NumPy integers are accepted;
-  bools (``True`` is not a count), strings, None and floats are refused with a TypeError naming
-  the argument and what was given; a value below the minimum with a ValueError naming the
-  argument, the minimum and the value. Where an argument counts elements that people write in
-  scientific notation (``1e9``), ``whole_floats=True`` also accepts finite floats with an
-  integral value, and refuses other floats with a ValueError.
+  bools (``True`` is not a count), ``np.timedelta64`` (a NumPy integer subclass, but a
+  duration), strings, None, floats and arrays (0-d ones too: pass ``int(x)``) are refused with
+  a TypeError naming the argument and what was given; a value below the minimum with a
+  ValueError naming the argument, the minimum and the value. Where an argument counts elements
+  that people write in scientific notation (``1e9``), ``whole_floats=True`` also accepts
+  finite floats with an integral value, and refuses other floats with a ValueError.
 
 This module sits in fpsim's bottom layer: it imports only NumPy, so every layer may use it.
 """
@@ -36,14 +37,15 @@ def as_int(name: str, value: object, minimum: int, *, whole_floats: bool = False
     ...
     ValueError: world_size must be >= 1, got 0
     """
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.timedelta64)):
         n = int(value)
     elif whole_floats and isinstance(value, (float, np.floating)):
         if not (math.isfinite(value) and float(value).is_integer()):
             raise ValueError(f"{name} must be a whole number, got {value!r}")
         n = int(value)
     else:
-        # bool is an int subclass and np.bool_ is not an np.integer: both land here
+        # bool is an int subclass, np.timedelta64 an np.integer one, np.bool_ not an
+        # np.integer: all land here
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if n < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")

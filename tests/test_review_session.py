@@ -1,0 +1,36 @@
+"""Review of the issue-20 refactors (this session): inputs whose handling changed by mistake."""
+
+import numpy as np
+import pytest
+
+
+def _count_callers():
+    from fpsim.amp.deepspeed_scaler import DynamicLossScaler
+    from fpsim.amp.scaler import ApexLossScaler, GradScaler
+    from fpsim.datasets import minibatches
+    from fpsim.distributed import ring_volume
+    from fpsim.memory import checkpoint_peak_activations, optimal_checkpoint_segments
+
+    return {
+        "n_samples": lambda v: minibatches(v, 1),
+        "batch_size": lambda v: minibatches(8, v),
+        "epochs": lambda v: minibatches(8, 2, v),
+        "n_layers": lambda v: checkpoint_peak_activations(v, 1),
+        "segments": lambda v: checkpoint_peak_activations(10, v),
+        "n_layers ": lambda v: optimal_checkpoint_segments(v),
+        "growth_interval": lambda v: GradScaler(growth_interval=v),
+        "scale_window": lambda v: ApexLossScaler(scale_window=v),
+        "hysteresis": lambda v: DynamicLossScaler(hysteresis=v),
+        "world_size": lambda v: ring_volume("all_reduce", 8, v),
+        "size": lambda v: ring_volume("all_reduce", v, 2),
+    }
+
+
+@pytest.mark.parametrize("name", list(_count_callers()))
+def test_a_timedelta_is_not_a_count(name):
+    # np.timedelta64 subclasses np.signedinteger; datasets and memory refused it before as_int
+    # (operator.index does), as_int took np.timedelta64(3) for 3
+    call = _count_callers()[name]
+    with pytest.raises(TypeError, match=f"{name.strip()} must be an int, got timedelta64"):
+        call(np.timedelta64(3))
+    call(np.int64(3))
