@@ -152,3 +152,34 @@ def test_shallow_copy_keeps_both_modules_consistent():
     assert m.weight is w
     x = Tensor([[1.0, 2.0]])
     np.testing.assert_array_equal(c(x).numpy(), F.linear(x, c.weight, c.bias).numpy())
+
+
+# ------------------------------------------------------------------------- linear, empty
+# linear reshapes its input to (rows, in_features): with in_features or out_features 0 the
+# rows cannot be inferred by reshape(-1, 0) (a NumPy ValueError before). An empty sum is 0:
+# the result is the bias broadcast, as NumPy's matmul of the same arrays.
+
+@pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16", "fp64"])
+@pytest.mark.parametrize(("x_shape", "w_shape"), [
+    ((3, 0), (2, 0)), ((0,), (2, 0)), ((2, 3, 0), (4, 0)), ((3, 4), (0, 4)), ((2, 2, 4), (0, 4)),
+    ((0, 4), (2, 4)), ((0, 0), (0, 0)),
+])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear_with_an_empty_dimension(x_shape, w_shape, with_bias, fmt):
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.standard_normal(x_shape), fmt, requires_grad=True)
+    w = Tensor(rng.standard_normal(w_shape), fmt, requires_grad=True)
+    b = Tensor(rng.standard_normal(w_shape[0]), fmt, requires_grad=True) if with_bias else None
+    y = F.linear(x, w, b)
+    x64, w64 = x.numpy(np.float64), w.numpy(np.float64)
+    want = x64 @ w64.T + (b.numpy(np.float64) if with_bias else 0.0)
+    assert y.shape == want.shape and y.fmt.name == fmt
+    np.testing.assert_array_equal(y.numpy(np.float64), want)
+    g = np.ones(y.shape)
+    y.backward(g)
+    rows = int(np.prod(x_shape[:-1]))
+    g2, x2 = g.reshape(rows, w_shape[0]), x64.reshape(rows, w_shape[1])
+    np.testing.assert_array_equal(x.grad.astype(np.float64), g @ w64)
+    np.testing.assert_array_equal(w.grad.astype(np.float64), g2.T @ x2)
+    if with_bias:
+        np.testing.assert_array_equal(b.grad.astype(np.float64), g2.sum(0))

@@ -489,7 +489,8 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *,
                              f"{w.shape} (need ({n_out},))")
     model = accumulation_model(accumulation)
     dt = operand_dtype(model, x.fmt, w.fmt)
-    x2 = widen(xd, dt).reshape(-1, n_in)
+    rows = math.prod(x_shape[:-1])  # not -1: a reshape cannot infer it when n_in is 0
+    x2 = widen(xd, dt).reshape(rows, n_in)
     w64 = widen(wd, dt)
     out = _acc.gemm(x2, w64.T, fmt, model, fmt, None if b is None else widen(b._data))
     if len(x_shape) != 2:
@@ -497,7 +498,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *,
 
     def backward(g):
         m = accumulation_model(accumulation)
-        g2 = widen(g, operand_dtype(m, fmt)).reshape(-1, n_out)
+        g2 = widen(g, operand_dtype(m, fmt)).reshape(rows, n_out)
         gx = gw = None
         if x._requires_grad:
             in_fmt = fmt if w.fmt is fmt else promote_formats(fmt, w.fmt)
