@@ -183,3 +183,22 @@ def test_linear_with_an_empty_dimension(x_shape, w_shape, with_bias, fmt):
     np.testing.assert_array_equal(w.grad.astype(np.float64), g2.T @ x2)
     if with_bias:
         np.testing.assert_array_equal(b.grad.astype(np.float64), g2.sum(0))
+
+
+# ------------------------------------------------------------- cross_entropy's direct path
+# cross_entropy with class-index targets goes straight to the unweighted nll once its checks
+# pass. nll_loss reads the target as a plain array (np.asarray); a masked array's max skips its
+# masked entries, so a masked out-of-range class must not pass the check (it indexed the
+# last class, silently).
+
+@pytest.mark.parametrize("bad", [-1, 3, 200])
+def test_cross_entropy_masked_array_target_is_checked_as_a_plain_array(bad):
+    x = Tensor(np.arange(12.0).reshape(4, 3) / 10, "fp32", requires_grad=True)
+    t = np.ma.array([0, 1, bad, 2], mask=[False, False, True, False])
+    with pytest.raises(IndexError, match=f"Target {bad} is out of bounds for 3 classes"):
+        F.cross_entropy(x, t)
+    with pytest.raises(IndexError, match=f"Target {bad} is out of bounds for 3 classes"):
+        F.nll_loss(F.log_softmax(x, dim=1), t)
+    ok = np.ma.array([0, 1, 1, 2], mask=[False, False, True, False])  # values as a plain array
+    np.testing.assert_array_equal(F.cross_entropy(x, ok).numpy(),
+                                  F.cross_entropy(x, np.asarray(ok)).numpy())

@@ -1169,7 +1169,10 @@ def cross_entropy(input: Tensor, target, weight=None, ignore_index: int = -100,
     if weight is None and label_smoothing == 0 and isinstance(target, np.ndarray) \
             and target.dtype.kind in "iu":  # class indices, nothing else: the loss is the nll
         lp = autocast_args("nll_loss", logp)  # what nll_loss does first
-        if _unweighted_applies(lp._data, target, ignore_index, reduction):  # its checks pass
+        # its checks pass (on a plain array: nll_loss reads subclasses, masked arrays, by
+        # np.asarray, and a masked array's max skips masked entries)
+        if type(target) is np.ndarray and _unweighted_applies(lp._data, target, ignore_index,
+                                                              reduction):
             return _nll_unweighted(lp, target, *lp._data.shape, reduction)
         return nll_loss(logp, target, None, ignore_index, reduction)
     # a weight that is not a Tensor takes the input's format (PyTorch wants the input's dtype)
