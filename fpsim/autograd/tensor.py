@@ -774,7 +774,10 @@ def _shape_arg(shape: tuple) -> tuple:
 def make_result(data: np.ndarray, fmt: Format, parents: Sequence[Tensor],
                 backward: Callable, op: str) -> Tensor:
     """Wrap an op's rounded result; record the graph edge when grad mode is on and an input
-    requires grad. ``backward(g)`` returns one gradient (or None) per parent."""
+    requires grad. ``backward(g)`` returns one gradient (or None) per parent: a fresh array,
+    a view of ``g`` or ``g`` itself, never an array the op keeps (saved at forward time or
+    cached between calls): a leaf adopts a fresh-looking array as its ``.grad`` without a
+    copy (see ``_run_backward``), and changing that ``.grad`` in place would change it."""
     out = Tensor._wrap(data, fmt)
     if _state.grad_enabled:
         for p in parents:
