@@ -34,3 +34,17 @@ def test_a_timedelta_is_not_a_count(name):
     with pytest.raises(TypeError, match=f"{name.strip()} must be an int, got timedelta64"):
         call(np.timedelta64(3))
     call(np.int64(3))
+
+
+def test_train_on_an_empty_training_set_names_the_data():
+    # before 9ed4eb1 the trainer ran on empty batches and returned NaN losses; since it draws
+    # through minibatches it stopped with minibatches' "n_samples must be >= 1", a name train()
+    # does not have
+    from fpsim.datasets import load_digits
+    from fpsim.training import train
+
+    d = load_digits()
+    empty = type(d)(d.x_train[:0], d.y_train[:0], d.x_test[:20], d.y_test[:20])
+    with pytest.raises(ValueError, match=r"data\.x_train is empty"):
+        train(data=empty, precision="fp32", sizes=(64, 8, 10), steps=2, batch_size=4,
+              eval_every=2)

@@ -432,6 +432,8 @@ def _train(config: TrainConfig | None, data: Split | None,
         tick = progress if callable(progress) else None
 
     n = len(data.x_train)
+    if n == 0:
+        raise ValueError("data.x_train is empty: train needs at least one training sample")
     # full batches of a fresh permutation an epoch (minibatches' drop_last rule); a batch_size
     # above n takes the whole training set, reshuffled, every step
     per_epoch = max(n // cfg.batch_size, 1)
