@@ -202,3 +202,15 @@ def test_cross_entropy_masked_array_target_is_checked_as_a_plain_array(bad):
     ok = np.ma.array([0, 1, 1, 2], mask=[False, False, True, False])  # values as a plain array
     np.testing.assert_array_equal(F.cross_entropy(x, ok).numpy(),
                                   F.cross_entropy(x, np.asarray(ok)).numpy())
+
+
+def test_shallow_copy_keeps_slots_and_plain_attributes():
+    class Slotted(Linear):
+        __slots__ = ("tag", "unset")
+
+    m = Slotted(2, 2, rng=0)
+    m.tag = "t"
+    m.note = [1]
+    c = copy.copy(m)
+    assert c.tag == "t" and c.note is m.note and not hasattr(c, "unset")
+    assert c.weight is m.weight and c.training is m.training

@@ -141,12 +141,18 @@ class Module:
     def __copy__(self) -> Module:
         """A shallow copy: the same parameters, buffers and sub-modules, in stores of its own
         (shared stores would leave one module's mirror stale when the other registers)."""
-        clone = object.__new__(type(self))
+        cls = type(self)
+        clone = object.__new__(cls)
         d = clone.__dict__
         d.update(self.__dict__)
         for own in ("_parameters", "_buffers", "_modules", "_no_cast"):
             if own in d:
                 d[own] = d[own].copy()
+        for k in cls.__mro__:  # a subclass's __slots__, as copy.copy's default copies them
+            slots = k.__dict__.get("__slots__", ())
+            for slot in (slots,) if isinstance(slots, str) else slots:
+                if slot not in ("__dict__", "__weakref__") and hasattr(self, slot):
+                    object.__setattr__(clone, slot, getattr(self, slot))
         return clone
 
     def __delattr__(self, name: str) -> None:
