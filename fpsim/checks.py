@@ -1,9 +1,10 @@
 """Argument checks shared across fpsim's layers: one rule each, one wording of its errors.
 
 - :func:`as_int`: a count or size argument (``batch_size``, ``world_size``, ``segments``...) as
-  a Python int no smaller than a given minimum. Python ints and NumPy integers are accepted;
-  bools (``True`` is not a count), ``np.timedelta64`` (a NumPy integer subclass, but a
-  duration), strings, None, floats and arrays (0-d ones too: pass ``int(x)``) are refused with
+  a Python int no smaller than a given minimum. What ``range()`` takes is accepted (Python
+  ints, NumPy integers, 0-d integer arrays, objects with ``__index__``); bools (``True`` is not
+  a count), ``np.timedelta64`` (a NumPy integer subclass, but a duration), strings, None,
+  floats and other arrays are refused with
   a TypeError naming the argument and what was given; a value below the minimum with a
   ValueError naming the argument, the minimum and the value. Where an argument counts elements
   that people write in scientific notation (``1e9``), ``whole_floats=True`` also accepts
@@ -15,6 +16,7 @@ This module sits in fpsim's bottom layer: it imports only NumPy, so every layer 
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -37,15 +39,18 @@ def as_int(name: str, value: object, minimum: int, *, whole_floats: bool = False
     ...
     ValueError: world_size must be >= 1, got 0
     """
-    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.timedelta64)):
-        n = int(value)
-    elif whole_floats and isinstance(value, (float, np.floating)):
+    if isinstance(value, (bool, np.bool_)):
+        n = None  # True is not a count, though bool is an int subclass
+    else:
+        try:  # what range() takes: ints, NumPy integers, 0-d integer arrays, __index__ objects
+            n = operator.index(value)
+        except TypeError:  # floats, strings, None, arrays, np.timedelta64 ...
+            n = None
+    if n is None and whole_floats and isinstance(value, (float, np.floating)):
         if not (math.isfinite(value) and float(value).is_integer()):
             raise ValueError(f"{name} must be a whole number, got {value!r}")
         n = int(value)
-    else:
-        # bool is an int subclass, np.timedelta64 an np.integer one, np.bool_ not an
-        # np.integer: all land here
+    if n is None:
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if n < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")

@@ -12,6 +12,7 @@ from fpsim.checks import as_int
 @pytest.mark.parametrize("value, minimum, expected", [
     (3, 1, 3), (0, 0, 0), (1, 1, 1), (-2, -5, -2), (2**70, 1, 2**70),
     (np.int64(4), 1, 4), (np.int8(0), 0, 0), (np.uint64(2**63), 1, 2**63), (np.int32(7), 7, 7),
+    (np.array(3), 1, 3), (np.array(5, np.uint8), 0, 5), (range(9)[4], 1, 4),
 ])
 def test_accepts_python_and_numpy_integers(value, minimum, expected):
     got = as_int("n", value, minimum)
@@ -22,7 +23,9 @@ def test_accepts_python_and_numpy_integers(value, minimum, expected):
     (True, "bool True"), (False, "bool False"), (np.True_, "bool np.True_"),
     (2.0, "float 2.0"), (2.5, "float 2.5"), (np.float32(3.0), "float32 np.float32(3.0)"),
     ("3", "str '3'"), (None, "NoneType None"), (3 + 0j, "complex (3+0j)"),
-    (np.array(3), "ndarray array(3)"), ([3], "list [3]"),
+    (np.array(3.0), "ndarray array(3.)"), (np.array([3]), "ndarray array([3])"),
+    (np.array(True), "ndarray array(True)"), ([3], "list [3]"),
+    (np.timedelta64(3), "timedelta64 np.timedelta64(3)"),
 ])
 def test_refuses_non_integers_with_a_type_error_naming_argument_and_value(value, shown):
     with pytest.raises(TypeError, match=re.escape(f"batch_size must be an int, got {shown}")):
@@ -82,3 +85,13 @@ def test_callers_share_the_rule(name):
             call(low)
     call(np.int64(2))
     call(2)
+
+
+def test_accepts_what_range_takes():
+    class Count:
+        def __index__(self) -> int:
+            return 6
+
+    assert as_int("n", Count(), 1) == 6 and len(range(Count())) == 6
+    with pytest.raises(ValueError, match=re.escape("n must be >= 1, got 0")):
+        as_int("n", np.array(0), 1)
