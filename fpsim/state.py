@@ -273,6 +273,7 @@ class scoped:  # noqa: N801 - a context manager, used like one
         if not _PIECE_SET.issuperset(values):
             _check_names(values)
         self._values = values
+        self._saved: list = []  # one record per active entry: the object may be re-entered
 
     def __enter__(self) -> None:
         saved = []
@@ -283,10 +284,10 @@ class scoped:  # noqa: N801 - a context manager, used like one
             else:
                 saved.append((name, _get(name)))
                 _set(name, value)
-        self._saved = saved
+        self._saved.append(saved)
 
     def __exit__(self, *exc) -> None:
-        for key, old in reversed(self._saved):
+        for key, old in reversed(self._saved.pop()):
             if isinstance(key, str):
                 _set(key, old)
             else:

@@ -204,3 +204,23 @@ def test_checkpoint_recomputes_bit_identically_under_non_default_state():
         manual_seed(7)
         z2 = fpsim.nn.Linear(8, 4, rng=2)(Tensor(np.full((1, 8), 0.1)))
     assert not np.array_equal(z.data, z2.data)
+
+
+def test_one_scoped_object_entered_again_while_active_restores_in_order():
+    """A scoped object entered inside its own block (a context object kept in a variable and
+    reused, or a decorated function that recurses) restores each entry's state on its exit."""
+    import fpsim.state as st
+
+    original = st.autograd_settings
+    inside, value = object(), object()
+    ctx = st.scoped(autograd_settings=value)
+    try:
+        with ctx:
+            assert st.autograd_settings is value
+            st.autograd_settings = inside  # changed inside the block
+            with ctx:
+                assert st.autograd_settings is value
+            assert st.autograd_settings is inside  # the inner exit restored the inner entry's
+        assert st.autograd_settings is original  # and the outer exit the outer entry's
+    finally:
+        st.autograd_settings = original

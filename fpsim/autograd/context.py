@@ -162,25 +162,17 @@ def settings() -> _Settings:
 class _use(_state.scoped):  # noqa: N801 - a context manager, used like one
     """``scoped(autograd_settings=new)`` whose ``with ... as`` target is ``new`` (a class, not
     a generator: the contexts are entered per step). As the contextmanager it replaced, it
-    decorates functions (each call enters afresh), and one object may be entered again while
-    active: the saved state of each enclosing entry waits in ``_outer``."""
+    decorates functions (each call enters afresh); one object may be entered again while active
+    (``scoped`` keeps a record per entry)."""
 
-    __slots__ = ("_outer",)
+    __slots__ = ()
 
     def __init__(self, new: _Settings) -> None:
         super().__init__(autograd_settings=new)
-        self._outer: list = []
 
     def __enter__(self) -> _Settings:
-        saved = getattr(self, "_saved", None)  # set while this very object is active
         super().__enter__()
-        if saved is not None:
-            self._outer.append(saved)
         return self._values["autograd_settings"]
-
-    def __exit__(self, *exc) -> None:
-        super().__exit__(*exc)
-        self._saved = self._outer.pop() if self._outer else None
 
     def __call__(self, fn: Callable) -> Callable:
         new = self._values["autograd_settings"]
