@@ -134,3 +134,21 @@ def test_retained_non_leaf_grad_is_a_copy():
     F.sum(h).backward()
     for g in (a.grad, b.grad):
         assert not np.shares_memory(h.grad, g)
+
+
+@pytest.mark.parametrize("fmt", FORMATS + ["e4m3"])
+def test_zero_d_leaves_get_writable_0d_arrays(fmt):
+    """NumPy ops on 0-d arrays return NumPy scalars; a .grad is still a writable 0-d array
+    (as PyTorch's 0-d tensor), also when two gradients are added."""
+    ops = [lambda t: t.exp(), lambda t: -t, lambda t: t * t, lambda t: t + 1.0,
+           lambda t: t * 3.0 + t.exp()]
+    for op in ops:
+        x = Tensor(2.0, fmt, requires_grad=True)
+        y = op(x)
+        y.backward(retain_graph=True)
+        first = x.grad.copy()
+        y.backward()  # accumulates
+        for g in (first, x.grad):
+            assert type(g) is np.ndarray and g.shape == () and g.flags.writeable
+        x.grad[...] = 0
+        assert float(x.grad) == 0.0

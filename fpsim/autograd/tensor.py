@@ -822,8 +822,8 @@ def add_grads(a: np.ndarray, b: np.ndarray, fmt: Format) -> np.ndarray:
     if a.dtype == np.float32 and b.dtype == np.float32 and fmt == FP32:
         from .context import settings
         if settings().plain:
-            return a + b  # an IEEE float32 add is the one rounding
-    return round_to(a.astype(np.float64) + b.astype(np.float64), fmt)
+            return np.asarray(a + b)  # an IEEE float32 add is the one rounding (0-d: an array)
+    return np.asarray(round_to(np.asarray(a.astype(np.float64) + b.astype(np.float64)), fmt))
 
 
 def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
@@ -861,6 +861,8 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
         for p, pg in zip(parents, pgrads, strict=True):
             if pg is None or not p._requires_grad:
                 continue
+            if isinstance(pg, np.generic):  # NumPy ops on 0-d arrays return scalars
+                pg = np.array(pg)
             if pg.shape != p._data.shape:
                 raise RuntimeError(f"internal error: {node._op} backward gave shape {pg.shape} "
                                    f"for an input of shape {p._data.shape}")
