@@ -48,3 +48,19 @@ def test_train_on_an_empty_training_set_names_the_data():
     with pytest.raises(ValueError, match=r"data\.x_train is empty"):
         train(data=empty, precision="fp32", sizes=(64, 8, 10), steps=2, batch_size=4,
               eval_every=2)
+
+
+@pytest.mark.parametrize("cls_name", ["FP8Linear", "MXLinear"])
+def test_quant_linear_sizes_as_nn_linear(cls_name):
+    """FP8Linear / MXLinear take sizes as nn.Linear does (ints >= 1): a zero size was a
+    ZeroDivisionError from the bias bound 1 / sqrt(in_features)."""
+    import fpsim.quant as Q
+
+    cls = getattr(Q, cls_name)
+    for args, err, text in (((0, 4), ValueError, "in_features must be >= 1"),
+                            ((4, 0), ValueError, "out_features must be >= 1"),
+                            ((2.0, 3), TypeError, "in_features must be an int"),
+                            ((True, 3), TypeError, "in_features must be an int")):
+        with pytest.raises(err, match=text):
+            cls(*args)
+    assert cls(np.int64(3), 2, rng=0).weight.shape == (2, 3)

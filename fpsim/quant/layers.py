@@ -48,6 +48,7 @@ from ..autograd.accumulate import gemm_acc
 from ..autograd.context import as_accumulation, get_accumulation, round_to, widen
 from ..autograd.operands import pair as _pair
 from ..autograd.tensor import Tensor, as_format, make_result
+from ..checks import as_int
 from ..formats import BF16, FP16, FP32, Format
 from ..nn import init
 from ..nn.module import Module, Parameter
@@ -516,6 +517,9 @@ class FP8Linear(Module):
                  margin: float = 0, out_fmt: Format | str = FP32, accumulation=None,
                  rng: np.random.Generator | int | None = None) -> None:
         super().__init__()
+        # sizes as nn.Linear takes them: ints >= 1 (1 / sqrt(in_features) bounds the bias)
+        in_features = as_int("in_features", in_features, 1)
+        out_features = as_int("out_features", out_features, 1)
         self.in_features, self.out_features = in_features, out_features
         self.fwd_fmt = as_fp8_format(fwd_fmt, "fwd_fmt")
         self.bwd_fmt = as_fp8_format(bwd_fmt, "bwd_fmt")

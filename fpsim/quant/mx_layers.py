@@ -52,6 +52,7 @@ import numpy as np
 from .. import mx
 from ..autograd.context import round_to, widen
 from ..autograd.tensor import Tensor, make_result
+from ..checks import as_int
 from ..formats import FP32
 from ..nn import init
 from ..nn.module import Module, Parameter
@@ -182,6 +183,9 @@ class MXLinear(Module):
         if not self.tensor_scale and fmt != "nvfp4":
             raise ValueError("tensor_scale=False drops NVFP4's per-tensor scale; recipe "
                              f"{recipe!r} has E8M0 block scales only already")
+        # sizes as nn.Linear takes them: ints >= 1 (1 / sqrt(in_features) bounds the bias)
+        in_features = as_int("in_features", in_features, 1)
+        out_features = as_int("out_features", out_features, 1)
         self.in_features, self.out_features = in_features, out_features
         self._rng = np.random.default_rng() if rng is None else as_generator(rng)
         self.weight = Parameter(np.zeros((out_features, in_features)), FP32)
