@@ -214,3 +214,16 @@ def test_shallow_copy_keeps_slots_and_plain_attributes():
     c = copy.copy(m)
     assert c.tag == "t" and c.note is m.note and not hasattr(c, "unset")
     assert c.weight is m.weight and c.training is m.training
+
+
+@pytest.mark.parametrize("dim", ["a", 1.0, (0, "b"), 1.5, [0.0]])
+def test_dims_that_are_not_integers_are_a_clear_type_error(dim):
+    """A dim that is not an int (or a sequence of ints) names itself in a TypeError instead of
+    int()'s ValueError (a string) or being truncated (a float), across the ops that take one."""
+    from fpsim.autograd import Tensor
+    from fpsim.autograd import functional as F
+
+    x = Tensor(np.ones((2, 3)))
+    for op in (lambda: F.sum(x, dim), lambda: F.mean(x, dim), lambda: F.cat([x, x], dim)):
+        with pytest.raises(TypeError, match="dim must be an int or a sequence of ints"):
+            op()

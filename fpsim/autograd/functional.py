@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import operator
 import sys
 from collections import namedtuple
 from collections.abc import Sequence
@@ -268,10 +269,14 @@ def _axes(dim, ndim: int) -> tuple[int, ...]:
         return (dim % ndim,)
     if dim is None:
         return tuple(range(ndim))
-    dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+    try:
+        dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+        dims = tuple(operator.index(d) for d in dims)  # ints, NumPy integers (bools, as before)
+    except TypeError:
+        raise TypeError(f"dim must be an int or a sequence of ints, got "
+                        f"{type(dim).__name__} {dim!r}") from None
     out = []
     for d in dims:
-        d = int(d)
         lo, hi = -builtins.max(ndim, 1), builtins.max(ndim, 1) - 1
         if not lo <= d <= hi:
             raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], "
