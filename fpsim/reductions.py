@@ -968,8 +968,8 @@ def dot(
         raise ValueError(f"order='wide' needs exact products in float64; {c.fmt.name} has "
                          f"{c.fmt.precision_bits} precision bits or too wide a range")
     with quiet_flags():
-        va, sa = convert_operand(a, c)
-        vb, sb = convert_operand(b, c)
+        va, sa = convert_operand(a, c, "a")  # the names an element's TypeError gives
+        vb, sb = convert_operand(b, c, "b")
         shape = np.broadcast_shapes(np.shape(va), np.shape(vb))
         if len(shape) == 0:
             raise ValueError("dot needs arrays with at least one axis")

@@ -424,6 +424,23 @@ def _split_ratio(n: int, d: int) -> tuple[int, int, int]:
     return neg, q | (rem != 0), e
 
 
+# A Decimal's exponent beyond this (|d| > 10**1000 > 2**3321 or |d| < 10**-1000): past every
+# format's range (all lie within float64's), so it rounds as any value that far out does.
+_DECIMAL_FAR = 1000
+_FAR_E_TOP = 4000  # the exponent of the power of two that stands in for such a Decimal
+
+
+def _split_decimal(d: Decimal) -> tuple[int, int, int]:
+    """A finite Decimal to (neg, sig, e_top) of :func:`_round_scaled`: exact, except that
+    beyond 10**+-1000 a power of two on the same side stands in, which rounds the same in
+    every mode (values, flags, stochastic draws): Decimal('1e-999999999') must not build a
+    billion-digit integer."""
+    neg = int(d.is_signed())  # keeps the sign of -0
+    if d and abs(d.adjusted()) > _DECIMAL_FAR:
+        return neg, 1 << _TOP, _FAR_E_TOP if d.adjusted() > 0 else -_FAR_E_TOP
+    return (neg,) + _split_ratio(*d.as_integer_ratio())[1:]
+
+
 @dataclass(frozen=True)
 class RoundingPolicy:
     """How values are rounded to a format: the one value object behind the ``fmt``,
@@ -744,6 +761,15 @@ def _run_wide(x: np.ndarray, hi: np.ndarray, fmt, mode, ovf, flush, daz, tin, rn
 _SNAN_BITS = EXP_MASK | (QUIET >> ONE)  # a signalling NaN: quiet bit clear, payload nonzero
 
 
+def _decimal_of(x: str) -> Decimal:
+    try:
+        return Decimal(x.strip())
+    except ArithmeticError:  # decimal.InvalidOperation
+        raise ValueError(
+            f"x must be a decimal number such as '0.1', '-1e999', 'inf' or 'nan', got {x!r}"
+        ) from None
+
+
 def as_rational(x) -> tuple[Fraction | float, bool]:
     """The exact value of ``x`` as :func:`round_rational` reads it: (a Fraction, or a float
     for inf / NaN; whether it is negative, which also holds the sign of a zero).
@@ -751,13 +777,7 @@ def as_rational(x) -> tuple[Fraction | float, bool]:
     >>> as_rational("-0.1")
     (Fraction(-1, 10), True)
     """
-    if isinstance(x, str):
-        try:
-            x = Decimal(x.strip())
-        except ArithmeticError:  # decimal.InvalidOperation
-            raise ValueError(
-                f"x must be a decimal number such as '0.1', '-1e999', 'inf' or 'nan', got {x!r}"
-            ) from None
+    x = _decimal_of(x) if isinstance(x, str) else x
     if isinstance(x, Decimal):
         if x.is_snan():  # float() refuses it: a float64 signalling NaN of its sign
             return float(np.uint64(_SNAN_BITS | (SIGN if x.is_signed() else ZERO))
@@ -781,8 +801,14 @@ def as_rational(x) -> tuple[Fraction | float, bool]:
 
 def _round_rational(x, pol: RoundingPolicy, want: bool):
     """One exact number rounded once: (patterns of shape (1,), flags or None)."""
-    v, negative = as_rational(x)
+    x = _decimal_of(x) if isinstance(x, str) else x
     gen = pol.generator()
+    if isinstance(x, Decimal) and x.is_finite():  # split without a Fraction (far exponents)
+        neg, sig, e_top = _split_decimal(x)
+        return _round_scaled(np.array([neg], _U), np.array([sig], _U),
+                             np.array([e_top], np.int64), pol.fmt, pol.rounding, pol.overflow,
+                             pol.flush, pol.daz, pol.tininess, gen, pol.random_bits, want)
+    v, negative = as_rational(x)
     if isinstance(v, float):  # inf, NaN: the float64 kernel
         return _kernel(np.array([v]).view(np.uint64), _params(pol.fmt), pol.rounding,
                        pol.overflow, pol.flush, pol.daz, pol.tininess, gen, pol.random_bits,
@@ -808,7 +834,7 @@ def _object_element(v):
     if isinstance(v, Decimal):
         if not v.is_finite():
             return np.float64(as_rational(v)[0])  # inf, NaN (an sNaN still signalling)
-        return (int(v.is_signed()),) + _split_ratio(*v.as_integer_ratio())[1:]  # -0 kept
+        return _split_decimal(v)
     if not isinstance(v, np.generic):
         return None
     kind = v.dtype.kind
@@ -907,12 +933,26 @@ def round_objects_with(arr: np.ndarray, policy: RoundingPolicy, want: bool = Fal
 
 def listed(x):
     """Internal API: a list or tuple as the array NumPy makes of it (a ragged one stays:
-    as_float64 says why); anything else as it is."""
+    as_float64 says why); anything else as it is. Where NumPy would make floats of integers
+    it cannot hold exactly (``[2**53 + 1, 0.5]``, ``[2**63 + 1, -1]``: float64), an object
+    array instead, so each element is still rounded once, as alone."""
     if isinstance(x, (list, tuple)):
         try:
-            return np.asarray(x)
+            arr = np.asarray(x)
         except ValueError:
             return x
+        if arr.dtype.kind == "f" and arr.size and np.finfo(arr.dtype).nmant < 63:
+            with np.errstate(invalid="ignore"):
+                big = np.flatnonzero(np.abs(arr) >= 2.0 ** (np.finfo(arr.dtype).nmant + 1))
+            if big.size:  # rare: look at those elements only
+                obj = np.asarray(x, dtype=object)
+                held = arr.reshape(-1)[big]
+                if obj.shape == arr.shape and any(
+                        isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                        and (not np.isfinite(h) or int(h) != int(v))
+                        for v, h in zip(obj.reshape(-1)[big], held, strict=True)):
+                    return obj  # (an exact list keeps NumPy's array: same stochastic draws)
+        return arr
     return x
 
 
