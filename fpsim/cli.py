@@ -63,6 +63,20 @@ def _fmt_exact(q: Fraction) -> str:
     return f"{d:+.6e}"
 
 
+def _far_decimal(value) -> int:
+    """-1 for a decimal string or Decimal below 10**-1000 in magnitude (not 0), +1 above
+    10**1000 (finite), else 0."""
+    if isinstance(value, str):
+        try:
+            value = decimal.Decimal(value.strip())
+        except decimal.InvalidOperation:
+            return 0  # as_rational says what is wrong with it
+    if not isinstance(value, decimal.Decimal) or not value.is_finite() or value.is_zero():
+        return 0
+    e = value.adjusted()
+    return -1 if e < -1000 else (1 if e > 1000 else 0)
+
+
 def show_value(value, fmt_name: str, rounding: str = "nearest_even") -> str:
     """A value rounded to a format: the value, its bits, class, error and neighbours. The
     value (a decimal string, int, Fraction or float) is read exactly and rounded once.
@@ -83,8 +97,13 @@ def show_value(value, fmt_name: str, rounding: str = "nearest_even") -> str:
     else:
         lines += [f"bits         : {bit_string(v, fmt)}   (sign | exponent | mantissa)",
                   f"class        : {classify(v, fmt)}"]
-    x = as_rational(value)[0]
-    if np.isfinite(v) and isinstance(x, Fraction):
+    far = _far_decimal(value)
+    x = None if far else as_rational(value)[0]
+    if far and np.isfinite(v):  # 10**+-1000 and beyond: its exact Fraction takes minutes
+        what = "the rounded value itself" if far < 0 and v else "-x"
+        where = "below 10**-1000" if far < 0 else "above 10**1000"
+        lines.append(f"error        : {what}, to every digit shown (|x| is {where})")
+    elif np.isfinite(v) and isinstance(x, Fraction):
         err = Fraction(v) - x
         rel = abs(err / x) if x != 0 else Fraction(0)
         lines.append(f"error        : {_fmt_exact(err)} (relative {_fmt_exact(rel)[1:]}, "

@@ -64,3 +64,24 @@ def test_quant_linear_sizes_as_nn_linear(cls_name):
         with pytest.raises(err, match=text):
             cls(*args)
     assert cls(np.int64(3), 2, rng=0).weight.shape == (2, 3)
+
+
+def test_show_far_decimals_answers_at_once():
+    """`fpsim show` on a decimal far beyond every format (1e-999999999) answers at once: its
+    error line no longer builds the exact Fraction (10**999999999, minutes of work)."""
+    import subprocess
+    import sys
+
+    code = ("from fpsim.cli import main\n"
+            "for v in ('1e-999999999', '-1e999999999', '1e-1001'):\n"
+            "    main(['show', v, '-f', 'fp16', '--rounding', 'up'])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    errors = [ln for ln in lines if ln.startswith("error")]
+    assert errors == [
+        "error        : the rounded value itself, to every digit shown (|x| is below 10**-1000)",
+        "error        : -x, to every digit shown (|x| is above 10**1000)",
+        "error        : the rounded value itself, to every digit shown (|x| is below 10**-1000)"]
+    assert "rounded      : -65504.0" in lines  # rounding up from -1e999999999: the largest
