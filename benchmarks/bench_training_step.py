@@ -31,7 +31,10 @@ element arrays) and every fp16 operand is widened through a 65536-entry table (~
 MLP step rounds ~300k and widens ~315k elements. The floor rows show that these conversions,
 not the engine, set the cost (docs/autograd.md gives the measured overhead). BLAS runs on one
 thread (timing.pinned_blas): several threads on these small GEMMs were measured 5-10x slower on
-a busy 2-core machine.
+a busy 2-core machine. The script also keeps freed memory in the process (timing.steady_malloc):
+otherwise glibc's adaptive mmap threshold made a step page its arrays in afresh in some runs
+and not in others (hundreds of page faults, ~1 ms, on the floor or on fpsim by the luck of what
+ran before), which moved the engine overhead by several points between runs.
 
 ``--glue K`` shows what Python work between kernel calls costs: it times the MLP floor with K
 rounds of plain Python work (small objects made and dropped, as an engine's bookkeeping does)
@@ -514,7 +517,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from timing import pinned_blas
+    from timing import pinned_blas, steady_malloc
 
+    steady = steady_malloc()  # page faults must not decide the comparison (timing.py says why)
+    print(f"allocator kept steady (glibc mallopt): {'yes' if steady else 'no (not glibc)'}")
     with pinned_blas():
         raise SystemExit(main())

@@ -1,5 +1,6 @@
-"""The timer every benchmark script shares: the best of several wall-clock runs, and one BLAS
-thread for the run (:func:`pinned_blas`).
+"""The timer every benchmark script shares: the best of several wall-clock runs, one BLAS
+thread for the run (:func:`pinned_blas`) and, where steps allocate large arrays, an allocator
+that keeps freed memory (:func:`steady_malloc`).
 
 Ratio convention of every benchmark: "speed vs reference" = reference time / fpsim time
 (1.0 = as fast as the reference, < 1 slower, > 1 faster), stated in each script's header.
@@ -23,6 +24,30 @@ def pinned_blas(threads: int = 1) -> Iterator[None]:
 
     with threadpool_limits(limits=threads, user_api="blas"):
         yield
+
+
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+def steady_malloc(threshold: int = 1 << 30) -> bool:
+    """Keep freed memory in the process for the rest of the run (glibc ``mallopt``: blocks up to
+    ``threshold`` bytes come from the heap, not mmap, and the heap is not trimmed), so that a
+    timed step does not page its arrays in afresh. glibc adapts its mmap threshold to the blocks
+    freed so far, so without this a step of the same code can pay hundreds of page faults (about
+    a millisecond) in one process and none in the next, depending on what ran before it.
+    Returns whether it applied (False off glibc)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, threshold)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, threshold))
 
 
 def best_time(fn: Callable[[], object], repeat: int, warmup: bool = True) -> float:
