@@ -230,3 +230,65 @@ def test_no_master_update_is_rounded_once_to_the_parameter_format():
     exact = np.float32([1.0, 3.0]) - np.float32(fpsim.round(g, FP16))
     assert p.numpy(np.float64).tolist() == fpsim.round(exact.astype(np.float64), FP16).tolist()
     assert p.numpy(np.float64)[0] == 1 - 2.0 ** -10  # 1 - 1.5 ulp: a tie, to even
+
+
+class _OutOfPlaceSGD(optim.SGD):
+    """SGD's update as written before the in-place momentum (each operation a fresh array):
+    the reference the in-place update must equal bit for bit."""
+
+    def _update(self, w, g, state, group, dtype):
+        lr, mom, damp = group["lr"], group["momentum"], group["dampening"]
+        if group["maximize"]:
+            g = -g
+        if group["weight_decay"] != 0:
+            g = g + group["weight_decay"] * w
+        if mom != 0:
+            buf = self._state_get(state, "momentum_buffer", dtype)
+            buf = np.array(g, copy=True) if buf is None else mom * buf + (1 - damp) * g
+            self._state_set(state, "momentum_buffer", buf)
+            g = g + mom * buf if group["nesterov"] else buf
+        return w - lr * g
+
+
+@pytest.mark.parametrize("kw", [dict(lr=0.1, momentum=0.9),
+                                dict(lr=0.05, momentum=0.9, dampening=0.3),
+                                dict(lr=0.1, momentum=0.8, nesterov=True),
+                                dict(lr=0.1, momentum=0.9, weight_decay=0.01, maximize=True)],
+                         ids=str)
+@pytest.mark.parametrize("fmt, extra", [("fp16", dict(master_weights=True)),
+                                        ("bf16", dict(master_weights=True)),
+                                        ("fp16", dict()), ("fp32", dict()), ("fp64", dict()),
+                                        ("fp32", dict(state_fmt="bf16")),
+                                        ("fp16", dict(master_weights=True, state_fmt="fp16"))],
+                         ids=str)
+def test_sgd_in_place_momentum_is_the_out_of_place_update_bit_for_bit(kw, fmt, extra):
+    rng = np.random.default_rng(7)
+    w0 = rng.standard_normal((6, 5))
+    grads = [rng.standard_normal((6, 5)) * 10.0 ** rng.integers(-6, 2) for _ in range(5)]
+    runs = []
+    for cls in (optim.SGD, _OutOfPlaceSGD):
+        p = Parameter(w0, fmt)
+        opt = cls([p], **kw, **extra)
+        out = []
+        for g in grads:
+            p.grad = g
+            opt.step()
+            buf = opt.state[p]["momentum_buffer"]
+            out.append((p.numpy().copy(), np.array(buf, copy=True)))
+        runs.append(out)
+    for (pa, ba), (pb, bb) in zip(*runs, strict=True):
+        np.testing.assert_array_equal(pa.view(np.uint8), pb.view(np.uint8))
+        np.testing.assert_array_equal(ba.view(np.uint8), bb.view(np.uint8))
+
+
+def test_sgd_momentum_buffer_is_updated_in_place_and_state_dict_is_a_copy():
+    p = Parameter(np.ones(3), "fp32")
+    opt = optim.SGD([p], lr=0.1, momentum=0.9)
+    p.grad = np.ones(3)
+    opt.step()
+    buf = opt.state[p]["momentum_buffer"]
+    saved = opt.state_dict()
+    p.grad = np.ones(3)
+    opt.step()
+    assert opt.state[p]["momentum_buffer"] is buf  # PyTorch's buf.mul_().add_()
+    np.testing.assert_array_equal(saved["state"][0]["momentum_buffer"], np.ones(3))

@@ -56,7 +56,14 @@ class SGD(Optimizer):
             g = g + wd * w
         if mom != 0:
             buf = self._state_get(state, "momentum_buffer", dtype)
-            buf = np.array(g, copy=True) if buf is None else mom * buf + (1 - damp) * g
+            if buf is None:
+                buf = np.array(g, copy=True)
+            else:  # in place, as PyTorch's buf.mul_(momentum).add_(g, alpha=1 - dampening):
+                # the buffer is the optimizer's own (state_dict and load_state_dict copy), and
+                # the roundings are those of mom * buf + (1 - damp) * g
+                np.multiply(buf, mom, out=buf)
+                np.add(buf, g if damp == 0 else (1 - damp) * g, out=buf)  # 1 * g is g exactly
             self._state_set(state, "momentum_buffer", buf)
             g = g + mom * buf if group["nesterov"] else buf
-        return w - lr * g
+        step = lr * g  # a fresh array: w - step lands in it (one allocation less a step)
+        return np.subtract(w, step, out=step) if step.dtype == w.dtype else w - step
