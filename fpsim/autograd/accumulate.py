@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import flags as _flags
 from ..formats import FP16, FP32, Format
 from .context import Accumulation, contains, round_to, settings
 from .fastcast import f64_to_f32_to_f16
@@ -146,7 +147,7 @@ def finish(acc: np.ndarray, out_fmt: Format, model: Accumulation) -> np.ndarray:
     if model.kind == "fp32" and out_fmt is not FP32:
         # identity test first: Format's dataclass == compares five fields
         if (out_fmt is FP16 or out_fmt == FP16) and acc.dtype == np.float64 \
-                and settings().plain:
+                and settings().plain and not _flags.flags_active():  # (round_to records flags)
             return f64_to_f32_to_f16(acc)  # the same two roundings, without a fresh array
         if out_fmt != FP32 and contains(FP32, out_fmt):
             with np.errstate(over="ignore"):
