@@ -259,3 +259,19 @@ def test_fp16_gemm_ops_record_ieee_flags_under_flag_context(scale):
         _, ref = fpsim.round(acc.astype(np.float32), "fp16", flags=True)
         np.testing.assert_array_equal(got.view(np.uint16), plain.view(np.uint16))
         assert int(ctx.flags) == int(np.bitwise_or.reduce(ref.reshape(-1)))
+
+
+def test_fp32_gradient_sums_record_ieee_flags_under_flag_context():
+    """Two fp32 gradients of one tensor are added with one rounding; inside a flag_context the
+    add records its flags (the plain float32 fast path skipped them)."""
+    import fpsim
+    from fpsim.autograd import Tensor
+
+    big = np.float32(3e38)
+    x = Tensor(np.array([1.0, 1.0], np.float32), "fp32", requires_grad=True)
+    y = x * np.array([big, 1.0], np.float32) + x * np.array([big, 2.0**-30], np.float32)
+    with fpsim.flag_context() as ctx:
+        y.backward(np.ones(2, np.float32))
+    assert np.isinf(x.grad[0]) and x.grad[1] == np.float32(1 + 2.0**-30)
+    _, ref = fpsim.round(np.array([2 * 3e38, 1 + 2.0**-30]), "fp32", flags=True)
+    assert int(ctx.flags) & int(np.bitwise_or.reduce(ref)) == int(np.bitwise_or.reduce(ref))
