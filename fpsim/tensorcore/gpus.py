@@ -18,7 +18,7 @@ BlockFMA(block_size=8, extra_bits=1, output_rounding='toward_zero', min_exponent
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..formats import (
     BF16,
@@ -419,10 +419,9 @@ _B200_FP8_EXACT = {
 #: all 33 terms rounded once. Pending a B200 run of tools/record_tensorcore.py's
 #: wide_products and c_late probes.
 _B200_FP8_DEFAULT = {
-    (f, "fp32"): BlockFMA(32, 0, Rounding.NEAREST_EVEN, summation="exact",
-                          name=f"B200 {f}->fp32 (reasoned rule: exact block-32 sum with c, RNE; "
+    (f, o): replace(unit, name=f"B200 {f}->{o} (reasoned rule: exact block-32 sum with c, RNE; "
                                f"pending the wide_products and c_late probes)")
-    for f in ("fp8_e4m3", "fp8_e5m2")}
+    for (f, o), unit in _B200_FP8_EXACT.items()}
 
 _B200_NOTE = ("fp8 inputs use the reasoned rule, the exact block-32 sum with c rounded once to "
               "nearest even (= gpu='B200-fp8-exact'; fits all 6,000 measured rows), pending a "
