@@ -152,3 +152,14 @@ def test_zero_d_leaves_get_writable_0d_arrays(fmt):
             assert type(g) is np.ndarray and g.shape == () and g.flags.writeable
         x.grad[...] = 0
         assert float(x.grad) == 0.0
+
+
+@pytest.mark.parametrize("fmt", FORMATS + ["e4m3"])
+def test_zero_d_results_hold_0d_arrays(fmt):
+    """The forward sibling of the 0-d .grad rule: an op on a 0-d tensor stores a 0-d array as its
+    values, never a NumPy scalar (neg, relu and casts of 0-d arrays give scalars in NumPy)."""
+    ops = [lambda t: -t, lambda t: t.relu(), lambda t: t.to("fp32"), lambda t: t.to("fp16"),
+           lambda t: t.exp(), lambda t: t * t, lambda t: t + 1.0, lambda t: t.sum()]
+    for op in ops:
+        y = op(Tensor(2.0, fmt, requires_grad=True))
+        assert type(y.data) is np.ndarray and y.data.shape == ()
