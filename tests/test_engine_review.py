@@ -275,3 +275,32 @@ def test_fp32_gradient_sums_record_ieee_flags_under_flag_context():
     assert np.isinf(x.grad[0]) and x.grad[1] == np.float32(1 + 2.0**-30)
     _, ref = fpsim.round(np.array([2 * 3e38, 1 + 2.0**-30]), "fp32", flags=True)
     assert int(ctx.flags) & int(np.bitwise_or.reduce(ref)) == int(np.bitwise_or.reduce(ref))
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+def test_gemm_ops_record_the_fp32_accumulators_overflow(fmt):
+    """The sibling of the fp16 case above: under the fp32 accumulation model the accumulator's
+    own rounding to fp32 records its flags too. A bf16 product sum above float32's maximum
+    overflows in the accumulator (inf is then exact in bf16): the fast astype recorded nothing.
+    Reference: fpsim.round's flags of the float64 sum to fp32, then of that to ``fmt``; values
+    as without the context."""
+    import fpsim
+    from fpsim.autograd import Tensor
+    from fpsim.autograd import functional as F
+
+    big = 3e38 if fmt == "bf16" else 6e4
+    x, w = Tensor(np.full((2, 2), big), fmt), Tensor(np.ones((3, 2)), fmt)
+    im, k = Tensor(np.full((1, 1, 3, 3), big), fmt), Tensor(np.ones((1, 1, 2, 2)), fmt)
+    x64, w64 = x.numpy(np.float64), w.numpy(np.float64)
+    cases = [(lambda: F.linear(x, w), x64 @ w64.T), (lambda: x @ w.T, x64 @ w64.T),
+             (lambda: F.conv2d(im, k), np.full((1, 1, 2, 2), 4 * im.numpy(np.float64)[0, 0, 0, 0]))]
+    for op, acc in cases:
+        plain = op().numpy(np.float64)
+        with fpsim.flag_context() as ctx:
+            got = op().numpy(np.float64)
+        acc32, f32 = fpsim.round(acc, "fp32", flags=True)
+        _, f_out = fpsim.round(np.asarray(acc32, np.float64), fmt, flags=True)
+        np.testing.assert_array_equal(got, plain)
+        assert np.isinf(got).all()
+        want = int(np.bitwise_or.reduce(np.concatenate([f32.reshape(-1), f_out.reshape(-1)])))
+        assert int(ctx.flags) == want and want & int(fpsim.flags.Flags.OVERFLOW)

@@ -41,6 +41,8 @@ import numpy as np
 
 from .. import flags as _flags
 from ..formats import FP16, FP32, Format
+from ..modes import Rounding
+from ..rounding import cast
 from .context import Accumulation, contains, round_to, settings
 from .fastcast import f64_to_f32_to_f16
 
@@ -150,8 +152,11 @@ def finish(acc: np.ndarray, out_fmt: Format, model: Accumulation) -> np.ndarray:
                 and settings().plain and not _flags.flags_active():  # (round_to records flags)
             return f64_to_f32_to_f16(acc)  # the same two roundings, without a fresh array
         if out_fmt != FP32 and contains(FP32, out_fmt):
-            with np.errstate(over="ignore"):
-                acc = acc.astype(np.float32)  # the fp32 accumulator's own rounding: nearest even
+            if _flags.flags_active():  # the same rounding, recording its flags (an fp32 overflow)
+                acc = cast(acc, FP32, Rounding.NEAREST_EVEN)
+            else:
+                with np.errstate(over="ignore"):
+                    acc = acc.astype(np.float32)  # the fp32 accumulator's rounding: nearest even
     return round_to(acc, out_fmt)
 
 
