@@ -805,16 +805,14 @@ def _round_rational(x, pol: RoundingPolicy, want: bool):
     gen = pol.generator()
     if isinstance(x, Decimal) and x.is_finite():  # split without a Fraction (far exponents)
         neg, sig, e_top = _split_decimal(x)
-        return _round_scaled(np.array([neg], _U), np.array([sig], _U),
-                             np.array([e_top], np.int64), pol.fmt, pol.rounding, pol.overflow,
-                             pol.flush, pol.daz, pol.tininess, gen, pol.random_bits, want)
-    v, negative = as_rational(x)
-    if isinstance(v, float):  # inf, NaN: the float64 kernel
-        return _kernel(np.array([v]).view(np.uint64), _params(pol.fmt), pol.rounding,
-                       pol.overflow, pol.flush, pol.daz, pol.tininess, gen, pol.random_bits,
-                       want)
-    _, sig, e_top = _split_rational(v)
-    return _round_scaled(np.array([negative], _U), np.array([sig], _U),
+    else:
+        v, neg = as_rational(x)  # neg holds the sign of a zero
+        if isinstance(v, float):  # inf, NaN: the float64 kernel
+            return _kernel(np.array([v]).view(np.uint64), _params(pol.fmt), pol.rounding,
+                           pol.overflow, pol.flush, pol.daz, pol.tininess, gen,
+                           pol.random_bits, want)
+        _, sig, e_top = _split_rational(v)
+    return _round_scaled(np.array([neg], _U), np.array([sig], _U),
                          np.array([e_top], np.int64), pol.fmt, pol.rounding, pol.overflow,
                          pol.flush, pol.daz, pol.tininess, gen, pol.random_bits, want)
 
