@@ -24,17 +24,16 @@ NumPy float32 step, < 1 slower); BLAS pinned to one thread. Target: fp16+master 
 (at most 3x the NumPy time). The ``engine overhead`` column is fpsim fp16+master time / floor
 time - 1 (what the graph, the Tensor objects and the ops' argument handling add; target < 10%;
 ``--engine`` times only the rows it needs). Where it goes
-(``--breakdown`` times the parts of the MLP step): the "fp32" model accumulates in float64 (BLAS
-dgemm, ~2x sgemm: the NumPy float64 step alone is ~2x the float32 one), every fp16 result is
-rounded by fpsim.autograd.fastcast (11 NumPy passes, 2-7 ns per element for the step's 8k-64k
-element arrays) and every fp16 operand is widened through a 65536-entry table (~2-2.5 ns); an
-MLP step rounds ~300k and widens ~315k elements. The floor rows show that these conversions,
-not the engine, set the cost (docs/autograd.md gives the measured overhead). BLAS runs on one
-thread (timing.pinned_blas): several threads on these small GEMMs were measured 5-10x slower on
-a busy 2-core machine. The script also keeps freed memory in the process (timing.steady_malloc):
+(``--breakdown`` times the parts of the MLP step and prints their costs): the "fp32" model
+accumulates in float64 (BLAS dgemm, slower than sgemm: compare the numpy fp64 and fp32 rows),
+every fp16 result is rounded by fpsim.autograd.fastcast (NumPy passes over the array) and every
+fp16 operand is widened through a 65536-entry table. The floor rows show that these
+conversions, not the engine, set the cost (docs/autograd.md gives the measured overhead). BLAS
+runs on one thread (timing.pinned_blas): several threads on these small GEMMs ran slower on a
+busy 2-core machine. The script also keeps freed memory in the process (timing.steady_malloc):
 otherwise glibc's adaptive mmap threshold made a step page its arrays in afresh in some runs
-and not in others (hundreds of page faults, ~1 ms, on the floor or on fpsim by the luck of what
-ran before), which moved the engine overhead by several points between runs.
+and not in others (page faults on the floor or on fpsim by the luck of what ran before), which
+moved the engine overhead between runs.
 
 ``--glue K`` shows what Python work between kernel calls costs: it times the MLP floor with K
 rounds of plain Python work (small objects made and dropped, as an engine's bookkeeping does)

@@ -79,7 +79,7 @@ class Module:
     # ------------------------------------------------------------------ registration
     # Parameters, buffers and sub-modules live in the three stores (their order is the
     # state_dict's) and are mirrored in the instance __dict__, so that ``self.weight`` is a
-    # plain attribute read (a miss falling back to __getattr__ costs ~15x as much, on every
+    # plain attribute read (a miss falling back to __getattr__ costs much more, on every
     # layer call). Every write below keeps the mirror equal to the stores.
     def _store(self, store: dict, name: str, value) -> None:
         store[name] = value
