@@ -35,7 +35,12 @@ from fpsim.datasets import Split, load_digits, minibatches
 from fpsim.quant.experiment import accuracy  # top-1, inputs in the model's format
 from fpsim.training import MLP
 from fpsim.viz import style
-from fpsim.viz.training import gradient_exponent_histogram, loss_curves, loss_scale_trajectory
+from fpsim.viz.training import (
+    gradient_exponent_histogram,
+    gradient_histogram_grid,
+    loss_curves,
+    loss_scale_trajectory,
+)
 
 
 def digits_mlp(seed: int = 0) -> MLP:
@@ -105,21 +110,6 @@ def record_fp32_run(data: Split, epochs: int):
         losses.append(loss.item())
         opt.step()
     return record, np.array(epoch_of), np.array(losses), model
-
-
-def histogram_figure(grads: dict[str, np.ndarray], steps: int) -> style.Figure:
-    with style.context():
-        fig, axes = style.new_figure((12, 6.4), nrows=2, ncols=3)
-        for ax, name in zip(axes.ravel(), grads, strict=True):
-            gradient_exponent_histogram(amp.exponent_histogram(grads[name]), "fp16", ax=ax,
-                                        title=f"gradient of {name}", labels=[name])
-        for ax in axes[0]:
-            ax.set_xlabel("")
-        for ax in axes[:, 1:].ravel():
-            ax.set_ylabel("")
-        fig.suptitle(f"Gradients of {steps} fp32 training steps against fp16's range", x=0.01,
-                     ha="left")
-    return fig
 
 
 def underflow_per_epoch_figure(record, epoch_of) -> style.Figure:
@@ -227,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         s = amp.underflow_stats(g, "fp16")
         print(f"  {name:12s} {g.size:9d} {np.mean(g == 0):11.1%} {s.fraction:13.1%} "
               f"{s.subnormal_fraction:10.1%} {np.abs(g).max():9.2e}")
-    written.append(style.save_figure(histogram_figure(grads, len(record)),
+    title = f"Gradients of {len(record)} fp32 training steps against fp16's range"
+    written.append(style.save_figure(gradient_histogram_grid(grads, "fp16", title=title),
                                      out / "underflow_overflow_gradient_histograms.png"))
     written.append(style.save_figure(underflow_per_epoch_figure(record, epoch_of),
                                      out / "underflow_overflow_underflow_per_epoch.png"))

@@ -52,7 +52,12 @@ from fpsim.course import checker
 from fpsim.datasets import load_digits, minibatches
 from fpsim.quant.experiment import accuracy  # top-1 accuracy of a model on (x, y)
 from fpsim.viz import style  # fpsim's colours and helpers; figures are plain matplotlib
-from fpsim.viz.training import gradient_exponent_histogram, loss_curves, loss_scale_trajectory
+from fpsim.viz.training import (
+    gradient_exponent_histogram,
+    gradient_histogram_grid,
+    loss_curves,
+    loss_scale_trajectory,
+)
 
 check = checker("02")  # check("question", answer) says right or wrong, never the answer
 print("fpsim", fpsim.__version__)
@@ -295,22 +300,14 @@ for name, g in grads.items():
 # $[2^e, 2^{e+1})$; the shading is fp16's range (`amp.fp16_range_shading()`): flushed to zero
 # below $2^{-25}$ (values in $[2^{-25}, 2^{-24})$ round to 0 or $2^{-24}$), subnormal up to
 # $2^{-14}$, overflow from $2^{16}$. `fpsim.viz.training.gradient_exponent_histogram` draws
-# such a panel (each with its own window of binades).
+# such a panel (each with its own window of binades), `gradient_histogram_grid` one per tensor.
 
 # %%
-# One panel per recorded tensor: gradient_exponent_histogram draws the histogram of
-# amp.exponent_histogram(values) (share of the non-zero values per binade) on fp16's shaded
-# range, amp.fp16_range_shading(), and gives in its key the share below 2**-25.
-fig, axes = style.new_figure((12, 6.4), nrows=2, ncols=3)
-for ax, name in zip(axes.ravel(), grads, strict=True):
-    gradient_exponent_histogram(amp.exponent_histogram(grads[name]), "fp16", ax=ax,
-                                title=f"gradient of {name}", labels=[name])
-for ax in axes[0]:
-    ax.set_xlabel("")
-for ax in axes[:, 1:].ravel():
-    ax.set_ylabel("")
-fig.suptitle("Gradients of 315 fp32 training steps against fp16's range", x=0.01,
-             ha="left")
+# One panel per recorded tensor (gradient_histogram_grid): gradient_exponent_histogram draws
+# the histogram of amp.exponent_histogram(values) (share of the non-zero values per binade) on
+# fp16's shaded range, amp.fp16_range_shading(), and gives in its key the share below 2**-25.
+fig = gradient_histogram_grid(
+    grads, "fp16", title=f"Gradients of {len(record)} fp32 training steps against fp16's range")
 fig
 
 # %% [markdown]

@@ -526,3 +526,27 @@ def test_gallery_renders_small_pngs(tmp_path):
     for p in paths:
         data = p.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 150_000, p.name
+
+
+def test_gradient_histogram_grid_panels_labels_and_shares():
+    """One panel per tensor, in order; x labels only where no panel is below, y labels only in
+    the first column, the unused cell removed; each panel's key gives the share of its
+    values below fp16's round-to-zero edge 2^-25, counted here with NumPy."""
+    from fpsim.viz.training import gradient_histogram_grid
+
+    rng = np.random.default_rng(0)
+    grads = {n: rng.standard_normal(200) * 2.0 ** rng.uniform(-40, 0, 200) for n in "abcde"}
+    fig = gradient_histogram_grid(grads, ncols=3, title="five tensors")
+    assert fig._suptitle.get_text() == "five tensors"
+    axes = fig.axes
+    assert [ax.get_title() for ax in axes] == [f"gradient of {n}" for n in "abcde"]
+    # panels a, b (row 0 over d, e) lose the x label; c (nothing below it), d, e keep it
+    assert [bool(ax.get_xlabel()) for ax in axes] == [False, False, True, True, True]
+    assert [bool(ax.get_ylabel()) for ax in axes] == [True, False, False, True, False]
+    for ax, g in zip(axes, grads.values(), strict=True):
+        below = np.count_nonzero(np.abs(g) < 2.0**-25) / np.count_nonzero(g)
+        assert f"{100 * below:.2f}% below" in ax.get_legend().get_texts()[0].get_text()
+    with pytest.raises(TypeError, match="grads"):
+        gradient_histogram_grid({})
+    with pytest.raises(ValueError, match="ncols"):
+        gradient_histogram_grid(grads, ncols=0)

@@ -25,13 +25,19 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
-from ..amp.instrument import ExponentHistogram, fp16_range_shading, merge_histograms
+from ..amp.instrument import (
+    ExponentHistogram,
+    exponent_histogram,
+    fp16_range_shading,
+    merge_histograms,
+)
 from . import style
 from ._common import float_format
 from .gallery import register
 
 __all__ = ["PRECISION_STYLES", "precision_style", "loss_curves", "loss_panels",
-           "loss_scale_trajectory", "gradient_exponent_histogram", "add_caption",
+           "loss_scale_trajectory", "gradient_exponent_histogram", "gradient_histogram_grid",
+           "add_caption",
            "demo_figures", "demo_runs", "load_cached_demo", "prime_demo_runs", "save_plots",
            "DEMO_CACHE_FILE"]
 
@@ -312,6 +318,45 @@ def gradient_exponent_histogram(hist: Any, fmt: str = "fp16", *,
                 ha="center", va="bottom", fontsize=9)
     if caption and ax.figure is fig:
         add_caption(fig, caption)
+    return fig
+
+
+@style.styled
+def gradient_histogram_grid(grads: Mapping[str, Any], fmt: str = "fp16", *, ncols: int = 3,
+                            title: str | None = None) -> style.Figure:
+    """One :func:`gradient_exponent_histogram` panel per named tensor, on a grid of ``ncols``
+    columns: ``grads`` maps a name to its values (any array, histogrammed with
+    :func:`fpsim.amp.exponent_histogram`) or to an :class:`~fpsim.amp.ExponentHistogram`.
+    Only the bottom row keeps the x label and the left column the y label; ``title`` goes
+    over the grid (examples/underflow_overflow.py and notebook 02 draw their recorded
+    gradients with it).
+
+    >>> fig = gradient_histogram_grid({"w": np.array([2.0**-30, 0.5]), "x": np.ones(3),
+    ...                                "y": np.array([1e-6])}, ncols=2, title="three tensors")
+    >>> len(fig.axes), fig.axes[0].get_title(), fig._suptitle.get_text()
+    (3, 'gradient of w', 'three tensors')
+    """
+    if not isinstance(grads, Mapping) or not grads:
+        raise TypeError("grads must be a non-empty mapping of name -> values or "
+                        f"ExponentHistogram, got {type(grads).__name__}")
+    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
+        raise ValueError(f"ncols must be a positive int, got {ncols!r}")
+    ncols = min(ncols, len(grads))
+    nrows = -(-len(grads) // ncols)
+    fig, axes = style.new_figure((4 * ncols, 3.2 * nrows), nrows=nrows, ncols=ncols,
+                                 squeeze=False)
+    for ax, (name, g) in zip(axes.ravel(), grads.items(), strict=False):
+        h = g if isinstance(g, ExponentHistogram) else exponent_histogram(g)
+        gradient_exponent_histogram(h, fmt, ax=ax, title=f"gradient of {name}", labels=[name])
+    for ax in axes.ravel()[len(grads):]:
+        ax.remove()  # the unused cells of the last row
+    for i, ax in enumerate(axes.ravel()[:len(grads)]):
+        if i + ncols < len(grads):  # another panel below it
+            ax.set_xlabel("")
+        if i % ncols:
+            ax.set_ylabel("")
+    if title is not None:
+        fig.suptitle(title, x=0.01, ha="left")
     return fig
 
 
