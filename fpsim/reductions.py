@@ -70,7 +70,7 @@ from .arithmetic import (
 from .flags import Flags
 from .formats import FP64, Format, NaNEncoding, get_float_format
 from .modes import Overflow, Rounding, Subnormals, Tininess
-from .rounding import RoundingPolicy, kernel_params
+from .rounding import EXP_MASK, FRAC, HIDDEN, QUIET, SIGN, RoundingPolicy, kernel_params
 
 __all__ = ["Order", "sum", "dot"]
 
@@ -362,8 +362,9 @@ def _scalar_adder(c: OpContext):
 _RAW_DOUBLE_BITGENS = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
 _DRAW_BLOCK = 1 << 14  # raw values per bulk draw: bounded memory
 _M64 = (1 << 64) - 1
-_SIGN64, _EXP64, _QUIET64 = 1 << 63, 0x7FF << 52, 1 << 51
-_HIDDEN64, _FRAC64 = 1 << 52, (1 << 52) - 1
+# the kernel's float64 pattern constants as Python ints
+_SIGN64, _EXP64, _QUIET64, _HIDDEN64, _FRAC64 = (
+    int(v) for v in (SIGN, EXP_MASK, QUIET, HIDDEN, FRAC))
 _pack_d, _unpack_q = struct.Struct("<d").pack, struct.Struct("<Q").unpack
 _pack_q, _unpack_d = struct.Struct("<Q").pack, struct.Struct("<d").unpack
 
