@@ -85,7 +85,7 @@ def _bounds(value: float, dt: np.dtype) -> tuple[np.ndarray, np.ndarray]:
         b = tuple(np.array(v, dt) for v in (-value, value))
         for a in b:
             a.flags.writeable = False
-        b = _BOUNDS[key] = b
+        _BOUNDS[key] = b
     return b
 
 
