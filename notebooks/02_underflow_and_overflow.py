@@ -234,8 +234,9 @@ print(f"exact {1 + steps * u:.5f}; round to nearest {w_rne.mean():.5f}; "
 # - **Loss**: cross-entropy averaged over the batch of 64 (`reduction="mean"`, PyTorch's
 #   default). The mean divides every gradient by 64, six binades lower than a summed loss, which
 #   is what makes small gradients appear in a network this small.
-# - **Optimizer**: SGD, learning rate 0.1, momentum 0.9, for 15 epochs (315 steps): long enough
-#   for the network to become confident, which is when its gradients shrink.
+# - **Optimizer**: SGD, learning rate 0.1, momentum 0.9, for 15 epochs (the run prints its
+#   number of steps): long enough for the network to become confident, which is when its
+#   gradients shrink.
 # - **Recorded at every step**: the gradients of the three weight matrices (`.grad`) and of the
 #   three layer outputs (pre-activations and logits, kept with `retain_grad()`): the
 #   *activation gradients* that backpropagation passes from layer to layer.
@@ -279,10 +280,10 @@ print(f"{len(record)} steps in {time.perf_counter() - t0:.1f} s; last batch loss
       f"{fp32_loss[-1]:.4f}; test accuracy {accuracy(model, data.x_test, data.y_test):.3f}")
 
 # %% [markdown]
-# For each recorded tensor, over all 315 steps: the share of values that are exactly zero in fp32
-# (not an fp16 matter: a ReLU that was off passes no gradient), and of the non-zero ones the
-# share that fp16 would flush to zero or hold only as a subnormal (`amp.underflow_stats`, which
-# rounds exactly):
+# For each recorded tensor, over all the recorded steps: the share of values that are exactly
+# zero in fp32 (not an fp16 matter: a ReLU that was off passes no gradient), and of the
+# non-zero ones the share that fp16 would flush to zero or hold only as a subnormal
+# (`amp.underflow_stats`, which rounds exactly):
 
 # %%
 grads = {name: np.concatenate([g[name].ravel() for g in record]).astype(np.float64)
@@ -389,12 +390,14 @@ for k in (0, 3, 7, 10, 13, 16, 17, 18, 20):
 #
 # - A scale of 8 (what the paper needed for its SSD detector) halves the flushed share; 128
 #   and $2^{16}$ rescue most of the rest.
-# - With the mean over the batch this network's largest gradient is 0.92 (an fc3 weight, in
-#   the third epoch), so $S = 2^{16}$ just fits (0.92 · 65536 ≈ 60200 < 65504) and $2^{17}$ overflows.
-#   A summed loss (64 times larger gradients) would overflow six binades earlier.
-# - Some values cannot be rescued at any scale: the gradients span 80 binades, fp16
-#   (subnormals included) only 40. Scaling moves the window; it does not widen it. The values
-#   far below the rest are also the ones that matter least for the update.
+# - With the mean over the batch this network's largest gradient (printed above) lies in
+#   $[2^{-1}, 1)$, so $S = 2^{16}$ just fits ($2^{16} \max|g| < 65504$) and $2^{17}$ overflows
+#   (the table's last column). A summed loss (64 times larger gradients) would overflow six
+#   binades earlier.
+# - Some values cannot be rescued at any scale: the gradients span the binades printed above,
+#   fp16 (subnormals included) only 40, $2^{-24}$ to $2^{15}$. Scaling moves the window; it
+#   does not widen it. The values far below the rest are also the ones that matter least for
+#   the update.
 #
 # ### Exercise 3
 #
@@ -431,7 +434,7 @@ print("largest gradient per epoch:",
 # (fpsim's is step for step the same algorithm) starts at $2^{16}$; after `growth_interval`
 # consecutive steps without inf/NaN gradients it doubles the scale; a step whose gradients
 # overflowed is **skipped** and the scale halved. PyTorch's default interval is 2000 steps; we
-# use **20** so that the growth is visible in 315 steps.
+# use **20** so that the growth is visible in a run of the same 15 epochs.
 #
 # We now train the same network **in fp16** with fp32 master weights
 # (`SGD(..., master_weights=True)`). Two details matter:
