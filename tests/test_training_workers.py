@@ -29,9 +29,16 @@ def test_bad_workers(bad):
         run_demo(**SHORT, workers=bad)
 
 
-def test_default_workers_at_most_one_per_run():
+def test_default_workers_at_most_one_per_run(monkeypatch):
+    import os
+
     assert default_workers(1) == 1
     assert 1 <= default_workers(7) <= 7
+    # the CPUs this process may use (3 of them), not more than one per run (7)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
+    assert default_workers(7) == 3
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert default_workers(7) == 7 and default_workers(2) == 2
 
 
 def test_demo_cli_refuses_bad_jobs(capsys):
