@@ -60,12 +60,12 @@ def modes_table(n: int, rows: int, repeat: int) -> None:
             X = xf.reshape(-1, 1).T.copy() if axis is None else np.ascontiguousarray(xf.T)
             c = arithmetic.context(fmt, mode, rng=1 if mode == "stochastic" else None,
                                    flags=fl)
-            for order in ("sequential", "kahan"):
+            t_np = best_time(lambda x32=x32: np.add.accumulate(x32, axis=0)[-1], repeat)
+            for order in ("sequential", "kahan"):  # the same NumPy reference for both orders
                 def ours(xf=xf, fmt=fmt, mode=mode, order=order, axis=axis, fl=fl):
                     return fpsim.sum(xf, fmt, axis=axis, order=order, rounding=mode, flags=fl,
                                      rng=1 if mode == "stochastic" else None)
                 t_fp = best_time(ours, repeat)
-                t_np = best_time(lambda x32=x32: np.add.accumulate(x32, axis=0)[-1], repeat)
                 t_loop = best_time(lambda X=X, c=c, order=order: _loop(X, c, order), 1,
                                    warmup=False)
                 print(f"{fmt:9s} {mode:13s} {str(fl):5s} {order:10s} {str(shape):>12s} "
