@@ -87,6 +87,19 @@ def test_callers_share_the_rule(name):
     call(2)
 
 
+def test_communicator_world_size_shares_the_rule():
+    from fpsim.distributed.collectives import Communicator
+
+    for bad in (True, "2", None, 2.0):
+        with pytest.raises(TypeError, match="world_size must be an int, got"):
+            Communicator(bad)
+    for low in (0, -1, np.int64(0)):
+        with pytest.raises(ValueError, match=f"world_size must be >= 1, got {low}"):
+            Communicator(low)
+    n = Communicator(np.int64(2)).world_size
+    assert n == 2 and type(n) is int
+
+
 def test_accepts_what_range_takes():
     class Count:
         def __index__(self) -> int:

@@ -137,11 +137,7 @@ class Communicator:
     engine = "sim"  # the backend's name in reports
 
     def __init__(self, world_size: int) -> None:
-        if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)):
-            raise TypeError(f"world_size must be an int, got {world_size!r}")
-        if world_size < 1:
-            raise ValueError(f"world_size must be >= 1, got {world_size}")
-        self.world_size = int(world_size)
+        self.world_size = as_int("world_size", world_size, 1)
         self.stats = [CommStats(r) for r in range(self.world_size)]
         self.log: list[tuple[str, int, str]] = []
 
