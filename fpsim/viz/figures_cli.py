@@ -15,7 +15,6 @@ from .training import prime_demo_runs
 __all__ = ["configure_parser", "run_cli", "DEMO_OUT"]
 
 
-
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Arguments of the ``figures`` subcommand.
 
