@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import ml_dtypes
 import numpy as np
 
+from .. import flags as _flags
 from ..checks import as_int
 from ..formats import FP32, get_float_format
 from ..rounding import round as _round
@@ -105,18 +106,18 @@ def _unscaled(grad: np.ndarray, inv_scale: np.float32) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         if dtype == np.float64:
             return grad * np.float64(inv_scale)  # one IEEE float64 multiplication
-        if dtype == np.float32 or dtype in _WIDENED_BY_NUMPY:
+        if (dtype == np.float32 or dtype in _WIDENED_BY_NUMPY) and not _flags.flags_active():
             # one IEEE float32 multiplication (correctly rounded, subnormals kept), then
             # NumPy's / ml_dtypes' round-to-nearest-even cast: what the fp8 path below does
             # with fpsim's rounding, bit for bit (tests/test_amp_scaler.py checks it against
-            # exact Fractions)
+            # exact Fractions); in a flag_context the path below records the IEEE flags
             prod = np.multiply(grad.astype(np.float32, copy=False), inv_scale,
                                dtype=np.float32)
             return prod if dtype == np.float32 else prod.astype(dtype)
         # float32 * float32 has at most 48 significant bits: exact in float64, rounded once
         exact = grad.astype(np.float64) * np.float64(inv_scale)
     prod32 = _round(exact, FP32)
-    fmt = get_float_format(dtype)  # fp8 (the other dtypes returned above): rounded a second time
+    fmt = get_float_format(dtype)  # fp16, bf16, fp8: rounded a second time (fp32: exact)
     return np.asarray(_round(prod32, fmt)).astype(dtype)
 
 
