@@ -3,6 +3,8 @@ cases), parameter groups, state dicts, and fp32 master weights for fp16 paramete
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -292,3 +294,29 @@ def test_sgd_momentum_buffer_is_updated_in_place_and_state_dict_is_a_copy():
     opt.step()
     assert opt.state[p]["momentum_buffer"] is buf  # PyTorch's buf.mul_().add_()
     np.testing.assert_array_equal(saved["state"][0]["momentum_buffer"], np.ones(3))
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "bf16", "fp16"])
+def test_zero_d_parameters_step_as_one_element_ones(fmt):
+    """A 0-d parameter steps as a (1,)-shaped one, bit for bit, and keeps 0-d arrays as values
+    and state (NumPy ops on 0-d arrays give scalars: SGD's in-place subtract refused them)."""
+    from fpsim.nn import Parameter
+    from fpsim.optim import SGD, Adam
+
+    setups = [(SGD, dict(lr=0.1)), (SGD, dict(lr=0.1, momentum=0.9)),
+              (SGD, dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.1)),
+              (Adam, dict(lr=0.1)), (Adam, dict(lr=0.1, amsgrad=True))]
+    for (opt_cls, kw), master in itertools.product(setups, (False, True)):
+        p0, p1 = Parameter(2.0, fmt), Parameter([2.0], fmt)
+        o0 = opt_cls([p0], master_weights=master, **kw)
+        o1 = opt_cls([p1], master_weights=master, **kw)
+        for g in (1.0, -0.3, 0.7):
+            p0.grad, p1.grad = g, [g]
+            o0.step()
+            o1.step()
+        assert type(p0.data) is np.ndarray and p0.data.shape == ()
+        assert p0.data.dtype == p1.data.dtype and p0.tolist() == p1.tolist()[0]
+        for k, v in o0.state[p0].items():
+            if isinstance(v, np.generic | np.ndarray):
+                assert type(v) is np.ndarray and v.shape == (), k
+                assert v.tolist() == o1.state[p1][k].tolist()[0], k

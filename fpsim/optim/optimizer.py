@@ -132,6 +132,8 @@ class Optimizer:
 
     def _state_set(self, st: dict, key: str, value: np.ndarray) -> None:
         fmt = self._step_state_fmt
+        if isinstance(value, np.generic):  # NumPy ops on 0-d arrays give scalars
+            value = np.asarray(value)
         # round_to's own first test, without the call (fp32 state of a float32 update)
         if value.dtype != fmt.storage_dtype or fmt.dtype is None:
             value = round_to(value, fmt)
@@ -176,6 +178,8 @@ class Optimizer:
                         w = widen(p._data, dtype)
                     w_new = update(w, grad if grad.dtype == dtype else widen(grad, dtype), st,
                                    group, dtype)
+                    if isinstance(w_new, np.generic):  # NumPy ops on 0-d arrays give scalars
+                        w_new = np.asarray(w_new)
                     if use_master:
                         st["master"] = w_new if w_new.dtype == _F32 else w_new.astype(_F32)
                     p._data = round_to(w_new, fmt)

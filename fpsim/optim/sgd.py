@@ -66,4 +66,6 @@ class SGD(Optimizer):
             self._state_set(state, "momentum_buffer", buf)
             g = g + mom * buf if group["nesterov"] else buf
         step = lr * g  # a fresh array: w - step lands in it (one allocation less a step)
-        return np.subtract(w, step, out=step) if step.dtype == w.dtype else w - step
+        if isinstance(step, np.ndarray) and step.dtype == w.dtype:  # (0-d: a NumPy scalar)
+            return np.subtract(w, step, out=step)
+        return w - step
