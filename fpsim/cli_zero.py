@@ -64,6 +64,7 @@ __all__ = ["ENGINES", "configure_parser", "run_cli", "run_zero", "demo_model",
 
 ENGINES = ("sim", "mpi")
 FAULT_MODES = ("raise", "hang", "exit")
+ABORT_GRACE_S = 0.5  # seconds a failing rank waits between its report and MPI_Abort
 _FAIL_LINE = re.compile(r"^fpsim zero: rank \d+ of \d+ .*failed.*$", re.M)
 # the launchers' own environment: MPICH / Intel MPI (Hydra, PMI), Open MPI, PMIx (srun, prte)
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
@@ -347,6 +348,9 @@ def _run_rank(args: argparse.Namespace) -> int:
     except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
         print(f"fpsim zero: {where} failed at {progress['step']}: {type(exc).__name__}: {exc}",
               file=sys.stderr, flush=True)
+        # MPI_Abort tears the job down at once; the launcher may drop a line still on its way
+        # from this rank's stderr (the job then ended with no word of who failed)
+        time.sleep(ABORT_GRACE_S)
         comm.abort(1)
         return 1
     if comm.rank == 0:
