@@ -348,9 +348,10 @@ def _run_rank(args: argparse.Namespace) -> int:
     except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
         print(f"fpsim zero: {where} failed at {progress['step']}: {type(exc).__name__}: {exc}",
               file=sys.stderr, flush=True)
-        # MPI_Abort tears the job down at once; the launcher may drop a line still on its way
-        # from this rank's stderr (the job then ended with no word of who failed)
-        time.sleep(ABORT_GRACE_S)
+        if args.no_launch:  # ranks of fpsim's own launch (it passes --no-launch), which reads
+            # their stderr: MPI_Abort tears the job down at once, and Hydra dropped a line still
+            # on its way (the job ended with no word of who failed)
+            time.sleep(ABORT_GRACE_S)
         comm.abort(1)
         return 1
     if comm.rank == 0:
