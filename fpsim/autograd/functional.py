@@ -105,7 +105,7 @@ from .context import (
     settings,
     widen,
 )
-from .fastcast import f64_to_f16
+from .fastcast import f16_to_wide, f64_to_f16, f64_to_f32_to_f16
 from .generator import get_generator
 from .operands import (
     accumulation_model,
@@ -493,6 +493,9 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *,
             raise ValueError(f"linear: bias shape {b.shape} does not match weight shape "
                              f"{w.shape} (need ({n_out},))")
     model = accumulation_model(accumulation)
+    if fmt is FP16 and model.kind == "fp32" and len(x_shape) == 2 and w.fmt is fmt \
+            and (b is None or b.fmt is fmt) and _fp16_plain():
+        return _linear_fp16(x, w, b, accumulation)
     dt = operand_dtype(model, x.fmt, w.fmt)
     rows = math.prod(x_shape[:-1])  # not -1: a reshape cannot infer it when n_in is 0
     x2 = widen(xd, dt).reshape(rows, n_in)
@@ -502,22 +505,65 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *,
         out = out.reshape(x_shape[:-1] + (n_out,))
 
     def backward(g):
-        m = accumulation_model(accumulation)
-        g2 = widen(g, operand_dtype(m, fmt)).reshape(rows, n_out)
-        gx = gw = None
-        if x._requires_grad:
-            in_fmt = fmt if w.fmt is fmt else promote_formats(fmt, w.fmt)
-            gx = _acc.finish(_acc.gemm_acc(g2, w64, m, in_fmt), x.grad_fmt, m)
-            if len(x_shape) != 2:
-                gx = gx.reshape(x_shape)
-        if w._requires_grad:
-            in_fmt = fmt if x.fmt is fmt else promote_formats(fmt, x.fmt)
-            gw = _acc.finish(_acc.gemm_acc(g2.T, x2, m, in_fmt), w.grad_fmt, m)
-        if b is None:
-            return gx, gw
-        return gx, gw, (g2.sum(axis=0, dtype=_F64) if b._requires_grad else None)
+        return _linear_grads(g, x, w, b, x2, w64, fmt, accumulation)
 
     return make_result(out, fmt, parents, backward, "linear")
+
+
+def _linear_grads(g: np.ndarray, x: Tensor, w: Tensor, b: Tensor | None, x2: np.ndarray,
+                  w64: np.ndarray, fmt: Format, accumulation) -> tuple:
+    """linear's backward: the gradients of ``x``, ``w`` (and ``b``) from the output's gradient
+    ``g``, with ``x2`` (the input as rows) and ``w64`` widened at forward time, under the
+    accumulation model active now (or ``accumulation``)."""
+    m = accumulation_model(accumulation)
+    x_shape = x._data.shape
+    g2 = widen(g, operand_dtype(m, fmt)).reshape(x2.shape[0], w64.shape[0])
+    gx = gw = None
+    if x._requires_grad:
+        in_fmt = fmt if w.fmt is fmt else promote_formats(fmt, w.fmt)
+        gx = _acc.finish(_acc.gemm_acc(g2, w64, m, in_fmt), x.grad_fmt, m)
+        if len(x_shape) != 2:
+            gx = gx.reshape(x_shape)
+    if w._requires_grad:
+        in_fmt = fmt if x.fmt is fmt else promote_formats(fmt, x.fmt)
+        gw = _acc.finish(_acc.gemm_acc(g2.T, x2, m, in_fmt), w.grad_fmt, m)
+    if b is None:
+        return gx, gw
+    return gx, gw, (g2.sum(axis=0, dtype=_F64) if b._requires_grad else None)
+
+
+def _fp16_plain() -> bool:
+    """Whether fp16 results round the plain way: nearest even, IEEE overflow and subnormals,
+    no IEEE flags to record (the condition of the fp16 fast paths)."""
+    return settings().plain and not _flags.flags_active()
+
+
+def _linear_fp16(x: Tensor, w: Tensor, b: Tensor | None, accumulation) -> Tensor:
+    """linear of a 2-D fp16 input, fp16 weight and bias under the "fp32" accumulation model,
+    rounding the plain way (:func:`_fp16_plain`): the general path's kernels called directly
+    (the product and bias in float64, rounded to fp32 then fp16), without its dispatch, which
+    costs a training step a few percent. Its backward takes the same direct route while those
+    conditions still hold and the gradients are fp16, else the general backward.
+    tests/test_linear_fast_path.py proves both equal to the general path, bit for bit."""
+    x2, w64 = f16_to_wide(x._data), f16_to_wide(w._data)
+    acc = x2 @ w64.T
+    if b is not None:
+        acc += f16_to_wide(b._data)  # in place: the bias joins the float64 accumulator
+    out = f64_to_f32_to_f16(acc)
+
+    def backward(g):
+        if g.dtype != np.float16 or not _fp16_plain() \
+                or accumulation_model(accumulation).kind != "fp32" \
+                or x.grad_fmt is not FP16 or w.grad_fmt is not FP16:
+            return _linear_grads(g, x, w, b, x2, w64, FP16, accumulation)
+        g2 = f16_to_wide(g)
+        gx = f64_to_f32_to_f16(g2 @ w64) if x._requires_grad else None
+        gw = f64_to_f32_to_f16(g2.T @ x2) if w._requires_grad else None
+        if b is None:
+            return gx, gw
+        return gx, gw, (g2.sum(axis=0) if b._requires_grad else None)
+
+    return make_result(out, FP16, (x, w) if b is None else (x, w, b), backward, "linear")
 
 
 # ------------------------------------------------------------------------ reductions
