@@ -210,3 +210,37 @@ def test_checkpoint_errors_and_plain_paths():
         y = checkpoint(lambda t: t @ w, x)
     assert not y.requires_grad and y.is_leaf
     assert checkpoint(lambda t: t * 2.0, x).is_leaf  # nothing requires grad: no node
+
+
+class _Two:
+    """An integer-like object: range() takes it through __index__."""
+
+    def __index__(self) -> int:
+        return 2
+
+
+def test_checkpoint_sequential_segments_take_what_range_takes():
+    # segments is checked by fpsim.checks.as_int: what range() takes is a count, and gives the
+    # same values and gradients as the int
+    layers = [nn.Linear(3, 3, rng=i) for i in range(4)]
+    x0 = np.linspace(-1.0, 1.0, 6).reshape(2, 3)
+    x = Tensor(x0, requires_grad=True)
+    ref = checkpoint_sequential(layers, 2, x)
+    ref.sum().backward()
+    ref_g = x.grad.copy()
+    for seg in (np.int8(2), np.uint64(2), np.array(2), _Two()):
+        assert len(range(seg)) == 2
+        x = Tensor(x0, requires_grad=True)
+        out = checkpoint_sequential(layers, seg, x)
+        out.sum().backward()
+        np.testing.assert_array_equal(out.numpy(), ref.numpy())
+        np.testing.assert_array_equal(x.grad, ref_g)
+    for bad in (True, np.True_, 2.0, np.float32(2.0), "2", None, np.array([2]),
+                np.array(2.0), np.timedelta64(2)):
+        with pytest.raises(TypeError, match="checkpoint_sequential: segments must be an int, "
+                                            f"got {type(bad).__name__}"):
+            checkpoint_sequential(layers, bad, x)
+    for out_of_range in (0, -1, np.int64(0), np.array(5), 5):
+        with pytest.raises(ValueError, match=r"checkpoint_sequential: segments must be in "
+                                             r"\[1, 4\] \(the number of functions\), got"):
+            checkpoint_sequential(layers, out_of_range, x)

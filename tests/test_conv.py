@@ -281,6 +281,54 @@ def test_conv2d_bad_arguments_name_the_problem():
         F.conv2d(t64(np.zeros((1, 1, 4, 5))), w[0])
 
 
+class _Two:
+    """An integer-like object: range() takes it through __index__."""
+
+    def __index__(self) -> int:
+        return 2
+
+
+def test_conv2d_groups_take_what_range_takes():
+    # groups is checked by fpsim.checks.as_int: NumPy integers, 0-d integer arrays and
+    # __index__ objects are the count they stand for (values and grads as with the int)
+    x, w = rnd(1, 4, 5, 5), rnd(6, 2, 3, 3)
+    xt, wt = t64(x), t64(w)
+    ref = F.conv2d(xt, wt, groups=2)
+    ref.sum().backward()
+    ref_g = xt.grad.copy(), wt.grad.copy()
+    for g in (np.int8(2), np.uint64(2), np.array(2), np.array(2, dtype=np.int16), _Two()):
+        assert len(range(g)) == 2
+        xt, wt = t64(x), t64(w)
+        out = F.conv2d(xt, wt, groups=g)
+        out.sum().backward()
+        np.testing.assert_array_equal(out.numpy(), ref.numpy())
+        np.testing.assert_array_equal(xt.grad, ref_g[0])
+        np.testing.assert_array_equal(wt.grad, ref_g[1])
+        layer = nn.Conv2d(4, 6, 3, groups=g, rng=0)
+        assert layer.groups == 2 and type(layer.groups) is int
+
+
+@pytest.mark.parametrize("bad", [True, np.True_, 2.0, np.float32(2.0), "2", None,
+                                 np.array([2]), np.array(2.0), np.timedelta64(2)])
+def test_conv2d_groups_refuse_non_integers_with_a_type_error(bad):
+    x, w = t64(np.zeros((1, 4, 5, 5))), t64(np.zeros((6, 2, 3, 3)))
+    with pytest.raises(TypeError, match=r"conv2d: groups must be a positive integer, got "
+                                        + type(bad).__name__):
+        F.conv2d(x, w, groups=bad)
+    with pytest.raises(TypeError, match=r"Conv2d: groups must be a positive integer, got "
+                                        + type(bad).__name__):
+        nn.Conv2d(4, 6, 3, groups=bad)
+
+
+@pytest.mark.parametrize("low", [0, -1, np.int64(0), np.array(-2)])
+def test_conv2d_groups_below_one_is_a_value_error(low):
+    x, w = t64(np.zeros((1, 4, 5, 5))), t64(np.zeros((6, 2, 3, 3)))
+    with pytest.raises(ValueError, match="conv2d: groups must be a positive integer, got "):
+        F.conv2d(x, w, groups=low)
+    with pytest.raises(ValueError, match=r"Conv2d: groups must be a positive integer \(>= 1\)"):
+        nn.Conv2d(4, 6, 3, groups=low)
+
+
 # -------------------------------------------------------------------------- max_pool2d
 POOL_CASES = [  # (kernel, stride, padding, dilation, ceil_mode)
     (2, None, 0, 1, False),

@@ -281,6 +281,54 @@ def test_layer_sizes_accept_numpy_ints_and_shapes():
     assert nn.BatchNorm2d(3, momentum=None).momentum is None
 
 
+class _Three:
+    """An integer-like object: range() takes it through __index__."""
+
+    def __index__(self) -> int:
+        return 3
+
+
+# layer sizes are checked by fpsim.checks.as_int: what range() takes is a size
+@pytest.mark.parametrize("n", [np.int8(3), np.uint32(3), np.array(3), np.array(3, np.int16),
+                               _Three()])
+def test_layer_sizes_take_what_range_takes(n):
+    assert len(range(n)) == 3
+    lin = nn.Linear(n, n, rng=0)
+    assert lin.weight.shape == (3, 3) and (lin.in_features, lin.out_features) == (3, 3)
+    assert type(lin.in_features) is int
+    conv = nn.Conv2d(n, n, 1, rng=0)
+    assert conv.weight.shape == (3, 3, 1, 1) and type(conv.in_channels) is int
+    for bn in (nn.BatchNorm1d(n), nn.BatchNorm2d(n)):
+        assert bn.num_features == 3 and type(bn.num_features) is int
+    ln = nn.LayerNorm(n)
+    assert ln.normalized_shape == (3,) and type(ln.normalized_shape[0]) is int
+    assert nn.LayerNorm((n, 2)).normalized_shape == (3, 2)
+
+
+@pytest.mark.parametrize("bad", [True, np.True_, 3.0, np.float64(3.0), "3", None,
+                                 np.array([3]), np.array(3.0), np.timedelta64(3)])
+def test_layer_sizes_refuse_non_integers_with_a_type_error(bad):
+    got = "got " + type(bad).__name__
+    for make, op, name in ((lambda: nn.Linear(bad, 2), "Linear", "in_features"),
+                           (lambda: nn.Linear(2, bad), "Linear", "out_features"),
+                           (lambda: nn.Conv2d(bad, 2, 1), "Conv2d", "in_channels"),
+                           (lambda: nn.BatchNorm1d(bad), "BatchNorm1d", "num_features"),
+                           (lambda: nn.BatchNorm2d(bad), "BatchNorm2d", "num_features"),
+                           (lambda: nn.LayerNorm((2, bad)), "LayerNorm", "normalized_shape")):
+        with pytest.raises(TypeError, match=f"{op}: {name} must be a positive integer, {got}"):
+            make()
+
+
+@pytest.mark.parametrize("low", [0, -3, np.int64(0), np.array(-1)])
+def test_layer_sizes_below_one_are_value_errors(low):
+    with pytest.raises(ValueError, match=r"Linear: in_features must be a positive integer "
+                                         r"\(>= 1\), got"):
+        nn.Linear(low, 2)
+    with pytest.raises(ValueError, match=r"LayerNorm: normalized_shape must be a positive "
+                                         r"integer \(>= 1\), got"):
+        nn.LayerNorm(low)
+
+
 def test_init_zero_element_and_bad_uniform_range():
     t = Tensor(np.zeros((0, 3)))
     with pytest.warns(UserWarning, match="zero-element tensors is a no-op"):

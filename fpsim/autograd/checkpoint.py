@@ -51,6 +51,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .. import state as _state
+from ..checks import as_int
 from . import memory_meter as _meter
 from .tensor import Tensor, is_grad_enabled, make_result, no_grad
 
@@ -216,18 +217,20 @@ def checkpoint_sequential(functions, segments: int, input, *,
     fns = list(functions)
     if not fns:
         raise ValueError("checkpoint_sequential: no functions to run")
-    if isinstance(segments, bool) or not isinstance(segments, (int, np.integer)):
-        raise TypeError(f"segments must be an int, got {segments!r}")
-    if not 1 <= segments <= len(fns):
-        raise ValueError(f"segments must be in [1, {len(fns)}] (the number of functions), "
-                         f"got {segments}")
+    try:  # what range() takes; TypeError for bool, float, str, None, ...
+        n = as_int("checkpoint_sequential: segments", segments, 1)
+    except ValueError:  # below 1: refused below, naming the whole range
+        n = 0
+    if not 1 <= n <= len(fns):
+        raise ValueError(f"checkpoint_sequential: segments must be in [1, {len(fns)}] (the number "
+                         f"of functions), got {segments}")
     for i, f in enumerate(fns):
         if not callable(f):
             raise TypeError(f"checkpoint_sequential: function {i} is not callable "
                             f"({type(f).__name__})")
     x = input
     start = 0
-    lengths = _split(len(fns), int(segments))
+    lengths = _split(len(fns), n)
     for j, length in enumerate(lengths):
         part = fns[start:start + length]
         start += length

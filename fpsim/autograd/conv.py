@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import as_int
 from . import accumulate as _acc
 from .context import autocast_args, check_same_format, promote_formats, round_to, widen
 from .operands import (
@@ -102,9 +103,13 @@ def _conv_plan(x: Tensor, w: Tensor, stride, padding, dilation, groups) -> tuple
     if x.ndim != 4 or w.ndim != 4:
         raise ValueError(f"conv2d: expected input (N, C_in, H, W) or (C_in, H, W) and weight "
                          f"(C_out, C_in / groups, kh, kw), got shapes {x.shape} and {w.shape}")
-    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
-        raise ValueError(f"conv2d: groups must be a positive integer, got {groups!r}")
-    groups = int(groups)
+    try:  # what range() takes
+        groups = as_int("groups", groups, 1)
+    except TypeError:  # bool, float, str, None, arrays ...
+        raise TypeError(f"conv2d: groups must be a positive integer, got "
+                        f"{type(groups).__name__} {groups!r}") from None
+    except ValueError:
+        raise ValueError(f"conv2d: groups must be a positive integer, got {groups!r}") from None
     sh, sw = ints(stride, "stride", "conv2d", 1)
     dh, dw = ints(dilation, "dilation", "conv2d", 1)
     n, c, h, wd = x.shape

@@ -17,6 +17,7 @@ from ..autograd.operands import check_padding_string as _check_padding_string
 from ..autograd.operands import ints as _ints
 from ..autograd.operands import pair as _pair
 from ..autograd.tensor import Tensor, as_format
+from ..checks import as_int
 from ..formats import FP32, FP64, Format
 from . import init
 from .module import Module, Parameter
@@ -26,13 +27,16 @@ __all__ = ["Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "LayerNorm", "BatchNorm
 
 
 def _size(value, name: str, op: str) -> int:
-    """A layer size: an int >= 1 (TypeError for other types, ValueError below 1)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    """A layer size: what range() takes (:func:`fpsim.checks.as_int`), >= 1 (TypeError for
+    other types, ValueError below 1)."""
+    try:
+        return as_int(name, value, 1)
+    except TypeError:  # bool, float, str, None, arrays ...
         raise TypeError(f"{op}: {name} must be a positive integer, got "
-                        f"{type(value).__name__} {value!r}")
-    if value < 1:
-        raise ValueError(f"{op}: {name} must be a positive integer (>= 1), got {value!r}")
-    return int(value)
+                        f"{type(value).__name__} {value!r}") from None
+    except ValueError:
+        raise ValueError(f"{op}: {name} must be a positive integer (>= 1), got {value!r}") \
+            from None
 
 
 def _real(value, name: str, op: str, lo: float, hi: float = math.inf) -> float:
@@ -223,8 +227,8 @@ class LayerNorm(Module):
                  bias: bool = True, *, fmt: Format | str = FP32) -> None:
         super().__init__()
         fmt = as_format(fmt)
-        if isinstance(normalized_shape, (int, np.integer)):
-            ns = (normalized_shape,)
+        if hasattr(normalized_shape, "__index__") and np.ndim(normalized_shape) == 0:
+            ns = (normalized_shape,)  # one size (int, NumPy integer, 0-d array): _size checks it
         elif (hasattr(normalized_shape, "__iter__") and not isinstance(normalized_shape, str)
               and len(ns := tuple(normalized_shape)) > 0):
             pass
