@@ -100,6 +100,7 @@ from .context import (
     F32_SAFE,
     autocast_args,
     check_same_format,
+    get_autocast_hook,
     promote_formats,
     round_to,
     settings,
@@ -1161,6 +1162,39 @@ def _nll_unweighted(x: Tensor, t: np.ndarray, n: int, c: int, reduction: str) ->
     return make_result(out, x.fmt, (x,), backward, "nll_loss")
 
 
+def _cross_entropy_classes(x: Tensor, t: np.ndarray, reduction: str) -> Tensor:
+    """cross_entropy of (N, C) logits and N valid class indices, no weights, no smoothing, as
+    one graph node: log_softmax then nll_loss, the same roundings in the same order as the two
+    ops (:func:`log_softmax`, :func:`_nll_unweighted`) and, in the backward, the rounding the
+    engine gives the gradient between them, without a second node's cost. cross_entropy takes
+    it only where nothing could tell the difference: no autocast policy (it casts per op) and
+    no graph observer (the memory meter sees the two ops). tests/test_cross_entropy.py proves
+    it equal to the two-op composition, bit for bit."""
+    fmt = x.fmt
+    n, c = x._data.shape
+    x64 = widen(x._data)
+    with np.errstate(all="ignore"):
+        z = x64 - x64.max(axis=1, keepdims=True)
+        logp = round_to(z - np.log(np.exp(z).sum(axis=1, keepdims=True)), fmt)
+        rows = np.arange(n)
+        val = np.multiply(-1.0, widen(logp[rows, t])).sum()
+        if reduction == "mean":
+            val = val / n
+    out = round_to(np.asarray(val), fmt)
+
+    def backward(g):
+        coef = float(widen(g))
+        if reduction == "mean":
+            coef = coef / n
+        gl = np.zeros((n, c))
+        gl[rows, t] = -1.0 * coef
+        gl = widen(round_to(gl, fmt))  # nll_loss's gradient as the engine stores it: log_softmax's
+        with np.errstate(all="ignore"):  # output format (an op result has no grad_fmt of its own)
+            return (gl - np.exp(widen(logp)) * gl.sum(axis=1, keepdims=True),)
+
+    return make_result(out, fmt, (x,), backward, "cross_entropy")
+
+
 def _class_last(x: Tensor) -> Tensor:
     """(N, C, d1, ...) -> (N * d1 * ..., C): the positions of a K-dimensional loss as rows."""
     perm = (0,) + tuple(range(2, x.ndim)) + (1,)
@@ -1216,6 +1250,11 @@ def cross_entropy(input: Tensor, target, weight=None, ignore_index: int = -100,
                          "scalar")
     cdim = 0 if x.ndim == 1 else 1
     c = x.shape[cdim]
+    plain_classes = weight is None and label_smoothing == 0 and type(target) is np.ndarray \
+        and target.dtype.kind in "iu"  # class indices, nothing else: the loss is the nll
+    if plain_classes and not _tensor._observers and get_autocast_hook() is None \
+            and _unweighted_applies(x._data, target, ignore_index, reduction):
+        return _cross_entropy_classes(x, target, reduction)
     logp = log_softmax(x, dim=cdim)
     if weight is None and label_smoothing == 0 and isinstance(target, np.ndarray) \
             and target.dtype.kind in "iu":  # class indices, nothing else: the loss is the nll
