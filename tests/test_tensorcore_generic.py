@@ -245,6 +245,41 @@ def test_invalid_flag_for_zero_times_inf(gpu):
     assert not ctx.flags & fpsim.Flags.INVALID
 
 
+def _published_b200_matches(path) -> int:
+    """Rows of a measured B200 fp8 file whose result the published B200 fp8 model gives bit
+    for bit (the files hold no NaN results, so no NaN-for-NaN rule is needed)."""
+    hf = tc.load_hardware_file(path)
+    assert not np.isnan(hf.d).any()
+    return int((tc.model_results(hf, "B200-fp8-published") == hf.d_bits).sum())
+
+
+def _published_b200_unit(fin: str) -> ref.Unit:
+    """The published B200 fp8 parameters (docs/tensorcore-model.md: upstream B200TC.m, block
+    32, 2 extra bits, RZ; the fp32 output's floor -133 as the other Blackwell units), typed
+    in for the Fraction reference."""
+    return ref.Unit(32, 2, "rz", -133, ref.IN_EMIN[fin])
+
+
+@pytest.mark.slow
+def test_b200_fp8_published_model_is_the_fraction_reference():
+    """Every measured B200 fp8 row: fpsim's published-parameter model gives the pattern the
+    Fraction reference (tests/tensorcore_reference.py) gives, so the CLI counts above are the
+    reference's (about 4 s: 6000 rows of 32 products in Fractions)."""
+    import pathlib
+
+    data = pathlib.Path(__file__).parent / "data" / "tensorcore" / "open"
+    for path in sorted(data.glob("B200_*.txt.gz")):
+        hf = tc.load_hardware_file(path)
+        fin = hf.input_format
+        u = _published_b200_unit(fin)
+        a, b = tc.convert_input(hf.a, fin), tc.convert_input(hf.b, fin)
+        c = fpsim.round(hf.c, "fp32")
+        want = np.array([ref.dot(a[i].tolist(), b[i].tolist(), float(c[i]), u)
+                         for i in range(hf.rows)], dtype=np.float32)
+        got = tc.model_results(hf, "B200-fp8-published")
+        np.testing.assert_array_equal(got, fpsim.to_bits(want, "fp32").astype(np.uint64))
+
+
 def test_check_hardware_cli_messages(tmp_path, capsys):
     from fpsim.cli import main
 
@@ -255,18 +290,29 @@ def test_check_hardware_cli_messages(tmp_path, capsys):
 
     data = pathlib.Path(__file__).parent / "data" / "tensorcore" / "open"
     files = sorted(str(p) for p in data.glob("B200_*.txt.gz"))
+    rows = [tc.load_hardware_file(f).rows for f in files]  # the files' own row counts
+    assert len(files) == 2 and min(rows) > 0
     # B200 fp8 runs with its default (the exact rule): every row, counts per file
     assert main(["check-hardware", *files]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line.split()[:3] + line.split()[4:6] for line in out[:2]] == [
-        ["B200_e4m3_to_fp32.txt.gz", "B200", "fp8_e4m3->fp32", "3000/3000", "rows"],
-        ["B200_e5m2_to_fp32.txt.gz", "B200", "fp8_e5m2->fp32", "3000/3000", "rows"]]
-    assert out[2].startswith("total: 6000/6000 rows match in 2 file(s)")
+        ["B200_e4m3_to_fp32.txt.gz", "B200", "fp8_e4m3->fp32", f"{rows[0]}/{rows[0]}", "rows"],
+        ["B200_e5m2_to_fp32.txt.gz", "B200", "fp8_e5m2->fp32", f"{rows[1]}/{rows[1]}", "rows"]]
+    assert out[2].startswith(f"total: {sum(rows)}/{sum(rows)} rows match in 2 file(s)")
     # the named alternatives are still selectable
     assert main(["check-hardware", *files, "--gpu", "B200-fp8-variant"]) == 0
-    assert "total: 6000/6000" in capsys.readouterr().out
+    assert f"total: {sum(rows)}/{sum(rows)}" in capsys.readouterr().out
+    # the published parameters miss rows: the CLI's counts are the rows whose model pattern
+    # equals the measured one (test_b200_fp8_published_model_is_the_fraction_reference pins
+    # those patterns to the Fraction reference, row by row)
+    hit = [_published_b200_matches(f) for f in files]
+    assert 0 < sum(hit) < sum(rows)
     assert main(["check-hardware", *files, "--gpu", "B200-fp8-published", "--show", "0"]) == 1
-    assert "total: 3840/6000" in capsys.readouterr().out
+    out = capsys.readouterr().out.splitlines()
+    per_file = list(zip(hit, rows, strict=True))
+    assert [line.split()[4] for line in out[:2]] == [f"{h}/{n}" for h, n in per_file]
+    assert [line.split()[7] for line in out[:2]] == [str(n - h) for h, n in per_file]
+    assert out[2].startswith(f"total: {sum(hit)}/{sum(rows)} rows match in 2 file(s)")
     # an unmodelled pair: one short line naming the valid --gpu choices, nothing read
     rtx = tmp_path / "RTXPRO6000_e4m3_to_fp32.txt"
     rtx.write_text("")
