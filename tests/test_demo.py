@@ -246,9 +246,10 @@ def test_figures_help_and_default_set(tmp_path, capsys):
     for name in gallery.README_FIGURES:
         assert f"docs/figures/{name}.png" in readme, name
     assert figures_cli.run_cli(p.parse_args(["bit_layout", "--out", str(tmp_path)])) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "rendering bit_layout" in out and [f.name for f in tmp_path.iterdir()] == [
         "bit_layout.png"]
+    assert f"wrote {tmp_path / 'bit_layout.png'}" in out and err == ""  # progress, results
 
 
 def test_train_says_one_recipe(capsys, tmp_path):

@@ -512,7 +512,21 @@ def test_gallery_cli_lists_and_rejects(capsys):
     for name in ("number_line_e4m3", "bit_layout", "rounding_modes", "stochastic_rounding",
                  "format_ranges", "relative_error"):
         assert f"{name}:" in listed
-    assert figures_cli.run_cli(parser.parse_args(["no_such_figure"])) == 2
+    assert capsys.readouterr().err == ""  # the list is a result: stdout
+    # errors: one line on stderr, nothing on stdout, as the other fpsim commands
+    from fpsim.cli import main
+
+    for argv, msg in ((["no_such_figure"], "unknown figure(s) no_such_figure; valid: "
+                                           + ", ".join(gallery.names())),
+                      (["bit_layout", "no_such_figure", "nor_this"],
+                       "unknown figure(s) no_such_figure, nor_this; valid: "),
+                      (["--dpi", "0"], "--dpi must be positive, got 0"),
+                      (["--dpi", "-3"], "--dpi must be positive, got -3")):
+        assert figures_cli.run_cli(parser.parse_args(argv)) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith("fpsim figures: " + msg) and err.count("\n") == 1
+        assert main(["figures", *argv]) == 2
+        assert capsys.readouterr() == (out, err)
     with pytest.raises(ValueError, match="unknown gallery figure"):
         gallery.build("no_such_figure")
     with pytest.raises(ValueError, match="already registered"):

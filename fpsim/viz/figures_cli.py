@@ -6,6 +6,7 @@ them back (the demo's figures reuse the runs a previous ``fpsim demo`` saved).
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..training.experiment import DEFAULT_OUT as DEMO_OUT  # where `fpsim demo` saves its runs
 from ..training.experiment import check_out_dir
@@ -38,8 +39,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    """Run ``fpsim figures``: list or render the gallery, one line per figure as it goes;
-    2 for an unknown figure name or an unwritable ``--out`` (one line, no traceback).
+    """Run ``fpsim figures``: list or render the gallery, one line per figure as it goes
+    (the list, the progress and the written paths on stdout); 2 for an unknown figure name, a
+    ``--dpi`` below 1 or an unwritable ``--out`` (one line on stderr, no traceback), as the
+    other ``fpsim`` commands.
 
     >>> import argparse, tempfile
     >>> p = argparse.ArgumentParser(); configure_parser(p)
@@ -48,8 +51,6 @@ def run_cli(args: argparse.Namespace) -> int:
     ...
     0
     """
-    import sys
-
     all_names = names()
     if args.list:
         for name in all_names:
@@ -57,10 +58,11 @@ def run_cli(args: argparse.Namespace) -> int:
         return 0
     unknown = [n for n in args.names if n not in all_names]
     if unknown:
-        print(f"unknown figure(s) {', '.join(unknown)}; valid: {', '.join(all_names)}")
+        print(f"fpsim figures: unknown figure(s) {', '.join(unknown)}; valid: "
+              f"{', '.join(all_names)}", file=sys.stderr)
         return 2
     if args.dpi <= 0:
-        print(f"--dpi must be positive, got {args.dpi}")
+        print(f"fpsim figures: --dpi must be positive, got {args.dpi}", file=sys.stderr)
         return 2
     try:
         out = check_out_dir(args.out)
