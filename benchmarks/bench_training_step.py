@@ -311,24 +311,33 @@ def bench(variants: dict, steps: int, repeat: int) -> dict:
     return best
 
 
-def cpu_pairs(floor: tuple, engine: tuple, pairs: int) -> tuple[float, float]:
-    """Best per-step CPU time of this thread (seconds) of the floor and of fpsim over ``pairs``
-    rounds, each round two floor steps then two fpsim steps: CPU time leaves out the time other
-    processes take the core from this one, the steadier measure on a shared machine."""
+def cpu_pairs(floor: tuple, engine: tuple, pairs: int) -> tuple[float, float, np.ndarray]:
+    """Per-thread CPU time of the floor and of fpsim over ``pairs`` rounds of two floor steps
+    and two fpsim steps, the order swapped every round (what runs first pays for a cold
+    cache): the best time per step of each (seconds), and each round's ratio fpsim / floor.
+    CPU time leaves out the time other processes take the core from this one; the ratios of
+    neighbouring steps share the machine's state, so their median is the steadiest measure of
+    the engine's overhead on a shared machine (the two bests can come from different moments)."""
     (ffn, fargs), (efn, eargs) = floor, engine
     ffn(*fargs), efn(*eargs)  # warm up
     best_f = best_e = float("inf")
+    ratios = np.empty(pairs)
     clock = time.thread_time
-    for _ in range(pairs):
+    for i in range(pairs):
+        first, second = (ffn, fargs), (efn, eargs)
+        if i % 2:
+            first, second = second, first
         t0 = clock()
-        ffn(*fargs)
-        ffn(*fargs)
+        first[0](*first[1])
+        first[0](*first[1])
         t1 = clock()
-        efn(*eargs)
-        efn(*eargs)
+        second[0](*second[1])
+        second[0](*second[1])
         t2 = clock()
-        best_f, best_e = min(best_f, (t1 - t0) / 2), min(best_e, (t2 - t1) / 2)
-    return best_f, best_e
+        tf, te = (t1 - t0, t2 - t1) if i % 2 == 0 else (t2 - t1, t1 - t0)
+        best_f, best_e = min(best_f, tf / 2), min(best_e, te / 2)
+        ratios[i] = te / tf
+    return best_f, best_e, ratios
 
 
 def breakdown(step, args: tuple, steps: int) -> dict[str, float]:
@@ -422,7 +431,7 @@ def glue_cost(k: int, pairs: int) -> tuple[float, float, float, int]:
     bare, worked = stepper(0), stepper(k)
     bare(x, y)
     n_calls, calls[0] = calls[0], 0
-    t0, tk = cpu_pairs((bare, (x, y)), (worked, (x, y)), pairs)
+    t0, tk, _ = cpu_pairs((bare, (x, y)), (worked, (x, y)), pairs)
     clock, alone = time.thread_time, float("inf")
     for _ in range(pairs):
         start = clock()
@@ -441,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
                          "overhead, with less time spent on the other rows)")
     ap.add_argument("--pairs", type=int, default=0,
                     help="also time the floor and fpsim fp16+master in this many interleaved "
-                         "pairs of steps by per-thread CPU time (best of them)")
+                         "pairs of steps by per-thread CPU time (the best of each and the "
+                         "median of the pairs' ratios)")
     ap.add_argument("--breakdown", action="store_true",
                     help="also time the GEMMs, fp16 roundings and widenings of the MLP step")
     ap.add_argument("--glue", type=int, default=0, metavar="K",
@@ -479,10 +489,12 @@ def main(argv: list[str] | None = None) -> int:
         over = times["fpsim fp16+master"] / times["numpy fp16+master"] - 1
         overheads.append(f"{name}: {over:+.1%}")
         if args.pairs > 0:
-            tf, te = cpu_pairs(variants["numpy fp16+master"], variants["fpsim fp16+master"],
-                               args.pairs)
-            cpu.append(f"{name}: floor {tf * 1e3:.3f} ms, fpsim {te * 1e3:.3f} ms, "
-                       f"{te / tf - 1:+.1%}")
+            tf, te, ratios = cpu_pairs(variants["numpy fp16+master"],
+                                       variants["fpsim fp16+master"], args.pairs)
+            q1, med, q3 = np.percentile(ratios, (25, 50, 75)) - 1
+            cpu.append(f"{name}: floor {tf * 1e3:.3f} ms, fpsim {te * 1e3:.3f} ms, best "
+                       f"{te / tf - 1:+.1%}, median {med:+.1%} (quartiles {q1:+.1%} to "
+                       f"{q3:+.1%})")
         for label, t in times.items():
             col = f"{over:+16.1%}" if label == "fpsim fp16+master" else f"{'':16s}"
             print(f"{name:26s} {label:26s} {t * 1e3:9.3f} {times['numpy fp32'] / t:20.2f} {col}")
@@ -494,8 +506,8 @@ def main(argv: list[str] | None = None) -> int:
     print("engine overhead of fpsim fp16+master over its floor (target < 10%): "
           + ", ".join(overheads))
     if cpu:
-        print(f"engine overhead by per-thread CPU time (best of {args.pairs} pairs of steps): "
-              + "; ".join(cpu))
+        print(f"engine overhead by per-thread CPU time ({args.pairs} pairs of steps: best "
+              "of each, and the median of the pairs' ratios): " + "; ".join(cpu))
     if args.glue > 0:
         t0, tk, alone, n_calls = glue_cost(args.glue, max(args.pairs, 100))
         print(f"Python work between kernels (MLP floor, {args.glue} rounds of it before each "

@@ -62,7 +62,9 @@ def test_script_engine_rows(bench, capsys):
     assert "per-thread CPU" not in out
     assert bench.main(["--repeat", "1", "--steps", "1", "--engine", "--pairs", "2"]) == 0
     line = [ln for ln in capsys.readouterr().out.splitlines() if "per-thread CPU" in ln]
-    assert len(line) == 1 and line[0].count("%") == 2 and "best of 2 pairs" in line[0]
+    assert len(line) == 1 and "2 pairs of steps" in line[0]
+    for part in line[0].split(": ", 1)[1].split("; "):  # per model: best, median, quartiles
+        assert part.count("%") == 4 and "best " in part and "median " in part
 
 
 def test_script_glue_line(bench, capsys):
@@ -398,3 +400,24 @@ def test_max_pool_tap_compare_is_argmax(monkeypatch):
         got = C._first_max(win, kh, kw)
         assert got.dtype == ref.dtype and np.array_equal(got, ref)
     assert cases > 100
+
+
+def test_cpu_pairs_ratios_follow_each_variant_when_the_order_swaps(bench, monkeypatch):
+    # a fake per-thread clock that only the two steps advance: the floor by 1.0, fpsim by 1.25
+    # (then 1.5 in the rounds after the fifth), so every ratio is known whatever runs first
+    now = [0.0]
+    calls = []
+
+    def floor():
+        calls.append("f")
+        now[0] += 1.0
+
+    def engine():
+        calls.append("e")
+        now[0] += 1.25 if calls.count("e") <= 11 else 1.5  # a warm-up call, then 2 a round
+
+    monkeypatch.setattr(bench.time, "thread_time", lambda: now[0])
+    best_f, best_e, ratios = bench.cpu_pairs((floor, ()), (engine, ()), 10)
+    assert calls[2:6] == ["f", "f", "e", "e"] and calls[6:10] == ["e", "e", "f", "f"]
+    assert best_f == 1.0 and best_e == 1.25
+    assert ratios.tolist() == [1.25] * 5 + [1.5] * 5
