@@ -260,6 +260,10 @@ def test_nvfp4_recipe_scales():
     ({"block_size": 0}, ValueError, "block_size"),
     ({"block_size": 2.5}, TypeError, "block_size"),
     ({"block_size": True}, TypeError, "block_size"),
+    ({"block_size": np.timedelta64(32)}, TypeError, "block_size must be an int"),
+    ({"block_size": np.array([32])}, TypeError, "block_size must be an int"),
+    ({"block_size": "32"}, TypeError, "block_size must be an int"),
+    ({"block_size": np.int64(-32)}, ValueError, "block_size must be >= 1, got -32"),
     ({"axis": 2}, ValueError, "axis 2 is out of range"),
     ({"axis": 1.0}, TypeError, "axis"),
     ({"scale_mode": "round"}, ValueError, "valid: 'floor', 'ceil', 'even', 'rceil'"),
@@ -273,6 +277,26 @@ def test_bad_arguments(kwargs, err, match):
     args = {"fmt": "mxfp8_e4m3", **kwargs}
     with pytest.raises(err, match=match):
         mx.quantize(np.ones((2, 32)), **args)
+
+
+class _Count:
+    """An integer-like object: range() takes it through __index__."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __index__(self) -> int:
+        return self.n
+
+
+def test_block_size_takes_what_range_takes():
+    # block_size is checked by fpsim.checks.as_int: the same blocks as with the int
+    x = np.random.default_rng(0).standard_normal((2, 64))
+    ref = mx.quantize(x, "mxfp8_e4m3", block_size=16)
+    for bs in (np.int8(16), np.uint32(16), np.array(16), _Count(16)):
+        q = mx.quantize(x, "mxfp8_e4m3", block_size=bs)
+        assert q.block_size == 16 and type(q.block_size) is int
+        np.testing.assert_array_equal(q.dequantize(), ref.dequantize())
 
 
 def test_bad_inputs():

@@ -227,9 +227,31 @@ def test_dot_k_mismatch_and_empty():
     with pytest.raises(ValueError, match="K = 0"):
         tc.dot([], [])
     with pytest.raises(ValueError, match="ks must be a non-empty sequence"):
-        tc.error_vs_k(ks=(0,))
-    with pytest.raises(ValueError, match="trials"):
+        tc.error_vs_k(ks=())
+    with pytest.raises(ValueError, match=r"ks\[1\] must be >= 1, got 0"):
+        tc.error_vs_k(ks=(4, 0))
+    with pytest.raises(ValueError, match="trials must be >= 1, got 0"):
         tc.error_vs_k(ks=(4,), trials=0)
+    # counts are checked by fpsim.checks.as_int: what range() takes, else a TypeError
+    for bad in (True, 4.0, "4", None, np.array([4]), np.timedelta64(4)):
+        with pytest.raises(TypeError, match=r"ks\[0\] must be an int, got "
+                                            + type(bad).__name__):
+            tc.error_vs_k(ks=(bad,))
+        with pytest.raises(TypeError, match="trials must be an int, got " + type(bad).__name__):
+            tc.error_vs_k(ks=(4,), trials=bad)
+
+    class Count:
+        def __index__(self) -> int:
+            return 4
+
+    ref = tc.error_vs_k(ks=(4, 8), gpus=("A100",), trials=4, seed=1)
+    for k, t in ((np.int64(4), np.uint8(4)), (np.array(4), np.array(4)), (Count(), Count())):
+        r = tc.error_vs_k(ks=(k, 8), gpus=("A100",), trials=t, seed=1)
+        assert list(r.ks) == list(ref.ks) and all(type(v) is int for v in r.ks)
+        for got, want in ((r.mean, ref.mean), (r.max, ref.max)):
+            assert got.keys() == want.keys()
+            for key in want:
+                np.testing.assert_array_equal(got[key], want[key])
 
 
 @pytest.mark.parametrize("gpu", ["A100", "MI300X", "MI210"])

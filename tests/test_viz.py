@@ -352,7 +352,7 @@ def test_stochastic_rounding_of_a_representable_value_and_seed():
 @pytest.mark.parametrize("args, kwargs, match", [
     (("e4m3", 500.0), {}, "beyond the largest"),
     (("e4m3", float("nan")), {}, "finite"),
-    (("e4m3", 1.1), {"n": 0}, "positive int"),
+    (("e4m3", 1.1), {"n": 0}, "n must be >= 1, got 0"),
     (("e4m3", 1.1), {"seed": "abc"}, "seed"),
     (("fp7", 1.1), {}, "unknown format"),
 ])
@@ -474,6 +474,54 @@ def test_relative_error_into_axes_and_bad_input():
                           ({"rounding": "sideways"}, "unknown rounding")]:
         with pytest.raises(ValueError, match=match):
             viz.relative_error(**kwargs)
+
+
+class _Count:
+    """An integer-like object: range() takes it through __index__."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __index__(self) -> int:
+        return self.n
+
+
+def _drawn(fig) -> list:
+    """Every line's and bar's data of every panel: two figures drawn alike compare equal."""
+    lines = [(np.asarray(ln.get_xdata()).tolist(), np.asarray(ln.get_ydata()).tolist())
+             for ax in fig.axes for ln in ax.lines]
+    bars = [(type(p).__name__, p.get_path().vertices.tolist()) for ax in fig.axes
+            for p in ax.patches]
+    plt.close(fig)
+    return [lines, bars]
+
+
+_COUNT_ARGS = {  # figure function, its arguments, the count's name and a valid value
+    "rounding_modes": (lambda n: viz.rounding_modes("e4m3", 1.0, 1.5, n=n), 2, 21),
+    "stochastic_rounding": (lambda n: viz.stochastic_rounding("bf16", 0.1, n=n, seed=3), 1, 50),
+    "relative_error": (lambda n: viz.relative_error("fp16", 1.0, 2.0, n=n), 2, 20),
+    "gradient_histogram_grid": (lambda n: __import__(
+        "fpsim.viz.training", fromlist=["x"]).gradient_histogram_grid(
+        {"w": np.array([2.0**-30, 0.5]), "x": np.ones(3), "y": np.array([1e-6])}, ncols=n),
+        1, 2),
+}
+
+
+@pytest.mark.parametrize("name", list(_COUNT_ARGS))
+def test_figure_counts_share_the_as_int_rule(name):
+    # n / ncols are checked by fpsim.checks.as_int: what range() takes draws the figure the
+    # int draws; other types are a TypeError, values below the minimum a ValueError
+    draw, low, n = _COUNT_ARGS[name]
+    arg = "ncols" if name == "gradient_histogram_grid" else "n"
+    ref = _drawn(draw(n))
+    for v in (np.int16(n), np.uint64(n), np.array(n), _Count(n)):
+        assert _drawn(draw(v)) == ref
+    for bad in (True, float(n), str(n), None, np.array([n]), np.timedelta64(n)):
+        with pytest.raises(TypeError, match=f"{arg} must be an int, got {type(bad).__name__}"):
+            draw(bad)
+    for v in (low - 1, np.int64(low - 1), -5):
+        with pytest.raises(ValueError, match=f"{arg} must be >= {low}, got {v}"):
+            draw(v)
 
 
 # --------------------------------------------------------------------------- style, gallery

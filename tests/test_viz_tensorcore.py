@@ -137,11 +137,57 @@ def test_block_alignment_second_block_starts_from_the_first_blocks_result():
     (([1.0], [1.0], [0.0, 1.0]), {}, "c must be one number"),
     (([float("nan")], [1.0]), {}, "finite values only"),
     (([1.0], [1.0]), {"max_bits": 4}, "max_bits"),
-    (([1.0], [1.0]), {"block": 0.5}, "block must be an int"),
+    (([1.0], [1.0]), {"block": -1}, "block must be >= 0, got -1"),
+    (([1.0], [1.0]), {"max_bits": np.int64(7)}, "max_bits must be >= 8, got 7"),
 ])
 def test_block_alignment_bad_input(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
         viz.block_alignment(*args, **kwargs)
+
+
+# counts and indices are checked by fpsim.checks.as_int: what range() takes is accepted, other
+# types are a TypeError naming the argument
+_NOT_INTS = [True, 0.5, 8.0, "8", None, np.array([8]), np.timedelta64(8)]
+
+
+@pytest.mark.parametrize("bad", _NOT_INTS)
+def test_block_alignment_and_error_vs_k_refuse_non_integers(bad):
+    for kwargs, name in (({"block": bad}, "block"), ({"max_bits": bad}, "max_bits")):
+        with pytest.raises(TypeError, match=f"{name} must be an int, got {type(bad).__name__}"):
+            viz.block_alignment([1.0], [1.0], **kwargs)
+    base = {"ks": (16,), "trials": 1}
+    for kwargs, name in (({"ks": [4, bad]}, r"ks\[1\]"), ({"trials": bad}, "trials")):
+        with pytest.raises(TypeError, match=f"{name} must be an int, got {type(bad).__name__}"):
+            viz.error_vs_k(**{**base, **kwargs})
+
+
+class _Count:
+    """An integer-like object: range() takes it through __index__."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __index__(self) -> int:
+        return self.n
+
+
+def _drawn(fig) -> list:
+    """Every line's data of every panel: two figures drawn alike compare equal."""
+    return [(ln.get_gid(), np.asarray(ln.get_xdata()).tolist(),
+             np.asarray(ln.get_ydata()).tolist()) for ax in fig.axes for ln in ax.lines]
+
+
+def test_error_vs_k_and_block_alignment_take_what_range_takes():
+    ref = _drawn(viz.error_vs_k(ks=(4, 16), gpus=("A100",), baselines=(), trials=2))
+    for one, two in ((np.int64(4), np.uint8(2)), (np.array(4), np.array(2)),
+                     (_Count(4), _Count(2))):
+        fig = viz.error_vs_k(ks=(one, 16), gpus=("A100",), baselines=(), trials=two)
+        assert _drawn(fig) == ref
+    ref = [p.get_gid() for p in viz.block_alignment([1.0] * 8, [2.0] * 8, gpu="V100",
+                                                    block=1, max_bits=40).axes[0].patches]
+    for b, m in ((np.int8(1), np.int64(40)), (np.array(1), np.array(40)), (_Count(1), _Count(40))):
+        fig = viz.block_alignment([1.0] * 8, [2.0] * 8, gpu="V100", block=b, max_bits=m)
+        assert [p.get_gid() for p in fig.axes[0].patches] == ref
 
 
 def _float32_sequential(p: np.ndarray) -> np.ndarray:
@@ -200,12 +246,12 @@ def test_error_vs_k_max_statistic_custom_unit_and_kahan():
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"ks": []}, "ks must be positive ints"),
-    ({"ks": [0, 4]}, "ks must be positive ints"),
+    ({"ks": [4, 0]}, r"ks\[1\] must be >= 1, got 0"),
     ({"gpus": ["Z80"]}, "unknown GPU"),
     ({"baselines": ["random"]}, "unknown baseline order"),
     ({"distribution": "cauchy"}, "distribution must be"),
     ({"statistic": "median"}, "statistic must be"),
-    ({"trials": 0}, "trials must be a positive int"),
+    ({"trials": 0}, "trials must be >= 1, got 0"),
     ({"gpus": [], "baselines": []}, "at least one GPU or baseline"),
     ({"baseline_format": "int8"}, "integer format"),
 ])

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from ..checks import as_int
 from ..integer import round_to_integral
 from ..modes import Rounding, as_rounding
 from ..rounding import round as fp_round
@@ -280,11 +281,7 @@ def e8m0_exponent(amax: np.ndarray, fmt: MXFormat, mode: ScaleMode) -> np.ndarra
 
 
 def _check_block_size(block_size) -> int:
-    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)):
-        raise TypeError(f"block_size must be a positive int, got {block_size!r}")
-    if block_size < 1:
-        raise ValueError(f"block_size must be a positive int, got {block_size}")
-    return int(block_size)
+    return as_int("block_size", block_size, 1)
 
 
 def _as_input(x, nvfp4: bool) -> np.ndarray:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..checks import as_int
 from ..formats import FP32, Format
 from ..rounding import round as fp_round
 from .gpus import resolve_unit
@@ -79,14 +80,11 @@ def error_vs_k(ks=(16, 64, 256, 1024, 4096), gpus=("V100", "A100", "H100"), *,
     """
     if distribution not in ("uniform", "normal"):
         raise ValueError(f"distribution must be 'uniform' or 'normal', got {distribution!r}")
-    ks = tuple(ks)
-    bad = [k for k in ks if isinstance(k, bool) or not isinstance(k, (int, np.integer))
-           or k < 1]
-    if bad or not ks:
-        raise ValueError(f"ks must be a non-empty sequence of dot-product lengths K >= 1, "
-                         f"got {ks!r}")
-    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
-        raise ValueError(f"trials must be an int >= 1, got {trials!r}")
+    ks = tuple(as_int(f"ks[{i}]", k, 1) for i, k in enumerate(ks))  # dot-product lengths K
+    if not ks:
+        raise ValueError("ks must be a non-empty sequence of dot-product lengths K >= 1, "
+                         "got none")
+    trials = as_int("trials", trials, 1)
     rng = np.random.default_rng(seed)
     units = [(g if isinstance(g, str) else getattr(g, "name", "custom"),
               resolve_unit(g, input_format, FP32)) for g in gpus]

@@ -17,6 +17,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ..checks import as_int
 from ..formats import Format
 from ..modes import Rounding, as_rounding
 from ..rounding import default_rng
@@ -76,8 +77,7 @@ def rounding_modes(
     lo, hi = finite_real(lo, "lo"), finite_real(hi, "hi")
     if not lo < hi:
         raise ValueError(f"need lo < hi, got lo={lo!r}, hi={hi!r}")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
-        raise ValueError(f"n must be an int >= 2, got {n!r}")
+    n = as_int("n", n, 2)
     ms = _modes(modes)
     vals = values_between(f, lo, hi)
     # the neighbours just outside [lo, hi] make the ties near the ends complete
@@ -170,10 +170,8 @@ def stochastic_rounding(
     x = finite_real(x, "x")
     if abs(x) > f.max:
         raise ValueError(f"x={x!r} lies beyond the largest value of {f.name} ({f.max:g})")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    n = as_int("n", n, 1)
     rng = _check_seed(seed)
-    n = int(n)
     samples = np.asarray(fp_round(np.full(n, x), f, "stochastic", rng=rng))
     down = float(fp_round(x, f, "down"))
     up = float(fp_round(x, f, "up"))
@@ -256,10 +254,9 @@ def relative_error(
     lo, hi = finite_real(lo, "lo"), finite_real(hi, "hi")
     if not 0 < lo < hi:
         raise ValueError(f"need 0 < lo < hi, got lo={lo!r}, hi={hi!r}")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
-        raise ValueError(f"n must be an int >= 2, got {n!r}")
+    n = as_int("n", n, 2)
     mode = as_rounding(rounding).value
-    x = np.geomspace(lo, hi, int(n))
+    x = np.geomspace(lo, hi, n)
     fig, ax = style.new_figure((10, 4.2), ax)
     floor = 2.0 ** -(max(f.mantissa_bits for f in fs) + 4)
     group = max(1, int(n) // 120)  # points per envelope bin (~120 bins over the sweep)

@@ -22,6 +22,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from .. import tensorcore as tc
+from ..checks import as_int
 from ..formats import Format
 from ..reductions import dot as fp_dot
 from ..tensorcore.gpus import BlockFMA, GpuModel
@@ -150,11 +151,8 @@ def block_alignment(
     ...  if g.startswith("bit:a0*b0:") and g.endswith(":1")]  # (row, 2^k, state, digit)
     ['bit:a0*b0:-24:kept:1']
     """
-    if isinstance(block, bool) or not isinstance(block, (int, np.integer)):
-        raise ValueError(f"block must be an int, got {block!r}")
-    if isinstance(max_bits, bool) or not isinstance(max_bits, (int, np.integer)) or \
-            max_bits < 8:
-        raise ValueError(f"max_bits must be an int >= 8, got {max_bits!r}")
+    block = as_int("block", block, 0)  # its upper end is checked once K is known
+    max_bits = as_int("max_bits", max_bits, 8)
     if np.ndim(a) != 1 or np.ndim(b) != 1:
         raise ValueError(f"block_alignment needs 1-D a and b (one dot product), got shapes "
                          f"{np.shape(a)} and {np.shape(b)}")
@@ -370,12 +368,11 @@ def error_vs_k(
     >>> [line.get_gid() for line in fig.axes[0].lines]
     ['error:A100', 'error:fp32 sequential', 'bound']
     """
-    if isinstance(ks, (int, np.integer)):
+    if hasattr(ks, "__index__") and np.ndim(ks) == 0:  # one K (an int, a 0-d array...)
         ks = [ks]
-    ks = list(ks)
-    if not ks or any(isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1
-                     for k in ks):
-        raise ValueError(f"ks must be positive ints, got {ks!r}")
+    ks = [as_int(f"ks[{i}]", k, 1) for i, k in enumerate(ks)]
+    if not ks:
+        raise ValueError("ks must be positive ints, got none")
     if isinstance(gpus, (str, GpuModel, BlockFMA)):
         gpus = [gpus]
     if isinstance(baselines, str):
@@ -389,8 +386,7 @@ def error_vs_k(
         raise ValueError(f"distribution must be 'uniform' or 'normal', got {distribution!r}")
     if statistic not in _STATISTICS:
         raise ValueError(f"statistic must be one of {_STATISTICS}, got {statistic!r}")
-    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
-        raise ValueError(f"trials must be a positive int, got {trials!r}")
+    trials = as_int("trials", trials, 1)
     bfmt = float_format(baseline_format)
     units = [(_label(g), g) for g in gpus]
     for _lab, g in units:

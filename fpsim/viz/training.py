@@ -31,6 +31,7 @@ from ..amp.instrument import (
     fp16_range_shading,
     merge_histograms,
 )
+from ..checks import as_int
 from . import style
 from ._common import float_format
 from .gallery import register
@@ -339,8 +340,7 @@ def gradient_histogram_grid(grads: Mapping[str, Any], fmt: str = "fp16", *, ncol
     if not isinstance(grads, Mapping) or not grads:
         raise TypeError("grads must be a non-empty mapping of name -> values or "
                         f"ExponentHistogram, got {type(grads).__name__}")
-    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
-        raise ValueError(f"ncols must be a positive int, got {ncols!r}")
+    ncols = as_int("ncols", ncols, 1)
     ncols = min(ncols, len(grads))
     nrows = -(-len(grads) // ncols)
     fig, axes = style.new_figure((4 * ncols, 3.2 * nrows), nrows=nrows, ncols=ncols,
