@@ -218,9 +218,11 @@ def activation_bytes(shapes: Iterable[Sequence[int]], fmt: Format | IntFormat | 
     bits = _storage_bits(fmt)
     total = 0
     for shp in shapes:
-        dims = tuple(shp)
-        if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in dims):
-            raise ValueError(f"a shape must be a sequence of non-negative ints, got {shp!r}")
+        try:  # each dimension: what range() takes, >= 0
+            dims = tuple(as_int("a dimension", d, 0) for d in shp)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"a shape must be a sequence of non-negative ints, got "
+                            f"{shp!r}") from None
         n = math.prod(dims)
         total += (n * bits + 7) // 8 if packed else n * ((bits + 7) // 8)
     return total

@@ -8,6 +8,7 @@ import math
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
+import numpy as np
 import pytest
 
 from fpsim.memory import (
@@ -112,6 +113,16 @@ def test_activation_bytes():
     assert activation_bytes(shapes, "fp4_e2m1", packed=True) == n // 2
     assert activation_bytes([(3,)], "fp6_e2m3", packed=True) == 3  # 18 bits -> 3 bytes
     assert activation_bytes([], "fp16") == 0
+    # each dimension is checked by fpsim.checks.as_int: NumPy integers count (they were
+    # refused), other types are a TypeError, negative sizes a ValueError
+    assert activation_bytes([(np.int64(8), np.array(128))], "bf16") == 2 * 8 * 128
+    for bad in (True, 8.0, "8", None, np.timedelta64(8)):
+        with pytest.raises(TypeError, match="a shape must be a sequence of non-negative ints"):
+            activation_bytes([(8, bad)], "bf16")
+    with pytest.raises(TypeError, match="a shape must be a sequence of non-negative ints"):
+        activation_bytes([8], "bf16")
+    with pytest.raises(ValueError, match=r"non-negative ints, got \(8, -1\)"):
+        activation_bytes([(8, -1)], "bf16")
 
 
 def test_checkpointing_minimum_is_ceil_two_sqrt_n():

@@ -122,8 +122,15 @@ def test_amax_recorded_twice_in_a_step_takes_the_max():
 def test_bad_input():
     with pytest.raises(ValueError, match="valid: 'max', 'most_recent'"):
         DelayedScaling(amax_compute_algo="mean")
-    with pytest.raises(ValueError, match="amax_history_len"):
+    with pytest.raises(ValueError, match="amax_history_len must be >= 1, got 0"):
         DelayedScaling(amax_history_len=0)
+    # fpsim.checks.as_int's rule: what range() takes is a length, other types a TypeError
+    for n in (np.int16(3), np.array(3)):
+        assert DelayedScaling(amax_history_len=n).amax_history.shape == (3,)
+    for bad in (True, 3.0, "3", None, np.array([3]), np.timedelta64(3)):
+        with pytest.raises(TypeError, match=f"amax_history_len must be an int, got "
+                                            f"{type(bad).__name__}"):
+            DelayedScaling(amax_history_len=bad)
     with pytest.raises(ValueError, match="unknown format"):
         fp8_scale(1.0, "e4m3x")
     with pytest.raises(ValueError, match="fmt e9m9 .* beyond float32's range"):

@@ -271,6 +271,33 @@ def test_lora_zero_b_gives_base_exactly_and_only_adapters_train():
     assert not np.array_equal(lora(x).numpy(), base(x).numpy())
 
 
+class _Count:
+    """An integer-like object: range() takes it through __index__."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __index__(self) -> int:
+        return self.n
+
+
+def test_lora_rank_shares_the_as_int_rule():
+    # r is checked by fpsim.checks.as_int: what range() takes is a rank (same adapters)
+    base = nn.Linear(6, 4, fmt="fp64", rng=0)
+    ref = LoRALinear(base, r=3, alpha=6, rng=0)
+    for r in (np.int8(3), np.array(3), _Count(3)):
+        lora = LoRALinear(base, r=r, alpha=6, rng=0)
+        assert lora.r == 3 and type(lora.r) is int and lora.scaling == ref.scaling
+        np.testing.assert_array_equal(lora.lora_A.numpy(), ref.lora_A.numpy())
+    for bad in (True, 3.0, "3", None, np.array([3]), np.timedelta64(3)):
+        with pytest.raises(TypeError, match=f"the rank r must be an int, got "
+                                            f"{type(bad).__name__}"):
+            LoRALinear(base, r=bad)
+    for low in (0, -2, np.int64(0)):
+        with pytest.raises(ValueError, match=f"the rank r must be >= 1, got {low}"):
+            LoRALinear(base, r=low)
+
+
 def test_lora_formula_and_frozen_linear_base():
     base = nn.Linear(6, 4, fmt="fp64", rng=0)
     lora = LoRALinear(base, r=2, alpha=6, fmt="fp64", rng=1)

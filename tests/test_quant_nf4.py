@@ -152,6 +152,20 @@ def test_rmse_on_normal_weights_matches_the_integral_and_beats_int4():
 
 # -- double quantization -------------------------------------------------------------------
 
+def test_dynamic_map_bit_counts_share_the_as_int_rule():
+    ref = create_dynamic_map(True, 5, 7)
+    for e, t in ((np.int8(5), np.int64(7)), (np.array(5), np.array(7))):
+        np.testing.assert_array_equal(create_dynamic_map(True, e, t), ref)
+    for bad in (True, 7.0, "7", None, np.array([7]), np.timedelta64(7)):
+        for kwargs, name in (({"max_exponent_bits": bad}, "max_exponent_bits"),
+                             ({"total_bits": bad}, "total_bits")):
+            with pytest.raises(TypeError, match=f"{name} must be an int, got "
+                                                f"{type(bad).__name__}"):
+                create_dynamic_map(**kwargs)
+    with pytest.raises(ValueError, match="total_bits must be >= 1, got 0"):
+        create_dynamic_map(total_bits=0)
+
+
 def test_dynamic_map_structure():
     m = create_dynamic_map()
     assert m.dtype == np.float32 and m.size == 256

@@ -99,12 +99,12 @@ def test_report_text():
     ((64, 64, 64, "V100", "bf16"), {}, "V100 has no bf16 peak.*valid for V100: fp32, fp16"),
     ((64, 64, 64, "H100", "int8"), {}, "H100 has no int8 peak"),
     ((64, 64, 64, "A100", "fp64"), {}, "unknown dtype 'fp64'; valid: fp32, tf32"),
-    ((0, 64, 64), {}, "M must be a positive integer"),
-    ((64, 1.5, 64), {}, "N must be a positive integer"),
-    ((64, 64, True), {}, "K must be a positive integer"),
+    ((0, 64, 64), {}, "M must be >= 1, got 0"),
+    ((64, -2, 64), {}, "N must be >= 1, got -2"),
+    ((64, 64, np.int64(0)), {}, "K must be >= 1, got 0"),
     ((64, 64, 64), {"tile": (128,)}, "tile must be a pair"),
-    ((64, 64, 64), {"tile": (0, 128)}, r"tile\[0\] must be a positive integer"),
-    ((64, 64, 64), {"blocks_per_sm": 0}, "blocks_per_sm must be a positive integer"),
+    ((64, 64, 64), {"tile": (0, 128)}, r"tile\[0\] must be >= 1, got 0"),
+    ((64, 64, 64), {"blocks_per_sm": 0}, "blocks_per_sm must be >= 1, got 0"),
 ])
 def test_bad_input(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -114,3 +114,31 @@ def test_bad_input(args, kwargs, match):
 def test_numpy_integers_are_accepted():
     r = gemm_time_estimate(np.int64(256), np.int32(256), np.uint16(256), "A100", "fp16")
     assert r.tiles == 4
+
+
+class _Count:
+    """An integer-like object: range() takes it through __index__."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __index__(self) -> int:
+        return self.n
+
+
+def test_sizes_share_the_as_int_rule():
+    # M, N, K, the tile and blocks_per_sm are checked by fpsim.checks.as_int: what range()
+    # takes gives the int's estimate; other types are a TypeError naming the argument
+    ref = gemm_time_estimate(300, 200, 100, "A100", "fp16", tile=(64, 128), blocks_per_sm=2)
+    for conv in (np.int32, np.array, _Count):
+        r = gemm_time_estimate(conv(300), conv(200), conv(100), "A100", "fp16",
+                               tile=(conv(64), conv(128)), blocks_per_sm=conv(2))
+        assert r == ref
+    for bad in (True, 1.5, 64.0, "64", None, np.array([64]), np.timedelta64(64)):
+        for args, kwargs, name in (((bad, 64, 64), {}, "M"), ((64, bad, 64), {}, "N"),
+                                   ((64, 64, bad), {}, "K"),
+                                   ((64, 64, 64), {"tile": (64, bad)}, r"tile\[1\]"),
+                                   ((64, 64, 64), {"blocks_per_sm": bad}, "blocks_per_sm")):
+            with pytest.raises(TypeError, match=f"{name} must be an int, got "
+                                                f"{type(bad).__name__}"):
+                gemm_time_estimate(*args, "A100", "fp16", **kwargs)

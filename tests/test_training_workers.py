@@ -23,9 +23,16 @@ def test_processes_give_the_same_runs_in_recipe_order():
         assert a.grad == b.grad
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+@pytest.mark.parametrize("bad", [0, -1, np.int64(0)])
 def test_bad_workers(bad):
-    with pytest.raises(ValueError, match="workers must be a positive int"):
+    with pytest.raises(ValueError, match=f"workers must be >= 1, got {bad}"):
+        run_demo(**SHORT, workers=bad)
+
+
+@pytest.mark.parametrize("bad", [1.5, 2.0, True, "2", None, np.array([2]), np.timedelta64(2)])
+def test_workers_of_other_types_are_a_type_error(bad):
+    # fpsim.checks.as_int's rule: what range() takes (np.int64(2), np.array(2)) is a count
+    with pytest.raises(TypeError, match=f"workers must be an int, got {type(bad).__name__}"):
         run_demo(**SHORT, workers=bad)
 
 

@@ -97,8 +97,26 @@ def test_flat_adam_rejects_bad_input():
     z = np.zeros(3, np.float32)
     with pytest.raises(TypeError, match="float32"):
         adam_step_flat(z.astype(np.float64), z, z, z, 1)
-    with pytest.raises(ValueError, match="step"):
+    with pytest.raises(ValueError, match="adam_step_flat: step must be >= 1, got 0"):
         adam_step_flat(z, z, z, z, 0)
+    for bad in (True, 1.0, "1", None, np.array([1]), np.timedelta64(1)):
+        with pytest.raises(TypeError, match=f"adam_step_flat: step must be an int, got "
+                                            f"{type(bad).__name__}"):
+            adam_step_flat(z, z, z, z, bad)
+
+
+def test_flat_adam_step_takes_what_range_takes():
+    # step is checked by fpsim.checks.as_int: a 0-d array or NumPy integer is the step number
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal(5).astype(np.float32)
+    states = []
+    for t in (3, np.int64(3), np.array(3)):
+        w, m, v = np.ones(5, np.float32), np.full(5, 0.1, np.float32), np.full(5, 0.2, np.float32)
+        adam_step_flat(w, g, m, v, t, lr=1e-2)
+        states.append((w, m, v))
+    for w, m, v in states[1:]:
+        for got, want in zip((w, m, v), states[0], strict=True):
+            np.testing.assert_array_equal(got, want)
 
 
 # ---------------------------------------------------------------------- collectives

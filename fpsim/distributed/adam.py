@@ -18,6 +18,8 @@ import math
 
 import numpy as np
 
+from ..checks import as_int
+
 __all__ = ["adam_step_flat"]
 
 
@@ -39,8 +41,7 @@ def adam_step_flat(w: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, s
                             f"{getattr(a, 'dtype', type(a).__name__)}")
         if a.shape != w.shape:
             raise ValueError(f"adam_step_flat: {name} has shape {a.shape}, w has {w.shape}")
-    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 1:
-        raise ValueError(f"adam_step_flat: step must be an int >= 1, got {step!r}")
+    step = as_int("adam_step_flat: step", step, 1)
     beta1, beta2 = betas
     with np.errstate(all="ignore"):
         wc = w

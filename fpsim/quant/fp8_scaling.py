@@ -21,6 +21,7 @@ import numbers
 
 import numpy as np
 
+from ..checks import as_int
 from ..formats import Format, get_float_format
 from ..rounding import cast
 from .qparams import real_array
@@ -146,16 +147,14 @@ class DelayedScaling:
                  amax_history_len: int = 1024, amax_compute_algo: str = "max",
                  power_of_two: bool = False) -> None:
         self.fmt = as_fp8_format(fmt)
-        if isinstance(amax_history_len, bool) or not isinstance(
-                amax_history_len, (int, np.integer)) or amax_history_len < 1:
-            raise ValueError(f"amax_history_len must be an int >= 1, got {amax_history_len!r}")
+        amax_history_len = as_int("amax_history_len", amax_history_len, 1)
         if amax_compute_algo not in ("max", "most_recent"):
             raise ValueError(f"unknown amax_compute_algo {amax_compute_algo!r}; valid: 'max', "
                              "'most_recent'")
         self.margin = _margin(margin)
         self.amax_compute_algo = amax_compute_algo
         self.power_of_two = bool(power_of_two)
-        self.amax_history = np.zeros(int(amax_history_len), np.float32)
+        self.amax_history = np.zeros(amax_history_len, np.float32)
         self.scale = np.float32(1.0)
 
     @property

@@ -30,6 +30,7 @@ from .. import nn
 from ..autograd import functional as F
 from ..autograd.generator import get_generator
 from ..autograd.tensor import Tensor, as_format
+from ..checks import as_int
 from ..formats import BF16, Format
 from ..nn import init
 from ..nn.module import Module, Parameter
@@ -68,8 +69,7 @@ class LoRALinear(Module):
                  fmt: Format | str = BF16, init_a: str = "kaiming",
                  rng: np.random.Generator | int | None = None) -> None:
         super().__init__()
-        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 1:
-            raise ValueError(f"the rank r must be a positive int, got {r!r}")
+        r = as_int("the rank r", r, 1)
         if not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha > 0):
             raise ValueError(f"alpha must be a positive number, got {alpha!r}")
         if not 0.0 <= dropout < 1.0:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..checks import as_int
 from ..encoding import from_bits, to_bits
 from ..formats import FP8_E4M3
 
@@ -212,9 +213,8 @@ def create_dynamic_map(signed: bool = True, max_exponent_bits: int = 7,
     >>> m = create_dynamic_map(); m.size, float(m[0]), float(m[-1]), int((m == 0).sum())
     (256, -0.992968738079071, 1.0, 1)
     """
-    for name, v in (("max_exponent_bits", max_exponent_bits), ("total_bits", total_bits)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    max_exponent_bits = as_int("max_exponent_bits", max_exponent_bits, 1)
+    total_bits = as_int("total_bits", total_bits, 1)
     non_sign_bits = total_bits - 1  # bitsandbytes: total_bits - (1 if signed else 1)
     if max_exponent_bits > non_sign_bits:
         raise ValueError("max_exponent_bits must be <= total_bits - 1")

@@ -28,8 +28,9 @@ shows *why* some shapes are slower, not a benchmark.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
+
+from ..checks import as_int
 
 __all__ = ["GpuPerf", "PERF_GPUS", "GemmEstimate", "gemm_time_estimate", "peak_tflops",
            "alignment", "get_perf_gpu", "DTYPE_BYTES"]
@@ -190,13 +191,7 @@ class GemmEstimate:
 
 
 def _pos_int(v: object, what: str) -> int:
-    try:
-        i = operator.index(v)  # ints and NumPy integers, never floats
-    except TypeError:
-        i = 0
-    if isinstance(v, bool) or i < 1:
-        raise ValueError(f"{what} must be a positive integer, got {v!r}")
-    return i
+    return as_int(what, v, 1)  # what range() takes; never bools or floats
 
 
 def gemm_time_estimate(M: int, N: int, K: int, gpu: str | GpuPerf = "A100",

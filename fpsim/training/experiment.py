@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..checks import as_int
 from ..datasets import load_digits
 from .recipes import PRECISIONS
 from .trainer import RunResult, TrainConfig, train
@@ -78,8 +79,7 @@ def run_demo(quick: bool = False, seed: int = 0, precisions: Sequence[str] | Non
     'fp32'
     """
     names = list(PRECISIONS) if precisions is None else list(precisions)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    workers = as_int("workers", workers, 1)
     configs = []
     for name in names:  # refuse a bad name or setting before any run
         cfg = demo_config(quick, precision=name, seed=seed, **overrides)
