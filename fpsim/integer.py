@@ -32,6 +32,7 @@ import ml_dtypes
 import numpy as np
 
 from . import flags as _flags
+from .checks import as_int
 from .flags import Flags
 from .formats import Format, IntFormat, get_float_format, get_int_format
 from .modes import Overflow, Rounding, Tininess, as_overflow, as_rounding
@@ -191,10 +192,13 @@ def _check_random_bits(random_bits, mode: Rounding) -> int | None:
         return None
     if mode is not Rounding.STOCHASTIC:
         raise ValueError("random_bits only applies to rounding='stochastic'")
-    if isinstance(random_bits, bool) or not isinstance(random_bits, (int, np.integer)) or \
-            not 1 <= int(random_bits) <= 63:
+    try:  # what range() takes; TypeError for bool, float, str ...
+        n = as_int("random_bits", random_bits, 1)
+    except ValueError:
+        n = 0  # below 1: refused below, naming the whole range
+    if not 1 <= n <= 63:
         raise ValueError(f"random_bits must be an int in [1, 63], got {random_bits!r}")
-    return int(random_bits)
+    return n
 
 
 def _integral(x: np.ndarray, mode: Rounding, gen, random_bits: int | None) -> np.ndarray:

@@ -30,6 +30,7 @@ import numpy as np
 
 from . import flags as _flags
 from . import state as _state
+from .checks import as_int
 from .flags import Flags
 from .formats import (
     BF16,
@@ -481,10 +482,13 @@ class RoundingPolicy:
         if random_bits is not None:
             if mode is not Rounding.STOCHASTIC:
                 raise ValueError("random_bits only applies to rounding='stochastic'")
-            if isinstance(random_bits, bool) or not isinstance(random_bits, (int, np.integer)) \
-                    or not 1 <= int(random_bits) <= 63:
-                raise ValueError(f"random_bits must be an int in [1, 63], got {random_bits!r}")
-            random_bits = int(random_bits)
+            try:  # what range() takes; TypeError for bool, float, str ...
+                random_bits = as_int("random_bits", random_bits, 1)
+            except ValueError:
+                random_bits = 0  # below 1: refused below, naming the whole range
+            if not 1 <= random_bits <= 63:
+                raise ValueError(f"random_bits must be an int in [1, 63], got "
+                                 f"{self.random_bits!r}")
         put("fmt", fmt)
         put("rounding", mode)
         put("overflow", as_overflow(self.overflow))
@@ -533,7 +537,7 @@ def policy_of(fmt, rounding="nearest_even", overflow="inf", subnormals="keep",
         return policy
     try:
         pol = _parsed(fmt, rounding, overflow, subnormals, tininess, random_bits)
-    except TypeError:
+    except (TypeError, ValueError):  # hashing a generic np.timedelta64 is a ValueError
         if _hashable(fmt, rounding, overflow, subnormals, tininess, random_bits):
             raise  # the argument's own clear error
         pol = RoundingPolicy(fmt, rounding, overflow, subnormals, tininess, None, random_bits)
@@ -546,7 +550,7 @@ def policy_of(fmt, rounding="nearest_even", overflow="inf", subnormals="keep",
 def _hashable(*args) -> bool:
     try:
         hash(args)
-    except TypeError:
+    except (TypeError, ValueError):
         return False
     return True
 

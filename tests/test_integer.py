@@ -397,6 +397,9 @@ def test_bad_input_errors():
         to_int(np.array(["a"]), "int8")
     with pytest.raises(ValueError, match="random_bits"):
         to_int([0.5], "int8", "up", random_bits=8)
+    for bad in (0, 64, np.int64(-1)):
+        with pytest.raises(ValueError, match=r"random_bits must be an int in \[1, 63\]"):
+            to_int([0.5], "int8", "stochastic", random_bits=bad)
     with pytest.raises(ValueError, match="rounding mode"):
         to_int([0.5], "int8", "sideways")
 

@@ -638,8 +638,11 @@ def test_stochastic_reproducible():
 def test_stochastic_bad_arguments():
     with pytest.raises(ValueError, match="random_bits"):
         fpsim.round(1.0, "fp16", "nearest_even", random_bits=8)
-    for bad in (0, 64, 2.5, True):
-        with pytest.raises(ValueError, match="random_bits"):
+    for bad in (0, 64):
+        with pytest.raises(ValueError, match=r"random_bits must be an int in \[1, 63\]"):
+            fpsim.round(1.0, "fp16", "stochastic", random_bits=bad)
+    for bad in (2.5, True):  # fpsim.checks.as_int's rule: other types are a TypeError
+        with pytest.raises(TypeError, match="random_bits must be an int, got"):
             fpsim.round(1.0, "fp16", "stochastic", random_bits=bad)
     with pytest.raises(TypeError, match="rng"):
         fpsim.round(1.0, "fp16", "stochastic", rng="seed")

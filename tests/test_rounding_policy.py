@@ -51,13 +51,43 @@ def test_fields_are_parsed_and_frozen():
     ({"tininess": "never"}, "after"),
     ({"random_bits": 8}, "random_bits only applies to rounding='stochastic'"),
     ({"rounding": "stochastic", "random_bits": 0}, r"random_bits must be an int in \[1, 63\]"),
-    ({"rounding": "stochastic", "random_bits": True}, "random_bits must be an int"),
+    ({"rounding": "stochastic", "random_bits": 64}, r"random_bits must be an int in \[1, 63\]"),
+    ({"rounding": "stochastic", "random_bits": np.int64(-1)}, r"in \[1, 63\], got np.int64"),
 ])
 def test_bad_options_name_the_argument_and_the_choices(kwargs, match):
     with pytest.raises(ValueError, match=match):
         RoundingPolicy("fp16", **kwargs)
     with pytest.raises(ValueError, match=match):  # the keyword route says the same
         fpsim.add(1.0, 1.0, "fp16", **kwargs)
+
+
+class _Count:
+    """An integer-like object: range() takes it through __index__."""
+
+    def __index__(self) -> int:
+        return 8
+
+
+def test_random_bits_shares_the_as_int_rule():
+    # random_bits is checked by fpsim.checks.as_int, then its range [1, 63]: what range()
+    # takes gives the int's draws; other types are a TypeError on every route
+    from fpsim.integer import round_to_integral, to_int
+
+    x = np.linspace(-3.0, 3.0, 41) / 7.0
+    calls = (lambda rb: fpsim.round(x, "bf16", "stochastic", rng=1, random_bits=rb),
+             lambda rb: fpsim.add(x, 1.0, "fp16", "stochastic", rng=1, random_bits=rb),
+             lambda rb: to_int(x * 9, "int8", "stochastic", rng=1, random_bits=rb),
+             lambda rb: round_to_integral(fpsim.round(x * 9, "fp16"), "fp16", "stochastic",
+                                          rng=1, random_bits=rb))
+    for call in calls:
+        ref = call(8)
+        for rb in (np.int8(8), np.uint64(8), np.array(8), _Count()):
+            np.testing.assert_array_equal(call(rb), ref)
+            assert RoundingPolicy("fp16", "stochastic", random_bits=rb).random_bits == 8
+        for bad in (True, np.True_, 8.0, "8", np.array([8]), np.timedelta64(8)):
+            with pytest.raises(TypeError, match="random_bits must be an int, got "
+                                                + type(bad).__name__):
+                call(bad)
 
 
 def test_bad_format_and_mixing_policy_with_options():
