@@ -51,6 +51,7 @@ import time
 
 import numpy as np
 
+import fpsim.autograd.conv as _conv
 import fpsim.autograd.functional as F
 from fpsim import nn, optim
 from fpsim.autograd import Tensor, fastcast, matmul_accumulation
@@ -196,10 +197,11 @@ class NumpyCNNHalf:
         conv = acc16(acc)  # rows (n, h, w), channels last
         conv = np.ascontiguousarray(conv.reshape(n, 8, 8, 8).transpose(0, 3, 1, 2))
         act = _relu16(conv)
-        # 2x2 max pooling as fpsim's kernel: the first maximum of each window of the widened
-        # values, gathered and (backward) scattered through flat positions in act
-        blocks = wide(act).reshape(n, 8, 4, 2, 4, 2).transpose(0, 1, 2, 4, 3, 5)
-        arg = blocks.reshape(n * 128, 4).argmax(axis=1)
+        # 2x2 max pooling by fpsim's kernel: the first maximum of each window of the widened
+        # values (compared tap by tap over strided views: no copy of the windows), gathered
+        # and (backward) scattered through flat positions in act
+        arg = _conv._first_max(_conv._windows(wide(act), 2, 2, 2, 2, 1, 1, 4, 4), 2, 2)
+        arg = arg.reshape(-1)
         pos = self._origins(n) + (arg >> 1) * 8 + (arg & 1)  # tap (dy, dx) = divmod(arg, 2)
         flat = wide(act.reshape(-1)[pos]).reshape(n, 128)
         z = wide(acc16(flat @ w.T + b))
