@@ -18,6 +18,8 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 
+from .checks import as_int
+
 __all__ = [
     "NaNEncoding",
     "Format",
@@ -110,14 +112,13 @@ class Format:
     name: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        for fname in ("exponent_bits", "mantissa_bits"):
-            v = getattr(self, fname)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"Format.{fname} must be an int, got {type(v).__name__}")
-        if self.exponent_bits < 1:
-            raise ValueError(f"Format needs at least 1 exponent bit, got {self.exponent_bits}")
-        if self.mantissa_bits < 0:
-            raise ValueError(f"Format.mantissa_bits must be >= 0, got {self.mantissa_bits}")
+        # bit counts: what range() takes (fpsim.checks.as_int), stored as ints below
+        try:
+            ebits = as_int("Format.exponent_bits", self.exponent_bits, 1)
+        except ValueError:
+            raise ValueError(f"Format needs at least 1 exponent bit, got "
+                             f"{self.exponent_bits}") from None
+        mbits = as_int("Format.mantissa_bits", self.mantissa_bits, 0)
         try:
             enc = NaNEncoding(self.nan_encoding)
         except ValueError:
@@ -126,8 +127,8 @@ class Format:
                 f"unknown nan_encoding {self.nan_encoding!r}; valid: {valid}"
             ) from None
         object.__setattr__(self, "nan_encoding", enc)
-        object.__setattr__(self, "exponent_bits", int(self.exponent_bits))
-        object.__setattr__(self, "mantissa_bits", int(self.mantissa_bits))
+        object.__setattr__(self, "exponent_bits", ebits)
+        object.__setattr__(self, "mantissa_bits", mbits)
         if not isinstance(self.subnormals, (bool, np.bool_)):
             raise ValueError(
                 f"Format.subnormals must be True (gradual underflow) or False (none: the "
@@ -378,11 +379,13 @@ class IntFormat:
     name: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.bits, bool) or not isinstance(self.bits, (int, np.integer)):
-            raise TypeError(f"IntFormat.bits must be an int, got {type(self.bits).__name__}")
-        if not 2 <= int(self.bits) <= 64:
+        try:  # what range() takes (fpsim.checks.as_int)
+            bits = as_int("IntFormat.bits", self.bits, 2)
+        except ValueError:
+            bits = 0  # below 2: refused below, naming the whole range
+        if not 2 <= bits <= 64:
             raise ValueError(f"IntFormat.bits must lie in [2, 64], got {self.bits}")
-        object.__setattr__(self, "bits", int(self.bits))
+        object.__setattr__(self, "bits", bits)
         if self.name is None:
             object.__setattr__(self, "name", f"{'' if self.signed else 'u'}int{self.bits}")
 

@@ -202,6 +202,43 @@ def test_format_field_types():
     assert fpsim.Format(np.int64(5), np.int32(10)) == fpsim.FP16
 
 
+class _Count:
+    """An integer-like object: range() takes it through __index__."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __index__(self) -> int:
+        return self.n
+
+
+def test_format_bit_counts_share_the_as_int_rule():
+    # exponent_bits, mantissa_bits and IntFormat.bits are checked by fpsim.checks.as_int:
+    # what range() takes is a bit count, stored as an int (the format equals, and hashes as,
+    # the one made from ints); other types are a TypeError naming the field
+    for conv in (np.uint8, np.array, _Count):
+        f = fpsim.Format(conv(5), conv(10))
+        assert f == fpsim.FP16 and hash(f) == hash(fpsim.FP16) and f.name == "e5m10"
+        assert type(f.exponent_bits) is int and type(f.mantissa_bits) is int
+        i = fpsim.IntFormat(conv(8))
+        assert i == fpsim.INT8 and type(i.bits) is int and i.name == "int8"
+    for bad in (True, 5.0, "5", None, np.array([5]), np.array(5.0), np.timedelta64(5)):
+        name = type(bad).__name__
+        with pytest.raises(TypeError, match=f"Format.exponent_bits must be an int, got {name}"):
+            fpsim.Format(bad, 10)
+        with pytest.raises(TypeError, match=f"Format.mantissa_bits must be an int, got {name}"):
+            fpsim.Format(5, bad)
+        with pytest.raises(TypeError, match=f"IntFormat.bits must be an int, got {name}"):
+            fpsim.IntFormat(bad)
+    with pytest.raises(ValueError, match="Format needs at least 1 exponent bit, got 0"):
+        fpsim.Format(np.int64(0), 3)
+    with pytest.raises(ValueError, match="Format.mantissa_bits must be >= 0, got -1"):
+        fpsim.Format(5, np.array(-1))
+    for bits in (1, 0, -8, 65, np.int64(65)):
+        with pytest.raises(ValueError, match=rf"IntFormat.bits must lie in \[2, 64\], got {bits}"):
+            fpsim.IntFormat(bits)
+
+
 @pytest.mark.parametrize(
     "name, preset",
     [
