@@ -139,13 +139,25 @@ class NumpyMLPHalf:
         grads[2], grads[3] = acc16(dh2.T @ a1w), r16(dh2.sum(axis=0))
         dh1 = wide(_masked16(acc16(dh2 @ w2), h1))
         grads[0], grads[1] = acc16(dh1.T @ x64), r16(dh1.sum(axis=0))
-        for i, g16 in enumerate(grads):  # SGD on the fp32 master, as fpsim.optim
-            g = wide(g16, np.float32)
-            b = g.copy() if self.buf[i] is None else mom * self.buf[i] + 1.0 * g  # (1 - 0) * g
-            self.buf[i] = b
-            self.master[i] = self.master[i] - lr * b
-            self.p[i] = fastcast.f32_to_f16(self.master[i])
+        _sgd_master(self, grads, lr, mom)
         return float(loss)
+
+
+def _sgd_master(floor, grads: list, lr: float, mom: float) -> None:
+    """SGD with momentum on the fp32 masters, as fpsim.optim computes it, in place where
+    fpsim's SGD is (its momentum buffer and the update's step array): buf = mom * buf + g
+    (1 - dampening 0 is g exactly), master -= lr * buf, the fp16 copy rounded from it."""
+    for i, g16 in enumerate(grads):
+        g = fastcast.f16_to_wide(g16, np.float32)
+        buf = floor.buf[i]
+        if buf is None:
+            buf = floor.buf[i] = g.copy()
+        else:
+            np.multiply(buf, mom, out=buf)
+            np.add(buf, g, out=buf)
+        step = lr * buf
+        floor.master[i] = np.subtract(floor.master[i], step, out=step)
+        floor.p[i] = fastcast.f32_to_f16(floor.master[i])
 
 
 def _relu16(h: np.ndarray) -> np.ndarray:
@@ -222,12 +234,7 @@ class NumpyCNNHalf:
         g2 = wide(_masked16(dact, conv)).transpose(0, 2, 3, 1).reshape(n * 64, 8)
         grads[0] = acc16(g2.T @ cols).reshape(8, 1, 3, 3)
         grads[1] = r16(g2.sum(axis=0))
-        for i, g16 in enumerate(grads):  # SGD on the fp32 master, as fpsim.optim
-            g = wide(g16, np.float32)
-            b_ = g.copy() if self.buf[i] is None else mom * self.buf[i] + 1.0 * g
-            self.buf[i] = b_
-            self.master[i] = self.master[i] - lr * b_
-            self.p[i] = fastcast.f32_to_f16(self.master[i])
+        _sgd_master(self, grads, lr, mom)
         return float(loss)
 
 
