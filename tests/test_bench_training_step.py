@@ -323,13 +323,17 @@ def test_conv_pool_plans_are_the_checked_arguments():
         assert conv(case) == conv_fresh[case], case
     F.conv2d(x, wt, None, 1, 1, 1)
     F.max_pool2d(x, 2, 2, 0, 1)
-    for bad in (dict(stride=True), dict(padding="full"), dict(dilation=0), dict(stride=(1, 0)),
+    for bad in (dict(padding="full"), dict(dilation=0), dict(stride=(1, 0)),
                 dict(padding="same", stride=2)):
         with pytest.raises(ValueError):
             F.conv2d(x, wt, None, **bad)
-    for bad in (dict(stride=True), dict(padding=2), dict(dilation=0)):
+    for bad in (dict(padding=2), dict(dilation=0)):
         with pytest.raises(ValueError):
             F.max_pool2d(x, 2, **bad)
+    with pytest.raises(TypeError, match="stride must be an int or a pair"):  # a bool stride
+        F.conv2d(x, wt, None, stride=True)
+    with pytest.raises(TypeError, match="stride must be an int or a pair"):
+        F.max_pool2d(x, 2, stride=True)
     # NumPy integers and lists are parsed on every call, and give the planned result
     assert F.conv2d(x, wt, None, np.int64(1), [1, 1]).numpy().tobytes() == \
         F.conv2d(x, wt, None, 1, 1).numpy().tobytes()

@@ -308,6 +308,39 @@ def test_conv2d_groups_take_what_range_takes():
         assert layer.groups == 2 and type(layer.groups) is int
 
 
+def test_conv_and_pool_sizes_take_what_range_takes():
+    # kernel_size, stride, padding and dilation (ints or pairs) are checked by
+    # fpsim.checks.as_int, element by element: NumPy integers, 0-d integer arrays and
+    # __index__ objects give the int's result; other types are a TypeError naming the op
+    x, w = t64(rnd(1, 2, 7, 7)), t64(rnd(4, 2, 3, 3))
+    ref = F.conv2d(x, w, stride=2, padding=1, dilation=(1, 2)).numpy()
+    two = _Two()
+    for s, p, d in ((np.int64(2), np.array(1), (1, two)), ((two, np.uint8(2)), (1, 1),
+                                                            (np.array(1), 2))):
+        np.testing.assert_array_equal(F.conv2d(x, w, stride=s, padding=p, dilation=d).numpy(),
+                                      ref)
+    ref = F.max_pool2d(x, 3, stride=2, padding=1).numpy()
+    np.testing.assert_array_equal(F.max_pool2d(x, np.array(3), stride=two, padding=(1, 1)
+                                               ).numpy(), ref)
+    ref = F.avg_pool2d(x, 2, stride=2).numpy()
+    np.testing.assert_array_equal(F.avg_pool2d(x, (two, two), stride=np.int8(2)).numpy(), ref)
+    layer = nn.Conv2d(2, 4, np.array(3), stride=two, padding=np.int64(1), rng=0)
+    assert (layer.kernel_size, layer.stride, layer.padding) == ((3, 3), (2, 2), (1, 1))
+    for bad in ((1, 2, 3), np.array([2]), ()):  # a sequence of another length
+        with pytest.raises(ValueError, match="conv2d: stride must be an int or a pair of ints"):
+            F.conv2d(x, w, stride=bad)
+    for bad in (True, 2.0, "2", None, np.array([2.0, 2.0]), np.array(2.0), np.timedelta64(2)):
+        for kwargs, name in (({"stride": bad}, "stride"), ({"padding": (1, bad)}, "padding"),
+                             ({"dilation": bad}, "dilation")):
+            with pytest.raises(TypeError, match=f"conv2d: {name} must be an int or a pair of "
+                                                "ints"):
+                F.conv2d(x, w, **kwargs)
+        with pytest.raises(TypeError, match="max_pool2d: kernel_size must be an int or a pair"):
+            F.max_pool2d(x, bad)
+        with pytest.raises(TypeError, match="Conv2d: stride must be an int or a pair of ints"):
+            nn.Conv2d(2, 4, 3, stride=bad)
+
+
 @pytest.mark.parametrize("bad", [True, np.True_, 2.0, np.float32(2.0), "2", None,
                                  np.array([2]), np.array(2.0), np.timedelta64(2)])
 def test_conv2d_groups_refuse_non_integers_with_a_type_error(bad):

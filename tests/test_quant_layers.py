@@ -166,6 +166,30 @@ def test_int8_conv2d_equals_python_int_reference_with_zero_point_padding():
                 assert yq[i, :, r, s].tolist() == ref
 
 
+def test_int8_conv2d_checks_stride_and_padding():
+    # stride 0 failed deep in NumPy ('slice step cannot be zero'), stride -1 gave a wrong
+    # (1, 1, 2, 2) output silently, padding -1 an indexing error; now refused by name, and
+    # what range() takes (fpsim.checks.as_int) is accepted
+    w = np.ones((1, 1, 2, 2), np.float32)
+    qps = (qp([1 / 16], [0], 0, 255), qp([1 / 127], [0], -128, 127, axis=0),
+           qp([1 / 16], [0], 0, 255))
+    for kwargs, exc, match in (
+            ({"stride": 0}, ValueError, r"Int8Conv2d: stride must be positive, got 0"),
+            ({"stride": (1, -1)}, ValueError, r"Int8Conv2d: stride must be positive, got "
+                                              r"\(1, -1\)"),
+            ({"padding": -1}, ValueError, "Int8Conv2d: padding must be non-negative, got -1"),
+            ({"stride": 1.5}, TypeError, "Int8Conv2d: stride must be an int or a pair of ints"),
+            ({"padding": (0, 0, 0)}, ValueError, "Int8Conv2d: padding must be an int or a pair")):
+        with pytest.raises(exc, match=match):
+            Int8Conv2d.from_float(w, None, *qps, **kwargs)
+    x = np.full((1, 1, 5, 5), 0.5, np.float32)
+    ref = Int8Conv2d.from_float(w, None, *qps, stride=2, padding=1)
+    conv = Int8Conv2d.from_float(w, None, *qps, stride=np.array(2), padding=(np.int8(1), 1))
+    assert conv.stride == (2, 2) and conv.padding == (1, 1)
+    assert conv.forward_int(conv.quantize_input(x)).tolist() == \
+        ref.forward_int(ref.quantize_input(x)).tolist()
+
+
 def test_int8_chain_equals_all_integer_pipeline():
     from fpsim.quant import convert, prepare
     net = nn.Sequential(nn.Linear(8, 6, rng=0), nn.ReLU(), nn.Linear(6, 4, rng=1))

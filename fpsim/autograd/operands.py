@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import as_int
 from ..formats import FP32, Format, get_format
 from .context import Accumulation, as_accumulation, contains, promote_formats, settings
 from .tensor import Tensor, as_format
@@ -114,35 +115,48 @@ _PADDING_STRINGS = ("valid", "same")
 IntPair = int | tuple[int, int]  # an int for both spatial dims, or (height, width)
 
 
-def pair(v: IntPair, name: str) -> tuple[int, int]:
-    """An int or a pair of ints as a pair (``torch.nn.modules.utils._pair``).
+def _items(v: IntPair, name: str, where: str) -> tuple:
+    """The two items of an int-or-pair argument: one value stands for both dims."""
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__") or \
+            (isinstance(v, np.ndarray) and v.ndim == 0):
+        return v, v
+    t = tuple(v)
+    if len(t) != 2:
+        raise ValueError(f"{where}{name} must be an int or a pair of ints, got {v!r}")
+    return t
+
+
+def pair(v: IntPair, name: str, minimum: int = 0) -> tuple[int, int]:
+    """An int or a pair of ints as a pair (``torch.nn.modules.utils._pair``), each what
+    ``range()`` takes (:func:`fpsim.checks.as_int`: a TypeError for other types) and at least
+    ``minimum`` (a ValueError).
 
     >>> pair(3, "stride"), pair((1, 2), "stride")
     ((3, 3), (1, 2))
     """
-    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-        return int(v), int(v)
-    if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
-        raise ValueError(f"{name} must be an int or a pair of ints, got {v!r}")
-    t = tuple(v)
-    if len(t) != 2 or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool)
-                              for i in t):
-        raise ValueError(f"{name} must be an int or a pair of ints, got {v!r}")
-    return int(t[0]), int(t[1])
+    return ints(v, name, "", minimum)
 
 
 def ints(v: IntPair, name: str, op: str, minimum: int) -> tuple[int, int]:
-    """:func:`pair`, each at least ``minimum`` (a ValueError naming ``op`` and ``name``).
+    """:func:`pair`, each at least ``minimum``; the errors name ``op`` and ``name``.
 
     >>> ints(0, "stride", "conv2d", 1)
     Traceback (most recent call last):
     ...
     ValueError: conv2d: stride must be positive, got 0
     """
-    h, w = pair(v, name)
-    if h < minimum or w < minimum:
-        need = "positive" if minimum > 0 else "non-negative"
-        raise ValueError(f"{op}: {name} must be {need}, got {v!r}")
+    if type(v) is int and v >= minimum:  # the common case, without the general parse
+        return v, v
+    where = f"{op}: " if op else ""
+    items = _items(v, name, where)
+    try:
+        h, w = (as_int(name, i, minimum) for i in items)
+    except TypeError:  # bool, float, str, None, arrays ...
+        raise TypeError(f"{where}{name} must be an int or a pair of ints, got {v!r}") from None
+    except ValueError:
+        need = "positive" if minimum == 1 else "non-negative" if minimum == 0 else \
+            f">= {minimum}"
+        raise ValueError(f"{where}{name} must be {need}, got {v!r}") from None
     return h, w
 
 

@@ -46,7 +46,7 @@ import numpy as np
 from ..autograd import functional as F
 from ..autograd.accumulate import gemm_acc
 from ..autograd.context import as_accumulation, get_accumulation, round_to, widen
-from ..autograd.operands import pair as _pair
+from ..autograd.operands import ints as _ints
 from ..autograd.tensor import Tensor, as_format, make_result
 from ..checks import as_int
 from ..formats import BF16, FP16, FP32, Format
@@ -347,8 +347,8 @@ class Int8Conv2d(_Int8Base):
                              f"{np.asarray(weight_q).shape}")
         super().__init__(weight_q, bias_q, input_qparams, weight_qparams, output_qparams, relu,
                          requantize)
-        self.stride = _pair(stride, "stride")
-        self.padding = _pair(padding, "padding")
+        self.stride = _ints(stride, "stride", "Int8Conv2d", 1)  # 0 or < 0 would slice wrongly
+        self.padding = _ints(padding, "padding", "Int8Conv2d", 0)
 
     @classmethod
     def from_float(cls, weight, bias, input_qparams: QParams, weight_qparams: QParams,
