@@ -34,8 +34,6 @@ from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from .checks import as_int
 from .formats import Format, IntFormat, get_format
 
@@ -90,11 +88,14 @@ def _param_count(name: str, v) -> Fraction:
 
 
 def _stage(stage) -> int:
-    if isinstance(stage, bool) or not isinstance(stage, (int, np.integer)) or \
-            stage not in ZERO_STAGES:
+    try:  # what range() takes; TypeError for other types
+        n = as_int("stage", stage, 0)
+    except ValueError:
+        n = None  # negative: not a stage
+    if n not in ZERO_STAGES:
         raise ValueError(f"unknown ZeRO stage {stage!r}; valid: 0 (baseline), 1 (P_os), "
                          "2 (P_os+g), 3 (P_os+g+p)")
-    return int(stage)
+    return n
 
 
 def _model_state_exact(psi: Fraction, stage: int, nd: int, k: Fraction) -> Fraction:
@@ -391,6 +392,7 @@ def checkpoint_sweep(layers: Sequence[Callable[[Any], Any]], x: Any,
     peak is in units of one layer output, ``x``'s bytes. The parameters' gradients are left as
     they were (each run starts from none; the backward passes do not accumulate into them).
 
+    >>> import numpy as np
     >>> from fpsim import nn
     >>> from fpsim.autograd import Tensor
     >>> layers = [nn.Sequential(nn.Linear(8, 8, rng=i), nn.ReLU()) for i in range(4)]

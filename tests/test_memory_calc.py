@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
@@ -113,6 +114,24 @@ def test_activation_bytes():
     assert activation_bytes(shapes, "fp4_e2m1", packed=True) == n // 2
     assert activation_bytes([(3,)], "fp6_e2m3", packed=True) == 3  # 18 bits -> 3 bytes
     assert activation_bytes([], "fp16") == 0
+
+
+def test_zero_stage_shares_the_as_int_rule():
+    # stage is checked by fpsim.checks.as_int, then against the stages 0-3
+    class Stage:
+        def __index__(self) -> int:
+            return 2
+
+    ref = zero_model_state_bytes(7.5e9, 2, 64)
+    for s in (np.int8(2), np.array(2), Stage()):
+        assert zero_model_state_bytes(7.5e9, s, 64) == ref
+        assert zero_communication_volume(1e9, s) == zero_communication_volume(1e9, 2)
+    for bad in (True, 2.0, "2", None, np.array([2]), np.timedelta64(2)):
+        with pytest.raises(TypeError, match=f"stage must be an int, got {type(bad).__name__}"):
+            zero_model_state_bytes(7.5e9, bad, 64)
+    for bad in (-1, 4, np.int64(7)):
+        with pytest.raises(ValueError, match=re.escape(f"unknown ZeRO stage {bad!r}; valid: 0")):
+            zero_model_state_bytes(7.5e9, bad, 64)
     # each dimension is checked by fpsim.checks.as_int: NumPy integers count (they were
     # refused), other types are a TypeError, negative sizes a ValueError
     assert activation_bytes([(np.int64(8), np.array(128))], "bf16") == 2 * 8 * 128

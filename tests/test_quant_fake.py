@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -615,3 +616,28 @@ def test_fused_multiply_add_model_against_mpfr():
                                           + Fraction(float(ci)))
     assert (double != got).sum() >= 100  # the cases reach the double rounding
     assert float(_fma_to_float32(np.float32(0.5), np.float32(3), np.asarray(0.25))) == 1.75
+
+
+def test_bit_widths_share_the_as_int_rule():
+    # quant_range's and the integer layers' bits are checked by fpsim.checks.as_int, then
+    # against the valid widths: what range() takes is a width, other types a TypeError
+    from fpsim.quant.layers import check_bits
+
+    class Count:
+        def __index__(self) -> int:
+            return 4
+
+    for b in (np.int8(4), np.array(4), Count()):
+        assert quant_range(b) == quant_range(4) and quant_range(b, False) == quant_range(4, False)
+        assert check_bits(b) == 4 and type(check_bits(b)) is int
+    for bad in (True, 4.0, "4", None, np.array([4]), np.timedelta64(4)):
+        with pytest.raises(TypeError, match=f"bits must be an int, got {type(bad).__name__}"):
+            quant_range(bad)
+        with pytest.raises(TypeError, match=f"bits must be an int, got {type(bad).__name__}"):
+            check_bits(bad)
+    for bad in (0, -8, 1, np.int64(64)):
+        with pytest.raises(ValueError, match=f"unsupported bit width {bad}"):
+            quant_range(bad)
+        msg = f"unsupported bit width {bad!r} for an integer"
+        with pytest.raises(ValueError, match=re.escape(msg)):
+            check_bits(bad)

@@ -5,6 +5,7 @@ and the storage arithmetic of double quantization."""
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -228,3 +229,26 @@ def test_bad_input():
         double_quantize(np.ones(4, np.float32), code="nf8")
     with pytest.raises(ValueError, match="dq_block_size"):
         bits_per_parameter(64, True, 100)
+
+
+def test_block_sizes_share_the_as_int_rule():
+    # block_size / dq_block_size are checked by fpsim.checks.as_int, then against the valid
+    # sizes: what range() takes gives the int's codes; other types are a TypeError
+    class Count:
+        def __index__(self) -> int:
+            return 64
+
+    w = np.random.default_rng(3).standard_normal(200).astype(np.float32)
+    ref = nf4_quantize(w, 64)
+    for bs in (np.int16(64), np.array(64), Count()):
+        got = nf4_quantize(w, bs)
+        np.testing.assert_array_equal(got[0], ref[0])
+        np.testing.assert_array_equal(got[1], ref[1])
+    for bad in (True, 64.0, "64", None, np.array([64]), np.timedelta64(64)):
+        with pytest.raises(TypeError, match=f"block_size must be an int, got "
+                                            f"{type(bad).__name__}"):
+            nf4_quantize(w, bad)
+    for bad in (0, -64, 48, np.int64(8192)):
+        msg = f"unsupported block_size {bad!r}; valid: 32, 64"
+        with pytest.raises(ValueError, match=re.escape(msg)):
+            nf4_quantize(w, bad)

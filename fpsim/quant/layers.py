@@ -79,16 +79,20 @@ _I32_MAX = (1 << 31) - 1
 
 
 def check_bits(bits) -> int:
-    """``bits`` as an int in :data:`INT8_LAYER_BITS` (ValueError naming the valid widths).
+    """``bits`` as an int in :data:`INT8_LAYER_BITS` (ValueError naming the valid widths;
+    TypeError for what ``range()`` does not take, :func:`fpsim.checks.as_int`).
 
     >>> check_bits(4)
     4
     """
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or \
-            int(bits) not in INT8_LAYER_BITS:
+    try:
+        n = as_int("bits", bits, 0)
+    except ValueError:
+        n = None  # negative: not a width
+    if n not in INT8_LAYER_BITS:
         raise ValueError(f"unsupported bit width {bits!r} for an integer layer (int8 "
                          f"containers); valid: {', '.join(map(str, INT8_LAYER_BITS))}")
-    return int(bits)
+    return n
 
 
 @dataclass(frozen=True)

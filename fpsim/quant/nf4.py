@@ -77,11 +77,14 @@ VALID_BLOCK_SIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
 def _check_block(block_size, name="block_size") -> int:
-    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or \
-            int(block_size) not in VALID_BLOCK_SIZES:
+    try:  # what range() takes; TypeError for other types
+        n = as_int(name, block_size, 0)
+    except ValueError:
+        n = None  # negative: not a size
+    if n not in VALID_BLOCK_SIZES:
         raise ValueError(f"unsupported {name} {block_size!r}; valid: "
                          f"{', '.join(str(b) for b in VALID_BLOCK_SIZES)}")
-    return int(block_size)
+    return n
 
 
 def _blocks(flat: np.ndarray, block: int) -> np.ndarray:

@@ -24,6 +24,7 @@ import warnings
 
 import numpy as np
 
+from ..checks import as_int
 from ..formats import IntFormat
 
 __all__ = [
@@ -132,12 +133,14 @@ def quant_range(bits: int, signed: bool = True, narrow_range: bool = False) -> t
     >>> quant_range(8), quant_range(8, signed=False), quant_range(4, narrow_range=True)
     ((-128, 127), (0, 255), (-7, 7))
     """
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)):
-        raise TypeError(f"bits must be an int, got {type(bits).__name__}")
-    if int(bits) not in VALID_QUANT_BITS:
+    try:  # what range() takes; TypeError for other types
+        n = as_int("bits", bits, 0)
+    except ValueError:
+        n = None  # negative: not a width
+    if n not in VALID_QUANT_BITS:
         raise ValueError(f"unsupported bit width {bits}; valid: "
                          f"{', '.join(str(b) for b in VALID_QUANT_BITS)}")
-    bits = int(bits)
+    bits = n
     if signed:
         hi = (1 << (bits - 1)) - 1
         return (-hi if narrow_range else -hi - 1), hi
