@@ -296,6 +296,17 @@ def test_zero_padding_and_errors():
         eng.model_state_bytes(4)
     with pytest.raises(ValueError, match="stage"):
         ZeroEngine(make_model, 4, 2)
+    # the stage is checked by fpsim.checks.as_int, then against 0-3: 2.0 was taken as stage 2,
+    # np.array([2]) failed in NumPy; what range() takes is a stage
+    for bad in (2.0, np.float64(1.0), True, "2", None, np.array([2]), np.timedelta64(2)):
+        with pytest.raises(TypeError, match=f"stage must be an int, got {type(bad).__name__}"):
+            ZeroEngine(make_model, bad, 2)
+    for bad in (-1, np.int64(4)):
+        with pytest.raises(ValueError, match="unknown ZeRO stage"):
+            ZeroEngine(make_model, bad, 2)
+    for good in (np.int8(2), np.array(2)):
+        eng2 = ZeroEngine(make_model, good, 2)
+        assert eng2.stage == 2 and type(eng2.stage) is int
     with pytest.raises(ValueError, match="split evenly"):
         ZeroEngine(make_model, 1, 4).step(np.zeros((6, 8)), np.zeros(6, int))
     with pytest.raises(TypeError, match="Module"):

@@ -63,6 +63,7 @@ import numpy as np
 
 from ..autograd import functional as F
 from ..autograd.tensor import Tensor, as_format, no_grad
+from ..checks import as_int
 from ..formats import FP16, Format
 from ..rounding import cast
 from .adam import adam_step_flat
@@ -137,7 +138,11 @@ class ZeroEngine:
                  loss_scale: float = 1.0, comm: Communicator | None = None) -> None:
         from ..nn import Module
 
-        if isinstance(stage, bool) or stage not in ZERO_STAGES:
+        try:  # what range() takes; TypeError for other types (2.0 was taken as stage 2)
+            n_stage = as_int("stage", stage, 0)
+        except ValueError:
+            n_stage = None  # negative: not a stage
+        if n_stage not in ZERO_STAGES:
             raise ValueError(f"unknown ZeRO stage {stage!r}; valid: 0 (baseline), 1 (P_os), "
                              "2 (P_os+g), 3 (P_os+g+p)")
         if not isinstance(model, Module):
@@ -159,7 +164,7 @@ class ZeroEngine:
             raise ValueError(f"world_size is {world_size!r} but the communicator has "
                              f"{comm.world_size} ranks")
         self.comm = comm
-        self.stage = int(stage)
+        self.stage = n_stage
         self.world_size = self.comm.world_size
         self.offload = bool(offload)
         self.param_fmt = as_format(param_fmt)
