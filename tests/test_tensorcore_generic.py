@@ -185,6 +185,44 @@ def test_bad_generic_parameters(kw, match):
         tc.BlockFMA(8, 1, **kw)
 
 
+def test_block_fma_integer_fields_share_the_as_int_rule():
+    # BlockFMA's integer fields are checked by fpsim.checks.as_int: what range() takes is
+    # stored as an int (the unit equals, hashes as and computes as the one made from ints);
+    # other types are a TypeError naming the field, values out of range a ValueError
+    class Count:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def __index__(self) -> int:
+            return self.n
+
+    ints = dict(block_size=8, extra_bits=1, min_exponent=-132, late_extra_bits=3,
+                c_far_truncation=25)
+    ref = tc.BlockFMA(output_rounding="rz", c_addition="late", **ints)
+    a, b = np.linspace(-2, 2, 16), np.linspace(3, -1, 16)
+    want = tc.dot(a, b, 0.5, gpu=ref, input_format="bf16")
+    for conv in (np.int16, np.array, Count):
+        u = tc.BlockFMA(output_rounding="rz", c_addition="late",
+                        **{k: conv(v) for k, v in ints.items()})
+        assert u == ref and hash(u) == hash(ref)
+        assert all(type(getattr(u, k)) is int for k in ints)
+        assert tc.dot(a, b, 0.5, gpu=u, input_format="bf16") == want
+    assert tc.BlockFMA(8, 1, output_fraction_bits=np.int8(10)).output_fraction_bits == 10
+    for bad in (True, 8.0, "8", np.array([8]), np.timedelta64(8)):
+        for name in ("block_size", "extra_bits", "min_exponent", "late_extra_bits",
+                     "c_far_truncation", "output_fraction_bits"):
+            kw = {**dict(block_size=8, extra_bits=1), name: bad}
+            with pytest.raises(TypeError, match=f"BlockFMA.{name} must be "):
+                tc.BlockFMA(**kw)
+    for name, low, high in (("min_exponent", -601, 301), ("output_fraction_bits", -1, 24),
+                            ("late_extra_bits", -1, 17)):
+        for v in (low, high, np.int64(high)):
+            with pytest.raises(ValueError, match=rf"BlockFMA.{name} must be .*an int in \["):
+                tc.BlockFMA(8, 1, **{name: v})
+    with pytest.raises(ValueError, match="BlockFMA.c_far_truncation must be >= 0, got -1"):
+        tc.BlockFMA(8, 1, c_far_truncation=np.int64(-1))
+
+
 def test_pairwise_needs_power_of_two_and_rne():
     with pytest.raises(ValueError, match="power-of-two"):
         tc.BlockFMA(6, 0, "rne", summation="pairwise")

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 
+from ..checks import as_int
 from ..formats import (
     BF16,
     FP8_E4M3,
@@ -151,17 +153,17 @@ class BlockFMA:
     output_subnormals: str = "keep"
 
     def __post_init__(self) -> None:
-        for fname in ("block_size", "extra_bits"):
-            v = getattr(self, fname)
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"BlockFMA.{fname} must be an int, got {v!r}")
-        if self.block_size < 1:
-            raise ValueError(f"BlockFMA.block_size must be >= 1, got {self.block_size}")
-        f = ACCUMULATOR_FRACTION_BITS + self.extra_bits
-        if f < 1:
+        # the integer fields: what range() takes (fpsim.checks.as_int), stored as ints
+        put = partial(object.__setattr__, self)
+        put("block_size", as_int("BlockFMA.block_size", self.block_size, 1))
+        try:
+            put("extra_bits", as_int("BlockFMA.extra_bits", self.extra_bits,
+                                     1 - ACCUMULATOR_FRACTION_BITS))
+        except ValueError:
             raise ValueError(
                 f"BlockFMA.extra_bits must be >= {1 - ACCUMULATOR_FRACTION_BITS} (at least one "
-                f"fraction bit), got {self.extra_bits}")
+                f"fraction bit), got {self.extra_bits}") from None
+        f = ACCUMULATOR_FRACTION_BITS + self.extra_bits
         # (n + 1) terms below 2**(F + 2) each: the exact sum must stay below 2**53.
         if (self.block_size + 1) << (f + 2) > 1 << MAX_INT_BITS:
             raise ValueError(
@@ -171,19 +173,21 @@ class BlockFMA:
         object.__setattr__(self, "output_rounding", as_rounding(self.output_rounding))
         if self.output_rounding is Rounding.STOCHASTIC:
             raise ValueError("BlockFMA.output_rounding must be deterministic, not stochastic")
-        if self.min_exponent is not None:
-            if isinstance(self.min_exponent, bool) or not isinstance(self.min_exponent, int):
-                raise TypeError(f"BlockFMA.min_exponent must be an int or None, "
-                                f"got {self.min_exponent!r}")
-            if not -600 <= self.min_exponent <= 300:
-                raise ValueError(f"BlockFMA.min_exponent must lie in [-600, 300], "
-                                 f"got {self.min_exponent}")
-        if self.output_fraction_bits is not None and (
-                isinstance(self.output_fraction_bits, bool)
-                or not isinstance(self.output_fraction_bits, int)
-                or not 0 <= self.output_fraction_bits <= 23):
-            raise ValueError(f"BlockFMA.output_fraction_bits must be None or an int in [0, 23], "
-                             f"got {self.output_fraction_bits!r}")
+        for fname, lo, hi in (("min_exponent", -600, 300), ("output_fraction_bits", 0, 23)):
+            v = getattr(self, fname)
+            if v is None:
+                continue
+            try:
+                n = as_int(f"BlockFMA.{fname}", v, lo)
+            except TypeError:
+                raise TypeError(f"BlockFMA.{fname} must be None or an int in [{lo}, {hi}], "
+                                f"got {v!r}") from None
+            except ValueError:
+                n = hi + 1  # below the range: refused below, naming the whole range
+            if n > hi:
+                raise ValueError(f"BlockFMA.{fname} must be None or an int in [{lo}, {hi}], "
+                                 f"got {v!r}")
+            put(fname, n)
         if self.overflow not in _OVERFLOW_POLICIES:
             raise ValueError(f"BlockFMA.overflow must be one of {_OVERFLOW_POLICIES}, "
                              f"got {self.overflow!r}")
@@ -200,15 +204,16 @@ class BlockFMA:
             if not isinstance(getattr(self, fname), bool):
                 raise TypeError(f"BlockFMA.{fname} must be True or False, "
                                 f"got {getattr(self, fname)!r}")
-        if isinstance(self.late_extra_bits, bool) or not isinstance(self.late_extra_bits, int) \
-                or not 0 <= self.late_extra_bits <= 16:
+        try:
+            late = as_int("BlockFMA.late_extra_bits", self.late_extra_bits, 0)
+        except ValueError:
+            late = -1  # below 0: refused below, naming the whole range
+        if not 0 <= late <= 16:
             raise ValueError(f"BlockFMA.late_extra_bits must be an int in [0, 16], "
                              f"got {self.late_extra_bits!r}")
-        if self.c_far_truncation is not None and (
-                isinstance(self.c_far_truncation, bool)
-                or not isinstance(self.c_far_truncation, int) or self.c_far_truncation < 0):
-            raise ValueError(f"BlockFMA.c_far_truncation must be None or an int >= 0, "
-                             f"got {self.c_far_truncation!r}")
+        put("late_extra_bits", late)
+        if self.c_far_truncation is not None:
+            put("c_far_truncation", as_int("BlockFMA.c_far_truncation", self.c_far_truncation, 0))
         if self.grouping == "odd_even" and self.c_addition != "late":
             raise ValueError("BlockFMA(grouping='odd_even') needs c_addition='late' (which "
                              "group c would join is not defined)")
