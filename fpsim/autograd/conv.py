@@ -41,7 +41,8 @@ def _pad(x: np.ndarray, top: int, bottom: int, left: int, right: int,
     if top or bottom or left or right:
         # what np.pad(..., constant_values=fill) returns, without its argument handling
         n, c, h, w = x.shape
-        out = np.full((n, c, top + h + bottom, left + w + right), fill, dtype=x.dtype)
+        shape = (n, c, top + h + bottom, left + w + right)
+        out = np.zeros(shape, x.dtype) if fill == 0 else np.full(shape, fill, x.dtype)
         out[:, :, top:top + h, left:left + w] = x
         return out
     return x
@@ -159,28 +160,29 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: In
         # Tensor methods reach the ops: this module does not import fpsim.autograd.functional
         return conv2d(x.unsqueeze(0), w, bias, stride, padding, dilation, groups,
                       accumulation=accumulation).squeeze(0)
-    key = (x.shape, w.shape, _plain(stride), _plain(padding), _plain(dilation), _plain(groups))
+    key = (x._data.shape, w._data.shape, _plain(stride), _plain(padding), _plain(dilation),
+           _plain(groups))
     plan = _CONV_PLANS.get(key)
     if plan is None:
         plan = _conv_plan(x, w, stride, padding, dilation, groups)
         if _UNCACHED not in key:
             _remember(_CONV_PLANS, key, plan)
     sh, sw, dh, dw, groups, pt, pb, pl, pr, hp, wp, oh, ow = plan
-    n, c, h, wd = x.shape
-    cout, cg, kh, kw = w.shape
-    parents = [x, w]
-    check_same_format("conv2d", x, w, None if bias is None else as_tensor(bias))
-    fmt = x.fmt if x.fmt is w.fmt else promote_formats(x.fmt, w.fmt)
+    n, c, h, wd = x._data.shape  # the arrays' shapes: Tensor.shape is a property call
+    cout, cg, kh, kw = w_shape = w._data.shape
+    fmt = x.fmt
+    bt = None if bias is None else as_tensor(bias)
+    if w.fmt is not fmt or (bt is not None and bt.fmt is not fmt):  # one format: no check
+        check_same_format("conv2d", x, w, bt)
+        fmt = promote_formats(fmt, w.fmt) if bt is None else promote_formats(fmt, w.fmt, bt.fmt)
     coutg, m_rows, kg = cout // groups, n * oh * ow, cg * kh * kw
-    b64 = None
-    if bias is not None:
-        bt = as_tensor(bias)
-        if bt.shape != (cout,):
+    if bt is None:
+        parents, b64 = (x, w), None
+    else:
+        if bt._data.shape != (cout,):
             raise ValueError(f"conv2d: bias shape {bt.shape} does not match {cout} output "
                              f"channels (weight shape {w.shape})")
-        parents.append(bt)
-        fmt = promote_formats(fmt, bt.fmt)
-        b64 = widen(bt._data).reshape(groups, 1, coutg)
+        parents, b64 = (x, w, bt), widen(bt._data).reshape(groups, 1, coutg)
     model = accumulation_model(accumulation)
     dt = operand_dtype(model, x.fmt, w.fmt)  # float32 operands for the sgemm model
     win = _windows(_pad(widen(x._data, dt), pt, pb, pl, pr), kh, kw, sh, sw, dh, dw, oh, ow)
@@ -196,19 +198,23 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: In
         m = accumulation_model(accumulation)
         g2 = widen(g, operand_dtype(m, fmt)).transpose(0, 2, 3, 1).reshape(m_rows, cout)
         g3 = g2.reshape(m_rows, groups, coutg).transpose(1, 0, 2)  # (groups, M, coutg)
-        grads = [None] * len(parents)
+        gx = gw = gb = None
         if x._requires_grad:
-            gcols = _acc.gemm_acc(g3, wmat, m, promote_formats(fmt, w.fmt))
+            in_fmt = fmt if w.fmt is fmt else promote_formats(fmt, w.fmt)
+            gcols = _acc.gemm_acc(g3, wmat, m, in_fmt)
             gcols = gcols.transpose(1, 0, 2).reshape(n, oh, ow, c, kh, kw)
             gxp = np.zeros((n, c, hp, wp))
             _add_windows(gxp, gcols.transpose(0, 3, 1, 2, 4, 5), sh, sw, dh, dw)
-            grads[0] = _acc.finish(gxp[:, :, pt:pt + h, pl:pl + wd], x.grad_fmt, m)
+            gx = _acc.finish(gxp[:, :, pt:pt + h, pl:pl + wd], x.grad_fmt, m)
         if w._requires_grad:
-            acc = _acc.gemm_acc(g3.transpose(0, 2, 1), cols, m, promote_formats(fmt, x.fmt))
-            grads[1] = _acc.finish(acc, w.grad_fmt, m).reshape(w.shape)
-        if bias is not None and parents[2]._requires_grad:
-            grads[2] = g2.sum(axis=0, dtype=np.float64)
-        return tuple(grads)
+            in_fmt = fmt if x.fmt is fmt else promote_formats(fmt, x.fmt)
+            acc = _acc.gemm_acc(g3.transpose(0, 2, 1), cols, m, in_fmt)
+            gw = _acc.finish(acc, w.grad_fmt, m).reshape(w_shape)
+        if bt is None:
+            return gx, gw
+        if bt._requires_grad:
+            gb = g2.sum(axis=0, dtype=np.float64)
+        return gx, gw, gb
 
     return make_result(out, fmt, parents, backward, "conv2d")
 
