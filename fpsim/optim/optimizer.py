@@ -152,38 +152,41 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        plans, states = self._plans, self.state
-        state_fmt, master = self.state_fmt, self.master_weights
         update = self._hooked_update() if self._update_hooks else self._update
         with np.errstate(all="ignore"):
             for group in self.param_groups:
                 for p in group["params"]:
-                    grad = p._grad
-                    if grad is None:
-                        continue
-                    fmt = p.fmt
-                    plan = plans.get(p)
-                    if plan is None or plan[0] is not fmt or plan[1] is not p._grad_fmt \
-                            or plan[2] is not state_fmt or plan[3] is not master:
-                        plan = plans[p] = self._plan(p)
-                    self._step_state_fmt, dtype, use_master = plan[4:]
-                    st = states.get(p)
-                    if st is None:
-                        st = states[p] = {}
-                    if use_master:
-                        w = st.get("master")
-                        if w is None:
-                            w = st["master"] = widen(p._data, np.float32).copy()
-                    else:
-                        w = widen(p._data, dtype)
-                    w_new = update(w, grad if grad.dtype == dtype else widen(grad, dtype), st,
-                                   group, dtype)
-                    if isinstance(w_new, np.generic):  # NumPy ops on 0-d arrays give scalars
-                        w_new = np.asarray(w_new)
-                    if use_master:
-                        st["master"] = w_new if w_new.dtype == _F32 else w_new.astype(_F32)
-                    p._data = round_to(w_new, fmt)
+                    if p._grad is not None:
+                        self._step_param(p, group, update)
         return loss
+
+    def _plan_of(self, p: Tensor) -> tuple:
+        """``p``'s plan (see :meth:`_plan`), remade when a key changed."""
+        plan = self._plans.get(p)
+        if plan is None or plan[0] is not p.fmt or plan[1] is not p._grad_fmt \
+                or plan[2] is not self.state_fmt or plan[3] is not self.master_weights:
+            plan = self._plans[p] = self._plan(p)
+        return plan
+
+    def _step_param(self, p: Tensor, group: dict, update: Callable[..., np.ndarray]) -> None:
+        """One update of ``p`` (which has a gradient) by ``update`` (the rule, or its hooks)."""
+        grad, fmt = p._grad, p.fmt
+        self._step_state_fmt, dtype, use_master = self._plan_of(p)[4:]
+        st = self.state.get(p)
+        if st is None:
+            st = self.state[p] = {}
+        if use_master:
+            w = st.get("master")
+            if w is None:
+                w = st["master"] = widen(p._data, np.float32).copy()
+        else:
+            w = widen(p._data, dtype)
+        w_new = update(w, grad if grad.dtype == dtype else widen(grad, dtype), st, group, dtype)
+        if isinstance(w_new, np.generic):  # NumPy ops on 0-d arrays give scalars
+            w_new = np.asarray(w_new)
+        if use_master:
+            st["master"] = w_new if w_new.dtype == _F32 else w_new.astype(_F32)
+        p._data = round_to(w_new, fmt)
 
     def _plan(self, p: Tensor) -> tuple:
         """What a step of ``p`` needs that depends only on the formats of ``p``, its gradient and
