@@ -212,7 +212,7 @@ class NumpyCNNHalf:
         # 2x2 max pooling by fpsim's kernel: the first maximum of each window of the widened
         # values (compared tap by tap over strided views: no copy of the windows), gathered
         # and (backward) scattered through flat positions in act
-        arg = _conv._first_max(_conv._windows(wide(act), 2, 2, 2, 2, 1, 1, 4, 4), 2, 2)
+        arg = _conv._first_max(_conv._windows(wide(act), 2, 2, 2, 2, 1, 1, 4, 4), 2, 2)[0]
         arg = arg.reshape(-1)
         pos = self._origins(n) + (arg >> 1) * 8 + (arg & 1)  # tap (dy, dx) = divmod(arg, 2)
         flat = wide(act.reshape(-1)[pos]).reshape(n, 128)

@@ -365,10 +365,11 @@ def test_leaf_gradients_are_never_shared():
 
 
 def test_max_pool_tap_compare_is_argmax(monkeypatch):
-    """max_pool2d's first maximum by comparing the taps (large outputs, no NaN / -inf) is
-    np.argmax's over the windows: values, indices and gradients equal bit for bit with the tap
-    loop on every size and with argmax everywhere, on ties, signed zeros, padding, ceil_mode,
-    strides and dilations; and _first_max equals np.argmax directly."""
+    """max_pool2d's first maximum by comparing the taps (large outputs; windows whose maximum
+    is NaN or -inf go the checked argmax path) is np.argmax's over the windows: values, indices
+    and gradients equal bit for bit with the tap loop on every size and with argmax everywhere,
+    on ties, signed zeros, -inf and NaN taps, padding, ceil_mode, strides and dilations; and
+    _first_max equals np.argmax directly where no NaN is, its maxima NaN exactly where one is."""
     import itertools
 
     import fpsim.autograd.functional as F
@@ -378,7 +379,7 @@ def test_max_pool_tap_compare_is_argmax(monkeypatch):
     cases = 0
     for (kh, kw), (sh, sw), (ph, pw), (dh, dw), ceil, vals in itertools.product(
             [(2, 2), (3, 2), (1, 3)], [(1, 1), (2, 2), (2, 1)], [(0, 0), (1, 1)], [(1, 1), (2, 1)],
-            [False, True], ["ties", "normal"]):
+            [False, True], ["ties", "normal", "-inf", "nan"]):
         if ph > kh // 2 or pw > kw // 2:
             continue
         if vals == "ties":
@@ -387,6 +388,13 @@ def test_max_pool_tap_compare_is_argmax(monkeypatch):
             data[zeros] = np.where(rng.random(zeros.sum()) < 0.5, 0.0, -0.0)
         else:
             data = rng.standard_normal((2, 3, 9, 8))
+        if vals == "-inf":  # -inf taps, some windows all -inf (the plane's first rows): the
+            # tap compare runs and the maxima send the call to the checked path where needed
+            data[rng.random(data.shape) < 0.3] = -np.inf
+            data[0, 0, :4] = -np.inf
+        elif vals == "nan":
+            data[rng.random(data.shape) < 0.05] = np.nan
+            data[rng.random(data.shape) < 0.1] = -np.inf
         runs = []
         for taps_min in (0, 1 << 60):
             monkeypatch.setattr(C, "_TAPS_MIN", taps_min)
@@ -401,9 +409,12 @@ def test_max_pool_tap_compare_is_argmax(monkeypatch):
         oh, ow = (h - (kh - 1) * dh - 1) // sh + 1, (w - (kw - 1) * dw - 1) // sw + 1
         win = C._windows(data, kh, kw, sh, sw, dh, dw, oh, ow)
         ref = np.argmax(win.reshape(win.shape[:4] + (kh * kw,)), axis=-1)
-        got = C._first_max(win, kh, kw)
-        assert got.dtype == ref.dtype and np.array_equal(got, ref)
-    assert cases > 100
+        got, best = C._first_max(win, kh, kw)
+        nan = np.isnan(win).any(axis=(-2, -1))
+        assert np.array_equal(np.isnan(best), nan)  # the maxima show every NaN window
+        assert got.dtype == ref.dtype and np.array_equal(got[~nan], ref[~nan])
+        assert np.array_equal(best[~nan], win.max(axis=(-2, -1))[~nan])
+    assert cases > 200
 
 
 def test_cpu_pairs_ratios_follow_each_variant_when_the_order_swaps(bench, monkeypatch):

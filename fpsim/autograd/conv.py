@@ -264,14 +264,15 @@ def _extra(size: int, p: int, out: int, k: int, s: int, d: int) -> int:
 # From this many windows on, max_pool2d finds each window's first maximum by comparing the
 # taps' strided views (kh * kw passes over the output) rather than by argmax over a copy of the
 # windows (that copy, through a 6-D strided iterator, was the pool's largest cost); below
-# it the argmax has less Python overhead. Used where the input holds no NaN and no -inf.
+# it the argmax has less Python overhead. Used where no window's maximum is NaN or -inf.
 _TAPS_MIN = 2048
 
 
-def _first_max(win: np.ndarray, kh: int, kw: int) -> np.ndarray:
+def _first_max(win: np.ndarray, kh: int, kw: int) -> tuple[np.ndarray, np.ndarray]:
     """np.argmax over the taps of the (N, C, oh, ow, kh, kw) windows ``win``, for windows
     without NaN: a tap wins when it is greater than every tap before it, so the first maximum
-    wins, as argmax's."""
+    wins, as argmax's. Also returns the windows' maxima, NaN where a window holds a NaN (so
+    the caller can tell the argmax is not valid there)."""
     best = win[..., 0, 0]
     arg = np.zeros(best.shape, dtype=np.intp)
     for t in range(1, kh * kw):
@@ -279,7 +280,7 @@ def _first_max(win: np.ndarray, kh: int, kw: int) -> np.ndarray:
         up = v > best
         np.copyto(arg, t, where=up)
         best = np.maximum(best, v)  # +0 / -0 ties: either, equal in every later compare
-    return arg
+    return arg, best
 
 
 _MAXPOOL_PLANS: dict = {}
@@ -345,13 +346,19 @@ def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
     xp = _pad(x64, ph, bottom, pw, right, fill=-np.inf)
     win6 = _windows(xp, kh, kw, sh, sw, dh, dw, oh, ow)
     keep = None  # the windows with a tap inside the input, where some have none
-    # a window with a tap inside the input and neither NaN nor -inf there has its maximum
-    # inside: skip the checks below unless the input holds NaN / -inf or a dilated window
-    # steps over the whole input
-    checks = bool(x64.size) and not (x64.min() > -np.inf and all_hit)
-    if not checks and kh * kw > 1 and n * c * oh * ow >= _TAPS_MIN:
-        arg = _first_max(win6, kh, kw)
+    # a window with a tap inside the input whose maximum is neither NaN nor -inf has its
+    # maximum inside: skip the checks below unless some window's maximum is NaN / -inf or a
+    # dilated window steps over the whole input
+    arg = None
+    if all_hit and kh * kw > 1 and n * c * oh * ow >= _TAPS_MIN:
+        # the maxima tell it (np.maximum keeps a NaN): one pass over the output, not the input
+        arg, best = _first_max(win6, kh, kw)
+        checks = not best.min() > -np.inf
+        if checks:
+            arg = None  # a NaN breaks the taps' compare: the argmax below
     else:
+        checks = bool(x64.size) and not (x64.min() > -np.inf and all_hit)
+    if arg is None:
         win = win6.reshape(n, c, oh, ow, kh * kw)
         arg = np.argmax(win, axis=-1)  # the first maximum (or the first NaN)
     if checks:
