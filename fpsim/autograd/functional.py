@@ -58,9 +58,11 @@ softmax, log_softmax           input         float64, one rounding; backward flo
                                              rounded output (as PyTorch).
 nll_loss, mse_loss             input         float64, one rounding; backward float64.
 cross_entropy                  input         log_softmax then nll_loss: two ops, two
-                                             roundings, as PyTorch; label smoothing and
-                                             probability targets add PyTorch's further ops
-                                             (mul, sum, div, add), each rounded.
+                                             roundings, as PyTorch (one graph node for
+                                             plain class targets, the same roundings);
+                                             label smoothing and probability targets add
+                                             PyTorch's further ops (mul, sum, div, add),
+                                             each rounded.
 matmul, linear, conv2d         operands'     the matmul accumulation model
                                              (:mod:`fpsim.autograd.accumulate`, default
                                              "fp32"); both gradients use the model active at
