@@ -158,6 +158,8 @@ def test_a_rank_that_raises_is_named_and_the_job_ends():
                 timeout=120)
     assert proc.returncode != 0
     assert "MPI_Abort" in proc.stderr or "Abort" in proc.stderr
+    # the abort ended the job: rank 0 did not wait out its --timeout and report a CommTimeout
+    assert "rank 0 of 2" not in proc.stderr
     assert "the MPI job failed" not in proc.stderr  # no nested launch: the ranks ran directly
     assert proc.stderr.count("rank 1 of 2") == 1
     assert "rank 1 of 2" in proc.stderr and "failed at step 2" in proc.stderr
