@@ -329,11 +329,11 @@ def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
     ([[[8.0, 6.0], [2.0, 0.0]]], [[[0, 2], [6, 8]]])
     """
     x = as_tensor(input)
-    if x.ndim == 3:
+    if x._data.ndim == 3:
         r = max_pool2d(x.unsqueeze(0), kernel_size, stride, padding, dilation, ceil_mode,
                        return_indices)
         return (r[0].squeeze(0), r[1][0]) if return_indices else r.squeeze(0)
-    key = (x.shape, _plain(kernel_size), None if stride is None else _plain(stride),
+    key = (x._data.shape, _plain(kernel_size), None if stride is None else _plain(stride),
            _plain(padding), _plain(dilation), ceil_mode if type(ceil_mode) is bool else _UNCACHED)
     plan = _MAXPOOL_PLANS.get(key)
     if plan is None:
@@ -341,7 +341,7 @@ def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
         if _UNCACHED not in key:
             _remember(_MAXPOOL_PLANS, key, plan)
     kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, bottom, right, top, left, all_hit, table, base = plan
-    n, c, h, wd = x.shape
+    n, c, h, wd = x_shape = x._data.shape
     x64 = widen(x._data)
     xp = _pad(x64, ph, bottom, pw, right, fill=-np.inf)
     win6 = _windows(xp, kh, kw, sh, sw, dh, dw, oh, ow)
@@ -403,7 +403,7 @@ def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
         else:  # every position receives at most one gradient: an exact scatter
             gx = np.zeros(n * c * h * wd, dtype=g.dtype)
             gx[pos] = gv
-        return (gx.reshape(x.shape),)
+        return (gx.reshape(x_shape),)
 
     result = make_result(out, x.fmt, (x,), backward, "max_pool2d")
     return (result, indices) if return_indices else result

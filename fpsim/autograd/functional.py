@@ -656,12 +656,13 @@ def reshape(input: Tensor, shape: Sequence[int]) -> Tensor:
     (2, 2)
     """
     x = as_tensor(input)
+    x_shape = x._data.shape
     try:
-        out = x._data.reshape(tuple(shape))
+        out = x._data.reshape(shape if type(shape) is tuple else tuple(shape))
     except ValueError:
         raise ValueError(f"reshape: shape {tuple(shape)} is invalid for input of shape "
-                         f"{x.shape} ({x._data.size} elements)") from None
-    return make_result(out, x.fmt, (x,), lambda g: (g.reshape(x.shape),), "reshape")
+                         f"{x_shape} ({x._data.size} elements)") from None
+    return make_result(out, x.fmt, (x,), lambda g: (g.reshape(x_shape),), "reshape")
 
 
 def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
@@ -671,10 +672,16 @@ def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     (2, 12)
     """
     x = as_tensor(input)
-    if x.ndim == 0:
+    xs = x._data.shape
+    nd = len(xs)
+    if nd == 0:
         return reshape(x, (1,))
-    s, e = _axes((start_dim, end_dim), x.ndim)
-    shape = x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:]  # ints, exact
+    if type(start_dim) is int and type(end_dim) is int and -nd <= start_dim < nd \
+            and -nd <= end_dim < nd:  # the common case, without _axes' general parse
+        s, e = start_dim % nd, end_dim % nd
+    else:
+        s, e = _axes((start_dim, end_dim), nd)
+    shape = xs[:s] + (math.prod(xs[s:e + 1]),) + xs[e + 1:]  # ints, exact
     return reshape(x, shape)
 
 
@@ -1247,11 +1254,12 @@ def cross_entropy(input: Tensor, target, weight=None, ignore_index: int = -100,
     if not 0.0 <= float(label_smoothing) <= 1.0:
         raise ValueError(f"label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
     x = as_tensor(input)
-    if x.ndim == 0:
+    nd = x._data.ndim  # the array's: Tensor.ndim / shape are property calls
+    if nd == 0:
         raise ValueError("cross_entropy: input must be (C,), (N, C) or (N, C, d1, ...), got a "
                          "scalar")
-    cdim = 0 if x.ndim == 1 else 1
-    c = x.shape[cdim]
+    cdim = 0 if nd == 1 else 1
+    c = x._data.shape[cdim]
     plain_classes = weight is None and label_smoothing == 0 and type(target) is np.ndarray \
         and target.dtype.kind in "iu"  # class indices, nothing else: the loss is the nll
     if plain_classes and not _tensor._observers and get_autocast_hook() is None \
