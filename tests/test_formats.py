@@ -13,6 +13,7 @@ import pytest
 import fpsim
 from fpsim.formats import NaNEncoding
 from tests.exact import Spec
+from tests.intlike import Count as _Count
 
 # preset -> the NumPy / ml_dtypes dtype of the same format
 DTYPES = {
@@ -200,16 +201,6 @@ def test_format_field_types():
     with pytest.raises(TypeError, match="int"):
         fpsim.Format(True, 10)  # type: ignore[arg-type]
     assert fpsim.Format(np.int64(5), np.int32(10)) == fpsim.FP16
-
-
-class _Count:
-    """An integer-like object: range() takes it through __index__."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __index__(self) -> int:
-        return self.n
 
 
 def test_format_bit_counts_share_the_as_int_rule():

@@ -14,6 +14,7 @@ import pytest
 
 import fpsim
 import fpsim.mx as mx
+from tests.intlike import Count as _Count
 
 MX_NAMES = ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "mxint8"]
 
@@ -277,16 +278,6 @@ def test_bad_arguments(kwargs, err, match):
     args = {"fmt": "mxfp8_e4m3", **kwargs}
     with pytest.raises(err, match=match):
         mx.quantize(np.ones((2, 32)), **args)
-
-
-class _Count:
-    """An integer-like object: range() takes it through __index__."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __index__(self) -> int:
-        return self.n
 
 
 def test_block_size_takes_what_range_takes():

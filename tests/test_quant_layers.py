@@ -31,6 +31,7 @@ from fpsim.quant import (
     quantize,
     training_memory,
 )
+from tests.intlike import Count as _Count
 
 # QLoRA's NF4 code values (bitsandbytes), copied from the paper's appendix / shared facts
 NF4_TABLE = [-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
@@ -293,16 +294,6 @@ def test_lora_zero_b_gives_base_exactly_and_only_adapters_train():
     opt = Adam(lora_parameters(lora), lr=1e-2)
     opt.step()
     assert not np.array_equal(lora(x).numpy(), base(x).numpy())
-
-
-class _Count:
-    """An integer-like object: range() takes it through __index__."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __index__(self) -> int:
-        return self.n
 
 
 def test_lora_rank_shares_the_as_int_rule():

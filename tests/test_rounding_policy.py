@@ -13,6 +13,7 @@ import pytest
 import fpsim
 from fpsim import arithmetic, rounding
 from fpsim.rounding import RoundingPolicy, policy_of, round_rational
+from tests.intlike import Count as _Count
 
 MODES = ["nearest_even", "nearest_away", "toward_zero", "up", "down", "odd", "stochastic"]
 OPTIONS = [{}, {"overflow": "saturate"}, {"subnormals": "flush"}, {"subnormals": "daz"},
@@ -61,13 +62,6 @@ def test_bad_options_name_the_argument_and_the_choices(kwargs, match):
         fpsim.add(1.0, 1.0, "fp16", **kwargs)
 
 
-class _Count:
-    """An integer-like object: range() takes it through __index__."""
-
-    def __index__(self) -> int:
-        return 8
-
-
 def test_random_bits_shares_the_as_int_rule():
     # random_bits is checked by fpsim.checks.as_int, then its range [1, 63]: what range()
     # takes gives the int's draws; other types are a TypeError on every route
@@ -81,7 +75,7 @@ def test_random_bits_shares_the_as_int_rule():
                                           rng=1, random_bits=rb))
     for call in calls:
         ref = call(8)
-        for rb in (np.int8(8), np.uint64(8), np.array(8), _Count()):
+        for rb in (np.int8(8), np.uint64(8), np.array(8), _Count(8)):
             np.testing.assert_array_equal(call(rb), ref)
             assert RoundingPolicy("fp16", "stochastic", random_bits=rb).random_bits == 8
         for bad in (True, np.True_, 8.0, "8", np.array([8]), np.timedelta64(8)):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fpsim.tensorcore.perf import alignment, gemm_time_estimate, get_perf_gpu, peak_tflops
+from tests.intlike import Count as _Count
 
 
 def test_a100_fp16_4096_cube_by_hand():
@@ -114,16 +115,6 @@ def test_bad_input(args, kwargs, match):
 def test_numpy_integers_are_accepted():
     r = gemm_time_estimate(np.int64(256), np.int32(256), np.uint16(256), "A100", "fp16")
     assert r.tiles == 4
-
-
-class _Count:
-    """An integer-like object: range() takes it through __index__."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __index__(self) -> int:
-        return self.n
 
 
 def test_sizes_share_the_as_int_rule():

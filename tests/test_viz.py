@@ -23,6 +23,7 @@ from fpsim.viz import figures_cli, gallery, style  # noqa: E402
 from fpsim.viz._common import values_between  # noqa: E402
 from fpsim.viz.formats import _pct  # noqa: E402
 from tests.exact import round_exact, stochastic_neighbours  # noqa: E402
+from tests.intlike import Count as _Count
 
 DTYPES = {
     "fp16": np.float16,
@@ -474,16 +475,6 @@ def test_relative_error_into_axes_and_bad_input():
                           ({"rounding": "sideways"}, "unknown rounding")]:
         with pytest.raises(ValueError, match=match):
             viz.relative_error(**kwargs)
-
-
-class _Count:
-    """An integer-like object: range() takes it through __index__."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __index__(self) -> int:
-        return self.n
 
 
 def _drawn(fig) -> list:

@@ -24,6 +24,7 @@ from fpsim import viz  # noqa: E402
 from fpsim.tensorcore.perf import gemm_time_estimate  # noqa: E402
 from fpsim.viz import gallery  # noqa: E402
 from fpsim.viz import tensorcore as vtc  # noqa: E402
+from tests.intlike import Count as _Count
 
 CASTS = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn,
          "fp8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz}
@@ -159,16 +160,6 @@ def test_block_alignment_and_error_vs_k_refuse_non_integers(bad):
     for kwargs, name in (({"ks": [4, bad]}, r"ks\[1\]"), ({"trials": bad}, "trials")):
         with pytest.raises(TypeError, match=f"{name} must be an int, got {type(bad).__name__}"):
             viz.error_vs_k(**{**base, **kwargs})
-
-
-class _Count:
-    """An integer-like object: range() takes it through __index__."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __index__(self) -> int:
-        return self.n
 
 
 def _drawn(fig) -> list:

@@ -1160,15 +1160,20 @@ def _nll_unweighted(x: Tensor, t: np.ndarray, n: int, c: int, reduction: str) ->
             val = val / n
     out = round_to(np.asarray(val), x.fmt)
 
-    def backward(g):
-        coef = float(widen(g))
-        if reduction == "mean":
-            coef = coef / n
-        gx = np.zeros((n, c))
-        gx[rows, t] = -1.0 * coef
-        return (gx,)
+    return make_result(out, x.fmt, (x,), lambda g: (_nll_grad(g, n, c, rows, t, reduction),),
+                       "nll_loss")
 
-    return make_result(out, x.fmt, (x,), backward, "nll_loss")
+
+def _nll_grad(g: np.ndarray, n: int, c: int, rows: np.ndarray, t: np.ndarray,
+              reduction: str) -> np.ndarray:
+    """The (N, C) float64 gradient of an unweighted nll_loss (all N targets valid) from the
+    loss's gradient ``g``: -g (over N for the mean) at each row's target, 0 elsewhere."""
+    coef = float(widen(g))
+    if reduction == "mean":
+        coef = coef / n
+    gx = np.zeros((n, c))
+    gx[rows, t] = -1.0 * coef
+    return gx
 
 
 def _cross_entropy_classes(x: Tensor, t: np.ndarray, reduction: str) -> Tensor:
@@ -1192,13 +1197,10 @@ def _cross_entropy_classes(x: Tensor, t: np.ndarray, reduction: str) -> Tensor:
     out = round_to(np.asarray(val), fmt)
 
     def backward(g):
-        coef = float(widen(g))
-        if reduction == "mean":
-            coef = coef / n
-        gl = np.zeros((n, c))
-        gl[rows, t] = -1.0 * coef
-        gl = widen(round_to(gl, fmt))  # nll_loss's gradient as the engine stores it: log_softmax's
-        with np.errstate(all="ignore"):  # output format (an op result has no grad_fmt of its own)
+        # nll_loss's gradient as the engine stores it, in log_softmax's output format (an op
+        # result has no grad_fmt of its own)
+        gl = widen(round_to(_nll_grad(g, n, c, rows, t, reduction), fmt))
+        with np.errstate(all="ignore"):
             return (gl - np.exp(widen(logp)) * gl.sum(axis=1, keepdims=True),)
 
     return make_result(out, fmt, (x,), backward, "cross_entropy")
