@@ -1182,8 +1182,8 @@ def _cross_entropy_classes(x: Tensor, t: np.ndarray, reduction: str) -> Tensor:
     ops (:func:`log_softmax`, :func:`_nll_unweighted`) and, in the backward, the rounding the
     engine gives the gradient between them, without a second node's cost. cross_entropy takes
     it only where nothing could tell the difference: no autocast policy (it casts per op) and
-    no graph observer (the memory meter sees the two ops). tests/test_cross_entropy.py proves
-    it equal to the two-op composition, bit for bit."""
+    no graph observer (the memory meter sees the two ops). tests/test_cross_entropy_node.py
+    proves it equal to the two-op composition, bit for bit."""
     fmt = x.fmt
     n, c = x._data.shape
     x64 = widen(x._data)

@@ -60,7 +60,8 @@ class SGD(Optimizer):
         parameter, fp32 state, plain momentum: no dampening, Nesterov, weight decay or
         maximize, no update hook) past their first step take a straight loop: the same
         operations as :meth:`_update` on the master (float32, in place), without the general
-        path's per-parameter dispatch. tests/test_optim.py proves it equal to the general path.
+        path's per-parameter dispatch. tests/test_optim_sgd_fast.py proves it equal to the
+        general path.
 
         >>> from fpsim.nn import Parameter
         >>> p = Parameter([1.0], "fp16"); p.grad = [1.0]
