@@ -16,6 +16,7 @@ import pytest
 import fpsim
 import fpsim.autograd.functional as F
 from fpsim.autograd import Tensor, rounding_context
+from tests.spy import count_calls
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -27,15 +28,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 @pytest.fixture
 def node_calls(monkeypatch):
-    calls = []
-    real = F._cross_entropy_classes
-
-    def spy(*args):
-        calls.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(F, "_cross_entropy_classes", spy)
-    return calls
+    return count_calls(monkeypatch, F, "_cross_entropy_classes")
 
 
 def _logits(rng: np.random.Generator, n: int, c: int, kind: str) -> np.ndarray:

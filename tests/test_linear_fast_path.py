@@ -16,6 +16,7 @@ import pytest
 import fpsim
 import fpsim.autograd.functional as F
 from fpsim.autograd import Tensor, matmul_accumulation, rounding_context
+from tests.spy import count_calls
 
 FP16 = fpsim.FP16
 
@@ -57,15 +58,7 @@ def _same(a, b) -> bool:
 @pytest.fixture
 def fast_calls(monkeypatch):
     """Count calls of the fast path (the spy proves the gate opened)."""
-    calls = []
-    real = F._linear_fp16
-
-    def spy(*args):
-        calls.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(F, "_linear_fp16", spy)
-    return calls
+    return count_calls(monkeypatch, F, "_linear_fp16")
 
 
 def _general(monkeypatch, fn):

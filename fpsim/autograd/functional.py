@@ -544,10 +544,11 @@ def _fp16_plain() -> bool:
 def _linear_fp16(x: Tensor, w: Tensor, b: Tensor | None, accumulation) -> Tensor:
     """linear of a 2-D fp16 input, fp16 weight and bias under the "fp32" accumulation model,
     rounding the plain way (:func:`_fp16_plain`): the general path's kernels called directly
-    (the product and bias in float64, rounded to fp32 then fp16), without its dispatch, which
-    costs a training step a few percent. Its backward takes the same direct route while those
-    conditions still hold and the gradients are fp16, else the general backward.
-    tests/test_linear_fast_path.py proves both equal to the general path, bit for bit."""
+    (the product and bias in float64, rounded to fp32 then fp16), without its dispatch (what
+    that buys a training step: ``benchmarks/bench_training_step.py --engine --pairs``). Its
+    backward takes the same direct route while those conditions still hold and the gradients
+    are fp16, else the general backward. tests/test_linear_fast_path.py proves both equal to
+    the general path, bit for bit."""
     x2, w64 = f16_to_wide(x._data), f16_to_wide(w._data)
     acc = x2 @ w64.T
     if b is not None:
@@ -1270,12 +1271,6 @@ def cross_entropy(input: Tensor, target, weight=None, ignore_index: int = -100,
     logp = log_softmax(x, dim=cdim)
     if weight is None and label_smoothing == 0 and isinstance(target, np.ndarray) \
             and target.dtype.kind in "iu":  # class indices, nothing else: the loss is the nll
-        lp = autocast_args("nll_loss", logp)  # what nll_loss does first
-        # its checks pass (on a plain array: nll_loss reads subclasses, masked arrays, by
-        # np.asarray, and a masked array's max skips masked entries)
-        if type(target) is np.ndarray and _unweighted_applies(lp._data, target, ignore_index,
-                                                              reduction):
-            return _nll_unweighted(lp, target, *lp._data.shape, reduction)
         return nll_loss(logp, target, None, ignore_index, reduction)
     # a weight that is not a Tensor takes the input's format (PyTorch wants the input's dtype)
     w = weight if weight is None or isinstance(weight, Tensor) else Tensor(weight, x.fmt)
