@@ -129,11 +129,10 @@ class Module:
             object.__setattr__(self, name, value)
 
     def __getattr__(self, name: str):
+        # Python calls this only after the normal lookup failed: registered names are found in
+        # the __dict__ mirror first, so this is the miss path (no fast path needed here)
         d = self.__dict__
-        params = d.get("_parameters")
-        if params is not None and name in params:  # the common case first: a layer's weight
-            return params[name]
-        for store in ("_buffers", "_modules"):
+        for store in ("_parameters", "_buffers", "_modules"):
             if store in d and name in d[store]:
                 return d[store][name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
