@@ -25,6 +25,7 @@ from fpsim.memory import (
     zero_model_state_bytes,
     zero_table,
 )
+from tests.intlike import Count
 
 # Table 1 of the ZeRO paper: per-device model-state memory in GB, columns P_os, P_os+g,
 # P_os+g+p. The 7.5B column is quoted in docs/facts.md; the 128B and 1T columns are the
@@ -118,12 +119,8 @@ def test_activation_bytes():
 
 def test_zero_stage_shares_the_as_int_rule():
     # stage is checked by fpsim.checks.as_int, then against the stages 0-3
-    class Stage:
-        def __index__(self) -> int:
-            return 2
-
     ref = zero_model_state_bytes(7.5e9, 2, 64)
-    for s in (np.int8(2), np.array(2), Stage()):
+    for s in (np.int8(2), np.array(2), Count(2)):
         assert zero_model_state_bytes(7.5e9, s, 64) == ref
         assert zero_communication_volume(1e9, s) == zero_communication_volume(1e9, 2)
     for bad in (True, 2.0, "2", None, np.array([2]), np.timedelta64(2)):

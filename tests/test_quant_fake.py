@@ -30,6 +30,7 @@ from fpsim.quant import (
     tensorrt_quantize,
     tensorrt_scale,
 )
+from tests.intlike import Count
 
 
 def f32(v) -> Fraction:
@@ -623,11 +624,7 @@ def test_bit_widths_share_the_as_int_rule():
     # against the valid widths: what range() takes is a width, other types a TypeError
     from fpsim.quant.layers import check_bits
 
-    class Count:
-        def __index__(self) -> int:
-            return 4
-
-    for b in (np.int8(4), np.array(4), Count()):
+    for b in (np.int8(4), np.array(4), Count(4)):
         assert quant_range(b) == quant_range(4) and quant_range(b, False) == quant_range(4, False)
         assert check_bits(b) == 4 and type(check_bits(b)) is int
     for bad in (True, 4.0, "4", None, np.array([4]), np.timedelta64(4)):

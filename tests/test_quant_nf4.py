@@ -23,6 +23,7 @@ from fpsim.quant import (
     pack_4bit,
     unpack_4bit,
 )
+from tests.intlike import Count
 
 # docs/facts.md, "QLoRA NF4 code values (bitsandbytes)"
 FACTS_NF4 = [-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
@@ -234,13 +235,9 @@ def test_bad_input():
 def test_block_sizes_share_the_as_int_rule():
     # block_size / dq_block_size are checked by fpsim.checks.as_int, then against the valid
     # sizes: what range() takes gives the int's codes; other types are a TypeError
-    class Count:
-        def __index__(self) -> int:
-            return 64
-
     w = np.random.default_rng(3).standard_normal(200).astype(np.float32)
     ref = nf4_quantize(w, 64)
-    for bs in (np.int16(64), np.array(64), Count()):
+    for bs in (np.int16(64), np.array(64), Count(64)):
         got = nf4_quantize(w, bs)
         np.testing.assert_array_equal(got[0], ref[0])
         np.testing.assert_array_equal(got[1], ref[1])
@@ -252,3 +249,4 @@ def test_block_sizes_share_the_as_int_rule():
         msg = f"unsupported block_size {bad!r}; valid: 32, 64"
         with pytest.raises(ValueError, match=re.escape(msg)):
             nf4_quantize(w, bad)
+

@@ -15,6 +15,7 @@ import tensorcore_reference as ref
 
 import fpsim
 import fpsim.tensorcore as tc
+from tests.intlike import Count
 
 FORMATS = {"fp16": (-14, 10, 15), "bf16": (-126, 7, 127), "fp8_e4m3": (-6, 3, 8),
            "fp8_e4m3fnuz": (-7, 3, 7)}
@@ -189,13 +190,6 @@ def test_block_fma_integer_fields_share_the_as_int_rule():
     # BlockFMA's integer fields are checked by fpsim.checks.as_int: what range() takes is
     # stored as an int (the unit equals, hashes as and computes as the one made from ints);
     # other types are a TypeError naming the field, values out of range a ValueError
-    class Count:
-        def __init__(self, n: int) -> None:
-            self.n = n
-
-        def __index__(self) -> int:
-            return self.n
-
     ints = dict(block_size=8, extra_bits=1, min_exponent=-132, late_extra_bits=3,
                 c_far_truncation=25)
     ref = tc.BlockFMA(output_rounding="rz", c_addition="late", **ints)
@@ -278,12 +272,8 @@ def test_dot_k_mismatch_and_empty():
         with pytest.raises(TypeError, match="trials must be an int, got " + type(bad).__name__):
             tc.error_vs_k(ks=(4,), trials=bad)
 
-    class Count:
-        def __index__(self) -> int:
-            return 4
-
     ref = tc.error_vs_k(ks=(4, 8), gpus=("A100",), trials=4, seed=1)
-    for k, t in ((np.int64(4), np.uint8(4)), (np.array(4), np.array(4)), (Count(), Count())):
+    for k, t in ((np.int64(4), np.uint8(4)), (np.array(4), np.array(4)), (Count(4), Count(4))):
         r = tc.error_vs_k(ks=(k, 8), gpus=("A100",), trials=t, seed=1)
         assert list(r.ks) == list(ref.ks) and all(type(v) is int for v in r.ks)
         for got, want in ((r.mean, ref.mean), (r.max, ref.max)):
