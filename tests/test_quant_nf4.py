@@ -250,3 +250,32 @@ def test_block_sizes_share_the_as_int_rule():
         with pytest.raises(ValueError, match=re.escape(msg)):
             nf4_quantize(w, bad)
 
+
+def test_block_size_siblings_share_the_as_int_rule():
+    """The other users of the same block-size check: nf4_dequantize, double_quantize and
+    bits_per_parameter (block_size and dq_block_size) take what range() takes as the int,
+    and refuse other types and invalid sizes by the argument's name."""
+    w = np.random.default_rng(4).standard_normal(256).astype(np.float32)
+    codes, absmax = nf4_quantize(w, 64)
+    ref_w = nf4_dequantize(codes, absmax, 64)
+    ref_dq = double_quantize(absmax.repeat(64), 256)
+    for conv in (np.int16, np.array, Count):
+        np.testing.assert_array_equal(nf4_dequantize(codes, absmax, conv(64)), ref_w)
+        dq = double_quantize(absmax.repeat(64), conv(256))
+        assert dq.block_size == 256 and type(dq.block_size) is int
+        np.testing.assert_array_equal(dq.qabsmax, ref_dq.qabsmax)
+        np.testing.assert_array_equal(dq.absmax2, ref_dq.absmax2)
+        assert bits_per_parameter(conv(64), True, conv(256)) == bits_per_parameter(64, True, 256)
+        assert bits_per_parameter(conv(32), False) == bits_per_parameter(32, False)
+    calls = (("block_size", lambda b: nf4_dequantize(codes, absmax, b)),
+             ("block_size", lambda b: double_quantize(absmax, b)),
+             ("block_size", lambda b: bits_per_parameter(b)),
+             ("dq_block_size", lambda b: bits_per_parameter(64, True, b)))
+    for name, call in calls:
+        for bad in (True, 64.0, "64", None, np.array([64]), np.timedelta64(64)):
+            with pytest.raises(TypeError, match=f"{name} must be an int, got "
+                                                f"{type(bad).__name__}"):
+                call(bad)
+        for bad in (0, -64, 48, np.int64(8192)):
+            with pytest.raises(ValueError, match=re.escape(f"unsupported {name} {bad!r}; valid")):
+                call(bad)
