@@ -16,6 +16,7 @@ References: MPFR via gmpy2 (subnormalized contexts of fp16 / bf16 / fp32), exact
 
 from __future__ import annotations
 
+import math
 import random
 import subprocess
 import sys
@@ -66,15 +67,19 @@ def test_far_decimals_round_at_once():
     code = (
         "from decimal import Decimal; import numpy as np, fpsim\n"
         "x = np.array([Decimal('1e-999999999'), Decimal('-1e999999999')], dtype=object)\n"
-        "print(fpsim.round(x, 'fp16', 'up').tolist(), float(fpsim.round(x[0], 'bf16', 'up')),"
-        " float(fpsim.add(Decimal('-1e999999999'), 1.0, 'fp16', 'toward_zero')))\n"
+        "v = fpsim.round(x, 'fp16', 'up').tolist() + [float(fpsim.round(x[0], 'bf16', 'up')),"
+        " float(fpsim.add(Decimal('-1e999999999'), 1.0, 'fp16', 'toward_zero'))]\n"
+        "print(*(float(t).hex() for t in v))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    # (operands convert by nearest even: -1e999999999 reads as -inf, whatever the op's mode)
-    assert out.stdout.split() == ["[5.960464477539063e-08,", "-65504.0]",
-                                  str(2.0**-133), "-inf"]
+    # rounding up: a tiny positive gives the smallest subnormal, a huge negative -max (IEEE
+    # overflow toward +inf); operands convert by nearest even: -1e999999999 reads as -inf,
+    # whatever the op's mode
+    want = [fpsim.FP16.smallest_subnormal, -fpsim.FP16.max, fpsim.BF16.smallest_subnormal,
+            -math.inf]
+    assert [float.fromhex(t) for t in out.stdout.split()] == want
 
 
 @pytest.mark.parametrize("fmt", ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2fnuz", "fp4_e2m1",
@@ -124,6 +129,10 @@ LOSSY = [
     [np.uint64(2**64 - 1), -1],
     [[2**53 + 3, 1.0], [0.25, -(2**60) - 1]],
     (2**61 + 7, 1e-300, float("nan")),
+    # float64 makes bf16 / fp32 ties of these (2**54 + 2**46, 2**54 + 2**30), which nearest
+    # even rounds down; the integers lie above the ties: the nearest-even conversion of an
+    # arithmetic operand differs too (double rounding), not only the directed modes
+    [2**54 + 2**46 + 1, 2**54 + 2**30 + 1, 0.5],
 ]
 
 
@@ -144,6 +153,34 @@ def test_lists_of_wide_integers_against_mpfr(x):
                         for v in flat]
             np.testing.assert_array_equal(fpsim.add(x, 0.0, fmt, mode).reshape(-1), conv)
             np.testing.assert_array_equal(fpsim.mul(1.0, x, fmt, mode).reshape(-1), conv)
+
+
+def _flat_ints(x) -> list:
+    """x's elements in C order, integers as Python ints (read exactly by MPFR)."""
+    return [int(v) if isinstance(v, (int, np.integer)) else v
+            for v in np.asarray(x, dtype=object).reshape(-1)]
+
+
+@pytest.mark.parametrize("x", LOSSY, ids=range(len(LOSSY)))
+def test_sum_dot_of_lists_of_wide_integers_against_mpfr(x):
+    # sum / dot convert their operands as arithmetic does (convert_operand): each element of
+    # a list NumPy makes floats of is rounded once from the integer, then the sequential sum
+    # (dot: the products by 1 are exact) in the mode
+    flat = _flat_ints(x)
+    for fmt in MPFR:
+        with _ctx(fmt):
+            conv = [_mpfr(v) for v in flat]
+        for mode in MPFR_MODES:
+            with _ctx(fmt, mode):
+                acc = conv[0]
+                for v in conv[1:]:
+                    acc = acc + v
+            want = float(acc)
+            got = fpsim.sum(x, fmt, rounding=mode)
+            np.testing.assert_array_equal(got, want, err_msg=f"sum {fmt} {mode}")
+            elems = list(np.asarray(x, dtype=object).reshape(-1))  # x's own elements, a list
+            got = fpsim.dot(elems, np.ones(len(elems)), fmt, rounding=mode)
+            np.testing.assert_array_equal(got, want, err_msg=f"dot {fmt} {mode}")
 
 
 def test_exact_lists_keep_the_array_path():
