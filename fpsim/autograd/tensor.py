@@ -21,7 +21,7 @@ from .. import state as _state
 from ..formats import FP32, Format, get_float_format
 from ..modes import Rounding
 from ..rounding import round as fpsim_round
-from .context import round_to
+from .context import round_to, settings
 
 __all__ = [
     "Tensor",
@@ -823,7 +823,6 @@ def _topo_order(root: Tensor) -> list[Tensor]:
 def add_grads(a: np.ndarray, b: np.ndarray, fmt: Format) -> np.ndarray:
     """Two gradients of one tensor added, rounded once to ``fmt``."""
     if a.dtype == np.float32 and b.dtype == np.float32 and fmt == FP32:
-        from .context import settings
         if settings().plain and not _flags.flags_active():  # (round_to records flags)
             return np.asarray(a + b)  # an IEEE float32 add is the one rounding (0-d: an array)
     return np.asarray(round_to(np.asarray(a.astype(np.float64) + b.astype(np.float64)), fmt))
