@@ -190,24 +190,31 @@ def test_unscale_bfloat16_rounds_through_float32_as_the_kernel():
         2.0**-133)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16,
+                                   ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2])
 def test_unscale_records_ieee_flags_in_a_flag_context(dtype):
     """Unscaling rounds (the float32 product, then the gradient's dtype): in a flag_context it
     records those roundings' IEEE flags, as the fp8 path does (the fast float32 / fp16 / bf16
     path recorded none); the values are those without the context. Reference: fpsim.round's
-    flags of the exact product (float64: 24 x 24 bits) to fp32, then to the gradient's format."""
+    flags of the exact product (float64: 24 x 24 bits) to fp32, then to the gradient's format.
+    fp16 gradients go through ApexLossScaler (GradScaler refuses them, as PyTorch)."""
     g = np.array([1.0, 3.0, 2.0**-14, 2.0**-126], dtype)
     fmt = fpsim.formats.get_float_format(np.dtype(dtype))
     grads = {}
     for ctx_on in (False, True):
-        s = GradScaler(init_scale=3.0)
-        p = FakeParam(g.copy())
-        s.scale(1.0)
-        if ctx_on:
-            with fpsim.flag_context() as ctx:
-                s.unscale_(FakeOptimizer(p))
+        if dtype == np.float16:
+            s = ApexLossScaler(loss_scale=3.0)
         else:
-            s.unscale_(FakeOptimizer(p))
+            s = GradScaler(init_scale=3.0)
+            s.scale(1.0)
+        p = FakeParam(g.copy())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # Apex: "not fp32"
+            if ctx_on:
+                with fpsim.flag_context() as ctx:
+                    s.unscale_(FakeOptimizer(p))
+            else:
+                s.unscale_(FakeOptimizer(p))
         grads[ctx_on] = p.grad.astype(np.float64)
     np.testing.assert_array_equal(grads[True], grads[False])
     exact = g.astype(np.float64) * np.float64(np.float32(1) / np.float32(3))
