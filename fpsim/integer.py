@@ -32,11 +32,10 @@ import ml_dtypes
 import numpy as np
 
 from . import flags as _flags
-from .checks import as_int
 from .flags import Flags
 from .formats import Format, IntFormat, get_float_format, get_int_format
 from .modes import Overflow, Rounding, Tininess, as_overflow, as_rounding
-from .rounding import as_float64, default_rng
+from .rounding import as_float64, default_rng, random_bits_of
 from .rounding import round as _round
 from .rounding import run_chunks as _run
 
@@ -187,20 +186,6 @@ def _apply_policy(v: np.ndarray, fmt: IntFormat, policy: IntOverflow) -> np.ndar
 # Rounding to integral values
 # --------------------------------------------------------------------------------------------
 
-def _check_random_bits(random_bits, mode: Rounding) -> int | None:
-    if random_bits is None:
-        return None
-    if mode is not Rounding.STOCHASTIC:
-        raise ValueError("random_bits only applies to rounding='stochastic'")
-    try:  # what range() takes; TypeError for bool, float, str ...
-        n = as_int("random_bits", random_bits, 1)
-    except ValueError:
-        n = 0  # below 1: refused below, naming the whole range
-    if not 1 <= n <= 63:
-        raise ValueError(f"random_bits must be an int in [1, 63], got {random_bits!r}")
-    return n
-
-
 def _integral(x: np.ndarray, mode: Rounding, gen, random_bits: int | None) -> np.ndarray:
     """Round the finite elements of a binary float array to integral values in the same dtype.
 
@@ -350,7 +335,7 @@ def to_int(
     ifmt = get_int_format(fmt)
     mode = as_rounding(rounding)
     policy = as_int_overflow(overflow)
-    random_bits = _check_random_bits(random_bits, mode)
+    random_bits = random_bits_of(random_bits, mode)
     want = bool(flags) or _flags.flags_active()
     work = _float_work(x)
     if work is None:
@@ -473,7 +458,7 @@ def round_to_integral(
     ffmt = get_float_format(fmt)
     mode = as_rounding(rounding)
     ovf = as_overflow(overflow)
-    random_bits = _check_random_bits(random_bits, mode)
+    random_bits = random_bits_of(random_bits, mode)
     hi, lo, scalar = as_float64(x)
     if lo is not None and np.any(lo != 0):
         raise ValueError(f"round_to_integral takes values of {ffmt.name}; some inputs are not "

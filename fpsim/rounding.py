@@ -442,6 +442,32 @@ def _split_decimal(d: Decimal) -> tuple[int, int, int]:
     return (neg,) + _split_ratio(*d.as_integer_ratio())[1:]
 
 
+def random_bits_of(random_bits, mode: Rounding) -> int | None:
+    """Internal API of every function that takes ``random_bits`` (:class:`RoundingPolicy`,
+    fpsim.integer): None stays None; else ``mode`` must be stochastic and ``random_bits`` an
+    int in [1, 63] by fpsim.checks.as_int's rule (what range() takes; a TypeError for other
+    types), returned as an int.
+
+    >>> random_bits_of(np.int8(8), Rounding.STOCHASTIC)
+    8
+    >>> random_bits_of(64, Rounding.STOCHASTIC)
+    Traceback (most recent call last):
+    ...
+    ValueError: random_bits must be an int in [1, 63], got 64
+    """
+    if random_bits is None:
+        return None
+    if mode is not Rounding.STOCHASTIC:
+        raise ValueError("random_bits only applies to rounding='stochastic'")
+    try:  # what range() takes; TypeError for bool, float, str ...
+        n = as_int("random_bits", random_bits, 1)
+    except ValueError:
+        n = 0  # below 1: refused below, naming the whole range
+    if not 1 <= n <= 63:
+        raise ValueError(f"random_bits must be an int in [1, 63], got {random_bits!r}")
+    return n
+
+
 @dataclass(frozen=True)
 class RoundingPolicy:
     """How values are rounded to a format: the one value object behind the ``fmt``,
@@ -478,17 +504,7 @@ class RoundingPolicy:
         fmt = get_float_format(self.fmt)
         mode = as_rounding(self.rounding)
         sub = as_subnormals(self.subnormals)
-        random_bits = self.random_bits
-        if random_bits is not None:
-            if mode is not Rounding.STOCHASTIC:
-                raise ValueError("random_bits only applies to rounding='stochastic'")
-            try:  # what range() takes; TypeError for bool, float, str ...
-                random_bits = as_int("random_bits", random_bits, 1)
-            except ValueError:
-                random_bits = 0  # below 1: refused below, naming the whole range
-            if not 1 <= random_bits <= 63:
-                raise ValueError(f"random_bits must be an int in [1, 63], got "
-                                 f"{self.random_bits!r}")
+        random_bits = random_bits_of(self.random_bits, mode)
         put("fmt", fmt)
         put("rounding", mode)
         put("overflow", as_overflow(self.overflow))
