@@ -119,6 +119,20 @@ def test_caller_gradient_is_not_adopted():
     assert np.all(g == 1)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_caller_gradient_of_a_root_leaf_is_not_adopted(fmt, as_tensor):
+    """The root itself a leaf, the caller's gradient already in its grad format (array or
+    Tensor): backward's rounding returns it unchanged, and the leaf must still not adopt it."""
+    (a,) = _leaves(fmt, (3,))
+    g = Tensor(np.ones(3), fmt)
+    given = g if as_tensor else g.numpy()
+    a.backward(given)
+    assert not np.shares_memory(a.grad, g.numpy())
+    a.grad[...] = 0
+    assert np.all(g.numpy() == 1)
+
+
 def test_root_leaf_gradient_is_its_own():
     (a,) = _leaves("fp16", (1,))
     a.backward()
