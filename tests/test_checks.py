@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from fpsim.checks import as_int
+from tests.intlike import Count
 
 
 @pytest.mark.parametrize("value, minimum, expected", [
@@ -101,10 +102,8 @@ def test_communicator_world_size_shares_the_rule():
 
 
 def test_accepts_what_range_takes():
-    class Count:
-        def __index__(self) -> int:
-            return 6
-
-    assert as_int("n", Count(), 1) == 6 and len(range(Count())) == 6
+    assert as_int("n", Count(6), 1) == 6 and len(range(Count(6))) == 6
+    with pytest.raises(ValueError, match=re.escape("n must be >= 1, got")):
+        as_int("n", Count(0), 1)
     with pytest.raises(ValueError, match=re.escape("n must be >= 1, got 0")):
         as_int("n", np.array(0), 1)
