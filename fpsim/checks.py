@@ -52,6 +52,7 @@ def as_int(name: str, value: object, minimum: int, *, whole_floats: bool = False
         n = int(value)
     if n is None:
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if n < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if n < minimum:  # the int an __index__ object stands for, not its repr; floats as given
+        shown = value if isinstance(value, (float, np.floating)) else n
+        raise ValueError(f"{name} must be >= {minimum}, got {shown}")
     return n
