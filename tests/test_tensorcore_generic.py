@@ -363,6 +363,11 @@ def test_check_hardware_cli_messages(tmp_path, capsys):
     assert [line.split()[4] for line in out[:2]] == [f"{h}/{n}" for h, n in per_file]
     assert [line.split()[7] for line in out[:2]] == [str(n - h) for h, n in per_file]
     assert out[2].startswith(f"total: {sum(hit)}/{sum(rows)} rows match in 2 file(s)")
+    # the GPU notes' figures are these files' counts: B200's "all 6,000 measured rows", the
+    # published parameters' "~64% of measured rows"
+    assert f"fits all {sum(rows):,} measured rows" in tc.get_gpu("B200").notes
+    assert f"~{round(100 * sum(hit) / sum(rows))}% of measured rows" in \
+        tc.get_gpu("B200-fp8-published").notes
     # an unmodelled pair: one short line naming the valid --gpu choices, nothing read
     rtx = tmp_path / "RTXPRO6000_e4m3_to_fp32.txt"
     rtx.write_text("")

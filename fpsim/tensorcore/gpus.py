@@ -417,8 +417,9 @@ _B200_FP8_EXACT = {
 
 #: B200's default fp8 unit: the exact rule (the same parameters as ``B200-fp8-exact``), chosen
 #: by reasoning, not by the rows, which fit the variant too (docs/tensorcore-model.md, "The
-#: B200 fp8 rule"): the variant misses 2 of 4,000 held-out e5m2 rows, the format whose
-#: products spread furthest, and an fp8 product has at most 8 significant bits, so an
+#: B200 fp8 rule"): issue #16's report has the variant missing 2 of 4,000 further e5m2 rows,
+#: held out of this repository (not reproducible from its data), e5m2 being the format whose
+#: products spread furthest; and an fp8 product has at most 8 significant bits, so an
 #: accumulator spanning a block's products is about 70 bits wide, cheap beside the fp32
 #: datapath. Exact products with c added once at the end, one rounding, is the exact sum of
 #: all 33 terms rounded once. Pending a B200 run of tools/record_tensorcore.py's
