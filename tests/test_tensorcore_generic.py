@@ -314,7 +314,7 @@ def _published_b200_unit(fin: str) -> ref.Unit:
 def test_b200_fp8_published_model_is_the_fraction_reference():
     """Every measured B200 fp8 row: fpsim's published-parameter model gives the pattern the
     Fraction reference (tests/tensorcore_reference.py) gives, so the CLI counts above are the
-    reference's (about 4 s: 6000 rows of 32 products in Fractions)."""
+    reference's (a few seconds: every row's 32 products in Fractions)."""
     import pathlib
 
     data = pathlib.Path(__file__).parent / "data" / "tensorcore" / "open"
