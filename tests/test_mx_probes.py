@@ -179,6 +179,7 @@ def test_fpsim_rounds_exact_sums_as_the_reference(rounding):
     import fpsim
 
     qs = _fractions(np.random.default_rng(3), 2000)
+    assert len(qs) == 20_022  # the count the docstrings state: 2 signs x (2000 + 4 x 2000 + 11)
     ref = np.array([_fraction_to_fp32(q, rounding) for q in qs])
     got = np.array([float(fpsim.round(q, "fp32", rounding)) for q in qs])
     np.testing.assert_array_equal(got.view(np.uint64), ref.view(np.uint64))
