@@ -9,6 +9,7 @@
   ValueError naming the argument, the minimum and the value. Where an argument counts elements
   that people write in scientific notation (``1e9``), ``whole_floats=True`` also accepts
   finite floats with an integral value, and refuses other floats with a ValueError.
+  ``minimum=None`` checks the type only, for callers whose error names a whole range.
 
 This module sits in fpsim's bottom layer: it imports only NumPy, so every layer may use it.
 """
@@ -23,8 +24,9 @@ import numpy as np
 __all__ = ["as_int"]
 
 
-def as_int(name: str, value: object, minimum: int, *, whole_floats: bool = False) -> int:
-    """``value`` (the argument called ``name``) as an int >= ``minimum``.
+def as_int(name: str, value: object, minimum: int | None, *,
+           whole_floats: bool = False) -> int:
+    """``value`` (the argument called ``name``) as an int >= ``minimum`` (None: any int).
 
     >>> as_int("batch_size", np.int64(32), 1)
     32
@@ -52,7 +54,8 @@ def as_int(name: str, value: object, minimum: int, *, whole_floats: bool = False
         n = int(value)
     if n is None:
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if n < minimum:  # the int an __index__ object stands for, not its repr; floats as given
+    if minimum is not None and n < minimum:
+        # the int an __index__ object stands for, not its repr; floats as given
         shown = value if isinstance(value, (float, np.floating)) else n
         raise ValueError(f"{name} must be >= {minimum}, got {shown}")
     return n

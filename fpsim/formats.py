@@ -113,11 +113,9 @@ class Format:
 
     def __post_init__(self) -> None:
         # bit counts: what range() takes (fpsim.checks.as_int), stored as ints below
-        try:
-            ebits = as_int("Format.exponent_bits", self.exponent_bits, 1)
-        except ValueError:
-            raise ValueError(f"Format needs at least 1 exponent bit, got "
-                             f"{self.exponent_bits}") from None
+        ebits = as_int("Format.exponent_bits", self.exponent_bits, None)
+        if ebits < 1:
+            raise ValueError(f"Format needs at least 1 exponent bit, got {ebits}")
         mbits = as_int("Format.mantissa_bits", self.mantissa_bits, 0)
         try:
             enc = NaNEncoding(self.nan_encoding)
@@ -379,12 +377,9 @@ class IntFormat:
     name: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        try:  # what range() takes (fpsim.checks.as_int)
-            bits = as_int("IntFormat.bits", self.bits, 2)
-        except ValueError:
-            bits = 0  # below 2: refused below, naming the whole range
+        bits = as_int("IntFormat.bits", self.bits, None)  # what range() takes
         if not 2 <= bits <= 64:
-            raise ValueError(f"IntFormat.bits must lie in [2, 64], got {self.bits}")
+            raise ValueError(f"IntFormat.bits must lie in [2, 64], got {bits}")
         object.__setattr__(self, "bits", bits)
         if self.name is None:
             object.__setattr__(self, "name", f"{'' if self.signed else 'u'}int{self.bits}")

@@ -459,10 +459,7 @@ def random_bits_of(random_bits, mode: Rounding) -> int | None:
         return None
     if mode is not Rounding.STOCHASTIC:
         raise ValueError("random_bits only applies to rounding='stochastic'")
-    try:  # what range() takes; TypeError for bool, float, str ...
-        n = as_int("random_bits", random_bits, 1)
-    except ValueError:
-        n = 0  # below 1: refused below, naming the whole range
+    n = as_int("random_bits", random_bits, None)  # what range() takes; TypeError else
     if not 1 <= n <= 63:
         raise ValueError(f"random_bits must be an int in [1, 63], got {random_bits!r}")
     return n

@@ -105,5 +105,15 @@ def test_accepts_what_range_takes():
     assert as_int("n", Count(6), 1) == 6 and len(range(Count(6))) == 6
     with pytest.raises(ValueError, match=re.escape("n must be >= 1, got -2") + "$"):
         as_int("n", Count(-2), 1)  # the int it stands for, not the object's repr
+
+
+def test_minimum_none_checks_the_type_only():
+    for v in (-(2**70), np.int64(-3), Count(-1), np.array(0)):
+        got = as_int("n", v, None)
+        assert got == int(np.asarray(v.__index__() if isinstance(v, Count) else v))
+        assert type(got) is int
+    for bad in (True, 2.0, "2", None):
+        with pytest.raises(TypeError, match="n must be an int, got"):
+            as_int("n", bad, None)
     with pytest.raises(ValueError, match=re.escape("n must be >= 1, got 0")):
         as_int("n", np.array(0), 1)

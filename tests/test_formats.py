@@ -228,6 +228,13 @@ def test_format_bit_counts_share_the_as_int_rule():
     for bits in (1, 0, -8, 65, np.int64(65)):
         with pytest.raises(ValueError, match=rf"IntFormat.bits must lie in \[2, 64\], got {bits}"):
             fpsim.IntFormat(bits)
+    # an integer-like object out of range is named by its int, not by its repr
+    with pytest.raises(ValueError, match="Format needs at least 1 exponent bit, got 0$"):
+        fpsim.Format(_Count(0), 3)
+    with pytest.raises(ValueError, match="Format.mantissa_bits must be >= 0, got -2$"):
+        fpsim.Format(5, _Count(-2))
+    with pytest.raises(ValueError, match=r"IntFormat.bits must lie in \[2, 64\], got 65$"):
+        fpsim.IntFormat(_Count(65))
 
 
 @pytest.mark.parametrize(
