@@ -94,6 +94,9 @@ def _bounds(value: float, dt: np.dtype) -> tuple[np.ndarray, np.ndarray]:
 # np.float32 scalars: neither is a weak Python scalar under NEP 50)
 _E4M3_LO, _E4M3_HI, _FP4_MAX_OP, _ONE_OP = (
     np.array(v, np.float32) for v in (_E4M3_TINY, _E4M3_MAX, _FP4_MAX, 1.0))
+for _op in (_E4M3_LO, _E4M3_HI, _FP4_MAX_OP, _ONE_OP):
+    _op.flags.writeable = False  # shared by every call, as _bounds' arrays
+del _op
 
 
 @dataclass(frozen=True, eq=False)
@@ -340,7 +343,7 @@ def _round_elements(y: np.ndarray, fmt: MXFormat, mode: Rounding, rng,
     overwritten) rounded with saturation to the element storage dtype. ``has_nan``: whether
     any block is NaN (the NaN scan is skipped otherwise)."""
     if fmt.is_int:
-        v = y * y.dtype.type(1 << MXINT8_FRACTION_BITS)
+        v = np.multiply(y, y.dtype.type(1 << MXINT8_FRACTION_BITS), out=y)  # exact: a power of 2
         lo, hi = _bounds(127.0, v.dtype)
         v.clip(lo, hi, out=v)
         if has_nan:
@@ -349,7 +352,8 @@ def _round_elements(y: np.ndarray, fmt: MXFormat, mode: Rounding, rng,
             r = np.rint(v)
         else:
             r = round_to_integral(v.astype(np.float64), "fp64", mode, rng=rng)
-        return np.clip(r, -127, 127).astype(np.int8)
+        # no second clamp: every mode rounds a value in [-127, 127] to an integer in it
+        return r.astype(np.int8)
     lo, hi = _bounds(fmt.elem_max, y.dtype)
     y.clip(lo, hi, out=y)  # saturate, infinities included; NaN passes through
     if not fmt.element.has_nan and has_nan:
