@@ -344,8 +344,7 @@ def _operands(args, c: OpContext):
     shape = np.broadcast_shapes(*(np.shape(a) for a in args))
     scalar = all(np.ndim(a) == 0 for a in args)
     vals, snan = [], None
-    for i, a in enumerate(args):
-        name = _OPERAND_NAMES[i] if i < len(_OPERAND_NAMES) else str(i)
+    for name, a in zip(_OPERAND_NAMES[:len(args)], args, strict=True):  # at most 3 operands
         v, s = convert_operand(a, c, f"operand {name}")
         if v.shape != shape:
             v = np.broadcast_to(v, shape)
