@@ -6,6 +6,7 @@ stochastic rounding, packing and storage."""
 from __future__ import annotations
 
 import bisect
+import math
 from fractions import Fraction
 
 import ml_dtypes
@@ -187,6 +188,38 @@ def test_saturation_and_mxint8_range():
     assert mx.quantize(-x, "mxint8").elements.min() == -127
     # floor scale: 7.9 / 2**(2 - 2) would be 7.9 > 6, saturates to 6 in mxfp4
     assert mx.quantize(np.array([7.9] + [0.0] * 31), "mxfp4").dequantize()[0] == 6.0
+
+
+@pytest.mark.parametrize("mode", ["nearest_even", "nearest_away", "toward_zero", "up", "down",
+                                  "stochastic"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mxint8_saturates_in_every_mode(mode, dtype):
+    """MXINT8 elements near the top of the range, in every rounding mode: the element is
+    P = x * 2**6 (scale 1 here) clamped to [-127, 127], then rounded to an integer: the floor
+    or ceiling of the clamped P (Fractions), as the mode says, never beyond +-127."""
+    rng = np.random.default_rng(7)
+    x = np.ones((40, 32))
+    x[:, 1:9] = [1.99999, -1.99999, 126.6 / 64, -126.4 / 64, 127 / 64, -127 / 64, 2 - 2**-20,
+                 -(2 - 2**-20)]
+    x[:, 9:] = rng.uniform(-2, 2, (40, 23))
+    x = x.astype(dtype)
+    q = mx.quantize(x, "mxint8", rounding=mode, rng=3 if mode == "stochastic" else None)
+    assert (q.scales.view(np.uint8) == 127).all()  # scale 2**0: P is x * 64
+    e = q.elements.astype(int)
+    assert e.min() >= -127 and e.max() <= 127
+    for v, got in zip(x.ravel().tolist(), e.ravel().tolist(), strict=True):
+        p = min(max(Fraction(v) * 64, Fraction(-127)), Fraction(127))
+        lo, hi = math.floor(p), math.ceil(p)
+        if mode == "stochastic":
+            assert got in (lo, hi)
+            continue
+        frac = p - lo
+        want = {"toward_zero": lo if p >= 0 else hi, "up": hi, "down": lo,
+                "nearest_away": (hi if frac >= Fraction(1, 2) else lo) if p >= 0 else
+                (lo if frac <= Fraction(1, 2) else hi),
+                "nearest_even": lo if frac < Fraction(1, 2) or (frac == Fraction(1, 2) and
+                                                                lo % 2 == 0) else hi}[mode]
+        assert got == want, (v, mode)
 
 
 def test_axis_padding_and_input_untouched():
