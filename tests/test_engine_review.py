@@ -13,6 +13,7 @@ import copy
 import numpy as np
 import pytest
 
+import fpsim
 from fpsim import Rounding
 from fpsim.autograd import (
     Tensor,
@@ -220,9 +221,6 @@ def test_shallow_copy_keeps_slots_and_plain_attributes():
 def test_dims_that_are_not_integers_are_a_clear_type_error(dim):
     """A dim that is not an int (or a sequence of ints) names itself in a TypeError instead of
     int()'s ValueError (a string) or being truncated (a float), across the ops that take one."""
-    from fpsim.autograd import Tensor
-    from fpsim.autograd import functional as F
-
     x = Tensor(np.ones((2, 3)))
     for op in (lambda: F.sum(x, dim), lambda: F.mean(x, dim), lambda: F.cat([x, x], dim)):
         with pytest.raises(TypeError, match="dim must be an int or a sequence of ints"):
@@ -236,10 +234,6 @@ def test_fp16_gemm_ops_record_ieee_flags_under_flag_context(scale):
     accumulate.finish skipped them (an overflow to inf recorded nothing). Reference: the flags
     fpsim.round gives the float64 sum rounded to fp32 (the accumulator), then to fp16; values as
     without the context."""
-    import fpsim
-    from fpsim.autograd import Tensor
-    from fpsim.autograd import functional as F
-
     rng = np.random.default_rng(3)
     xs = rng.standard_normal((4, 6)) * scale
     ws = rng.standard_normal((3, 6))
@@ -267,9 +261,6 @@ def test_fp16_gemm_ops_record_ieee_flags_under_flag_context(scale):
 def test_fp32_gradient_sums_record_ieee_flags_under_flag_context():
     """Two fp32 gradients of one tensor are added with one rounding; inside a flag_context the
     add records its flags (the plain float32 fast path skipped them)."""
-    import fpsim
-    from fpsim.autograd import Tensor
-
     big = np.float32(3e38)
     x = Tensor(np.array([1.0, 1.0], np.float32), "fp32", requires_grad=True)
     y = x * np.array([big, 1.0], np.float32) + x * np.array([big, 2.0**-30], np.float32)
@@ -287,10 +278,6 @@ def test_gemm_ops_record_the_fp32_accumulators_overflow(fmt):
     overflows in the accumulator (inf is then exact in bf16): the fast astype recorded nothing.
     Reference: fpsim.round's flags of the float64 sum to fp32, then of that to ``fmt``; values
     as without the context."""
-    import fpsim
-    from fpsim.autograd import Tensor
-    from fpsim.autograd import functional as F
-
     big = {"bf16": 3e38, "fp16": 6e4, "e5m2": 5e4}[fmt]  # fp16, e5m2: the output overflows
     x, w = Tensor(np.full((2, 2), big), fmt), Tensor(np.ones((3, 2)), fmt)
     im, k = Tensor(np.full((1, 1, 3, 3), big), fmt), Tensor(np.ones((1, 1, 2, 2)), fmt)

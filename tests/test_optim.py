@@ -300,9 +300,7 @@ def test_sgd_momentum_buffer_is_updated_in_place_and_state_dict_is_a_copy():
 def test_zero_d_parameters_step_as_one_element_ones(fmt):
     """A 0-d parameter steps as a (1,)-shaped one, bit for bit, and keeps 0-d arrays as values
     and state (NumPy ops on 0-d arrays give scalars: SGD's in-place subtract refused them)."""
-    from fpsim.nn import Parameter
-    from fpsim.optim import SGD, Adam
-
+    SGD, Adam = optim.SGD, optim.Adam
     setups = [(SGD, dict(lr=0.1)), (SGD, dict(lr=0.1, momentum=0.9)),
               (SGD, dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.1)),
               (Adam, dict(lr=0.1)), (Adam, dict(lr=0.1, amsgrad=True))]
