@@ -300,10 +300,12 @@ def test_sgd_momentum_buffer_is_updated_in_place_and_state_dict_is_a_copy():
 def test_zero_d_parameters_step_as_one_element_ones(fmt):
     """A 0-d parameter steps as a (1,)-shaped one, bit for bit, and keeps 0-d arrays as values
     and state (NumPy ops on 0-d arrays give scalars: SGD's in-place subtract refused them)."""
-    SGD, Adam = optim.SGD, optim.Adam
+    SGD, Adam, AdamW = optim.SGD, optim.Adam, optim.AdamW
     setups = [(SGD, dict(lr=0.1)), (SGD, dict(lr=0.1, momentum=0.9)),
               (SGD, dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.1)),
-              (Adam, dict(lr=0.1)), (Adam, dict(lr=0.1, amsgrad=True))]
+              (SGD, dict(lr=0.1, momentum=0.9, dampening=0.5, maximize=True)),
+              (Adam, dict(lr=0.1)), (Adam, dict(lr=0.1, amsgrad=True)),
+              (AdamW, dict(lr=0.1, weight_decay=0.1))]
     for (opt_cls, kw), master in itertools.product(setups, (False, True)):
         p0, p1 = Parameter(2.0, fmt), Parameter([2.0], fmt)
         o0 = opt_cls([p0], master_weights=master, **kw)
