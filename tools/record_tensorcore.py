@@ -846,7 +846,8 @@ def _packed_elements(fmt_name: str, codes: np.ndarray) -> np.ndarray:
     f = mx.get_mx_format(fmt_name)
     r, k = codes.shape
     scales = np.zeros((r, -(-k // f.block_size)), np.uint8).view(f.scale_dtype)  # unread
-    q = mx.MXArray(f, scales, codes.view(f.element.dtype), (r, k), 1, f.block_size, None)
+    q = mx.MXArray(fmt=f, scales=scales, elements=codes.view(f.element.dtype), shape=(r, k),
+                   axis=1, block_size=f.block_size, scale_mode=None)
     return q.pack().reshape(r, -1)
 
 
