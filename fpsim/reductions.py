@@ -155,7 +155,7 @@ def _sequential(X, acc: _Acc):
         return _sequential_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):
         add, fl = _scalar_adder(acc.c)
-        return _python_rows(X, lambda: add, fl, acc.fl)
+        return _python_rows(X, _sequential_row(add), fl, acc.fl)
     return _sequential_loop(X, acc)
 
 
@@ -179,47 +179,50 @@ def _sequential(X, acc: _Acc):
 _SCALAR_ROWS = 16  # at most this many outputs take the Python-float path
 
 
-def _python_rows(X, new_step, fl: list[int], out_fl, starts: list | None = None) -> np.ndarray:
+def _python_rows(X, row_sum, fl: list[int], out_fl, starts: list | None = None) -> np.ndarray:
     """The row loop of every Python-float path (sequential, Kahan and the 'wide' accumulator;
-    deterministic, and stochastic with one row): row i's sum starts at ``starts[i]`` (default:
-    the row's first value); ``step = new_step()`` (the per-step update, fresh for each row)
-    then takes ``s = step(s, x)`` for each further value x of the row, in order. ``fl`` is
-    the adder's one-element flag cell, reset per row and ORed into ``out_fl[i]`` (None: no
-    flags). Returns the sums (float64). (A Python for loop: Python 3.11+ runs its
-    Python-to-Python calls faster than functools.reduce's.)"""
+    deterministic, and stochastic with one row): row i's sum is ``row_sum(starts[i], rest)``
+    (default start: the row's first value; ``rest``: the row's further values, in order).
+    ``fl`` is the adder's one-element flag cell, reset per row and ORed into ``out_fl[i]``
+    (None: no flags). Returns the sums (float64)."""
     rows = X.tolist()
     if starts is None:
         starts = [row[0] for row in rows]
     out = []
     for i, (s, row) in enumerate(zip(starts, rows, strict=True)):
         fl[0] = 0
-        step = new_step()
-        for x in row[1:]:
-            s = step(s, x)
-        out.append(s)
+        out.append(row_sum(s, row[1:]))
         if out_fl is not None:
             out_fl[i] |= fl[0]
     return np.array(out, dtype=np.float64)
 
 
-def _kahan_steps(add):
-    """The Kahan order's per-step update for :func:`_python_rows`: _kahan_loop's four rounded
-    ops, with ``add`` the rounded add (sub(a, b) is add(a, -b)); the compensation starts at
-    0.0 in each row's fresh step and lives in its closure (cheaper than a state tuple)."""
+def _sequential_row(add):
+    """The sequential order's row sum for :func:`_python_rows`, ``add`` the rounded add (a
+    for loop: Python 3.11+ runs its Python-to-Python calls faster than functools.reduce's)."""
 
-    def new_step():
+    def row_sum(s: float, xs: list) -> float:
+        for x in xs:
+            s = add(s, x)
+        return s
+
+    return row_sum
+
+
+def _kahan_row(add):
+    """The Kahan order's row sum for :func:`_python_rows`: _kahan_loop's four rounded ops per
+    value, with ``add`` the rounded add (sub(a, b) is add(a, -b))."""
+
+    def row_sum(s: float, xs: list) -> float:
         comp = 0.0
-
-        def step(s: float, x: float) -> float:
-            nonlocal comp
+        for x in xs:
             y = add(x, -comp)
             t = add(s, y)
             comp = add(add(t, -s), -y)
-            return t
+            s = t
+        return s
 
-        return step
-
-    return new_step
+    return row_sum
 
 
 def _scalar_ok(c: OpContext, rows: int) -> bool:
@@ -622,7 +625,7 @@ def _sequential_stochastic(X, acc: _Acc):
     rows, n = X.shape
     st = _StochasticAdder(acc.c, rows, n - 1)
     if rows == 1:  # floats rather than lists of one (the same draws)
-        return _python_rows(X, lambda: st.add1, st.fl, acc.fl)
+        return _python_rows(X, _sequential_row(st.add1), st.fl, acc.fl)
     cols = _columns(X)
     s = next(cols)
     for x in cols:
@@ -636,7 +639,7 @@ def _kahan_stochastic(X, acc: _Acc):
     rows, n = X.shape
     st = _StochasticAdder(acc.c, rows, 4 * (n - 1))
     if rows == 1:  # floats rather than lists of one (the same draws)
-        return _python_rows(X, _kahan_steps(st.add1), st.fl, acc.fl)
+        return _python_rows(X, _kahan_row(st.add1), st.fl, acc.fl)
     add = st.add
     cols = _columns(X)
     s = next(cols)
@@ -675,7 +678,7 @@ def _kahan(X, acc: _Acc):
         return _kahan_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):  # few outputs: the same ops on Python floats
         add, fl = _scalar_adder(acc.c)
-        return _python_rows(X, _kahan_steps(add), fl, acc.fl)
+        return _python_rows(X, _kahan_row(add), fl, acc.fl)
     return _kahan_loop(X, acc)
 
 
@@ -795,7 +798,7 @@ def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
                 # few outputs: Python floats (the rounding of s + lo holds for any float64
                 # terms, not only the accumulator's values: see _scalar_adder)
                 add, fl = _scalar_adder(ca)
-                s = _python_rows(X, lambda: add, fl, wacc.fl, s.tolist())
+                s = _python_rows(X, _sequential_row(add), fl, wacc.fl, s.tolist())
             else:
                 for k in range(1, n):
                     s = wacc.add(s, X[:, k], exact_operands=False)
