@@ -23,6 +23,7 @@ from fpsim.autograd import (
 from fpsim.autograd import functional as F
 from fpsim.autograd.checkpoint import checkpoint, checkpoint_sequential
 from fpsim.autograd.memory_meter import MemoryMeter
+from tests.intlike import Count
 
 
 def net_with_dropout(fmt, layers=6, d=10, module_rng=False):
@@ -212,13 +213,6 @@ def test_checkpoint_errors_and_plain_paths():
     assert checkpoint(lambda t: t * 2.0, x).is_leaf  # nothing requires grad: no node
 
 
-class _Two:
-    """An integer-like object: range() takes it through __index__."""
-
-    def __index__(self) -> int:
-        return 2
-
-
 def test_checkpoint_sequential_segments_take_what_range_takes():
     # segments is checked by fpsim.checks.as_int: what range() takes is a count, and gives the
     # same values and gradients as the int
@@ -228,7 +222,7 @@ def test_checkpoint_sequential_segments_take_what_range_takes():
     ref = checkpoint_sequential(layers, 2, x)
     ref.sum().backward()
     ref_g = x.grad.copy()
-    for seg in (np.int8(2), np.uint64(2), np.array(2), _Two()):
+    for seg in (np.int8(2), np.uint64(2), np.array(2), Count(2)):
         assert len(range(seg)) == 2
         x = Tensor(x0, requires_grad=True)
         out = checkpoint_sequential(layers, seg, x)
@@ -240,7 +234,8 @@ def test_checkpoint_sequential_segments_take_what_range_takes():
         with pytest.raises(TypeError, match="checkpoint_sequential: segments must be an int, "
                                             f"got {type(bad).__name__}"):
             checkpoint_sequential(layers, bad, x)
-    for out_of_range in (0, -1, np.int64(0), np.array(5), 5):
-        with pytest.raises(ValueError, match=r"checkpoint_sequential: segments must be in "
-                                             r"\[1, 4\] \(the number of functions\), got"):
+    for out_of_range, shown in ((0, 0), (-1, -1), (np.int64(0), 0), (np.array(5), 5), (5, 5),
+                                (Count(7), 7)):  # an integer-like value named by its int
+        with pytest.raises(ValueError, match=r"checkpoint_sequential: segments must be in \[1, "
+                                             rf"4\] \(the number of functions\), got {shown}$"):
             checkpoint_sequential(layers, out_of_range, x)

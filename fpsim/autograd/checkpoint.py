@@ -217,13 +217,11 @@ def checkpoint_sequential(functions, segments: int, input, *,
     fns = list(functions)
     if not fns:
         raise ValueError("checkpoint_sequential: no functions to run")
-    try:  # what range() takes; TypeError for bool, float, str, None, ...
-        n = as_int("checkpoint_sequential: segments", segments, 1)
-    except ValueError:  # below 1: refused below, naming the whole range
-        n = 0
+    # what range() takes; TypeError for bool, float, str, None, ...; the range checked below
+    n = as_int("checkpoint_sequential: segments", segments, None)
     if not 1 <= n <= len(fns):
         raise ValueError(f"checkpoint_sequential: segments must be in [1, {len(fns)}] (the number "
-                         f"of functions), got {segments}")
+                         f"of functions), got {n}")
     for i, f in enumerate(fns):
         if not callable(f):
             raise TypeError(f"checkpoint_sequential: function {i} is not callable "
