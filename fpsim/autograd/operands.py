@@ -150,13 +150,13 @@ def ints(v: IntPair, name: str, op: str, minimum: int) -> tuple[int, int]:
     where = f"{op}: " if op else ""
     items = _items(v, name, where)
     try:
-        h, w = (as_int(name, i, minimum) for i in items)
+        h, w = (as_int(name, i, None) for i in items)
     except TypeError:  # bool, float, str, None, arrays ...
         raise TypeError(f"{where}{name} must be an int or a pair of ints, got {v!r}") from None
-    except ValueError:
+    if h < minimum or w < minimum:
         need = "positive" if minimum == 1 else "non-negative" if minimum == 0 else \
             f">= {minimum}"
-        raise ValueError(f"{where}{name} must be {need}, got {v!r}") from None
+        raise ValueError(f"{where}{name} must be {need}, got {v!r}")
     return h, w
 
 
