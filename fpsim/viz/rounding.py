@@ -87,7 +87,7 @@ def rounding_modes(
     ext = ext[np.isfinite(ext)]
     ties = (ext[:-1] + ext[1:]) / 2  # exact: both neighbours and their midpoint fit float64
     ties = ties[(ties >= lo) & (ties <= hi)]
-    x = np.unique(np.concatenate([np.linspace(lo, hi, int(n)), ties, vals]))
+    x = np.unique(np.concatenate([np.linspace(lo, hi, n), ties, vals]))
 
     k = len(ms)
     ncols = k if k <= 3 else (2 if k == 4 else 3)
@@ -259,7 +259,7 @@ def relative_error(
     x = np.geomspace(lo, hi, n)
     fig, ax = style.new_figure((10, 4.2), ax)
     floor = 2.0 ** -(max(f.mantissa_bits for f in fs) + 4)
-    group = max(1, int(n) // 120)  # points per envelope bin (~120 bins over the sweep)
+    group = max(1, n // 120)  # points per envelope bin (~120 bins over the sweep)
     for f in fs:
         col = style.format_color(f)
         y = np.asarray(fp_round(x, f, mode, rng=0))
@@ -281,7 +281,7 @@ def relative_error(
     style.log2_axis(ax, floor, 2.0, axis="y", max_ticks=8)
     ax.set_xlabel("x (log2 scale)")
     ax.set_ylabel("|fl(x) − x| / |x|")
-    ax.set_title(f"Relative rounding error ({mode}), largest per bin of a sweep of {int(n)} "
+    ax.set_title(f"Relative rounding error ({mode}), largest per bin of a sweep of {n} "
                  "values, against the unit roundoff u (dashed)", loc="left")
     ax.legend(loc="upper right", fontsize=8.5, ncols=min(len(fs), 2))
     return fig

@@ -170,7 +170,7 @@ def block_alignment(
     if unit.summation != "aligned":
         raise ValueError(f"block_alignment draws aligned summation; {rec.gpu} sums "
                          f"{unit.summation} (dot(..., explain=True) prints its steps)")
-    blk = rec.blocks[int(block)]
+    blk = rec.blocks[block]
     F, maxe = blk.fraction_bits, blk.max_exponent
     q = maxe - F  # weight of the last kept bit
     rows = _term_rows(blk, q)
@@ -204,7 +204,7 @@ def block_alignment(
     weights = [w for row in rows + rows_sum for w, _, _ in row.bits]
     top = max([maxe + 1, *weights])
     low = min([q - 1, *weights])
-    bottom = min(max(low, top - int(max_bits) + 1), q - 1)
+    bottom = min(max(low, top - max_bits + 1), q - 1)
     ncol = top - bottom + 1
     col = lambda w: top - w  # noqa: E731 - x of the box of weight 2**w
 
@@ -298,7 +298,7 @@ def block_alignment(
         draw_row(row, y)
 
     k0, k1 = blk.k_start, blk.k_stop - 1
-    which = f", block {int(block) + 1} of {nblocks}" if nblocks > 1 else ""
+    which = f", block {block + 1} of {nblocks}" if nblocks > 1 else ""
     ax.text(-left + 0.3, height - 0.4,
             f"One block FMA on {rec.gpu} ({rec.input_format} inputs, {rec.output_format} "
             f"output): d = c + Σ a_k·b_k, k = {k0}..{k1}{which}", ha="left", va="top",
@@ -398,8 +398,8 @@ def error_vs_k(
     draw = rng.random if distribution == "uniform" else rng.standard_normal
     reduce = np.mean if statistic == "mean" else np.max
     for i, k in enumerate(ks):
-        a = tc.convert_input(draw((int(trials), int(k))), fi)
-        b = tc.convert_input(draw((int(trials), int(k))), fi)
+        a = tc.convert_input(draw((trials, k)), fi)
+        b = tc.convert_input(draw((trials, k)), fi)
         exact = np.array([math.fsum(row) for row in a * b])  # products exact in float64
         denom = np.where(exact == 0, 1.0, np.abs(exact))
         results = {lab: tc.dot(a, b, 0.0, gpu=g, input_format=fi, output_format="fp32")
@@ -425,7 +425,7 @@ def error_vs_k(
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.minorticks_off()
     ax.set_xlabel("K (length of the dot product)")
-    ax.set_ylabel(f"{statistic} relative error ({int(trials)} trials)")
+    ax.set_ylabel(f"{statistic} relative error ({trials} trials)")
     what = "on [0, 1)" if distribution == "uniform" else "standard normal"
     ax.set_title(f"Dot products of {fi.name} inputs {what}: tensor cores (fp32 output) against "
                  f"{bfmt.name} summation", loc="left")
