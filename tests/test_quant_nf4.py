@@ -279,3 +279,18 @@ def test_block_size_siblings_share_the_as_int_rule():
         for bad in (0, -64, 48, np.int64(8192)):
             with pytest.raises(ValueError, match=re.escape(f"unsupported {name} {bad!r}; valid")):
                 call(bad)
+
+
+def test_unpack_4bit_count_is_an_int():
+    """unpack_4bit's n is a count (fpsim.checks.as_int): 2.7, True and "3" were truncated or
+    parsed by int() into a count; what range() takes is accepted, the range is [0, 2 * bytes]."""
+    p = pack_4bit([1, 2, 15])
+    for n in (3, np.int8(3), np.array(3), Count(3)):
+        assert unpack_4bit(p, n).tolist() == [1, 2, 15]
+    assert unpack_4bit(p, 0).tolist() == [] and unpack_4bit(p, 4).tolist() == [1, 2, 15, 0]
+    for bad in (2.7, 3.0, True, "3", np.array([3]), np.timedelta64(3)):
+        with pytest.raises(TypeError, match=f"n must be an int, got {type(bad).__name__}"):
+            unpack_4bit(p, bad)
+    for bad in (-1, 5, np.int64(-3)):
+        with pytest.raises(ValueError, match=re.escape(f"n must be in [0, 4], got {bad}")):
+            unpack_4bit(p, bad)

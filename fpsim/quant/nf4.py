@@ -188,9 +188,13 @@ def unpack_4bit(packed, n: int | None = None) -> np.ndarray:
     out[1::2] = p & 0x0F
     if n is None:
         return out
-    if not 0 <= int(n) <= out.size:
+    try:  # a count: what range() takes (int(2.7), int(True), int("3") were taken as counts)
+        k = as_int("n", n, 0)
+    except ValueError:
+        k = -1  # negative: refused below, naming the whole range
+    if not 0 <= k <= out.size:
         raise ValueError(f"n must be in [0, {out.size}], got {n}")
-    return out[: int(n)]
+    return out[:k]
 
 
 def _linspace32(start: float, end: float, steps: int) -> np.ndarray:
