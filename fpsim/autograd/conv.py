@@ -105,12 +105,13 @@ def _conv_plan(x: Tensor, w: Tensor, stride, padding, dilation, groups) -> tuple
         raise ValueError(f"conv2d: expected input (N, C_in, H, W) or (C_in, H, W) and weight "
                          f"(C_out, C_in / groups, kh, kw), got shapes {x.shape} and {w.shape}")
     try:  # what range() takes
-        groups = as_int("groups", groups, 1)
+        n_groups = as_int("groups", groups, None)
     except TypeError:  # bool, float, str, None, arrays ...
         raise TypeError(f"conv2d: groups must be a positive integer, got "
                         f"{type(groups).__name__} {groups!r}") from None
-    except ValueError:
-        raise ValueError(f"conv2d: groups must be a positive integer, got {groups!r}") from None
+    if n_groups < 1:
+        raise ValueError(f"conv2d: groups must be a positive integer, got {groups!r}")
+    groups = n_groups
     sh, sw = ints(stride, "stride", "conv2d", 1)
     dh, dw = ints(dilation, "dilation", "conv2d", 1)
     n, c, h, wd = x.shape

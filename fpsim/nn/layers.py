@@ -30,13 +30,13 @@ def _size(value, name: str, op: str) -> int:
     """A layer size: what range() takes (:func:`fpsim.checks.as_int`), >= 1 (TypeError for
     other types, ValueError below 1)."""
     try:
-        return as_int(name, value, 1)
+        n = as_int(name, value, None)
     except TypeError:  # bool, float, str, None, arrays ...
         raise TypeError(f"{op}: {name} must be a positive integer, got "
                         f"{type(value).__name__} {value!r}") from None
-    except ValueError:
-        raise ValueError(f"{op}: {name} must be a positive integer (>= 1), got {value!r}") \
-            from None
+    if n < 1:
+        raise ValueError(f"{op}: {name} must be a positive integer (>= 1), got {value!r}")
+    return n
 
 
 def _real(value, name: str, op: str, lo: float, hi: float = math.inf) -> float:
