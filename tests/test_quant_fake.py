@@ -271,6 +271,27 @@ def test_lsq_scales():
         lsq_init_step([np.nan], 127)
 
 
+def test_lsq_counts_share_the_as_int_rule():
+    # num_elements and quant_max are counts (fpsim.checks.as_int): int() took 2.7 as 2 and
+    # True as 1; what range() takes is the int's value
+    for conv in (np.int16, np.array, Count):
+        assert lsq_grad_scale(conv(1000), conv(127)) == lsq_grad_scale(1000, 127)
+        assert lsq_init_step([3.0, -1.0], conv(4)) == 2.0
+    for bad in (True, 2.7, 127.0, "127", None, np.array([127]), np.timedelta64(127)):
+        with pytest.raises(TypeError, match=f"num_elements must be an int, got "
+                                            f"{type(bad).__name__}"):
+            lsq_grad_scale(bad, 127)
+        for call in (lambda q: lsq_grad_scale(1000, q), lambda q: lsq_init_step([1.0], q)):
+            with pytest.raises(TypeError, match=f"quant_max must be an int, got "
+                                                f"{type(bad).__name__}"):
+                call(bad)
+    for bad in (0, -3, np.int64(0)):
+        with pytest.raises(ValueError, match=f"must be positive, got {bad}, 127"):
+            lsq_grad_scale(bad, 127)
+        with pytest.raises(ValueError, match=f"quant_max must be positive, got {bad}"):
+            lsq_init_step([1.0], bad)
+
+
 # -- TensorRT --------------------------------------------------------------------------------
 
 def test_tensorrt_hand_cases():

@@ -56,6 +56,7 @@ import math
 
 import numpy as np
 
+from ..checks import as_int
 from ..formats import IntFormat
 from .qparams import as_qdtype, quant_range, real_array
 
@@ -429,9 +430,11 @@ def lsq_grad_scale(num_elements: int, quant_max: int) -> float:
     >>> lsq_grad_scale(1024, 127) == 1 / math.sqrt(1024 * 127)
     True
     """
-    n, qp = int(num_elements), int(quant_max)
-    if n <= 0 or qp <= 0:
-        raise ValueError(f"num_elements and quant_max must be positive, got {n}, {qp}")
+    try:  # counts (fpsim.checks.as_int): int() took 2.7 as 2 and True as 1
+        n, qp = as_int("num_elements", num_elements, 1), as_int("quant_max", quant_max, 1)
+    except ValueError:
+        raise ValueError(f"num_elements and quant_max must be positive, got {num_elements}, "
+                         f"{quant_max}") from None
     return 1.0 / math.sqrt(n * qp)
 
 
@@ -444,9 +447,11 @@ def lsq_init_step(v, quant_max: int) -> float:
     arr = np.asarray(v, dtype=np.float64)
     if arr.size == 0 or not np.isfinite(arr).all():
         raise ValueError("lsq_init_step needs a non-empty array of finite values")
-    if int(quant_max) <= 0:
-        raise ValueError(f"quant_max must be positive, got {quant_max}")
-    return float(2.0 * np.mean(np.abs(arr)) / math.sqrt(int(quant_max)))
+    try:  # a count (fpsim.checks.as_int), as in lsq_grad_scale
+        qp = as_int("quant_max", quant_max, 1)
+    except ValueError:
+        raise ValueError(f"quant_max must be positive, got {quant_max}") from None
+    return float(2.0 * np.mean(np.abs(arr)) / math.sqrt(qp))
 
 
 # -- TensorRT (NVIDIA pytorch-quantization) -----------------------------------------------------
