@@ -313,6 +313,24 @@ def test_lora_rank_shares_the_as_int_rule():
             LoRALinear(base, r=low)
 
 
+def test_full_finetune_memory_count():
+    # num_params is a count (fpsim.checks.as_int, whole floats taken): int() took 2.5 as 2,
+    # True as 1 and "10" as 10
+    ref = full_finetune_memory(7_000_000_000, "mixed")
+    for n in (7e9, np.int64(7_000_000_000), np.array(7_000_000_000), _Count(7_000_000_000)):
+        assert full_finetune_memory(n, "mixed") == ref
+    assert ref.total == 16 * 7_000_000_000
+    for bad in (True, "10", None, np.array([10])):
+        with pytest.raises(TypeError, match=f"num_params must be an int, got "
+                                            f"{type(bad).__name__}"):
+            full_finetune_memory(bad)
+    for bad in (2.5, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="num_params must be a whole number"):
+            full_finetune_memory(bad)
+    with pytest.raises(ValueError, match="num_params must be >= 0, got -1"):
+        full_finetune_memory(-1)
+
+
 def test_lora_formula_and_frozen_linear_base():
     base = nn.Linear(6, 4, fmt="fp64", rng=0)
     lora = LoRALinear(base, r=2, alpha=6, fmt="fp64", rng=1)

@@ -215,9 +215,8 @@ def full_finetune_memory(num_params: int, precision: str = "fp32") -> TrainingMe
     >>> full_finetune_memory(1000, "mixed")
     TrainingMemory(weights=2000, gradients=2000, optimizer=12000)
     """
-    n = int(num_params)
-    if n < 0:
-        raise ValueError(f"num_params must be >= 0, got {num_params}")
+    # a count people write as 7e9: whole floats taken, 2.5 / True / "10" refused (int() took them)
+    n = as_int("num_params", num_params, 0, whole_floats=True)
     if precision == "fp32":
         return TrainingMemory(4 * n, 4 * n, 8 * n)
     if precision == "mixed":
