@@ -75,7 +75,7 @@ import numpy as np
 
 from . import flags as _flags
 from .flags import Flags
-from .formats import BF16, FP16, FP32, Format
+from .formats import BF16, FP16, FP32, Format, NaNEncoding, get_float_format
 from .modes import (
     Overflow,
     Rounding,
@@ -278,20 +278,26 @@ def _finite_or_zero(x):
 
 _OPERAND_NAMES = ("a", "b", "c")  # the parameter names of add, sub, mul, div, sqrt and fma
 
-_SNAN_VIEW = {  # dtype -> (unsigned view, exponent mask, quiet bit)
-    np.dtype(np.float64): (np.uint64, 0x7FF << 52, 1 << 51),
-    np.dtype(np.float32): (np.uint32, 0xFF << 23, 1 << 22),
-    np.dtype(np.float16): (np.uint16, 0x1F << 10, 1 << 9),
-}
+@functools.cache
+def _snan_spec(dtype: np.dtype) -> tuple | None:
+    """(unsigned view, exponent mask, quiet bit) of a float dtype whose format has IEEE NaNs
+    (float16/32/64 and ml_dtypes' bfloat16, float8_e5m2), else None: no signalling NaNs."""
+    try:
+        fmt = get_float_format(dtype)
+    except (TypeError, ValueError):
+        return None
+    m = fmt.mantissa_bits
+    if fmt.nan_encoding is not NaNEncoding.IEEE or m == 0:
+        return None
+    view = np.dtype(f"u{dtype.itemsize}").type
+    return view, ((1 << fmt.exponent_bits) - 1) << m, 1 << (m - 1)
 
 
 def snan_mask(arr: np.ndarray) -> np.ndarray | None:
     """Signalling NaNs of an IEEE-style input array (None when it holds none)."""
-    spec = _SNAN_VIEW.get(arr.dtype)
+    spec = _snan_spec(arr.dtype)
     if spec is None:
-        if arr.dtype.name != "bfloat16":
-            return None
-        spec = (np.uint16, 0xFF << 7, 1 << 6)
+        return None
     view, exp, quiet = spec
     bits = np.ascontiguousarray(arr).view(view)
     mag = bits & view((1 << (8 * arr.dtype.itemsize - 1)) - 1)
