@@ -2,7 +2,7 @@
 fpsim.datasets.minibatches (issue 20 review). Reference: the loop both wrote by hand before,
 copied inline below; the batches must be the same indices in the same order, step for step,
 for batch sizes that divide n, that do not, and that exceed n (the trainer then takes the
-whole, reshuffled, training set every step)."""
+whole, reshuffled, training set every step). Also the counts of the MLP the trainer builds."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fpsim.autograd import Tensor
 from fpsim.datasets import Split
 from fpsim.training import train
 
@@ -119,3 +120,29 @@ def test_example_draws_the_batches_of_its_former_loop(n, seed):
     got = list(ex.batches(n, seed))
     assert len(got) == ex.STEPS == len(want)
     assert all(np.array_equal(a, b) for a, b in zip(want, got, strict=True))
+
+
+def test_mlp_sizes_and_seeds_are_counts():
+    """The trainer's MLP (fpsim.training.MLP) takes its widths and layer seeds as counts
+    (fpsim.checks.as_int): int() took a width of 2.7 as 2, True as 1 and "64" as 64."""
+    from fpsim.training import MLP
+    from tests.intlike import Count
+
+    x = Tensor(np.linspace(-1, 1, 3 * 64).reshape(3, 64))
+    ref = MLP((64, 8, 10), layer_seeds=(0, 1))(x).numpy()
+    for conv in (np.int16, np.array, Count):
+        net = MLP(tuple(conv(v) for v in (64, 8, 10)), layer_seeds=(conv(0), conv(1)))
+        assert net.sizes == (64, 8, 10) and all(type(v) is int for v in net.sizes)
+        np.testing.assert_array_equal(net(x).numpy(), ref)
+    for bad in (True, 8.0, 2.7, "8", None, np.array([8])):
+        with pytest.raises(TypeError, match=rf"sizes\[1\] must be an int, got "
+                                            f"{type(bad).__name__}"):
+            MLP((64, bad, 10))
+        with pytest.raises(TypeError, match=rf"layer_seeds\[0\] must be an int, got "
+                                            f"{type(bad).__name__}"):
+            MLP((64, 8, 10), layer_seeds=(bad, 1))
+    for bad in ((64, 0, 10), (64, -8, 10), (64,)):
+        with pytest.raises(ValueError, match="sizes must list at least an input and an output"):
+            MLP(bad)
+    with pytest.raises(ValueError, match=r"layer_seeds\[1\] must be >= 0, got -1"):
+        MLP((64, 8, 10), layer_seeds=(0, -1))

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..autograd import functional as F
 from ..autograd.tensor import Tensor
+from ..checks import as_int
 from ..nn import Linear, Module
 from ..state import as_generator
 
@@ -38,13 +39,18 @@ class MLP(Module):
                  out_init_scale: float = 1.0, layer_seeds: Sequence[int] | None = None,
                  retain_grads: bool = True) -> None:
         super().__init__()
-        sizes = tuple(int(s) for s in sizes)
-        if len(sizes) < 2 or min(sizes) < 1:
+        # widths and seeds are counts (fpsim.checks.as_int): int() took 2.7 as 2, True as 1
+        given = tuple(sizes)
+        try:
+            sizes = tuple(as_int(f"sizes[{i}]", s, 1) for i, s in enumerate(given))
+        except ValueError:
+            sizes = ()  # a width below 1: refused below, naming the whole rule
+        if len(sizes) < 2:
             raise ValueError(f"sizes must list at least an input and an output width, all "
-                             f"positive, got {sizes}")
+                             f"positive, got {given}")
         gen = np.random.default_rng() if rng is None else as_generator(rng)  # fpsim's one rule
         if layer_seeds is not None:
-            layer_seeds = [int(s) for s in layer_seeds]
+            layer_seeds = [as_int(f"layer_seeds[{i}]", s, 0) for i, s in enumerate(layer_seeds)]
             if len(layer_seeds) != len(sizes) - 1:
                 raise ValueError(f"layer_seeds must give one seed per layer ({len(sizes) - 1}), "
                                  f"got {len(layer_seeds)}")
