@@ -43,7 +43,7 @@ from .. import flags as _flags
 from ..formats import FP16, FP32, Format
 from ..modes import Rounding
 from ..rounding import cast
-from .context import Accumulation, contains, round_to, settings
+from .context import Accumulation, contains, plain_rounding, round_to
 from .fastcast import f64_to_f32_to_f16
 
 __all__ = ["gemm_acc", "add_bias", "finish", "gemm"]
@@ -149,7 +149,7 @@ def finish(acc: np.ndarray, out_fmt: Format, model: Accumulation) -> np.ndarray:
     if model.kind == "fp32" and out_fmt is not FP32:
         # identity test first: Format's dataclass == compares five fields
         if (out_fmt is FP16 or out_fmt == FP16) and acc.dtype == np.float64 \
-                and settings().plain and not _flags.flags_active():  # (round_to records flags)
+                and plain_rounding():
             return f64_to_f32_to_f16(acc)  # the same two roundings, without a fresh array
         if out_fmt != FP32 and contains(FP32, out_fmt):
             if _flags.flags_active():  # the same rounding, recording its flags (an fp32 overflow)

@@ -49,6 +49,7 @@ __all__ = [
     "get_autocast_hook",
     "get_rounding",
     "matmul_accumulation",
+    "plain_rounding",
     "promote_formats",
     "reset_autocast_hook",
     "round_to",
@@ -313,6 +314,17 @@ def promote_formats(*fmts: Format) -> Format:
 
 
 # ------------------------------------------------------------------------------ rounding
+def plain_rounding() -> bool:
+    """Whether op results round the plain way: nearest even, IEEE overflow and subnormals, and
+    no IEEE flags to record (round_to records them), so a native cast gives round_to's result:
+    the condition of the fast paths (accumulate.finish, add_grads, functional's fp16 paths).
+
+    >>> plain_rounding()
+    True
+    """
+    return _state.autograd_settings.plain and not _flags.flags_active()
+
+
 def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.ndarray:
     """Round computed values ``x`` once to ``fmt``, returning the format's storage array.
 
