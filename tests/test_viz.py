@@ -22,6 +22,7 @@ from fpsim import viz  # noqa: E402
 from fpsim.viz import figures_cli, gallery, style  # noqa: E402
 from fpsim.viz._common import values_between  # noqa: E402
 from fpsim.viz.formats import _pct  # noqa: E402
+from fpsim.viz.training import gradient_histogram_grid  # noqa: E402
 from tests.exact import round_exact, stochastic_neighbours  # noqa: E402
 from tests.intlike import Count as _Count
 
@@ -491,8 +492,7 @@ _COUNT_ARGS = {  # figure function, its arguments, the count's name and a valid 
     "rounding_modes": (lambda n: viz.rounding_modes("e4m3", 1.0, 1.5, n=n), 2, 21),
     "stochastic_rounding": (lambda n: viz.stochastic_rounding("bf16", 0.1, n=n, seed=3), 1, 50),
     "relative_error": (lambda n: viz.relative_error("fp16", 1.0, 2.0, n=n), 2, 20),
-    "gradient_histogram_grid": (lambda n: __import__(
-        "fpsim.viz.training", fromlist=["x"]).gradient_histogram_grid(
+    "gradient_histogram_grid": (lambda n: gradient_histogram_grid(
         {"w": np.array([2.0**-30, 0.5]), "x": np.ones(3), "y": np.array([1e-6])}, ncols=n),
         1, 2),
 }
@@ -585,8 +585,6 @@ def test_gradient_histogram_grid_panels_labels_and_shares():
     """One panel per tensor, in order; x labels only where no panel is below, y labels only in
     the first column, the unused cell removed; each panel's key gives the share of its
     values below fp16's round-to-zero edge 2^-25, counted here with NumPy."""
-    from fpsim.viz.training import gradient_histogram_grid
-
     rng = np.random.default_rng(0)
     grads = {n: rng.standard_normal(200) * 2.0 ** rng.uniform(-40, 0, 200) for n in "abcde"}
     fig = gradient_histogram_grid(grads, ncols=3, title="five tensors")
