@@ -597,6 +597,11 @@ def test_gradient_histogram_grid_panels_labels_and_shares():
     for ax, g in zip(axes, grads.values(), strict=True):
         below = np.count_nonzero(np.abs(g) < 2.0**-25) / np.count_nonzero(g)
         assert f"{100 * below:.2f}% below" in ax.get_legend().get_texts()[0].get_text()
+    # the other input it takes: ExponentHistograms (fpsim.amp.exponent_histogram) draw the
+    # same panels as the values
+    hists = {n: fpsim.amp.exponent_histogram(g) for n, g in grads.items()}
+    assert _drawn(gradient_histogram_grid(hists, ncols=3)) == \
+        _drawn(gradient_histogram_grid(grads, ncols=3))
     with pytest.raises(TypeError, match="grads"):
         gradient_histogram_grid({})
     with pytest.raises(ValueError, match="ncols"):
