@@ -329,7 +329,7 @@ def _convert(x, c: OpContext, name: str) -> tuple[np.ndarray, np.ndarray | None]
     if isinstance(x, (Fraction, Decimal)):  # one exact number: rounded once, at any size
         snan = np.array(True) if isinstance(x, Decimal) and x.is_snan() else None
         return np.asarray(round_with(x, c.convert)[0], dtype=np.float64), snan
-    hi, lo, _ = as_float64(x if arr is None else arr)
+    hi, lo, _ = as_float64(x if arr is None else arr, name)
     snan = None
     if hi.dtype.kind == "f" and np.isnan(hi).any():  # the sNaN bit as the input holds it
         snan = snan_mask(arr if arr is not None else hi)
@@ -347,11 +347,13 @@ def _convert(x, c: OpContext, name: str) -> tuple[np.ndarray, np.ndarray | None]
 def _operands(args, c: OpContext):
     """Convert and broadcast the operands: flat float64 arrays, the OR of their sNaN masks,
     the broadcast shape and whether every operand was a scalar."""
-    shape = np.broadcast_shapes(*(np.shape(a) for a in args))
-    scalar = all(np.ndim(a) == 0 for a in args)
+    # converted first: a ragged or non-numeric operand is refused by name, not by np.shape
+    conv = [convert_operand(a, c, f"operand {name}")  # at most 3 operands
+            for name, a in zip(_OPERAND_NAMES[:len(args)], args, strict=True)]
+    shape = np.broadcast_shapes(*(v.shape for v, _ in conv))
+    scalar = all(v.ndim == 0 for v, _ in conv)
     vals, snan = [], None
-    for name, a in zip(_OPERAND_NAMES[:len(args)], args, strict=True):  # at most 3 operands
-        v, s = convert_operand(a, c, f"operand {name}")
+    for v, s in conv:
         if v.shape != shape:
             v = np.broadcast_to(v, shape)
         vals.append(np.ascontiguousarray(v).reshape(-1))

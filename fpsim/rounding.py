@@ -593,8 +593,9 @@ def _widen(arr: np.ndarray) -> np.ndarray:
 _ML_FLOAT_KINDS = "V"  # ml_dtypes' bfloat16 / float8 report kind 'V'
 
 
-def as_float64(x) -> tuple[np.ndarray, np.ndarray | None, bool]:
+def as_float64(x, name: str = "x") -> tuple[np.ndarray, np.ndarray | None, bool]:
     """Convert a real array-like to float64 exactly: returns (hi, lo or None, was_scalar).
+    ``name`` is what the errors for ragged or non-numeric input call the argument.
 
     ``lo`` is the exact remainder for inputs float64 cannot hold (int64 beyond 2**53, long
     double), so that they are rounded once, not twice.
@@ -606,8 +607,8 @@ def as_float64(x) -> tuple[np.ndarray, np.ndarray | None, bool]:
     try:
         scalar = np.ndim(x) == 0
     except ValueError as exc:  # ragged nested lists
-        raise ValueError(f"x must be a number or a rectangular array of numbers; NumPy says: "
-                         f"{exc}") from None
+        raise ValueError(f"{name} must be a number or a rectangular array of numbers; NumPy "
+                         f"says: {exc}") from None
     if isinstance(x, (complex, np.complexfloating)):
         raise TypeError("complex input is not supported: round the real and imaginary parts")
     if isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 1 << 63:
@@ -663,9 +664,9 @@ def as_float64(x) -> tuple[np.ndarray, np.ndarray | None, bool]:
         except (TypeError, ValueError):
             pass
     raise TypeError(
-        f"x must hold real numbers (Python or NumPy floats/ints, ml_dtypes arrays; round and "
-        f"cast also Fractions / Decimals, alone or in object arrays), got dtype {arr.dtype} "
-        f"({type(x).__name__})"
+        f"{name} must hold real numbers (Python or NumPy floats/ints, ml_dtypes arrays; round, "
+        f"cast and arithmetic also Fractions / Decimals, alone or in object arrays), got dtype "
+        f"{arr.dtype} ({type(x).__name__})"
     )
 
 

@@ -274,3 +274,27 @@ def test_sum_dot_name_the_operand_with_a_bad_element():
         fpsim.dot(["x", Fraction(1)], [1.0, 2.0], "fp16")
     with pytest.raises(TypeError, match=r"^x must hold real numbers: element \[1\] is a str"):
         fpsim.sum([Fraction(1), "x"], "fp16")
+
+
+def test_ragged_and_junk_operands_are_refused_by_name():
+    # the errors of as_float64 name the operand as the object path's do: arithmetic's a, b, c
+    # (a ragged operand was NumPy's bare "inhomogeneous shape" ValueError), dot's a and b
+    from tests.test_arithmetic_wide_operands import FUNCS, OPS
+
+    ragged, junk = [[1.0, 2.0], [3.0]], np.array(["x", "y"])
+    for op, n in OPS.items():
+        for pos in range(n):
+            for bad, err, text in ((ragged, ValueError, "be a number or a rectangular array"),
+                                   (junk, TypeError, "hold real numbers")):
+                args = [1.5] * n
+                args[pos] = bad
+                with pytest.raises(err, match=f"^operand {'abc'[pos]} must {text}"):
+                    FUNCS[op](*args, "fp16")
+    for bad, err, text in ((ragged, ValueError, "be a number or a rectangular array"),
+                           (junk, TypeError, "hold real numbers")):
+        with pytest.raises(err, match=f"^x must {text}"):
+            fpsim.sum(bad, "fp16")
+        with pytest.raises(err, match=f"^a must {text}"):
+            fpsim.dot(bad, [1.0, 2.0], "fp16")
+        with pytest.raises(err, match=f"^b must {text}"):
+            fpsim.dot([1.0, 2.0], bad, "fp16")
