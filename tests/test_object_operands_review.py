@@ -58,8 +58,10 @@ def _bits(v):
 
 FAR = ["1e-999999999", "-1e-999999999", "1e999999999", "-1e999999999", "7e-1001",
        "-3.5e1001"]
-NEAR = {"1e-999999999": "1e-1001", "-1e-999999999": "-1e-1001", "1e999999999": "1e1001",
-        "-1e999999999": "-1e1001", "7e-1001": "7e-1001", "-3.5e1001": "-3.5e1001"}
+# the same values at 10**+-1000: the exact path (Fraction split) still takes them, so the far
+# ones' stand-in is checked against exact rounding (10**+-1001 would take the stand-in too)
+NEAR = {"1e-999999999": "1e-1000", "-1e-999999999": "-1e-1000", "1e999999999": "1e1000",
+        "-1e999999999": "-1e1000", "7e-1001": "7e-1000", "-3.5e1001": "-3.5e1000"}
 
 
 def test_far_decimals_round_at_once():
@@ -86,7 +88,9 @@ def test_far_decimals_round_at_once():
                                  "fp32", "fp64"])
 def test_far_decimals_round_as_near_ones(fmt):
     far = [Decimal(s) for s in FAR]
-    near = [Decimal(NEAR[s]) for s in FAR]  # split exactly: 10**+-1001 is cheap
+    near = [Decimal(NEAR[s]) for s in FAR]  # split exactly: 10**+-1000 is cheap
+    assert all(abs(d.adjusted()) <= fpsim.rounding._DECIMAL_FAR < abs(Decimal(s).adjusted())
+               for d, s in zip(near, FAR, strict=True))
     arr_far, arr_near = (np.array(v + [None], dtype=object)[:-1] for v in (far, near))
     for mode in MODES:
         for sub in ("keep", "flush", "daz"):
@@ -110,7 +114,7 @@ def test_far_decimals_against_mpfr():
     for fmt in MPFR:
         for mode in MPFR_MODES:
             with _ctx(fmt, mode):
-                # 10**+-1001 is past every format: MPFR's answer for it holds for any farther
+                # 10**+-1000 is past every format: MPFR's answer for it holds for any farther
                 want = [float(_mpfr(Decimal(NEAR[s]))) for s in FAR]
             got = fpsim.round(np.array([Decimal(s) for s in FAR], dtype=object), fmt, mode)
             assert got.tolist() == want, (fmt, mode)
