@@ -272,6 +272,16 @@ def test_dot_k_mismatch_and_empty():
         with pytest.raises(TypeError, match="trials must be an int, got " + type(bad).__name__):
             tc.error_vs_k(ks=(4,), trials=bad)
 
+    # one K is a sequence of one; what is neither is a TypeError naming ks (was Python's
+    # "'int' object is not iterable" for ks=16, "ks[0] ... str '1'" for ks="16")
+    one = tc.error_vs_k(ks=(8,), gpus=("A100",), trials=2, seed=1)
+    for k in (8, np.int64(8), np.array(8), Count(8)):
+        r = tc.error_vs_k(ks=k, gpus=("A100",), trials=2, seed=1)
+        assert list(r.ks) == list(one.ks) == [8] and r.mean.keys() == one.mean.keys()
+        assert all(np.array_equal(r.mean[key], one.mean[key]) for key in one.mean)
+    for bad in ("16", b"16", None, 16.0, {"k": 16}.items):
+        with pytest.raises(TypeError, match="ks must be a sequence of dot-product lengths K"):
+            tc.error_vs_k(ks=bad)
     ref = tc.error_vs_k(ks=(4, 8), gpus=("A100",), trials=4, seed=1)
     for k, t in ((np.int64(4), np.uint8(4)), (np.array(4), np.array(4)), (Count(4), Count(4))):
         r = tc.error_vs_k(ks=(k, 8), gpus=("A100",), trials=t, seed=1)

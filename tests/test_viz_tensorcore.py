@@ -169,6 +169,14 @@ def _drawn(fig) -> list:
 
 
 def test_error_vs_k_and_block_alignment_take_what_range_takes():
+    # one K, as an int or any integer-like, is a sequence of one; what is neither a TypeError
+    # naming ks (a string was split into its digits: "ks[0] must be an int, got str '1'")
+    one = _drawn(viz.error_vs_k(ks=[16], gpus=("A100",), baselines=(), trials=2))
+    for k in (16, np.int64(16), np.array(16), _Count(16)):
+        assert _drawn(viz.error_vs_k(ks=k, gpus=("A100",), baselines=(), trials=2)) == one
+    for bad in ("16", b"16", None, 16.0):
+        with pytest.raises(TypeError, match="ks must be an int or a sequence of ints"):
+            viz.error_vs_k(ks=bad, trials=1)
     ref = _drawn(viz.error_vs_k(ks=(4, 16), gpus=("A100",), baselines=(), trials=2))
     for one, two in ((np.int64(4), np.uint8(2)), (np.array(4), np.array(2)),
                      (_Count(4), _Count(2))):

@@ -11,6 +11,7 @@ sums of the same products.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,6 +81,11 @@ def error_vs_k(ks=(16, 64, 256, 1024, 4096), gpus=("V100", "A100", "H100"), *,
     """
     if distribution not in ("uniform", "normal"):
         raise ValueError(f"distribution must be 'uniform' or 'normal', got {distribution!r}")
+    if hasattr(ks, "__index__") and np.ndim(ks) == 0:  # one K (an int, a 0-d array...)
+        ks = (ks,)
+    if isinstance(ks, (str, bytes)) or not isinstance(ks, Iterable):
+        raise TypeError(f"ks must be a sequence of dot-product lengths K (ints >= 1), got "
+                        f"{type(ks).__name__} {ks!r}")
     ks = tuple(as_int(f"ks[{i}]", k, 1) for i, k in enumerate(ks))  # dot-product lengths K
     if not ks:
         raise ValueError("ks must be a non-empty sequence of dot-product lengths K >= 1, "

@@ -10,7 +10,7 @@ the error of tensor-core dot products as K grows, and tile / wave quantization o
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -370,6 +370,9 @@ def error_vs_k(
     """
     if hasattr(ks, "__index__") and np.ndim(ks) == 0:  # one K (an int, a 0-d array...)
         ks = [ks]
+    if isinstance(ks, (str, bytes)) or not isinstance(ks, Iterable):
+        raise TypeError(f"ks must be an int or a sequence of ints (dot-product lengths K), got "
+                        f"{type(ks).__name__} {ks!r}")
     ks = [as_int(f"ks[{i}]", k, 1) for i, k in enumerate(ks)]
     if not ks:
         raise ValueError("ks must be positive ints, got none")
