@@ -414,6 +414,12 @@ def checkpoint_sweep(layers: Sequence[Callable[[Any], Any]], x: Any,
     if not isinstance(x, Tensor):
         raise TypeError(f"x must be an fpsim.autograd.Tensor, got {type(x).__name__}")
     n = len(chain)
+    if hasattr(segments, "__index__") and getattr(segments, "ndim", 0) == 0:
+        segments = [segments]  # one count (an int, a 0-d array...)
+    if segments is not None and (isinstance(segments, (str, bytes))
+                                 or not isinstance(segments, Iterable)):
+        raise TypeError(f"segments must be a count or a list of counts, got "
+                        f"{type(segments).__name__} {segments!r}")
     ks = list(range(1, n + 1)) if segments is None else [
         as_int("segments", k, 1) for k in segments]
     if not ks or max(ks) > n:

@@ -249,3 +249,26 @@ def test_cli_columns_aligned(argv, capsys):
         assert row[starts[2]:] == cells[6]
         for end, cell in zip(ends, cells[2:6], strict=True):
             assert row[:end].endswith(cell) and row[end] == " "
+
+
+def test_checkpoint_sweep_takes_one_count():
+    """checkpoint_sweep's segments: one count is a list of one (what range() takes, by
+    fpsim.checks.as_int); what is neither a count nor a list of counts is a TypeError naming
+    segments (segments=2 was Python's "'int' object is not iterable", "2" split into digits)."""
+    from fpsim import nn
+    from fpsim.autograd import Tensor
+    from fpsim.memory import checkpoint_sweep
+
+    layers = [nn.Sequential(nn.Linear(4, 4, rng=i), nn.ReLU()) for i in range(4)]
+    x = Tensor(np.ones((2, 4)))
+    ref = checkpoint_sweep(layers, x, segments=[2])
+    for k in (2, np.int64(2), np.array(2), Count(2)):
+        assert checkpoint_sweep(layers, x, segments=k) == ref
+    assert checkpoint_sweep(layers, x, segments=np.array([2, 3])) == \
+        checkpoint_sweep(layers, x, segments=[2, 3])
+    for bad in ("2", b"2", 2.0, True):
+        with pytest.raises(TypeError, match="segments must be"):
+            checkpoint_sweep(layers, x, segments=bad)
+    for bad in (0, 5, np.int64(-1)):
+        with pytest.raises(ValueError, match="segments must be"):
+            checkpoint_sweep(layers, x, segments=bad)
