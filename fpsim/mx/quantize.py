@@ -283,10 +283,6 @@ def e8m0_exponent(amax: np.ndarray, fmt: MXFormat, mode: ScaleMode) -> np.ndarra
     return e
 
 
-def _check_block_size(block_size) -> int:
-    return as_int("block_size", block_size, 1)
-
-
 def _as_input(x, nvfp4: bool) -> np.ndarray:
     """x as float32 (narrow floats, exactly; NVFP4 always) or float64 (everything else)."""
     arr = np.asarray(x)
@@ -399,7 +395,7 @@ def quantize(
     if f is None:
         f = get_mx_format(fmt)
     nv = f.scale == "e4m3"
-    bs = f.block_size if block_size is None else _check_block_size(block_size)
+    bs = f.block_size if block_size is None else as_int("block_size", block_size, 1)
     if isinstance(rounding, Rounding):
         mode = rounding
     else:

@@ -190,10 +190,6 @@ class GemmEstimate:
         return "\n".join(lines)
 
 
-def _pos_int(v: object, what: str) -> int:
-    return as_int(what, v, 1)  # what range() takes; never bools or floats
-
-
 def gemm_time_estimate(M: int, N: int, K: int, gpu: str | GpuPerf = "A100",
                        dtype: str = "fp16", tile: tuple[int, int] = (128, 128),
                        blocks_per_sm: int = 1) -> GemmEstimate:
@@ -209,11 +205,11 @@ def gemm_time_estimate(M: int, N: int, K: int, gpu: str | GpuPerf = "A100",
     >>> gemm_time_estimate(1152, 1537, 1024, "A100").waves  # one more column: a second wave
     2
     """
-    M, N, K = (_pos_int(v, n) for v, n in ((M, "M"), (N, "N"), (K, "K")))
+    M, N, K = as_int("M", M, 1), as_int("N", N, 1), as_int("K", K, 1)
     if not isinstance(tile, (tuple, list)) or len(tile) != 2:
         raise ValueError(f"tile must be a pair (tile_m, tile_n), got {tile!r}")
-    tm, tn = _pos_int(tile[0], "tile[0]"), _pos_int(tile[1], "tile[1]")
-    bps = _pos_int(blocks_per_sm, "blocks_per_sm")
+    tm, tn = as_int("tile[0]", tile[0], 1), as_int("tile[1]", tile[1], 1)
+    bps = as_int("blocks_per_sm", blocks_per_sm, 1)
     g = get_perf_gpu(gpu)
     d = _dtype(dtype)
     peak = peak_tflops(g, d)
