@@ -35,7 +35,7 @@ from . import flags as _flags
 from .flags import Flags
 from .formats import Format, IntFormat, get_float_format, get_int_format
 from .modes import Overflow, Rounding, Tininess, as_overflow, as_rounding
-from .rounding import as_float64, default_rng, random_bits_of
+from .rounding import as_float64, default_rng, listed, random_bits_of
 from .rounding import round as _round
 from .rounding import run_chunks as _run
 
@@ -185,6 +185,17 @@ def _apply_policy(v: np.ndarray, fmt: IntFormat, policy: IntOverflow) -> np.ndar
 # --------------------------------------------------------------------------------------------
 # Rounding to integral values
 # --------------------------------------------------------------------------------------------
+
+def _rounded_by_numpy(x) -> bool:
+    """Whether ``x`` is a list (or tuple) whose NumPy array rounds integer elements to floats
+    (``[2**53 + 1, 0.5]``: :func:`fpsim.rounding.listed` gives an object array for it), so
+    that reading NumPy's floats would be a silent wrong number."""
+    if not isinstance(x, (list, tuple)):
+        return False
+    held = listed(x)
+    return isinstance(held, np.ndarray) and held.dtype == object and \
+        np.asarray(x).dtype.kind == "f"
+
 
 def _integral(x: np.ndarray, mode: Rounding, gen, random_bits: int | None) -> np.ndarray:
     """Round the finite elements of a binary float array to integral values in the same dtype.
@@ -336,6 +347,10 @@ def to_int(
     mode = as_rounding(rounding)
     policy = as_int_overflow(overflow)
     random_bits = random_bits_of(random_bits, mode)
+    if _rounded_by_numpy(x):
+        raise ValueError("to_int: x mixes floats with integers that float64 cannot hold "
+                         "(beyond 2**53), which NumPy's array of the list would round; pass "
+                         "the integers apart, as Python ints or an integer array")
     want = bool(flags) or _flags.flags_active()
     work = _float_work(x)
     if work is None:
@@ -460,7 +475,7 @@ def round_to_integral(
     ovf = as_overflow(overflow)
     random_bits = random_bits_of(random_bits, mode)
     hi, lo, scalar = as_float64(x)
-    if lo is not None and np.any(lo != 0):
+    if _rounded_by_numpy(x) or (lo is not None and np.any(lo != 0)):
         raise ValueError(f"round_to_integral takes values of {ffmt.name}; some inputs are not "
                          "even float64 values: round them first with fpsim.round")
     hi = np.asarray(hi, dtype=np.float64)

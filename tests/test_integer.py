@@ -415,3 +415,21 @@ def test_dp4a_accumulator_must_broadcast_to_the_result():
     for c in ([1, 2, 3], np.zeros((3, 2), np.int32), np.zeros((2, 2, 1), np.int32)):
         with pytest.raises(ValueError, match=r"dp4a: c of shape .* result shape \(2, 2\)"):
             integer.dp4a(a, a, c)
+
+
+def test_lists_numpy_would_round_are_refused():
+    # a list mixing floats with integers float64 cannot hold: NumPy's array of it rounds the
+    # integers (2**53 + 1 -> 2**53), a silent wrong number; fpsim.round reads such a list
+    # exactly (fpsim.rounding.listed), to_int and round_to_integral refuse it by name
+    lossy = ([2**53 + 1, 0.5], (2**54 + 2**30 + 1, 0.5), [[np.int64(2**62 + 1), 1.0], [2, 3]],
+             [np.uint64(2**64 - 1), -1])
+    for x in lossy:
+        with pytest.raises(ValueError, match="to_int: x mixes floats with integers"):
+            to_int(x, "int64")
+        with pytest.raises(ValueError, match="round_to_integral takes values of fp32; some "
+                                             "inputs are not even float64 values"):
+            round_to_integral(x, "fp32")
+    # lists NumPy holds exactly, and integers alone, keep their paths and values
+    assert to_int([2**53 + 1, 3], "int64").tolist() == [2**53 + 1, 3]
+    assert to_int([2**53, 0.5, -1.5], "int64").tolist() == [2**53, 0, -2]
+    np.testing.assert_array_equal(round_to_integral([2.5, 2.0**53], "fp64"), [2.0, 2.0**53])
