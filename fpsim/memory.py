@@ -88,10 +88,7 @@ def _param_count(name: str, v) -> Fraction:
 
 
 def _stage(stage) -> int:
-    try:  # what range() takes; TypeError for other types
-        n = as_int("stage", stage, 0)
-    except ValueError:
-        n = None  # negative: not a stage
+    n = as_int("stage", stage, None)  # what range() takes; TypeError for other types
     if n not in ZERO_STAGES:
         raise ValueError(f"unknown ZeRO stage {stage!r}; valid: 0 (baseline), 1 (P_os), "
                          "2 (P_os+g), 3 (P_os+g+p)")

@@ -138,10 +138,8 @@ class ZeroEngine:
                  loss_scale: float = 1.0, comm: Communicator | None = None) -> None:
         from ..nn import Module
 
-        try:  # what range() takes; TypeError for other types (2.0 was taken as stage 2)
-            n_stage = as_int("stage", stage, 0)
-        except ValueError:
-            n_stage = None  # negative: not a stage
+        # what range() takes; TypeError for other types (2.0 was taken as stage 2)
+        n_stage = as_int("stage", stage, None)
         if n_stage not in ZERO_STAGES:
             raise ValueError(f"unknown ZeRO stage {stage!r}; valid: 0 (baseline), 1 (P_os), "
                              "2 (P_os+g), 3 (P_os+g+p)")

@@ -430,11 +430,11 @@ def lsq_grad_scale(num_elements: int, quant_max: int) -> float:
     >>> lsq_grad_scale(1024, 127) == 1 / math.sqrt(1024 * 127)
     True
     """
-    try:  # counts (fpsim.checks.as_int): int() took 2.7 as 2 and True as 1
-        n, qp = as_int("num_elements", num_elements, 1), as_int("quant_max", quant_max, 1)
-    except ValueError:
+    # counts (fpsim.checks.as_int): int() took 2.7 as 2 and True as 1
+    n, qp = as_int("num_elements", num_elements, None), as_int("quant_max", quant_max, None)
+    if n <= 0 or qp <= 0:
         raise ValueError(f"num_elements and quant_max must be positive, got {num_elements}, "
-                         f"{quant_max}") from None
+                         f"{quant_max}")
     return 1.0 / math.sqrt(n * qp)
 
 
@@ -447,10 +447,9 @@ def lsq_init_step(v, quant_max: int) -> float:
     arr = np.asarray(v, dtype=np.float64)
     if arr.size == 0 or not np.isfinite(arr).all():
         raise ValueError("lsq_init_step needs a non-empty array of finite values")
-    try:  # a count (fpsim.checks.as_int), as in lsq_grad_scale
-        qp = as_int("quant_max", quant_max, 1)
-    except ValueError:
-        raise ValueError(f"quant_max must be positive, got {quant_max}") from None
+    qp = as_int("quant_max", quant_max, None)  # a count, as in lsq_grad_scale
+    if qp <= 0:
+        raise ValueError(f"quant_max must be positive, got {quant_max}")
     return float(2.0 * np.mean(np.abs(arr)) / math.sqrt(qp))
 
 

@@ -85,10 +85,7 @@ def check_bits(bits) -> int:
     >>> check_bits(4)
     4
     """
-    try:
-        n = as_int("bits", bits, 0)
-    except ValueError:
-        n = None  # negative: not a width
+    n = as_int("bits", bits, None)
     if n not in INT8_LAYER_BITS:
         raise ValueError(f"unsupported bit width {bits!r} for an integer layer (int8 "
                          f"containers); valid: {', '.join(map(str, INT8_LAYER_BITS))}")

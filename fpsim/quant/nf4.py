@@ -77,10 +77,7 @@ VALID_BLOCK_SIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
 def _check_block(block_size, name="block_size") -> int:
-    try:  # what range() takes; TypeError for other types
-        n = as_int(name, block_size, 0)
-    except ValueError:
-        n = None  # negative: not a size
+    n = as_int(name, block_size, None)  # what range() takes; TypeError for other types
     if n not in VALID_BLOCK_SIZES:
         raise ValueError(f"unsupported {name} {block_size!r}; valid: "
                          f"{', '.join(str(b) for b in VALID_BLOCK_SIZES)}")
@@ -188,10 +185,7 @@ def unpack_4bit(packed, n: int | None = None) -> np.ndarray:
     out[1::2] = p & 0x0F
     if n is None:
         return out
-    try:  # a count: what range() takes (int(2.7), int(True), int("3") were taken as counts)
-        k = as_int("n", n, 0)
-    except ValueError:
-        k = -1  # negative: refused below, naming the whole range
+    k = as_int("n", n, None)  # a count: int(2.7), int(True), int("3") were taken as counts
     if not 0 <= k <= out.size:
         raise ValueError(f"n must be in [0, {out.size}], got {n}")
     return out[:k]

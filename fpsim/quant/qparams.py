@@ -133,10 +133,7 @@ def quant_range(bits: int, signed: bool = True, narrow_range: bool = False) -> t
     >>> quant_range(8), quant_range(8, signed=False), quant_range(4, narrow_range=True)
     ((-128, 127), (0, 255), (-7, 7))
     """
-    try:  # what range() takes; TypeError for other types
-        n = as_int("bits", bits, 0)
-    except ValueError:
-        n = None  # negative: not a width
+    n = as_int("bits", bits, None)  # what range() takes; TypeError for other types
     if n not in VALID_QUANT_BITS:
         raise ValueError(f"unsupported bit width {bits}; valid: "
                          f"{', '.join(str(b) for b in VALID_QUANT_BITS)}")

@@ -156,13 +156,11 @@ class BlockFMA:
         # the integer fields: what range() takes (fpsim.checks.as_int), stored as ints
         put = partial(object.__setattr__, self)
         put("block_size", as_int("BlockFMA.block_size", self.block_size, 1))
-        try:
-            put("extra_bits", as_int("BlockFMA.extra_bits", self.extra_bits,
-                                     1 - ACCUMULATOR_FRACTION_BITS))
-        except ValueError:
+        put("extra_bits", as_int("BlockFMA.extra_bits", self.extra_bits, None))
+        if self.extra_bits < 1 - ACCUMULATOR_FRACTION_BITS:
             raise ValueError(
                 f"BlockFMA.extra_bits must be >= {1 - ACCUMULATOR_FRACTION_BITS} (at least one "
-                f"fraction bit), got {self.extra_bits}") from None
+                f"fraction bit), got {self.extra_bits}")
         f = ACCUMULATOR_FRACTION_BITS + self.extra_bits
         # (n + 1) terms below 2**(F + 2) each: the exact sum must stay below 2**53.
         if (self.block_size + 1) << (f + 2) > 1 << MAX_INT_BITS:
@@ -178,13 +176,11 @@ class BlockFMA:
             if v is None:
                 continue
             try:
-                n = as_int(f"BlockFMA.{fname}", v, lo)
+                n = as_int(f"BlockFMA.{fname}", v, None)
             except TypeError:
                 raise TypeError(f"BlockFMA.{fname} must be None or an int in [{lo}, {hi}], "
                                 f"got {v!r}") from None
-            except ValueError:
-                n = hi + 1  # below the range: refused below, naming the whole range
-            if n > hi:
+            if not lo <= n <= hi:
                 raise ValueError(f"BlockFMA.{fname} must be None or an int in [{lo}, {hi}], "
                                  f"got {v!r}")
             put(fname, n)
@@ -204,10 +200,7 @@ class BlockFMA:
             if not isinstance(getattr(self, fname), bool):
                 raise TypeError(f"BlockFMA.{fname} must be True or False, "
                                 f"got {getattr(self, fname)!r}")
-        try:
-            late = as_int("BlockFMA.late_extra_bits", self.late_extra_bits, 0)
-        except ValueError:
-            late = -1  # below 0: refused below, naming the whole range
+        late = as_int("BlockFMA.late_extra_bits", self.late_extra_bits, None)
         if not 0 <= late <= 16:
             raise ValueError(f"BlockFMA.late_extra_bits must be an int in [0, 16], "
                              f"got {self.late_extra_bits!r}")

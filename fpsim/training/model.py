@@ -40,14 +40,10 @@ class MLP(Module):
                  retain_grads: bool = True) -> None:
         super().__init__()
         # widths and seeds are counts (fpsim.checks.as_int): int() took 2.7 as 2, True as 1
-        given = tuple(sizes)
-        try:
-            sizes = tuple(as_int(f"sizes[{i}]", s, 1) for i, s in enumerate(given))
-        except ValueError:
-            sizes = ()  # a width below 1: refused below, naming the whole rule
-        if len(sizes) < 2:
+        sizes = tuple(as_int(f"sizes[{i}]", s, None) for i, s in enumerate(sizes))
+        if len(sizes) < 2 or min(sizes) < 1:
             raise ValueError(f"sizes must list at least an input and an output width, all "
-                             f"positive, got {given}")
+                             f"positive, got {sizes}")
         gen = np.random.default_rng() if rng is None else as_generator(rng)  # fpsim's one rule
         if layer_seeds is not None:
             layer_seeds = [as_int(f"layer_seeds[{i}]", s, 0) for i, s in enumerate(layer_seeds)]
