@@ -18,7 +18,7 @@ from .encoding import bit_string, classify, next_down, next_up
 from .flags import Flags
 from .formats import PRESETS, NaNEncoding, get_float_format
 from .modes import Rounding, as_rounding, rounding_aliases
-from .rounding import as_rational, round_rational
+from .rounding import as_rational, far_decimal, round_rational
 from .rounding import round as fp_round
 
 
@@ -63,20 +63,6 @@ def _fmt_exact(q: Fraction) -> str:
     return f"{d:+.6e}"
 
 
-def _far_decimal(value) -> int:
-    """-1 for a decimal string or Decimal below 10**-1000 in magnitude (not 0), +1 above
-    10**1000 (finite), else 0."""
-    if isinstance(value, str):
-        try:
-            value = decimal.Decimal(value.strip())
-        except decimal.InvalidOperation:
-            return 0  # as_rational says what is wrong with it
-    if not isinstance(value, decimal.Decimal) or not value.is_finite() or value.is_zero():
-        return 0
-    e = value.adjusted()
-    return -1 if e < -1000 else (1 if e > 1000 else 0)
-
-
 def show_value(value, fmt_name: str, rounding: str = "nearest_even") -> str:
     """A value rounded to a format: the value, its bits, class, error and neighbours. The
     value (a decimal string, int, Fraction or float) is read exactly and rounded once.
@@ -97,7 +83,7 @@ def show_value(value, fmt_name: str, rounding: str = "nearest_even") -> str:
     else:
         lines += [f"bits         : {bit_string(v, fmt)}   (sign | exponent | mantissa)",
                   f"class        : {classify(v, fmt)}"]
-    far = _far_decimal(value)
+    far = far_decimal(value)
     x = None if far else as_rational(value)[0]
     if far and np.isfinite(v):  # 10**+-1000 and beyond: its exact Fraction takes minutes
         what = "the rounded value itself" if far < 0 and v else "-x"

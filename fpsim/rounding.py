@@ -431,6 +431,25 @@ _DECIMAL_FAR = 1000
 _FAR_E_TOP = 4000  # the exponent of the power of two that stands in for such a Decimal
 
 
+def far_decimal(value) -> int:
+    """Internal API (``fpsim show``): -1 for a decimal string or Decimal nonzero and below
+    10**-1000 in magnitude, +1 for one above 10**1000 (finite), else 0: such values round as
+    any value that far out does (see :func:`_split_decimal`), not by their exact digits.
+
+    >>> far_decimal("1e-1001"), far_decimal("-1e1001"), far_decimal("0.1")
+    (-1, 1, 0)
+    """
+    if isinstance(value, str):
+        try:
+            value = Decimal(value.strip())
+        except ArithmeticError:  # decimal.InvalidOperation: as_rational says what is wrong
+            return 0
+    if not isinstance(value, Decimal) or not value.is_finite() or value.is_zero():
+        return 0
+    e = value.adjusted()
+    return -1 if e < -_DECIMAL_FAR else (1 if e > _DECIMAL_FAR else 0)
+
+
 def _split_decimal(d: Decimal) -> tuple[int, int, int]:
     """A finite Decimal to (neg, sig, e_top) of :func:`_round_scaled`: exact, except that
     beyond 10**+-1000 a power of two on the same side stands in, which rounds the same in
