@@ -163,12 +163,14 @@ def _sgd_master(floor, grads: list, lr: float, mom: float) -> None:
 
 
 def _relu16(h: np.ndarray) -> np.ndarray:
-    """max(h, 0) on fp16 bit patterns (NaN aside: not met here)."""
+    """max(h, 0) on fp16 bit patterns (-0 and NaN aside, which fpsim's relu keeps as PyTorch:
+    not met here)."""
     return F._masked(h, h.view(np.int16) > 0)
 
 
 def _masked16(g: np.ndarray, h: np.ndarray) -> np.ndarray:
-    """g where h > 0, else +0 (ReLU's backward) on bit patterns."""
+    """g where h > 0, else +0 (ReLU's backward) on bit patterns (NaN aside, where fpsim's
+    relu passes g as PyTorch: not met here)."""
     return F._masked(g, h.view(np.int16) > 0)
 
 

@@ -107,9 +107,10 @@ def test_numpy_fp16_floor_is_fpsims_step_bit_for_bit(bench, case):
 # The engine fast paths the training step takes, against references computed another way.
 @pytest.mark.parametrize("fmt", ["fp16", "bf16"])
 def test_relu_bit_patterns_all_values(fmt):
-    """relu decides on bit patterns: every one of the 2**16 values of fp16 / bf16 gives x for
-    x > 0 and NaN (the same pattern), +0 otherwise (-0 and -inf included), and its gradient
-    passes where x > 0 and not NaN; the reference compares float64 values."""
+    """relu decides on bit patterns: every one of the 2**16 values of fp16 / bf16 gives +0 for
+    x < 0 (-inf included) and x itself otherwise (the same pattern: -0 and NaNs of either sign
+    too), and its gradient passes where x > 0 or x is NaN (PyTorch's rules); the reference
+    compares float64 values."""
     import ml_dtypes
 
     import fpsim.autograd.functional as F
@@ -120,11 +121,11 @@ def test_relu_bit_patterns_all_values(fmt):
     out = F.relu(x)
     with np.errstate(invalid="ignore"):  # NaN patterns cast with a warning
         v = data.astype(np.float64)
-    keep = (v > 0) | np.isnan(v)
-    want = np.where(keep, np.arange(1 << 16), 0).astype(np.uint16)
+    want = np.where(v < 0, 0, np.arange(1 << 16)).astype(np.uint16)
     np.testing.assert_array_equal(out.numpy().view(np.uint16), want)
     out.backward(np.ones(1 << 16))
-    np.testing.assert_array_equal(x.grad.astype(np.float64), (v > 0).astype(np.float64))
+    passes = (v > 0) | np.isnan(v)
+    np.testing.assert_array_equal(x.grad.astype(np.float64), passes.astype(np.float64))
 
 
 @pytest.mark.parametrize("fmt", ["fp16", "bf16", "fp32"])

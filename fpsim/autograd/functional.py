@@ -365,7 +365,8 @@ def neg(input: Tensor) -> Tensor:
 
 
 def abs(input: Tensor) -> Tensor:  # noqa: A001 - torch.abs
-    """``|input|`` (exact); the gradient is sign(x) * g (0 at 0, as PyTorch).
+    """``|input|`` (exact); the gradient is sign(x) * g with PyTorch's sign (0 at either zero
+    and at NaN).
 
     >>> abs(Tensor([-2.0])).item()
     2.0
@@ -374,7 +375,9 @@ def abs(input: Tensor) -> Tensor:  # noqa: A001 - torch.abs
     out = np.abs(x._data)
 
     def backward(g):
-        return (np.sign(widen(x._data)) * widen(g),)
+        # PyTorch's sign: (x > 0) - (x < 0), so 0 for NaN and for either zero
+        x64 = widen(x._data)
+        return (((x64 > 0).astype(_F64) - (x64 < 0)) * widen(g),)
 
     return make_result(out, x.fmt, (x,), backward, "abs")
 
@@ -948,7 +951,10 @@ def _masked(a: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def relu(input: Tensor) -> Tensor:
-    """max(x, 0), exact (NaN propagates); the gradient passes where the output is > 0.
+    """max(x, 0) as PyTorch's relu, exact: negative values become +0; -0 and NaN pass
+    unchanged. The gradient passes where the output is not <= 0 (positive or NaN), as
+    PyTorch's ``threshold_backward(grad, output, 0)``; tests/test_torch_special_values.py
+    compares both with PyTorch on zeros, subnormals, infinities and NaNs.
 
     >>> relu(Tensor([-1.0, 2.0])).tolist()
     [0.0, 2.0]
@@ -957,18 +963,22 @@ def relu(input: Tensor) -> Tensor:
     data = x._data
     inf = _INF_BITS16.get(data.dtype)
     if inf is not None:  # decide on the bit patterns: float16 comparisons are slow in NumPy
-        b = data.view(np.int16)
-        # one compare each (checked on all 2**16 patterns of fp16 and bf16 by
-        # tests/test_bench_training_step.py): keep = positive values and NaNs of either sign
-        # (+0 too: unchanged either way), pos = 0 < bits <= inf (positive, not NaN)
-        keep = b > inf - 0x8000
-        pos = b.view(np.uint16) - np.uint16(1) < inf
+        # the strictly negative numbers are the patterns 0x8001 .. 0x8000 + inf: a subtract
+        # that wraps them to 0 .. inf - 1 and one compare (checked on all 2**16 patterns of
+        # fp16 and bf16 by tests/test_bench_training_step.py)
+        keep = data.view(np.uint16) - np.uint16(0x8001) >= inf
     else:
-        v = widen(data, _F64 if data.dtype == _F64 else _F32)
-        pos = v > 0
-        keep = pos | np.isnan(v)
+        keep = ~(widen(data, _F64 if data.dtype == _F64 else _F32) < 0)
     out = _masked(data, keep)
-    return make_result(out, x.fmt, (x,), lambda g: (_masked(g, pos),), "relu")
+
+    def backward(g):
+        if inf is not None:  # the output is +-0 where its bits but the sign are 0
+            passes = (out.view(np.uint16) & np.uint16(0x7FFF)) != 0
+        else:
+            passes = ~(widen(out, _F64 if out.dtype == _F64 else _F32) <= 0)
+        return (_masked(g, passes),)
+
+    return make_result(out, x.fmt, (x,), backward, "relu")
 
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:

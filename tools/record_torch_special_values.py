@@ -1,0 +1,57 @@
+"""Record PyTorch's exact elementwise ops (relu, abs, neg) and their gradients on the special
+bit patterns of fp16 and bf16 (every pattern whose exponent field is all zeros or all ones:
+zeros of both signs, subnormals, infinities, NaNs of both signs, with their payloads) and a
+sample of the others into tests/data/torch/special_values.npz, the independent reference of
+tests/test_torch_special_values.py. Needs torch (not a dependency of fpsim):
+
+    pip install torch && python tools/record_torch_special_values.py
+
+Each op runs on the CPU in the format itself; the upstream gradient is a fixed array of normal
+values (its bit patterns are recorded too), so the gradient shows both where it passes and the
+sign it is multiplied by. Outputs and gradients are stored as 16-bit patterns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "torch" / "special_values.npz"
+OPS = ("relu", "abs", "neg")
+
+
+def main() -> int:
+    import ml_dtypes
+    import torch
+
+    rng = np.random.default_rng(2026)
+    arrays: dict[str, np.ndarray] = {}
+    every = np.arange(1 << 16, dtype=np.uint16)
+    for fmt, tdt, ndt, frac in (("fp16", torch.float16, np.float16, 10),
+                                ("bf16", torch.bfloat16, ml_dtypes.bfloat16, 7)):
+        field = (every >> frac) & ((1 << (15 - frac)) - 1)  # the exponent field
+        special = (field == 0) | (field == (1 << (15 - frac)) - 1)
+        patterns = np.concatenate([every[special], rng.choice(every[~special], 2048, False)])
+        n = patterns.size
+        arrays[f"{fmt}/x"] = patterns
+        # upstream gradients: normal values of both signs, exact in the format (a few
+        # values: the file compresses)
+        g = rng.choice([-1.5, -1.0, -0.75, -0.5, 0.5, 0.75, 1.0, 1.5], n).astype(ndt)
+        arrays[f"{fmt}/g"] = g.view(np.uint16)
+        for op in OPS:
+            # the patterns reach torch through int16 (torch has no uint16 view on the CPU)
+            x = torch.from_numpy(patterns.view(np.int16).copy()).view(tdt).requires_grad_()
+            out = getattr(torch, op)(x)
+            out.backward(torch.from_numpy(g.view(np.int16).copy()).view(tdt))
+            arrays[f"{fmt}/{op}/out"] = out.detach().view(torch.int16).numpy().view(np.uint16)
+            arrays[f"{fmt}/{op}/grad"] = x.grad.view(torch.int16).numpy().view(np.uint16)
+    arrays["torch_version"] = np.array(torch.__version__)
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(OUT, **arrays)
+    print(f"{len(OPS)} ops x 2 formats -> {OUT} ({OUT.stat().st_size} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
