@@ -55,3 +55,37 @@ def test_exact_ops_match_pytorch_on_special_values(ref, fmt, op):
     # the data reach every kind of special value: the comparison can fail on each
     assert {0x0000, 0x8000} <= set(bits.tolist())
     assert _is_nan(bits, fmt).sum() > 100 and (_is_nan(bits, fmt) & (bits >= 0x8000)).any()
+
+
+ROUNDING_OPS = ["exp", "log", "sqrt", "tanh", "sigmoid", "gelu", "gelu_tanh"]
+
+
+def _op(name: str):
+    if name == "gelu_tanh":
+        return lambda t: F.gelu(t, approximate="tanh")
+    return getattr(F, name)
+
+
+@pytest.mark.parametrize("op", ROUNDING_OPS)
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+def test_rounding_ops_match_pytorch_at_zeros_infinities_and_nan(ref, fmt, op):
+    """At +-0, +-inf and NaN the result and the gradient are decided by the op's rules for
+    special values (0 * inf, sign of a zero, a NaN passed on), not by rounding."""
+    _compare(ref, fmt, op, ref[f"{fmt}/edge/x"], ref[f"{fmt}/edge/g"], _op(op))
+    assert {0x0000, 0x8000} <= set(ref[f"{fmt}/edge/x"].tolist())
+
+
+def _compare(ref, fmt, op, bits, g, fn):
+    dtype = Tensor(np.zeros(1), fmt).numpy().dtype
+    x = Tensor(bits.view(dtype), fmt, requires_grad=True)
+    with np.errstate(all="ignore"):
+        out = fn(x)
+        out.backward(g.view(dtype))
+    for what, got, want in (("output", out.numpy().view(np.uint16), ref[f"{fmt}/{op}/out"]),
+                            ("gradient", x.grad.view(np.uint16), ref[f"{fmt}/{op}/grad"])):
+        nan = _is_nan(want, fmt)
+        bad = np.flatnonzero((_is_nan(got, fmt) != nan) | ((got != want) & ~nan))
+        assert bad.size == 0, (f"{op} {fmt} {what}: {bad.size} patterns differ from PyTorch, "
+                               f"e.g. x={[hex(v) for v in bits[bad[:4]]]} got "
+                               f"{[hex(v) for v in got[bad[:4]]]} want "
+                               f"{[hex(v) for v in want[bad[:4]]]}")

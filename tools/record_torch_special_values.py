@@ -1,8 +1,10 @@
 """Record PyTorch's exact elementwise ops (relu, abs, neg) and their gradients on the special
 bit patterns of fp16 and bf16 (every pattern whose exponent field is all zeros or all ones:
 zeros of both signs, subnormals, infinities, NaNs of both signs, with their payloads) and a
-sample of the others into tests/data/torch/special_values.npz, the independent reference of
-tests/test_torch_special_values.py. Needs torch (not a dependency of fpsim):
+sample of the others, and its rounding ones (exp, log, sqrt, tanh, sigmoid, gelu both ways)
+and their gradients at zeros, infinities and NaNs, into tests/data/torch/special_values.npz,
+the independent reference of tests/test_torch_special_values.py. Needs torch (not a
+dependency of fpsim):
 
     pip install torch && python tools/record_torch_special_values.py
 
@@ -19,6 +21,9 @@ import numpy as np
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "torch" / "special_values.npz"
 OPS = ("relu", "abs", "neg")
+# ops that round: compared at the inputs whose results are exact either way (zeros of both
+# signs, infinities, NaNs), where the op's rules for special values decide
+ROUNDING_OPS = ("exp", "log", "sqrt", "tanh", "sigmoid", "gelu", "gelu_tanh")
 
 
 def main() -> int:
@@ -46,10 +51,24 @@ def main() -> int:
             out.backward(torch.from_numpy(g.view(np.int16).copy()).view(tdt))
             arrays[f"{fmt}/{op}/out"] = out.detach().view(torch.int16).numpy().view(np.uint16)
             arrays[f"{fmt}/{op}/grad"] = x.grad.view(torch.int16).numpy().view(np.uint16)
+        frac_field = every & ((1 << frac) - 1)
+        edge = (field == (1 << (15 - frac)) - 1) | ((field == 0) & (frac_field == 0))
+        arrays[f"{fmt}/edge/x"] = every[edge]
+        ge = rng.choice([-1.5, -1.0, -0.75, -0.5, 0.5, 0.75, 1.0, 1.5], edge.sum()).astype(ndt)
+        arrays[f"{fmt}/edge/g"] = ge.view(np.uint16)
+        for op in ROUNDING_OPS:
+            fn = {"gelu": torch.nn.functional.gelu, "sigmoid": torch.sigmoid,
+                  "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")
+                  }.get(op) or getattr(torch, op)
+            x = torch.from_numpy(every[edge].view(np.int16).copy()).view(tdt).requires_grad_()
+            out = fn(x)
+            out.backward(torch.from_numpy(ge.view(np.int16).copy()).view(tdt))
+            arrays[f"{fmt}/{op}/out"] = out.detach().view(torch.int16).numpy().view(np.uint16)
+            arrays[f"{fmt}/{op}/grad"] = x.grad.view(torch.int16).numpy().view(np.uint16)
     arrays["torch_version"] = np.array(torch.__version__)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(OUT, **arrays)
-    print(f"{len(OPS)} ops x 2 formats -> {OUT} ({OUT.stat().st_size} bytes)")
+    print(f"{len(OPS) + len(ROUNDING_OPS)} ops x 2 formats -> {OUT} ({OUT.stat().st_size} bytes)")
     return 0
 
 
