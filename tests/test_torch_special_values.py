@@ -89,3 +89,26 @@ def _compare(ref, fmt, op, bits, g, fn):
                                f"e.g. x={[hex(v) for v in bits[bad[:4]]]} got "
                                f"{[hex(v) for v in got[bad[:4]]]} want "
                                f"{[hex(v) for v in want[bad[:4]]]}")
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_e4m3", "fp8_e5m2", "fp16"])
+def test_widening_every_pattern_is_exact_and_silent(fmt):
+    """Every stored pattern of the format widens to its exact value (NaN to NaN) without a
+    warning: a signalling NaN sets the FPU's invalid flag in the cast, which NumPy would report
+    as a RuntimeWarning from inside fpsim."""
+    import warnings
+
+    from fpsim.autograd.context import widen
+
+    dtype = Tensor(np.zeros(1), fmt).numpy().dtype
+    n = 1 << (8 * dtype.itemsize)
+    data = np.arange(n, dtype=np.uint16 if n > 256 else np.uint8).view(dtype)
+    with np.errstate(invalid="ignore"):  # the reference: the same cast, its warning ignored
+        want = data.astype(np.float64)
+    for target in (np.float64, np.float32):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = widen(data, target)
+        assert got.dtype == target
+        with np.errstate(invalid="ignore"):  # a float32 signalling NaN cast for the compare
+            assert np.array_equal(got.astype(np.float64), want, equal_nan=True)
