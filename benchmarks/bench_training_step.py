@@ -174,6 +174,9 @@ def _masked16(g: np.ndarray, h: np.ndarray) -> np.ndarray:
     return F._masked(g, h.view(np.int16) > 0)
 
 
+_TAP_OFFSETS = np.array([0, 1, 8, 9])  # a 2x2 window's taps in an 8x8 plane, row-major
+
+
 class NumpyCNNHalf:
     """The CNN's fp16 + fp32-master step of fpsim written directly in NumPy, as
     :class:`NumpyMLPHalf` for the MLP: im2col conv as one float64 GEMM (bias in the
@@ -217,8 +220,10 @@ class NumpyCNNHalf:
         # values (compared tap by tap over strided views: no copy of the windows), gathered
         # and (backward) scattered through flat positions in act
         arg = _conv._first_max(_conv._windows(wide(act), 2, 2, 2, 2, 1, 1, 4, 4), 2, 2)[0]
-        arg = arg.reshape(-1)
-        pos = self._origins(n) + (arg >> 1) * 8 + (arg & 1)  # tap (dy, dx) = divmod(arg, 2)
+        # each winner's flat position: its tap's offset (dy, dx) = divmod(arg, 2) in the 8x8
+        # plane from a table, plus its window's origin (fpsim's max_pool2d does the same)
+        pos = _TAP_OFFSETS.take(arg.reshape(-1))
+        pos += self._origins(n)
         flat = wide(act.reshape(-1)[pos]).reshape(n, 128)
         z = wide(acc16(flat @ w.T + b))
         z = z - z.max(axis=1, keepdims=True)
