@@ -33,38 +33,31 @@ def main() -> int:
     rng = np.random.default_rng(2026)
     arrays: dict[str, np.ndarray] = {}
     every = np.arange(1 << 16, dtype=np.uint16)
-    for fmt, tdt, ndt, frac in (("fp16", torch.float16, np.float16, 10),
-                                ("bf16", torch.bfloat16, ml_dtypes.bfloat16, 7)):
-        field = (every >> frac) & ((1 << (15 - frac)) - 1)  # the exponent field
-        special = (field == 0) | (field == (1 << (15 - frac)) - 1)
-        patterns = np.concatenate([every[special], rng.choice(every[~special], 2048, False)])
-        n = patterns.size
-        arrays[f"{fmt}/x"] = patterns
-        # upstream gradients: normal values of both signs, exact in the format (a few
-        # values: the file compresses)
-        g = rng.choice([-1.5, -1.0, -0.75, -0.5, 0.5, 0.75, 1.0, 1.5], n).astype(ndt)
-        arrays[f"{fmt}/g"] = g.view(np.uint16)
-        for op in OPS:
-            # the patterns reach torch through int16 (torch has no uint16 view on the CPU)
-            x = torch.from_numpy(patterns.view(np.int16).copy()).view(tdt).requires_grad_()
-            out = getattr(torch, op)(x)
+    fns = {"gelu": torch.nn.functional.gelu, "sigmoid": torch.sigmoid,
+           "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}
+
+    def record(fmt, tdt, ndt, key: str, bits: np.ndarray, ops) -> None:
+        """Each op on the patterns ``bits`` and its backward from an upstream gradient of
+        normal values of both signs, exact in the format (a few values: the file compresses);
+        the patterns reach torch through int16 (torch has no uint16 view on the CPU)."""
+        g = rng.choice([-1.5, -1.0, -0.75, -0.5, 0.5, 0.75, 1.0, 1.5], bits.size).astype(ndt)
+        arrays[f"{fmt}/{key}x"], arrays[f"{fmt}/{key}g"] = bits, g.view(np.uint16)
+        for op in ops:
+            x = torch.from_numpy(bits.view(np.int16).copy()).view(tdt).requires_grad_()
+            out = fns.get(op, getattr(torch, op, None))(x)
             out.backward(torch.from_numpy(g.view(np.int16).copy()).view(tdt))
             arrays[f"{fmt}/{op}/out"] = out.detach().view(torch.int16).numpy().view(np.uint16)
             arrays[f"{fmt}/{op}/grad"] = x.grad.view(torch.int16).numpy().view(np.uint16)
-        frac_field = every & ((1 << frac) - 1)
-        edge = (field == (1 << (15 - frac)) - 1) | ((field == 0) & (frac_field == 0))
-        arrays[f"{fmt}/edge/x"] = every[edge]
-        ge = rng.choice([-1.5, -1.0, -0.75, -0.5, 0.5, 0.75, 1.0, 1.5], edge.sum()).astype(ndt)
-        arrays[f"{fmt}/edge/g"] = ge.view(np.uint16)
-        for op in ROUNDING_OPS:
-            fn = {"gelu": torch.nn.functional.gelu, "sigmoid": torch.sigmoid,
-                  "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")
-                  }.get(op) or getattr(torch, op)
-            x = torch.from_numpy(every[edge].view(np.int16).copy()).view(tdt).requires_grad_()
-            out = fn(x)
-            out.backward(torch.from_numpy(ge.view(np.int16).copy()).view(tdt))
-            arrays[f"{fmt}/{op}/out"] = out.detach().view(torch.int16).numpy().view(np.uint16)
-            arrays[f"{fmt}/{op}/grad"] = x.grad.view(torch.int16).numpy().view(np.uint16)
+
+    for fmt, tdt, ndt, frac in (("fp16", torch.float16, np.float16, 10),
+                                ("bf16", torch.bfloat16, ml_dtypes.bfloat16, 7)):
+        top = (1 << (15 - frac)) - 1  # the exponent field of infinities and NaNs
+        field, fraction = (every >> frac) & top, every & ((1 << frac) - 1)
+        special = (field == 0) | (field == top)
+        record(fmt, tdt, ndt, "", np.concatenate(
+            [every[special], rng.choice(every[~special], 2048, False)]), OPS)
+        record(fmt, tdt, ndt, "edge/", every[(field == top) | ((field == 0) & (fraction == 0))],
+               ROUNDING_OPS)
     arrays["torch_version"] = np.array(torch.__version__)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(OUT, **arrays)
