@@ -37,6 +37,10 @@ otherwise glibc's adaptive mmap threshold made a step page its arrays in afresh 
 and not in others (page faults on the floor or on fpsim by the luck of what ran before), which
 moved the engine overhead between runs.
 
+With ``--pairs``, the CNN's floor is also timed against itself run as a graph
+(``NumpyCNNHalfGraph``: each op the floor's code, recorded in fpsim's graph and run backward by
+fpsim's engine): the cost of having a graph at all, which no engine of Tensor objects avoids.
+
 ``--glue K`` shows what Python work between kernel calls costs: it times the MLP floor with K
 rounds of plain Python work (small objects made and dropped, as an engine's bookkeeping does)
 before each of its fp16 kernel calls, against the same wrappers doing none, and that Python
@@ -57,6 +61,7 @@ import fpsim.autograd.conv as _conv
 import fpsim.autograd.functional as F
 from fpsim import nn, optim
 from fpsim.autograd import Tensor, fastcast, matmul_accumulation
+from fpsim.autograd.tensor import make_result
 from fpsim.formats import BF16, FP16, FP32
 from fpsim.training import MLP
 
@@ -244,6 +249,76 @@ class NumpyCNNHalf:
         grads[0] = acc16(g2.T @ cols).reshape(8, 1, 3, 3)
         grads[1] = r16(g2.sum(axis=0))
         _sgd_master(self, grads, lr, mom)
+        return float(loss)
+
+
+class NumpyCNNHalfGraph(NumpyCNNHalf):
+    """The floor's CNN step with a graph: each op's forward is the floor's code, recorded as a
+    node of fpsim's autograd graph whose closure is the floor's backward code for that op;
+    ``backward()`` of fpsim's engine runs them and rounds the gradients (the floor's r16 of
+    the biases' and logits' gradients), the parameters are leaf tensors, and the update is the
+    floor's. What it adds to the floor is the cost of a graph alone: Tensor objects, closures,
+    the engine's traversal, without fpsim's ops (their argument handling, formats, models).
+    tests/test_bench_training_step.py checks it gives the floor's parameters, bit for bit."""
+
+    def __init__(self, params: list[np.ndarray]) -> None:
+        super().__init__(params)
+        self.leaves = [Tensor(a, FP16, requires_grad=True) for a in self.p]
+
+    def step(self, x: np.ndarray, y: np.ndarray, lr: float = 0.01, mom: float = 0.9) -> float:
+        wide, r16, acc16 = fastcast.f16_to_wide, fastcast.f64_to_f16, fastcast.f64_to_f32_to_f16
+        for t, a in zip(self.leaves, self.p, strict=True):
+            t.set_data_(a)
+            t.grad = None
+        tc, tbc, tw, tb = self.leaves
+        wc, bc, w, b = (wide(a) for a in self.p)
+        n = x.shape[0]
+        xp = np.zeros((n, 1, 10, 10))
+        xp[:, :, 1:9, 1:9] = wide(x)
+        s0, s1, s2, s3 = xp.strides
+        win = np.lib.stride_tricks.as_strided(xp, (n, 1, 8, 8, 3, 3), (s0, s1, s2, s3, s2, s3),
+                                              writeable=False)
+        cols = np.ascontiguousarray(win.transpose(0, 2, 3, 1, 4, 5).reshape(n * 64, 9))
+        acc = (cols[None] @ wc.reshape(1, 8, 9).transpose(0, 2, 1))[0]
+        acc += bc
+        conv = np.ascontiguousarray(acc16(acc).reshape(n, 8, 8, 8).transpose(0, 3, 1, 2))
+
+        def conv_back(g):
+            g2 = wide(g).transpose(0, 2, 3, 1).reshape(n * 64, 8)
+            return acc16(g2.T @ cols).reshape(8, 1, 3, 3), g2.sum(axis=0)
+
+        t_conv = make_result(conv, FP16, (tc, tbc), conv_back, "conv2d")
+        act = _relu16(conv)
+        t_act = make_result(act, FP16, (t_conv,), lambda g: (_masked16(g, conv),), "relu")
+        arg = _conv._first_max(_conv._windows(wide(act), 2, 2, 2, 2, 1, 1, 4, 4), 2, 2)[0]
+        pos = _TAP_OFFSETS.take(arg.reshape(-1))
+        pos += self._origins(n)
+
+        def pool_back(g):
+            dact = np.zeros(n * 512, np.float16)
+            dact[pos] = g.reshape(-1)
+            return (dact.reshape(n, 8, 8, 8),)
+
+        t_pool = make_result(act.reshape(-1)[pos].reshape(n, 128), FP16, (t_act,), pool_back,
+                             "max_pool2d")
+        flat = wide(t_pool.data)
+        t_z = make_result(acc16(flat @ w.T + b), FP16, (t_pool, tw, tb),
+                          lambda g: (acc16(wide(g) @ w), acc16(wide(g).T @ flat),
+                                     wide(g).sum(axis=0)), "linear")
+        z = wide(t_z.data)
+        z = z - z.max(axis=1, keepdims=True)
+        logp = r16(z - np.log(np.exp(z).sum(axis=1, keepdims=True)))
+        rows = np.arange(n)
+        loss = r16(np.asarray(-wide(logp)[rows, y].sum() / n))
+
+        def loss_back(g):
+            gl = np.zeros((n, 10))
+            gl[rows, y] = -1.0 / n
+            gl = wide(r16(gl))
+            return (gl - np.exp(wide(logp)) * gl.sum(axis=1, keepdims=True),)
+
+        make_result(loss, FP16, (t_z,), loss_back, "cross_entropy").backward()
+        _sgd_master(self, [t.grad for t in self.leaves], lr, mom)
         return float(loss)
 
 
@@ -489,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
           "fp16+master time / numpy fp16+master (floor) time - 1 (target < 10%)")
     print(f"{'model':26s} {'variant':26s} {'ms/step':>9s} {'speed vs numpy fp32':>20s} "
           f"{'engine overhead':>16s}")
-    summary, overheads, cpu = [], [], []
+    summary, overheads, cpu, graph = [], [], [], []
     for name, (build, numpy_cls, x, half_cls) in cases.items():
         params = [p.numpy(np.float64) for p in build(0).parameters()]
         variants = {"numpy fp32": (numpy_cls(params).step, (x.astype(np.float32), y)),
@@ -513,6 +588,14 @@ def main(argv: list[str] | None = None) -> int:
             cpu.append(f"{name}: floor {tf * 1e3:.3f} ms, fpsim {te * 1e3:.3f} ms, best "
                        f"{te / tf - 1:+.1%}, median {med:+.1%} (quartiles {q1:+.1%} to "
                        f"{q3:+.1%})")
+            if half_cls is NumpyCNNHalf:  # the floor's ops as a graph: what a graph costs
+                tf, tg, ratios = cpu_pairs(variants["numpy fp16+master"],
+                                           (NumpyCNNHalfGraph(params).step,
+                                            (fastcast.f64_to_f16(x), y)), args.pairs)
+                q1, med, q3 = np.percentile(ratios, (25, 50, 75)) - 1
+                graph.append(f"{name}: floor {tf * 1e3:.3f} ms, floor as a graph "
+                             f"{tg * 1e3:.3f} ms, best {tg / tf - 1:+.1%}, median {med:+.1%} "
+                             f"(quartiles {q1:+.1%} to {q3:+.1%})")
         for label, t in times.items():
             col = f"{over:+16.1%}" if label == "fpsim fp16+master" else f"{'':16s}"
             print(f"{name:26s} {label:26s} {t * 1e3:9.3f} {times['numpy fp32'] / t:20.2f} {col}")
@@ -527,6 +610,10 @@ def main(argv: list[str] | None = None) -> int:
     if cpu:
         print(f"engine overhead by per-thread CPU time ({args.pairs} pairs of steps: best "
               "of each, and the median of the pairs' ratios): " + "; ".join(cpu))
+    if graph:
+        print(f"cost of a graph alone (the floor's kernels as graph ops run by fpsim's engine: "
+              f"NumpyCNNHalfGraph), by per-thread CPU time ({args.pairs} pairs of steps): "
+              + "; ".join(graph))
     if args.glue > 0:
         t0, tk, alone, n_calls = glue_cost(args.glue, max(args.pairs, 100))
         print(f"Python work between kernels (MLP floor, {args.glue} rounds of it before each "

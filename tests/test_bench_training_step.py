@@ -61,10 +61,14 @@ def test_script_engine_rows(bench, capsys):
     assert out.count("numpy fp16+master  ") == 2
     assert "per-thread CPU" not in out
     assert bench.main(["--repeat", "1", "--steps", "1", "--engine", "--pairs", "2"]) == 0
-    line = [ln for ln in capsys.readouterr().out.splitlines() if "per-thread CPU" in ln]
+    out_lines = capsys.readouterr().out.splitlines()
+    line = [ln for ln in out_lines if ln.startswith("engine overhead by per-thread CPU")]
     assert len(line) == 1 and "2 pairs of steps" in line[0]
     for part in line[0].split(": ", 1)[1].split("; "):  # per model: best, median, quartiles
         assert part.count("%") == 4 and "best " in part and "median " in part
+    graph = [ln for ln in out_lines if ln.startswith("cost of a graph alone")]
+    assert len(graph) == 1 and "CNN" in graph[0] and "MLP" not in graph[0]
+    assert graph[0].split("NumpyCNNHalfGraph), ", 1)[1].count("%") == 4
 
 
 def test_script_glue_line(bench, capsys):
@@ -79,6 +83,25 @@ def test_script_glue_line(bench, capsys):
     # the wrappers count the floor's fp16 kernel calls: each call of an MLP step
     t0, tk, alone, n_calls = bench.glue_cost(1, 2)
     assert n_calls > 20 and min(t0, tk, alone) > 0
+
+
+def test_the_floor_as_a_graph_is_the_floor_bit_for_bit(bench):
+    """NumpyCNNHalfGraph (the floor's ops recorded in fpsim's graph, run backward by the
+    engine) gives the floor's losses and parameters, bit for bit, over three steps: what the
+    benchmark measures of it is the graph's cost, not other arithmetic."""
+    from fpsim.autograd import fastcast
+
+    rng = np.random.default_rng(5)
+    x = fastcast.f64_to_f16(rng.standard_normal((bench.BATCH, 1, 8, 8)))
+    y = rng.integers(0, 10, bench.BATCH)
+    params = [p.numpy(np.float64) for p in bench.cnn(4).parameters()]
+    floor, graph = bench.NumpyCNNHalf(params), bench.NumpyCNNHalfGraph(params)
+    losses = [(floor.step(x, y), graph.step(x, y)) for _ in range(3)]
+    assert [a for a, _ in losses] == [b for _, b in losses]
+    assert len({a for a, _ in losses}) > 1
+    for p, q in zip(floor.p, graph.p, strict=True):
+        np.testing.assert_array_equal(p.view(np.uint16), q.view(np.uint16))
+    assert all(t.grad is not None for t in graph.leaves)  # the engine filled every gradient
 
 
 @pytest.mark.parametrize("case", ["mlp", "cnn"])
