@@ -130,16 +130,8 @@ class NumpyMLPHalf:
         h2 = acc16(a1w @ w2.T + b2)
         a2 = _relu16(h2)
         a2w = wide(a2)
-        z = wide(acc16(a2w @ w3.T + b3))
-        z = z - z.max(axis=1, keepdims=True)
-        logp = r16(z - np.log(np.exp(z).sum(axis=1, keepdims=True)))
-        n = x.shape[0]
-        rows = np.arange(n)
-        loss = r16(np.asarray(-wide(logp)[rows, y].sum() / n))
-        gl = np.zeros((n, 10))
-        gl[rows, y] = -1.0 / n
-        gl = wide(r16(gl))  # nll_loss backward, rounded to fp16
-        dz = wide(r16(gl - np.exp(wide(logp)) * gl.sum(axis=1, keepdims=True)))
+        loss, logp = _cross_entropy16(wide(acc16(a2w @ w3.T + b3)), y)
+        dz = wide(r16(_cross_entropy16_grad(logp, y)))
         grads = [None] * 6
         grads[4], grads[5] = acc16(dz.T @ a2w), r16(dz.sum(axis=0))
         dh2 = wide(_masked16(acc16(dz @ w3), h2))
@@ -204,12 +196,12 @@ class NumpyCNNHalf:
             self._origin = win.reshape(-1)
         return self._origin
 
-    def step(self, x: np.ndarray, y: np.ndarray, lr: float = 0.01, mom: float = 0.9) -> float:
-        wide, r16, acc16 = fastcast.f16_to_wide, fastcast.f64_to_f16, fastcast.f64_to_f32_to_f16
-        wc, bc, w, b = (wide(a) for a in self.p)
+    def _conv(self, x: np.ndarray, wc: np.ndarray, bc: np.ndarray):
+        """conv2d 1 -> 8, 3x3, padding 1 of the fp16 input: the output (fp16, NCHW) and the
+        im2col columns its weight gradient needs."""
         n = x.shape[0]
         xp = np.zeros((n, 1, 10, 10))  # zero padding 1 (np.pad's result, as fpsim's conv2d)
-        xp[:, :, 1:9, 1:9] = wide(x)
+        xp[:, :, 1:9, 1:9] = fastcast.f16_to_wide(x)
         s0, s1, s2, s3 = xp.strides  # the 3x3 windows (n, 1, 8, 8, 3, 3) as a strided view
         win = np.lib.stride_tricks.as_strided(xp, (n, 1, 8, 8, 3, 3), (s0, s1, s2, s3, s2, s3),
                                               writeable=False)
@@ -218,27 +210,31 @@ class NumpyCNNHalf:
         # product (fpsim's conv2d does the same); the bias added in place
         acc = (cols[None] @ wc.reshape(1, 8, 9).transpose(0, 2, 1))[0]
         acc += bc
-        conv = acc16(acc)  # rows (n, h, w), channels last
-        conv = np.ascontiguousarray(conv.reshape(n, 8, 8, 8).transpose(0, 3, 1, 2))
-        act = _relu16(conv)
-        # 2x2 max pooling by fpsim's kernel: the first maximum of each window of the widened
-        # values (compared tap by tap over strided views: no copy of the windows), gathered
-        # and (backward) scattered through flat positions in act
-        arg = _conv._first_max(_conv._windows(wide(act), 2, 2, 2, 2, 1, 1, 4, 4), 2, 2)[0]
-        # each winner's flat position: its tap's offset (dy, dx) = divmod(arg, 2) in the 8x8
-        # plane from a table, plus its window's origin (fpsim's max_pool2d does the same)
+        conv = fastcast.f64_to_f32_to_f16(acc)  # rows (n, h, w), channels last
+        return np.ascontiguousarray(conv.reshape(n, 8, 8, 8).transpose(0, 3, 1, 2)), cols
+
+    def _pool_positions(self, act: np.ndarray) -> np.ndarray:
+        """2x2 max pooling by fpsim's kernel: the first maximum of each window of the widened
+        values (compared tap by tap over strided views: no copy of the windows); each winner's
+        flat position in act, its tap's offset (dy, dx) = divmod(arg, 2) in the 8x8 plane from
+        a table plus its window's origin (fpsim's max_pool2d does the same)."""
+        wide = fastcast.f16_to_wide(act)
+        arg = _conv._first_max(_conv._windows(wide, 2, 2, 2, 2, 1, 1, 4, 4), 2, 2)[0]
         pos = _TAP_OFFSETS.take(arg.reshape(-1))
-        pos += self._origins(n)
+        pos += self._origins(act.shape[0])
+        return pos
+
+    def step(self, x: np.ndarray, y: np.ndarray, lr: float = 0.01, mom: float = 0.9) -> float:
+        wide, r16, acc16 = fastcast.f16_to_wide, fastcast.f64_to_f16, fastcast.f64_to_f32_to_f16
+        wc, bc, w, b = (wide(a) for a in self.p)
+        n = x.shape[0]
+        conv, cols = self._conv(x, wc, bc)
+        act = _relu16(conv)
+        pos = self._pool_positions(act)  # the winners, gathered and (backward) scattered
         flat = wide(act.reshape(-1)[pos]).reshape(n, 128)
         z = wide(acc16(flat @ w.T + b))
-        z = z - z.max(axis=1, keepdims=True)
-        logp = r16(z - np.log(np.exp(z).sum(axis=1, keepdims=True)))
-        rows = np.arange(n)
-        loss = r16(np.asarray(-wide(logp)[rows, y].sum() / n))
-        gl = np.zeros((n, 10))
-        gl[rows, y] = -1.0 / n
-        gl = wide(r16(gl))  # nll_loss backward, rounded to fp16
-        dz = wide(r16(gl - np.exp(wide(logp)) * gl.sum(axis=1, keepdims=True)))
+        loss, logp = _cross_entropy16(z, y)
+        dz = wide(r16(_cross_entropy16_grad(logp, y)))
         grads: list = [None] * 4
         grads[2], grads[3] = acc16(dz.T @ flat), r16(dz.sum(axis=0))
         dflat = acc16(dz @ w)  # fp16, scattered to the winning taps
@@ -266,22 +262,14 @@ class NumpyCNNHalfGraph(NumpyCNNHalf):
         self.leaves = [Tensor(a, FP16, requires_grad=True) for a in self.p]
 
     def step(self, x: np.ndarray, y: np.ndarray, lr: float = 0.01, mom: float = 0.9) -> float:
-        wide, r16, acc16 = fastcast.f16_to_wide, fastcast.f64_to_f16, fastcast.f64_to_f32_to_f16
+        wide, acc16 = fastcast.f16_to_wide, fastcast.f64_to_f32_to_f16
         for t, a in zip(self.leaves, self.p, strict=True):
             t.set_data_(a)
             t.grad = None
         tc, tbc, tw, tb = self.leaves
         wc, bc, w, b = (wide(a) for a in self.p)
         n = x.shape[0]
-        xp = np.zeros((n, 1, 10, 10))
-        xp[:, :, 1:9, 1:9] = wide(x)
-        s0, s1, s2, s3 = xp.strides
-        win = np.lib.stride_tricks.as_strided(xp, (n, 1, 8, 8, 3, 3), (s0, s1, s2, s3, s2, s3),
-                                              writeable=False)
-        cols = np.ascontiguousarray(win.transpose(0, 2, 3, 1, 4, 5).reshape(n * 64, 9))
-        acc = (cols[None] @ wc.reshape(1, 8, 9).transpose(0, 2, 1))[0]
-        acc += bc
-        conv = np.ascontiguousarray(acc16(acc).reshape(n, 8, 8, 8).transpose(0, 3, 1, 2))
+        conv, cols = self._conv(x, wc, bc)
 
         def conv_back(g):
             g2 = wide(g).transpose(0, 2, 3, 1).reshape(n * 64, 8)
@@ -290,9 +278,7 @@ class NumpyCNNHalfGraph(NumpyCNNHalf):
         t_conv = make_result(conv, FP16, (tc, tbc), conv_back, "conv2d")
         act = _relu16(conv)
         t_act = make_result(act, FP16, (t_conv,), lambda g: (_masked16(g, conv),), "relu")
-        arg = _conv._first_max(_conv._windows(wide(act), 2, 2, 2, 2, 1, 1, 4, 4), 2, 2)[0]
-        pos = _TAP_OFFSETS.take(arg.reshape(-1))
-        pos += self._origins(n)
+        pos = self._pool_positions(act)
 
         def pool_back(g):
             dact = np.zeros(n * 512, np.float16)
@@ -302,24 +288,36 @@ class NumpyCNNHalfGraph(NumpyCNNHalf):
         t_pool = make_result(act.reshape(-1)[pos].reshape(n, 128), FP16, (t_act,), pool_back,
                              "max_pool2d")
         flat = wide(t_pool.data)
-        t_z = make_result(acc16(flat @ w.T + b), FP16, (t_pool, tw, tb),
-                          lambda g: (acc16(wide(g) @ w), acc16(wide(g).T @ flat),
-                                     wide(g).sum(axis=0)), "linear")
-        z = wide(t_z.data)
-        z = z - z.max(axis=1, keepdims=True)
-        logp = r16(z - np.log(np.exp(z).sum(axis=1, keepdims=True)))
-        rows = np.arange(n)
-        loss = r16(np.asarray(-wide(logp)[rows, y].sum() / n))
 
-        def loss_back(g):
-            gl = np.zeros((n, 10))
-            gl[rows, y] = -1.0 / n
-            gl = wide(r16(gl))
-            return (gl - np.exp(wide(logp)) * gl.sum(axis=1, keepdims=True),)
+        def linear_back(g):
+            dz = wide(g)
+            return acc16(dz @ w), acc16(dz.T @ flat), dz.sum(axis=0)
 
-        make_result(loss, FP16, (t_z,), loss_back, "cross_entropy").backward()
+        t_z = make_result(acc16(flat @ w.T + b), FP16, (t_pool, tw, tb), linear_back, "linear")
+        loss, logp = _cross_entropy16(wide(t_z.data), y)
+        make_result(loss, FP16, (t_z,), lambda g: (_cross_entropy16_grad(logp, y),),
+                    "cross_entropy").backward()
         _sgd_master(self, [t.grad for t in self.leaves], lr, mom)
         return float(loss)
+
+
+def _cross_entropy16(z: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The mean cross-entropy of float64 logits ``z`` (values of fp16) as fpsim's one-node
+    cross_entropy computes it: (loss, log_softmax), both rounded to fp16."""
+    r16, n = fastcast.f64_to_f16, z.shape[0]
+    z = z - z.max(axis=1, keepdims=True)
+    logp = r16(z - np.log(np.exp(z).sum(axis=1, keepdims=True)))
+    return r16(np.asarray(-fastcast.f16_to_wide(logp)[np.arange(n), y].sum() / n)), logp
+
+
+def _cross_entropy16_grad(logp: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Its gradient with respect to the logits, in float64 before the engine's rounding to
+    fp16: nll_loss's gradient (rounded to fp16, as the engine stores it), then log_softmax's."""
+    n, c = logp.shape
+    gl = np.zeros((n, c))
+    gl[np.arange(n), y] = -1.0 / n
+    gl = fastcast.f16_to_wide(fastcast.f64_to_f16(gl))
+    return gl - np.exp(fastcast.f16_to_wide(logp)) * gl.sum(axis=1, keepdims=True)
 
 
 class NumpyCNN:
