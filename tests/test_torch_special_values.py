@@ -112,3 +112,36 @@ def test_widening_every_pattern_is_exact_and_silent(fmt):
         assert got.dtype == target
         with np.errstate(invalid="ignore"):  # a float32 signalling NaN cast for the compare
             assert np.array_equal(got.astype(np.float64), want, equal_nan=True)
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "fp64", "fp8_e4m3", "fp8_e5m2"])
+def test_relu_and_abs_follow_the_same_rules_in_the_other_formats(fmt):
+    """The formats relu decides on in floating point (not on 16-bit patterns): PyTorch's rules
+    checked above on fp16 / bf16, stated in float64. relu gives +0 for x < 0 and x itself
+    otherwise (-0 and NaN kept, bit for bit), and passes the gradient where x > 0 or x is NaN;
+    abs's gradient is g * ((x > 0) - (x < 0)): 0 at both zeros and at NaN."""
+    dtype = Tensor(np.zeros(1), fmt).numpy().dtype
+    if dtype.itemsize == 1:  # every pattern of an fp8 format
+        data = np.arange(256, dtype=np.uint8).view(dtype)
+    else:
+        info = np.finfo(dtype)
+        data = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1.5, -1.5, info.tiny,
+                         -info.tiny, info.smallest_subnormal, -info.smallest_subnormal,
+                         info.max, -info.max], dtype=dtype)
+    with np.errstate(invalid="ignore"):
+        v = data.astype(np.float64)
+    g = np.where(np.arange(data.size) % 2, -0.75, 1.25)
+    bits = np.dtype(f"u{dtype.itemsize}")
+    x = Tensor(data, fmt, requires_grad=True)
+    out = F.relu(x)
+    want = np.where(v < 0, np.zeros(1, dtype).view(bits), data.view(bits))
+    np.testing.assert_array_equal(out.numpy().view(bits), want)
+    out.backward(g)
+    np.testing.assert_array_equal(x.grad.astype(np.float64), np.where((v > 0) | np.isnan(v), g, 0))
+    assert (np.signbit(v) & (v == 0)).any() and np.isnan(v).any()  # -0 and NaN are met
+    x = Tensor(data, fmt, requires_grad=True)
+    F.abs(x).backward(g)
+    got = x.grad.astype(np.float64)
+    want = ((v > 0).astype(float) - (v < 0)) * g
+    np.testing.assert_array_equal(got, want)
+    assert not np.isnan(got).any()
