@@ -39,7 +39,8 @@ moved the engine overhead between runs.
 
 With ``--pairs``, the CNN's floor is also timed against itself run as a graph
 (``NumpyCNNHalfGraph``: each op the floor's code, recorded in fpsim's graph and run backward by
-fpsim's engine): the cost of having a graph at all, which no engine of Tensor objects avoids.
+fpsim's engine): what recording the step as a graph costs by itself, before any of fpsim's
+ops.
 
 ``--glue K`` shows what Python work between kernel calls costs: it times the MLP floor with K
 rounds of plain Python work (small objects made and dropped, as an engine's bookkeeping does)
