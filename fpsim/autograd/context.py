@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import flags as _flags
 from .. import state as _state
 from ..formats import (
     BF16,
@@ -92,6 +91,7 @@ class Accumulation:
 
 _KINDS = ("fp32", "exact", "sgemm", "sequential", "pairwise", "tensorcore")
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
+_FLAG_STACK = _state.flag_stack  # the active flag contexts (fpsim.flags.flags_active reads it)
 _SIMPLE = {k: Accumulation(k) for k in ("fp32", "exact", "sgemm")}  # frozen: shared
 _VALID = ('"fp32", "exact", "sgemm", ("sequential", fmt), ("pairwise", fmt), '
           '("tensorcore", gpu) or an Accumulation')
@@ -322,7 +322,7 @@ def plain_rounding() -> bool:
     >>> plain_rounding()
     True
     """
-    return _state.autograd_settings.plain and not _flags.flags_active()
+    return _state.autograd_settings.plain and not _FLAG_STACK.get()
 
 
 def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.ndarray:
@@ -342,7 +342,8 @@ def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.nda
     if x.dtype == sd and fmt.dtype is not None:
         return x  # values already of the format
     s = _state.autograd_settings
-    if mode is None and fmt is FP16 and s.plain and not _flags.flags_active():
+    flags = bool(_FLAG_STACK.get())  # flags_active(), read once (round_to is per op)
+    if mode is None and fmt is FP16 and s.plain and not flags:
         # fp16 training's case, first: the plain path below, without its other tests
         if x.dtype == _F64:
             return f64_to_f16(x)
@@ -354,7 +355,7 @@ def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.nda
         plain = (mode is Rounding.NEAREST_EVEN and s.overflow is Overflow.INF
                  and s.subnormals is Subnormals.KEEP)
     kind = x.dtype.kind
-    if _flags.flags_active():
+    if flags:
         plain = False  # fpsim.cast computes the IEEE flags and records them in the contexts
     if (kind == "f" and x.dtype.itemsize <= 8) or kind == "V":  # ints, long double: cast below
         if x.dtype != np.float64 and x.dtype != np.float32:

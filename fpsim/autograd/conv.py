@@ -77,16 +77,21 @@ def _add_windows(gp: np.ndarray, gwin: np.ndarray, sh: int, sw: int, dh: int, dw
 # once per (input shape, arguments) and kept: parsing and checking the arguments on every
 # call was much of a small layer's time on a small batch. Only plain ints, strings and tuples of
 # ints are keys (a bool, a NumPy integer or a list is parsed, and checked, on every call).
-_UNCACHED = object()
 _PLANS_MAX = 256
 
 
-def _plain(v):
-    """``v`` as a plan-cache key part, or _UNCACHED."""
-    t = type(v)
-    if t is int or t is str or (t is tuple and all(type(e) is int for e in v)):
-        return v
-    return _UNCACHED
+def _plain(*args) -> bool:
+    """Whether every argument can be a plan-cache key part: an int, a str or a tuple of ints
+    (one call for all of an op's arguments: these checks run on every call)."""
+    for v in args:
+        t = type(v)
+        if t is tuple:
+            for e in v:
+                if type(e) is not int:
+                    return False
+        elif t is not int and t is not str:
+            return False
+    return True
 
 
 def _remember(cache: dict, key: tuple, plan: tuple) -> None:
@@ -161,12 +166,12 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: In
         # Tensor methods reach the ops: this module does not import fpsim.autograd.functional
         return conv2d(x.unsqueeze(0), w, bias, stride, padding, dilation, groups,
                       accumulation=accumulation).squeeze(0)
-    key = (x._data.shape, w._data.shape, _plain(stride), _plain(padding), _plain(dilation),
-           _plain(groups))
-    plan = _CONV_PLANS.get(key)
+    key = (x._data.shape, w._data.shape, stride, padding, dilation, groups)
+    cached = _plain(stride, padding, dilation, groups)
+    plan = _CONV_PLANS.get(key) if cached else None
     if plan is None:
         plan = _conv_plan(x, w, stride, padding, dilation, groups)
-        if _UNCACHED not in key:
+        if cached:
             _remember(_CONV_PLANS, key, plan)
     sh, sw, dh, dw, groups, pt, pb, pl, pr, hp, wp, oh, ow = plan
     n, c, h, wd = x._data.shape  # the arrays' shapes: Tensor.shape is a property call
@@ -334,12 +339,13 @@ def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
         r = max_pool2d(x.unsqueeze(0), kernel_size, stride, padding, dilation, ceil_mode,
                        return_indices)
         return (r[0].squeeze(0), r[1][0]) if return_indices else r.squeeze(0)
-    key = (x._data.shape, _plain(kernel_size), None if stride is None else _plain(stride),
-           _plain(padding), _plain(dilation), ceil_mode if type(ceil_mode) is bool else _UNCACHED)
-    plan = _MAXPOOL_PLANS.get(key)
+    key = (x._data.shape, kernel_size, stride, padding, dilation, ceil_mode)
+    cached = type(ceil_mode) is bool and _plain(kernel_size, 0 if stride is None else stride,
+                                                 padding, dilation)
+    plan = _MAXPOOL_PLANS.get(key) if cached else None
     if plan is None:
         plan = _max_pool_plan(x, kernel_size, stride, padding, dilation, ceil_mode)
-        if _UNCACHED not in key:
+        if cached:
             _remember(_MAXPOOL_PLANS, key, plan)
     kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, bottom, right, top, left, all_hit, table, base = plan
     n, c, h, wd = x_shape = x._data.shape
@@ -354,7 +360,7 @@ def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
     if all_hit and kh * kw > 1 and n * c * oh * ow >= _TAPS_MIN:
         # the maxima tell it (np.maximum keeps a NaN): one pass over the output, not the input
         arg, best = _first_max(win6, kh, kw)
-        checks = not best.min() > -np.inf
+        checks = not np.minimum.reduce(best, axis=None) > -np.inf  # best.min(), a C call
         if checks:
             arg = None  # a NaN breaks the taps' compare: the argmax below
     else:
@@ -381,11 +387,11 @@ def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
         flat = (np.arange(n * c).reshape(n, c, 1, 1) * (h * wd) + indices).ravel()
     else:  # every winner is inside: its window's origin plus its tap's offset, from a table of
         # the kh * kw offsets (integer division over every window costs more than the argmax)
-        flat = np.take(table, arg)
+        flat = table.take(arg)
         flat += base  # the window's origin in the flattened input
         flat = flat.ravel()
         if return_indices:
-            indices = np.take(table, arg)
+            indices = table.take(arg)
             indices += top * wd + left
     if keep is None:
         out = x._data.reshape(-1)[flat].reshape(n, c, oh, ow)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import state as _state
 from ..checks import as_int
 from ..formats import FP32, Format, get_format
-from .context import Accumulation, as_accumulation, contains, promote_formats, settings
+from .context import Accumulation, as_accumulation, contains, promote_formats
 from .tensor import Tensor, as_format
 
 __all__ = [
@@ -94,7 +95,9 @@ def accumulation_model(accumulation) -> Accumulation:
     >>> accumulation_model(None).kind, accumulation_model("exact").kind
     ('fp32', 'exact')
     """
-    return settings().accumulation if accumulation is None else as_accumulation(accumulation)
+    if accumulation is None:
+        return _state.autograd_settings.accumulation  # settings(), without the call (per op)
+    return as_accumulation(accumulation)
 
 
 def operand_dtype(model: Accumulation, *fmts: Format):

@@ -780,7 +780,12 @@ def make_result(data: np.ndarray, fmt: Format, parents: Sequence[Tensor],
     copy (see ``_run_backward``), and changing that ``.grad`` in place would change it."""
     if isinstance(data, np.generic):  # NumPy ops on 0-d arrays (neg, relu, casts) give scalars
         data = np.asarray(data)
-    out = Tensor._wrap(data, fmt)
+    out = object.__new__(Tensor)  # Tensor._wrap's fields, set here: one call fewer per op
+    out._data = data
+    out.fmt = fmt
+    out._grad = out._grad_fmt = out._parents = out._backward = None
+    out._op = ""
+    out._requires_grad = out._retains_grad = False
     if _state.grad_enabled:
         for p in parents:
             if p._requires_grad:
@@ -795,27 +800,31 @@ def make_result(data: np.ndarray, fmt: Format, parents: Sequence[Tensor],
     return out
 
 
+_DONE = object()  # on _topo_order's stack: the tensor below it has its inputs ordered
+
+
 def _topo_order(root: Tensor) -> list[Tensor]:
-    """Tensors reachable from ``root`` through requires-grad edges, inputs before outputs."""
+    """The op results (tensors with parents) reachable from ``root`` through requires-grad
+    edges, inputs before outputs; leaves are left out (the backward pass takes their gradients
+    as they arrive). ``root`` has parents."""
     order: list[Tensor] = []
     seen: set[int] = set()
-    stack: list[tuple[Tensor, bool]] = [(root, False)]
+    stack: list = [root]
+    push, pop = stack.append, stack.pop
     while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
+        node = pop()
+        if node is _DONE:
+            order.append(pop())
             continue
-        if id(node) in seen:
+        key = id(node)
+        if key in seen:
             continue
-        seen.add(id(node))
-        parents = node._parents
-        if parents is None:  # a leaf: nothing to expand first
-            order.append(node)
-            continue
-        stack.append((node, True))
-        for p in parents:
-            if p._requires_grad and id(p) not in seen:
-                stack.append((p, False))
+        seen.add(key)
+        push(node)
+        push(_DONE)
+        for p in node._parents:
+            if p._requires_grad and p._parents is not None and id(p) not in seen:
+                push(p)
     return order
 
 
@@ -828,9 +837,6 @@ def add_grads(a: np.ndarray, b: np.ndarray, fmt: Format) -> np.ndarray:
 
 
 def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
-    order = _topo_order(root)
-    grads: dict[int, np.ndarray] = {id(root): g}
-    pop = grads.pop
     # A tensor's .grad never shares memory with another's (nor with anything else), so that
     # changing one in place changes nothing else. A leaf adopts its gradient without a copy
     # only when the array is its alone: ``sole`` holds the tensors whose pending gradient is
@@ -838,28 +844,26 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
     # (``handed``: ids of every array handed out; an id reused after its array died only costs
     # a copy). The ops' backward functions return fresh arrays, views of ``g`` or ``g`` itself;
     # none returns an array it keeps.
-    handed = {id(g)}
-    sole = {id(root)} if g.base is None else set()
-    for node in reversed(order):
-        key = id(node)
-        g = pop(key, None)
+    if root._parents is None:  # a leaf's backward: the gradient is its own
+        _take_grad(root, g, g.base is None)
+        return
+    grads: dict[int, np.ndarray] = {id(root): g}
+    pop, get = grads.pop, grads.get
+    handed, sole = {id(g)}, set()
+    leaves: list[Tensor] = []  # in the order their first gradient arrived
+    for node in reversed(_topo_order(root)):
+        g = pop(id(node), None)
         if g is None:
             continue
-        parents = node._parents
-        if parents is None or node._retains_grad:
-            if node._grad is None:
-                node._grad = g if parents is None and key in sole else g.copy()
-            else:
-                node._grad = add_grads(node._grad, g, node.grad_fmt)
-            if parents is None:
-                continue
+        if node._retains_grad:
+            _take_grad(node, g, False)
         pgrads = node._backward(g)
         if not retain_graph:
             node._backward = _freed
             if _observers:
                 for o in tuple(_observers):
                     o.on_release(node)
-        for p, pg in zip(parents, pgrads, strict=True):
+        for p, pg in zip(node._parents, pgrads, strict=True):
             if pg is None or not p._requires_grad:
                 continue
             if isinstance(pg, np.generic):  # NumPy ops on 0-d arrays return scalars
@@ -874,16 +878,30 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
             # dtype of a format that has a NumPy type holds values of the format
             if pg.dtype != fmt.storage_dtype or fmt.dtype is None:
                 pg = round_to(pg, fmt)
-            key = id(p)
-            prev = grads.get(key)
+            key, arr = id(p), id(pg)
+            prev = get(key)
             if prev is None:
                 grads[key] = pg
-                if pg.base is None and id(pg) not in handed:
+                if pg.base is None and arr not in handed:
                     sole.add(key)
-                handed.add(id(pg))
+                handed.add(arr)
+                if p._parents is None:
+                    leaves.append(p)
             else:
                 grads[key] = add_grads(prev, pg, fmt)  # a fresh array
                 sole.add(key)
+    for leaf in leaves:
+        key = id(leaf)
+        _take_grad(leaf, pop(key), key in sole)
+
+
+def _take_grad(t: Tensor, g: np.ndarray, own: bool) -> None:
+    """Add this pass's gradient ``g`` to ``t.grad``; ``own``: ``g`` is ``t``'s alone (no copy
+    needed to make it the ``.grad``)."""
+    if t._grad is None:
+        t._grad = g if own else g.copy()
+    else:
+        t._grad = add_grads(t._grad, g, t.grad_fmt)
 
 
 # The ops module, fpsim.autograd.functional: it imports this module and, once its ops are

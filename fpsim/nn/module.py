@@ -452,6 +452,9 @@ class Module:
         return head + "\n" + "\n".join(lines) + "\n)"
 
 
+_MODULE_CALL = Module.__call__
+
+
 class Sequential(Module):
     """Modules applied one after another.
 
@@ -470,7 +473,8 @@ class Sequential(Module):
 
     def forward(self, x):
         for m in self._modules.values():
-            x = m(x)
+            # Module.__call__ is forward: called directly unless a subclass calls otherwise
+            x = m.forward(x) if type(m).__call__ is _MODULE_CALL else m(x)
         return x
 
     def __getitem__(self, i: int) -> Module:
