@@ -65,6 +65,9 @@ PIECES: tuple[str, ...] = ("grad_enabled", "observers", "rounding_rng", "init_rn
                            "autograd_settings", "flag_stack", "autocast_hook", "rng_states")
 _PIECE_SET = frozenset(PIECES)
 _VARS = {"flag_stack": flag_stack, "autocast_hook": autocast_hook}
+# the pieces that are plain module globals, read and set as such (scoped's per-step path)
+_PLAIN = frozenset(("grad_enabled", "rounding_rng", "init_rng", "autograd_settings"))
+_GLOBALS = globals()
 
 
 def as_generator(rng: np.random.Generator | int | None,
@@ -281,6 +284,9 @@ class scoped:  # noqa: N801 - a context manager, used like one
             var = _VARS.get(name)
             if var is not None:
                 saved.append((var, var.set(value)))
+            elif name in _PLAIN:
+                saved.append((name, _GLOBALS[name]))
+                _GLOBALS[name] = value
             else:
                 saved.append((name, _get(name)))
                 _set(name, value)
@@ -288,7 +294,9 @@ class scoped:  # noqa: N801 - a context manager, used like one
 
     def __exit__(self, *exc) -> None:
         for key, old in reversed(self._saved.pop()):
-            if isinstance(key, str):
+            if key in _PLAIN:  # (a ContextVar is never in it)
+                _GLOBALS[key] = old
+            elif isinstance(key, str):
                 _set(key, old)
             else:
                 key.reset(old)

@@ -117,3 +117,45 @@ def test_retained_intermediate_gradients_and_the_freed_graph():
     assert not np.shares_memory(mid.grad, x.grad) and not np.shares_memory(x.grad, w.grad)
     with pytest.raises(RuntimeError, match="second time"):
         out.backward(np.array([1.0]))
+
+
+def test_matmul_accumulation_contexts_are_reused_and_nest():
+    from fpsim.autograd import matmul_accumulation, rounding_context
+    from fpsim.autograd.context import get_accumulation as accumulation
+    from fpsim.autograd.context import get_rounding
+
+    a, b = matmul_accumulation("fp32"), matmul_accumulation("fp32")
+    assert a is b  # the loop's per-step context: built once
+    with a:
+        assert accumulation().kind == "fp32"
+        with matmul_accumulation("exact"):  # another base: its own context
+            assert accumulation().kind == "exact"
+            with a:  # the same object entered again while active
+                assert accumulation().kind == "fp32"
+            assert accumulation().kind == "exact"
+        assert accumulation().kind == "fp32"
+    assert accumulation().kind == "fp32"
+    with rounding_context("up"):
+        c = matmul_accumulation("fp32")
+        assert c is not a
+        with c:  # keeps the rounding mode active when it was made
+            assert get_rounding().name == "UP"
+    with pytest.raises(ValueError, match="unknown accumulation model"):
+        matmul_accumulation(["fp32"])  # unhashable: parsed, and refused, on every call
+    with pytest.raises(ValueError, match="unknown accumulation model"):
+        matmul_accumulation("fp33")
+
+
+def test_scoped_restores_plain_globals_after_an_exception_and_nested_entries():
+    import fpsim.state as st
+
+    ctx = st.scoped(grad_enabled=False)
+    with pytest.raises(KeyError):
+        with ctx:
+            with ctx:
+                assert st.grad_enabled is False
+            raise KeyError("x")
+    assert st.grad_enabled is True
+    with st.scoped(grad_enabled=False, flag_stack=("f",)):
+        assert st.grad_enabled is False and st.flag_stack.get() == ("f",)
+    assert st.grad_enabled is True and st.flag_stack.get() == ()

@@ -227,7 +227,26 @@ def matmul_accumulation(model: Accumulation | str | tuple):
     >>> float((a @ b).item())  # fp32 accumulation keeps both
     1.0009765625
     """
-    return _use(_state.autograd_settings.replace(accumulation=as_accumulation(model)))
+    base = _state.autograd_settings
+    try:
+        key = (base, model)
+        ctx = _ACCUMULATION_CONTEXTS.get(key)
+    except TypeError:  # an unhashable spec: parsed (and checked) on every call
+        key = ctx = None
+    if ctx is None:
+        ctx = _use(base.replace(accumulation=as_accumulation(model)))
+        if key is not None:
+            if len(_ACCUMULATION_CONTEXTS) >= _CONTEXTS_MAX:
+                _ACCUMULATION_CONTEXTS.clear()
+            _ACCUMULATION_CONTEXTS[key] = ctx
+    return ctx
+
+
+# matmul_accumulation's contexts by (the settings active at the call, the model asked for): a
+# context object may be entered again (see _use), so a training loop's per-step
+# ``with matmul_accumulation(...)`` parses and builds nothing after its first step
+_ACCUMULATION_CONTEXTS: dict = {}
+_CONTEXTS_MAX = 64
 
 
 def get_rounding() -> Rounding:

@@ -461,7 +461,8 @@ class Tensor:
         if gradient is None:
             if self._data.size != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            g = np.ones(self._data.shape, dtype=self.grad_fmt.storage_dtype)
+            g = np.empty(self._data.shape, dtype=self.grad_fmt.storage_dtype)
+            g.fill(1)  # np.ones, without its Python wrapper (once a step)
         else:
             if isinstance(gradient, Tensor):
                 gradient = gradient._data
@@ -844,19 +845,23 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
     # (``handed``: ids of every array handed out; an id reused after its array died only costs
     # a copy). The ops' backward functions return fresh arrays, views of ``g`` or ``g`` itself;
     # none returns an array it keeps.
-    if root._parents is None:  # a leaf's backward: the gradient is its own
-        _take_grad(root, g, g.base is None)
-        return
     grads: dict[int, np.ndarray] = {id(root): g}
     pop, get = grads.pop, grads.get
     handed, sole = {id(g)}, set()
-    leaves: list[Tensor] = []  # in the order their first gradient arrived
-    for node in reversed(_topo_order(root)):
+    if root._parents is None:  # a leaf's own backward: the gradient is its alone if fresh
+        order, leaves = [], [root]
+        if g.base is None:
+            sole.add(id(root))
+    else:
+        order = _topo_order(root)
+        leaves = []  # in the order their first gradient arrived
+    for node in reversed(order):
         g = pop(id(node), None)
         if g is None:
             continue
         if node._retains_grad:
-            _take_grad(node, g, False)
+            node._grad = g.copy() if node._grad is None else add_grads(node._grad, g,
+                                                                       node.grad_fmt)
         pgrads = node._backward(g)
         if not retain_graph:
             node._backward = _freed
@@ -890,18 +895,13 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
             else:
                 grads[key] = add_grads(prev, pg, fmt)  # a fresh array
                 sole.add(key)
-    for leaf in leaves:
+    for leaf in leaves:  # this pass's sum, then added to what .grad held
         key = id(leaf)
-        _take_grad(leaf, pop(key), key in sole)
-
-
-def _take_grad(t: Tensor, g: np.ndarray, own: bool) -> None:
-    """Add this pass's gradient ``g`` to ``t.grad``; ``own``: ``g`` is ``t``'s alone (no copy
-    needed to make it the ``.grad``)."""
-    if t._grad is None:
-        t._grad = g if own else g.copy()
-    else:
-        t._grad = add_grads(t._grad, g, t.grad_fmt)
+        g = pop(key)
+        if leaf._grad is None:
+            leaf._grad = g if key in sole else g.copy()
+        else:
+            leaf._grad = add_grads(leaf._grad, g, leaf.grad_fmt)
 
 
 # The ops module, fpsim.autograd.functional: it imports this module and, once its ops are
