@@ -162,7 +162,7 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: In
     """
     input, weight, bias = autocast_args("conv2d", input, weight, bias)
     x, w = as_tensor(input), as_tensor(weight)
-    if x.ndim == 3:
+    if x._data.ndim == 3:  # the array's: Tensor.ndim is a property call
         # Tensor methods reach the ops: this module does not import fpsim.autograd.functional
         return conv2d(x.unsqueeze(0), w, bias, stride, padding, dilation, groups,
                       accumulation=accumulation).squeeze(0)
