@@ -244,7 +244,8 @@ def matmul_accumulation(model: Accumulation | str | tuple):
 
 # matmul_accumulation's contexts by (the settings active at the call, the model asked for): a
 # context object may be entered again (see _use), so a training loop's per-step
-# ``with matmul_accumulation(...)`` parses and builds nothing after its first step
+# ``with matmul_accumulation(...)`` parses and builds nothing after its first step (as the
+# settings they set, these contexts are the process's, not a thread's)
 _ACCUMULATION_CONTEXTS: dict = {}
 _CONTEXTS_MAX = 64
 

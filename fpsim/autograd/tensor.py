@@ -781,12 +781,7 @@ def make_result(data: np.ndarray, fmt: Format, parents: Sequence[Tensor],
     copy (see ``_run_backward``), and changing that ``.grad`` in place would change it."""
     if isinstance(data, np.generic):  # NumPy ops on 0-d arrays (neg, relu, casts) give scalars
         data = np.asarray(data)
-    out = object.__new__(Tensor)  # Tensor._wrap's fields, set here: one call fewer per op
-    out._data = data
-    out.fmt = fmt
-    out._grad = out._grad_fmt = out._parents = out._backward = None
-    out._op = ""
-    out._requires_grad = out._retains_grad = False
+    out = Tensor._wrap(data, fmt)
     if _state.grad_enabled:
         for p in parents:
             if p._requires_grad:
