@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 from .checks import as_int
 from .formats import Format, IntFormat, get_format
+from .zero_stages import STAGE_NAMES, ZERO_STAGES, as_zero_stage
 
 __all__ = [
     "ZERO_STAGES",
@@ -53,8 +54,6 @@ __all__ = [
     "run_cli",
 ]
 
-ZERO_STAGES = (0, 1, 2, 3)
-_STAGE_NAMES = {0: "baseline", 1: "P_os", 2: "P_os+g", 3: "P_os+g+p"}
 GB = 10**9
 GIB = 2**30
 
@@ -87,14 +86,6 @@ def _param_count(name: str, v) -> Fraction:
     return f
 
 
-def _stage(stage) -> int:
-    n = as_int("stage", stage, None)  # what range() takes; TypeError for other types
-    if n not in ZERO_STAGES:
-        raise ValueError(f"unknown ZeRO stage {stage!r}; valid: 0 (baseline), 1 (P_os), "
-                         "2 (P_os+g), 3 (P_os+g+p)")
-    return n
-
-
 def _model_state_exact(psi: Fraction, stage: int, nd: int, k: Fraction) -> Fraction:
     if stage == 0:
         return (4 + k) * psi
@@ -114,8 +105,8 @@ def zero_model_state_bytes(num_params: float, stage: int, dp_degree: int, k: flo
     """
     psi = _param_count("num_params", num_params)
     kk = _positive_number("k", k) if k != 0 else Fraction(0)
-    return float(_model_state_exact(psi, _stage(stage), as_int("dp_degree", dp_degree, 1),
-                                    kk))
+    n_stage = as_zero_stage(stage)  # checked in the order of the arguments
+    return float(_model_state_exact(psi, n_stage, as_int("dp_degree", dp_degree, 1), kk))
 
 
 def zero_table(num_params_list: Iterable[float] = (7.5e9, 128e9, 1e12),
@@ -155,7 +146,7 @@ def format_zero_table(num_params_list: Sequence[float] = (7.5e9, 128e9, 1e12),
     64    31.4062    16.6406      1.875
     """
     t = zero_table(num_params_list, dp_degrees, k)
-    head = ["N_d"] + [f"{_fmt_params(p)} {_STAGE_NAMES[s]}" for p in num_params_list
+    head = ["N_d"] + [f"{_fmt_params(p)} {STAGE_NAMES[s]}" for p in num_params_list
                       for s in (1, 2, 3)]
     rows = [[str(nd)] + [f"{v:.6g}" for p in num_params_list for v in t[p][nd]]
             for nd in dp_degrees]
@@ -171,7 +162,7 @@ def zero_communication_volume(num_params: float, stage: int) -> float:
     (2000000000.0, 3000000000.0)
     """
     psi = _param_count("num_params", num_params)
-    return float((3 if _stage(stage) == 3 else 2) * psi)
+    return float((3 if as_zero_stage(stage) == 3 else 2) * psi)
 
 
 def zero_communication_bytes(num_params: float, stage: int, bytes_per_element: float = 2
@@ -279,7 +270,7 @@ def memory_report(num_params: float, gpus: int, stage: int | None = None, k: flo
     gpus = as_int("gpus", gpus, 1)
     cap = float(_positive_number("gpu_memory_gb", gpu_memory_gb))
     kk = float(_positive_number("k", k)) if k != 0 else 0.0
-    stages = ZERO_STAGES if stage is None else (_stage(stage),)
+    stages = ZERO_STAGES if stage is None else (as_zero_stage(stage),)
     head = ["stage", "split", "GB", "GiB", "comm/step (elems)", "comm GB (fp16)",
             f"fits {cap:g} GB"]
     rows = []
@@ -287,7 +278,7 @@ def memory_report(num_params: float, gpus: int, stage: int | None = None, k: flo
         b = zero_model_state_bytes(psi, s, gpus, kk)
         c = zero_communication_volume(psi, s)
         fits = "yes" if fits_on_gpu(psi, s, gpus, cap, kk) else "no"
-        rows.append([str(s), _STAGE_NAMES[s], f"{b / GB:.4g}", f"{b / GIB:.4g}", f"{c:.4g}",
+        rows.append([str(s), STAGE_NAMES[s], f"{b / GB:.4g}", f"{b / GIB:.4g}", f"{c:.4g}",
                      f"{2 * c / GB:.4g}", fits])
     # every column as wide as its widest cell; text left-aligned, numbers right-aligned
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]

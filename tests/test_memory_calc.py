@@ -272,3 +272,19 @@ def test_checkpoint_sweep_takes_one_count():
     for bad in (0, 5, np.int64(-1)):
         with pytest.raises(ValueError, match="segments must be"):
             checkpoint_sweep(layers, x, segments=bad)
+
+
+def test_zero_stages_are_one_vocabulary_for_the_calculator_and_the_engine():
+    import fpsim.distributed as dist
+    import fpsim.memory as mem
+    from fpsim import zero_stages
+
+    assert mem.ZERO_STAGES is dist.ZERO_STAGES is zero_stages.ZERO_STAGES
+    for bad in (4, -1):
+        with pytest.raises(ValueError) as calc:
+            mem.zero_model_state_bytes(1e9, bad, 8)
+        with pytest.raises(ValueError) as engine:
+            zero_stages.as_zero_stage(bad)
+        assert str(calc.value) == str(engine.value)
+    with pytest.raises(TypeError):
+        zero_stages.as_zero_stage(2.0)

@@ -63,15 +63,13 @@ import numpy as np
 
 from ..autograd import functional as F
 from ..autograd.tensor import Tensor, as_format, no_grad
-from ..checks import as_int
 from ..formats import FP16, Format
 from ..rounding import cast
+from ..zero_stages import ZERO_STAGES, as_zero_stage
 from .adam import adam_step_flat
 from .collectives import Communicator
 
 __all__ = ["ZeroEngine", "ZeroRank", "ZERO_STAGES"]
-
-ZERO_STAGES = (0, 1, 2, 3)
 
 
 @dataclass
@@ -138,11 +136,7 @@ class ZeroEngine:
                  loss_scale: float = 1.0, comm: Communicator | None = None) -> None:
         from ..nn import Module
 
-        # what range() takes; TypeError for other types (2.0 was taken as stage 2)
-        n_stage = as_int("stage", stage, None)
-        if n_stage not in ZERO_STAGES:
-            raise ValueError(f"unknown ZeRO stage {stage!r}; valid: 0 (baseline), 1 (P_os), "
-                             "2 (P_os+g), 3 (P_os+g+p)")
+        n_stage = as_zero_stage(stage)  # (a TypeError for 2.0: it was taken as stage 2)
         if not isinstance(model, Module):
             if not callable(model):
                 raise TypeError("model must be an fpsim.nn.Module or a callable returning one, "
