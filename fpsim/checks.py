@@ -10,6 +10,9 @@
   that people write in scientific notation (``1e9``), ``whole_floats=True`` also accepts
   finite floats with an integral value, and refuses other floats with a ValueError.
   ``minimum=None`` checks the type only, for callers whose error names a whole range.
+- :func:`as_int_in`: an int argument that must be one of a few values (a bit width, a block
+  size, a ZeRO stage): :func:`as_int`'s type rule, then a ValueError in the caller's words
+  followed by the valid values.
 
 This module sits in fpsim's bottom layer: it imports only NumPy, so every layer may use it.
 """
@@ -18,10 +21,11 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["as_int"]
+__all__ = ["as_int", "as_int_in"]
 
 
 def as_int(name: str, value: object, minimum: int | None, *,
@@ -58,4 +62,23 @@ def as_int(name: str, value: object, minimum: int | None, *,
         # the int an __index__ object stands for, not its repr; floats as given
         shown = value if isinstance(value, (float, np.floating)) else n
         raise ValueError(f"{name} must be >= {minimum}, got {shown}")
+    return n
+
+
+def as_int_in(name: str, value: object, valid: Sequence[int], problem: str,
+              label: Callable[[int], str] = str) -> int:
+    """``value`` (the argument called ``name``) as an int (:func:`as_int`'s TypeError for other
+    types) that is one of ``valid``, else a ValueError ``problem.format(value)`` followed by
+    "; valid: " and the valid values (each written by ``label``).
+
+    >>> as_int_in("bits", np.int8(4), (2, 4, 8), "unsupported bit width {!r}")
+    4
+    >>> as_int_in("bits", 3, (2, 4, 8), "unsupported bit width {!r}")
+    Traceback (most recent call last):
+    ...
+    ValueError: unsupported bit width 3; valid: 2, 4, 8
+    """
+    n = as_int(name, value, None)
+    if n not in valid:
+        raise ValueError(f"{problem.format(value)}; valid: {', '.join(map(label, valid))}")
     return n

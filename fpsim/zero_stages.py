@@ -5,7 +5,7 @@ gradients too (P_os+g), 3 the parameters too (P_os+g+p)."""
 
 from __future__ import annotations
 
-from .checks import as_int
+from .checks import as_int_in
 
 __all__ = ["STAGE_NAMES", "ZERO_STAGES", "as_zero_stage"]
 
@@ -24,8 +24,5 @@ def as_zero_stage(stage) -> int:
     ...
     ValueError: unknown ZeRO stage 4; valid: 0 (baseline), 1 (P_os), 2 (P_os+g), 3 (P_os+g+p)
     """
-    n = as_int("stage", stage, None)
-    if n not in ZERO_STAGES:
-        raise ValueError(f"unknown ZeRO stage {stage!r}; valid: "
-                         + ", ".join(f"{s} ({STAGE_NAMES[s]})" for s in ZERO_STAGES))
-    return n
+    return as_int_in("stage", stage, ZERO_STAGES, "unknown ZeRO stage {!r}",
+                     lambda s: f"{s} ({STAGE_NAMES[s]})")

@@ -117,3 +117,14 @@ def test_minimum_none_checks_the_type_only():
             as_int("n", bad, None)
     with pytest.raises(ValueError, match=re.escape("n must be >= 1, got 0")):
         as_int("n", np.array(0), 1)
+
+
+def test_as_int_in_takes_what_as_int_takes_and_names_the_valid_values():
+    from fpsim.checks import as_int_in
+
+    assert as_int_in("bits", np.int64(8), (4, 8), "unsupported bit width {!r}") == 8
+    for bad in (8.0, True, "8", None):
+        with pytest.raises(TypeError, match="bits must be an int"):
+            as_int_in("bits", bad, (4, 8), "unsupported bit width {!r}")
+    with pytest.raises(ValueError, match=r"^bad stage 5; valid: 0 \(zero\), 1 \(one\)$"):
+        as_int_in("stage", 5, (0, 1), "bad stage {!r}", lambda s: f"{s} ({('zero', 'one')[s]})")

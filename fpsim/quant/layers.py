@@ -48,7 +48,7 @@ from ..autograd.accumulate import gemm_acc
 from ..autograd.context import as_accumulation, get_accumulation, round_to, widen
 from ..autograd.operands import ints as _ints
 from ..autograd.tensor import Tensor, as_format, make_result
-from ..checks import as_int
+from ..checks import as_int, as_int_in
 from ..formats import BF16, FP16, FP32, Format
 from ..nn import init
 from ..nn.module import Module, Parameter
@@ -85,11 +85,8 @@ def check_bits(bits) -> int:
     >>> check_bits(4)
     4
     """
-    n = as_int("bits", bits, None)
-    if n not in INT8_LAYER_BITS:
-        raise ValueError(f"unsupported bit width {bits!r} for an integer layer (int8 "
-                         f"containers); valid: {', '.join(map(str, INT8_LAYER_BITS))}")
-    return n
+    return as_int_in("bits", bits, INT8_LAYER_BITS,
+                     "unsupported bit width {!r} for an integer layer (int8 containers)")
 
 
 @dataclass(frozen=True)

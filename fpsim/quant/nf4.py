@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import as_int
+from ..checks import as_int, as_int_in
 from ..encoding import from_bits, to_bits
 from ..formats import FP8_E4M3
 
@@ -77,11 +77,7 @@ VALID_BLOCK_SIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
 def _check_block(block_size, name="block_size") -> int:
-    n = as_int(name, block_size, None)  # what range() takes; TypeError for other types
-    if n not in VALID_BLOCK_SIZES:
-        raise ValueError(f"unsupported {name} {block_size!r}; valid: "
-                         f"{', '.join(str(b) for b in VALID_BLOCK_SIZES)}")
-    return n
+    return as_int_in(name, block_size, VALID_BLOCK_SIZES, f"unsupported {name} {{!r}}")
 
 
 def _blocks(flat: np.ndarray, block: int) -> np.ndarray:

@@ -24,7 +24,7 @@ import warnings
 
 import numpy as np
 
-from ..checks import as_int
+from ..checks import as_int_in
 from ..formats import IntFormat
 
 __all__ = [
@@ -133,11 +133,7 @@ def quant_range(bits: int, signed: bool = True, narrow_range: bool = False) -> t
     >>> quant_range(8), quant_range(8, signed=False), quant_range(4, narrow_range=True)
     ((-128, 127), (0, 255), (-7, 7))
     """
-    n = as_int("bits", bits, None)  # what range() takes; TypeError for other types
-    if n not in VALID_QUANT_BITS:
-        raise ValueError(f"unsupported bit width {bits}; valid: "
-                         f"{', '.join(str(b) for b in VALID_QUANT_BITS)}")
-    bits = n
+    bits = as_int_in("bits", bits, VALID_QUANT_BITS, "unsupported bit width {}")
     if signed:
         hi = (1 << (bits - 1)) - 1
         return (-hi if narrow_range else -hi - 1), hi
