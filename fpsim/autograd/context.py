@@ -406,12 +406,11 @@ def widen(x: np.ndarray, dtype=np.float64) -> np.ndarray:
         return f16_to_wide(x, dtype)
     if x.dtype.kind not in "fV":
         raise TypeError(f"expected floating-point values, got dtype {x.dtype}")
-    if x.dtype.kind == "V":
-        # ml_dtypes formats: the cast is exact, but a signalling NaN sets the FPU's invalid
-        # flag on the way, which NumPy reports as a RuntimeWarning that means nothing here
-        with np.errstate(invalid="ignore"):
-            return x.astype(dtype)
-    return x.astype(dtype)
+    # the cast is exact, but a signalling NaN (fp32 tensors and ml_dtypes formats store them)
+    # sets the FPU's invalid flag on the way, which NumPy reports as a RuntimeWarning that
+    # means nothing here
+    with np.errstate(invalid="ignore"):
+        return x.astype(dtype)
 
 
 # ---------------------------------------------------------------------- autocast hook

@@ -324,7 +324,8 @@ class Tensor:
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         if dtype is None:
             return self._data
-        return self._data.astype(dtype)
+        with np.errstate(invalid="ignore"):  # a stored signalling NaN: quieted, not a warning
+            return self._data.astype(dtype)
 
     def __bool__(self) -> bool:
         if self._data.size != 1:
@@ -347,7 +348,8 @@ class Tensor:
         """
         if dtype is None:
             return self._data
-        return self._data.astype(dtype)
+        with np.errstate(invalid="ignore"):  # a stored signalling NaN: quieted, not a warning
+            return self._data.astype(dtype)
 
     def item(self) -> float:
         """The value of a one-element tensor as a Python float.

@@ -1,0 +1,105 @@
+"""fp32 tensors may hold signalling NaNs (construction keeps the stored pattern, as PyTorch's
+float32 tensors do). The ops widen them to float64 (or cast them to a narrower format); the
+cast quiets the NaN and sets the FPU's invalid flag, which NumPy reports as a RuntimeWarning
+from inside fpsim unless the cast ignores it. The ops run forward and backward here under
+warnings-as-errors, and a NaN stays a NaN. (fp64 tensors compute on their stored values
+without a cast, and NumPy's float64 arithmetic on a signalling NaN warns: not covered here.)
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import fpsim.autograd.functional as F
+from fpsim.autograd import Tensor
+from fpsim.autograd.context import widen
+
+# signalling NaNs (quiet bit clear, payload non-zero) of both signs, a quiet NaN, ordinary values
+_BITS = {
+    "fp32": (np.uint32, np.float32, [0x7F800001, 0xFF800001, 0x7FBFFFFF, 0x7FC00000, 0x3F800000,
+                                     0xC0000000, 0x00000001, 0x00000000]),
+    "fp64": (np.uint64, np.float64, [0x7FF0000000000001, 0xFFF0000000000001, 0x7FF7FFFFFFFFFFFF,
+                                     0x7FF8000000000000, 0x3FF0000000000000, 0xC000000000000000,
+                                     0x0000000000000001, 0x0000000000000000]),
+}
+
+
+def _values(fmt: str) -> np.ndarray:
+    uint, flt, bits = _BITS[fmt]
+    return np.array(bits, dtype=uint).view(flt)
+
+
+def _tensor(fmt: str, shape=(2, 4)) -> Tensor:
+    t = Tensor(_values(fmt).reshape(shape), fmt, requires_grad=True)
+    assert np.array_equal(t.data.view(_BITS[fmt][0]).ravel(), _values(fmt).view(_BITS[fmt][0]))
+    return t
+
+
+def _other(fmt: str, shape) -> Tensor:
+    return Tensor(np.full(shape, 0.5), fmt, requires_grad=True)
+
+
+OPS = {
+    "add": lambda t, f: t + _other(f, t.shape),
+    "mul": lambda t, f: t * 3.0,
+    "div": lambda t, f: t / _other(f, t.shape),
+    "neg": lambda t, f: -t,
+    "abs": lambda t, f: F.abs(t),
+    "exp": lambda t, f: F.exp(t),
+    "log": lambda t, f: F.log(F.abs(t) + 1.0),
+    "sqrt": lambda t, f: F.sqrt(F.abs(t) + 1.0),
+    "tanh": lambda t, f: F.tanh(t),
+    "sigmoid": lambda t, f: F.sigmoid(t),
+    "relu": lambda t, f: F.relu(t),
+    "gelu": lambda t, f: F.gelu(t),
+    "sum": lambda t, f: F.sum(t),
+    "mean": lambda t, f: F.mean(t, dim=1),
+    "max": lambda t, f: F.max(t),
+    "max_dim": lambda t, f: F.max(t, dim=1).values,
+    "matmul": lambda t, f: F.matmul(t, _other(f, (4, 3))),
+    "linear": lambda t, f: F.linear(t, _other(f, (3, 4)), _other(f, (3,))),
+    "softmax": lambda t, f: F.softmax(t, dim=1),
+    "log_softmax": lambda t, f: F.log_softmax(t, dim=1),
+    "cross_entropy": lambda t, f: F.cross_entropy(t, np.array([0, 3])),
+    "mse_loss": lambda t, f: F.mse_loss(t, np.zeros(t.shape)),
+    "reshape": lambda t, f: t.reshape((4, 2)),
+    "transpose": lambda t, f: F.transpose(t, 0, 1),
+    "to_fp16": lambda t, f: t.to("fp16"),
+    "to_bf16": lambda t, f: t.to("bf16"),
+    "to_fp8": lambda t, f: t.to("fp8_e4m3"),
+    "to_fp32": lambda t, f: t.to("fp32"),
+    "conv2d": lambda t, f: F.conv2d(t.reshape((1, 1, 2, 4)), _other(f, (2, 1, 2, 2))),
+    "max_pool2d": lambda t, f: F.max_pool2d(t.reshape((1, 1, 2, 4)), 2),
+    "avg_pool2d": lambda t, f: F.avg_pool2d(t.reshape((1, 1, 2, 4)), 2),
+    "layer_norm": lambda t, f: F.layer_norm(t, (4,)),
+}
+
+
+@pytest.mark.parametrize("fmt", ["fp32"])
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_ops_on_signalling_nans_are_silent(fmt, op):
+    t = _tensor(fmt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = OPS[op](t, fmt)
+        out.backward(np.ones(out.shape))
+        values = out.numpy(np.float64)  # (Tensor.numpy's cast too)
+    assert np.isnan(values).any()
+    assert t.grad is not None and t.grad.shape == t.shape
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "fp64"])
+def test_widen_of_signalling_nans_is_silent_and_exact(fmt):
+    x = _values(fmt)
+    with np.errstate(invalid="ignore"):  # the reference: the same cast, its warning ignored
+        want = x.astype(np.float64)
+    for target in (np.float64, np.float32):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = widen(x, target)
+        with np.errstate(invalid="ignore"):
+            assert np.array_equal(got.astype(np.float64), want.astype(target).astype(np.float64),
+                                  equal_nan=True)
