@@ -170,7 +170,8 @@ def gemm(a: np.ndarray, b: np.ndarray, out_fmt: Format, model: Accumulation, in_
     ...      fpsim.FP16).dtype
     dtype('float16')
     """
-    acc = gemm_acc(a, b, model, in_fmt)
-    if bias is not None:
-        acc = add_bias(acc, bias, model)
-    return finish(acc, out_fmt, model)
+    with np.errstate(all="ignore"):  # inf - inf, inf * 0 give NaN silently, as PyTorch
+        acc = gemm_acc(a, b, model, in_fmt)
+        if bias is not None:
+            acc = add_bias(acc, bias, model)
+        return finish(acc, out_fmt, model)

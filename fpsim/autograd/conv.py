@@ -458,8 +458,9 @@ def avg_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
         divisor = np.outer(counts(h, kh, sh, ph, oh), counts(wd, kw, sw, pw, ow)).astype(float)
     bottom, right = _extra(h, ph, oh, kh, sh, 1), _extra(wd, pw, ow, kw, sw, 1)
     xp = _pad(widen(x._data), ph, bottom, pw, right)
-    sums = _windows(xp, kh, kw, sh, sw, 1, 1, oh, ow).sum(axis=(-2, -1))
-    out = round_to(sums / divisor, x.fmt)
+    with np.errstate(all="ignore"):  # inf + -inf is NaN, silently (as PyTorch)
+        sums = _windows(xp, kh, kw, sh, sw, 1, 1, oh, ow).sum(axis=(-2, -1)) / divisor
+    out = round_to(sums, x.fmt)
 
     def backward(g):
         share = widen(g) / divisor

@@ -553,9 +553,10 @@ def _linear_fp16(x: Tensor, w: Tensor, b: Tensor | None, accumulation) -> Tensor
     are fp16, else the general backward. tests/test_linear_fast_path.py proves both equal to
     the general path, bit for bit."""
     x2, w64 = f16_to_wide(x._data), f16_to_wide(w._data)
-    acc = x2 @ w64.T
-    if b is not None:
-        acc += f16_to_wide(b._data)  # in place: the bias joins the float64 accumulator
+    with np.errstate(all="ignore"):  # inf - inf, inf * 0 give NaN silently, as PyTorch
+        acc = x2 @ w64.T
+        if b is not None:
+            acc += f16_to_wide(b._data)  # in place: the bias joins the float64 accumulator
     out = f64_to_f32_to_f16(acc)
 
     def backward(g):
@@ -584,7 +585,9 @@ def sum(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
     input = autocast_args("sum", input)
     x = as_tensor(input)
     axes = _axes(dim, x.ndim)
-    out = round_to(np.asarray(widen(x._data).sum(axis=axes, keepdims=keepdim)), x.fmt)
+    with np.errstate(all="ignore"):  # inf + -inf is NaN, silently (as PyTorch)
+        total = widen(x._data).sum(axis=axes, keepdims=keepdim)
+    out = round_to(np.asarray(total), x.fmt)
 
     def backward(g):
         if not keepdim:
@@ -1417,13 +1420,14 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None,
     parents, fmt, wt, w64, bt, b64 = _affine_parts(x, weight, bias, ns)
     axes = tuple(range(x.ndim - k, x.ndim))
     x64 = widen(x._data)
-    mu = x64.mean(axis=axes, keepdims=True)
-    var = ((x64 - mu) ** 2).mean(axis=axes, keepdims=True)
-    rstd = 1.0 / np.sqrt(var + eps)
-    xhat = (x64 - mu) * rstd
-    y = xhat if w64 is None else xhat * w64
-    if b64 is not None:
-        y = y + b64
+    with np.errstate(all="ignore"):  # infinities and NaNs give NaN silently, as PyTorch
+        mu = x64.mean(axis=axes, keepdims=True)
+        var = ((x64 - mu) ** 2).mean(axis=axes, keepdims=True)
+        rstd = 1.0 / np.sqrt(var + eps)
+        xhat = (x64 - mu) * rstd
+        y = xhat if w64 is None else xhat * w64
+        if b64 is not None:
+            y = y + b64
     out = round_to(y, fmt)
     n = int(np.prod(ns))
     lead = tuple(range(x.ndim - k))

@@ -852,46 +852,49 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
     else:
         order = _topo_order(root)
         leaves = []  # in the order their first gradient arrived
-    for node in reversed(order):
-        g = pop(id(node), None)
-        if g is None:
-            continue
-        if node._retains_grad:
-            node._grad = g.copy() if node._grad is None else add_grads(node._grad, g,
-                                                                       node.grad_fmt)
-        pgrads = node._backward(g)
-        if not retain_graph:
-            node._backward = _freed
-            if _observers:
-                for o in tuple(_observers):
-                    o.on_release(node)
-        for p, pg in zip(node._parents, pgrads, strict=True):
-            if pg is None or not p._requires_grad:
+    # the ops' backward arithmetic meets infinities and NaNs (an fp16 overflow's inf times
+    # a zero weight): silent, as PyTorch; IEEE flags are fpsim's own (flag_context)
+    with np.errstate(all="ignore"):
+        for node in reversed(order):
+            g = pop(id(node), None)
+            if g is None:
                 continue
-            if isinstance(pg, np.generic):  # NumPy ops on 0-d arrays return scalars
-                pg = np.array(pg)
-            if pg.shape != p._data.shape:
-                raise RuntimeError(f"internal error: {node._op} backward gave shape {pg.shape} "
-                                   f"for an input of shape {p._data.shape}")
-            fmt = p._grad_fmt
-            if fmt is None:
-                fmt = p.fmt
-            # round_to's own first test, without the call: a gradient already in the storage
-            # dtype of a format that has a NumPy type holds values of the format
-            if pg.dtype != fmt.storage_dtype or fmt.dtype is None:
-                pg = round_to(pg, fmt)
-            key, arr = id(p), id(pg)
-            prev = get(key)
-            if prev is None:
-                grads[key] = pg
-                if pg.base is None and arr not in handed:
+            if node._retains_grad:
+                node._grad = g.copy() if node._grad is None else add_grads(node._grad, g,
+                                                                           node.grad_fmt)
+            pgrads = node._backward(g)
+            if not retain_graph:
+                node._backward = _freed
+                if _observers:
+                    for o in tuple(_observers):
+                        o.on_release(node)
+            for p, pg in zip(node._parents, pgrads, strict=True):
+                if pg is None or not p._requires_grad:
+                    continue
+                if isinstance(pg, np.generic):  # NumPy ops on 0-d arrays return scalars
+                    pg = np.array(pg)
+                if pg.shape != p._data.shape:
+                    raise RuntimeError(f"internal error: {node._op} backward gave shape {pg.shape} "
+                                       f"for an input of shape {p._data.shape}")
+                fmt = p._grad_fmt
+                if fmt is None:
+                    fmt = p.fmt
+                # round_to's own first test, without the call: a gradient already in the storage
+                # dtype of a format that has a NumPy type holds values of the format
+                if pg.dtype != fmt.storage_dtype or fmt.dtype is None:
+                    pg = round_to(pg, fmt)
+                key, arr = id(p), id(pg)
+                prev = get(key)
+                if prev is None:
+                    grads[key] = pg
+                    if pg.base is None and arr not in handed:
+                        sole.add(key)
+                    handed.add(arr)
+                    if p._parents is None:
+                        leaves.append(p)
+                else:
+                    grads[key] = add_grads(prev, pg, fmt)  # a fresh array
                     sole.add(key)
-                handed.add(arr)
-                if p._parents is None:
-                    leaves.append(p)
-            else:
-                grads[key] = add_grads(prev, pg, fmt)  # a fresh array
-                sole.add(key)
     for leaf in leaves:  # this pass's sum, then added to what .grad held
         key = id(leaf)
         g = pop(key)

@@ -1,4 +1,10 @@
-"""fp32 tensors may hold signalling NaNs (construction keeps the stored pattern, as PyTorch's
+"""Special values are silent, as in PyTorch: no NumPy RuntimeWarning from inside fpsim.
+
+Infinities and NaNs (an fp16 overflow's inf meeting a zero weight, inf - inf in a sum or a
+GEMM) give NaN without a warning, forward and backward, in every format (IEEE flags are
+fpsim's own business: fpsim.flag_context records them).
+
+fp32 tensors may hold signalling NaNs (construction keeps the stored pattern, as PyTorch's
 float32 tensors do). The ops widen them to float64 (or cast them to a narrower format); the
 cast quiets the NaN and sets the FPU's invalid flag, which NumPy reports as a RuntimeWarning
 from inside fpsim unless the cast ignores it. The ops run forward and backward here under
@@ -103,3 +109,21 @@ def test_widen_of_signalling_nans_is_silent_and_exact(fmt):
         with np.errstate(invalid="ignore"):
             assert np.array_equal(got.astype(np.float64), want.astype(target).astype(np.float64),
                                   equal_nan=True)
+
+
+_SPECIALS = np.array([np.inf, -np.inf, 0.0, -0.0, np.nan, 1.0, -2.0, 65504.0])
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16", "fp32", "fp64", "fp8_e4m3"])
+@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("grad", ["ones", "infinities"])
+def test_ops_on_infinities_and_nans_are_silent(fmt, op, grad):
+    t = Tensor(_SPECIALS.reshape(2, 4), fmt, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = OPS[op](t, fmt)
+        g = np.ones(out.shape)
+        if grad == "infinities":  # an overflowed loss gradient: +inf and -inf in turn
+            g = np.where(np.arange(g.size).reshape(g.shape) % 2 == 0, np.inf, -np.inf)
+        out.backward(g)
+    assert t.grad is not None and t.grad.shape == t.shape
