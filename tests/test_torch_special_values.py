@@ -91,21 +91,34 @@ def _compare(ref, fmt, op, bits, g, fn):
                                f"{[hex(v) for v in want[bad[:4]]]}")
 
 
-@pytest.mark.parametrize("fmt", ["bf16", "fp8_e4m3", "fp8_e5m2", "fp16"])
+# fp32 / fp64: signalling NaNs of both signs and payload ends, a quiet NaN, other values
+_WIDE_PATTERNS = {
+    "fp32": np.array([0x7F800001, 0xFF800001, 0x7FBFFFFF, 0x7FC00000, 0x3F800000, 0x00000001],
+                     dtype=np.uint32).view(np.float32),
+    "fp64": np.array([0x7FF0000000000001, 0xFFF0000000000001, 0x7FF7FFFFFFFFFFFF,
+                      0x7FF8000000000000, 0x3FF0000000000000, 0x1], dtype=np.uint64
+                     ).view(np.float64),
+}
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_e4m3", "fp8_e5m2", "fp16", "fp32", "fp64"])
 def test_widening_every_pattern_is_exact_and_silent(fmt):
-    """Every stored pattern of the format widens to its exact value (NaN to NaN) without a
-    warning: a signalling NaN sets the FPU's invalid flag in the cast, which NumPy would report
-    as a RuntimeWarning from inside fpsim."""
+    """Every stored pattern of the format (of fp32 / fp64: their signalling NaNs and others)
+    widens to its exact value (NaN to NaN) without a warning: a signalling NaN sets the FPU's
+    invalid flag in the cast, which NumPy would report as a RuntimeWarning from inside fpsim."""
     import warnings
 
     from fpsim.autograd.context import widen
 
-    dtype = Tensor(np.zeros(1), fmt).numpy().dtype
-    n = 1 << (8 * dtype.itemsize)
-    data = np.arange(n, dtype=np.uint16 if n > 256 else np.uint8).view(dtype)
+    if fmt in _WIDE_PATTERNS:
+        data = _WIDE_PATTERNS[fmt]
+    else:
+        dtype = Tensor(np.zeros(1), fmt).numpy().dtype
+        n = 1 << (8 * dtype.itemsize)
+        data = np.arange(n, dtype=np.uint16 if n > 256 else np.uint8).view(dtype)
     with np.errstate(invalid="ignore"):  # the reference: the same cast, its warning ignored
         want = data.astype(np.float64)
-    for target in (np.float64, np.float32):
+    for target in (np.float64,) if fmt == "fp64" else (np.float64, np.float32):  # (exact ones)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             got = widen(data, target)
