@@ -80,6 +80,10 @@ OPS = {
     "max_pool2d": lambda t, f: F.max_pool2d(t.reshape((1, 1, 2, 4)), 2),
     "avg_pool2d": lambda t, f: F.avg_pool2d(t.reshape((1, 1, 2, 4)), 2),
     "layer_norm": lambda t, f: F.layer_norm(t, (4,)),
+    "batch_norm": lambda t, f: F.batch_norm(t, None, None, training=True),
+    "batch_norm_running": lambda t, f: F.batch_norm(
+        t, Tensor(np.zeros(4), f), Tensor(np.ones(4), f), training=True),
+    "dropout": lambda t, f: F.dropout(t, 0.5, rng=0),
 }
 
 

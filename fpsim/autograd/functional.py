@@ -1374,7 +1374,8 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     keep = get_generator(rng).random(x.shape) >= p
     scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
     factor = keep * scale
-    out = round_to(widen(x._data) * factor, x.fmt)
+    with np.errstate(invalid="ignore"):  # a dropped inf is NaN, silently (as PyTorch)
+        out = round_to(widen(x._data) * factor, x.fmt)
     return make_result(out, x.fmt, (x,), lambda g: (widen(g) * factor,), "dropout")
 
 
@@ -1478,8 +1479,9 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
         if training and n <= 1:
             raise ValueError(f"Expected more than 1 value per channel when training, got input "
                              f"size {x.shape}")
-        mu = x64.mean(axis=axes)
-        var = ((x64 - mu.reshape(bshape)) ** 2).mean(axis=axes)
+        with np.errstate(all="ignore"):  # infinities and NaNs give NaN silently, as PyTorch
+            mu = x64.mean(axis=axes)
+            var = ((x64 - mu.reshape(bshape)) ** 2).mean(axis=axes)
         if training:
             for buf, stat in ((running_mean, mu), (running_var, var * n / builtins.max(n - 1, 1))):
                 if buf is not None:
@@ -1490,11 +1492,12 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
                                          buf.fmt)
     else:
         mu, var = widen(running_mean._data), widen(running_var._data)
-    rstd = (1.0 / np.sqrt(var + eps)).reshape(bshape)
-    xhat = (x64 - mu.reshape(bshape)) * rstd
-    y = xhat if w64 is None else xhat * w64.reshape(bshape)
-    if b64 is not None:
-        y = y + b64.reshape(bshape)
+    with np.errstate(all="ignore"):
+        rstd = (1.0 / np.sqrt(var + eps)).reshape(bshape)
+        xhat = (x64 - mu.reshape(bshape)) * rstd
+        y = xhat if w64 is None else xhat * w64.reshape(bshape)
+        if b64 is not None:
+            y = y + b64.reshape(bshape)
     out = round_to(y, fmt)
 
     def backward(g):
