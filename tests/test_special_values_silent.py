@@ -4,12 +4,12 @@ Infinities and NaNs (an fp16 overflow's inf meeting a zero weight, inf - inf in 
 GEMM) give NaN without a warning, forward and backward, in every format (IEEE flags are
 fpsim's own business: fpsim.flag_context records them).
 
-fp32 tensors may hold signalling NaNs (construction keeps the stored pattern, as PyTorch's
-float32 tensors do). The ops widen them to float64 (or cast them to a narrower format); the
-cast quiets the NaN and sets the FPU's invalid flag, which NumPy reports as a RuntimeWarning
-from inside fpsim unless the cast ignores it. The ops run forward and backward here under
-warnings-as-errors, and a NaN stays a NaN. (fp64 tensors compute on their stored values
-without a cast, and NumPy's float64 arithmetic on a signalling NaN warns: not covered here.)
+fp32 and fp64 tensors may hold signalling NaNs (construction keeps the stored pattern, as
+PyTorch's tensors do). The ops widen fp32 ones to float64 (or cast them to a narrower format):
+the cast quiets the NaN and sets the FPU's invalid flag, which NumPy reports as a RuntimeWarning
+from inside fpsim unless the cast ignores it; fp64 ones meet the arithmetic itself, which sets
+the same flag. The ops run forward and backward here under warnings-as-errors, and a NaN stays
+a NaN.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ OPS = {
     "log_softmax": lambda t, f: F.log_softmax(t, dim=1),
     "cross_entropy": lambda t, f: F.cross_entropy(t, np.array([0, 3])),
     "mse_loss": lambda t, f: F.mse_loss(t, np.zeros(t.shape)),
+    "mse_loss_inf_target": lambda t, f: F.mse_loss(t, np.full(t.shape, np.inf)),
     "reshape": lambda t, f: t.reshape((4, 2)),
     "transpose": lambda t, f: F.transpose(t, 0, 1),
     "to_fp16": lambda t, f: t.to("fp16"),
@@ -87,7 +88,7 @@ OPS = {
 }
 
 
-@pytest.mark.parametrize("fmt", ["fp32"])
+@pytest.mark.parametrize("fmt", ["fp32", "fp64"])
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_ops_on_signalling_nans_are_silent(fmt, op):
     t = _tensor(fmt)

@@ -1339,9 +1339,9 @@ def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:
     if t.shape != x.shape:
         raise ValueError(f"mse_loss: input shape {x.shape} and target shape {t.shape} differ")
     fmt = x.fmt if x.fmt is t.fmt else promote_formats(x.fmt, t.fmt)
-    d = widen(x._data) - widen(t._data)
-    n = builtins.max(d.size, 1)
-    with np.errstate(all="ignore"):
+    n = builtins.max(x._data.size, 1)
+    with np.errstate(all="ignore"):  # inf - inf is NaN, silently (as PyTorch)
+        d = widen(x._data) - widen(t._data)
         sq = d * d
         val = sq if reduction == "none" else (sq.sum() if reduction == "sum" else sq.sum() / n)
     out = round_to(np.asarray(val), fmt)
