@@ -19,8 +19,9 @@ import warnings
 import numpy as np
 import pytest
 
+import fpsim
 import fpsim.autograd.functional as F
-from fpsim.autograd import Tensor
+from fpsim.autograd import Tensor, matmul_accumulation, rounding_context
 
 # signalling NaNs (quiet bit clear, payload non-zero) of both signs, a quiet NaN, ordinary values
 _BITS = {
@@ -97,7 +98,8 @@ def test_ops_on_signalling_nans_are_silent(fmt, op):
         out = OPS[op](t, fmt)
         out.backward(np.ones(out.shape))
         values = out.numpy(np.float64)  # (Tensor.numpy's cast too)
-    assert np.isnan(values).any()
+        as_array = np.asarray(t, dtype=np.float32 if fmt == "fp64" else np.float64)  # __array__
+    assert np.isnan(values).any() and np.isnan(as_array).sum() == 4
     assert t.grad is not None and t.grad.shape == t.shape
 
 
@@ -117,3 +119,33 @@ def test_ops_on_infinities_and_nans_are_silent(fmt, op, grad):
             g = np.where(np.arange(g.size).reshape(g.shape) % 2 == 0, np.inf, -np.inf)
         out.backward(g)
     assert t.grad is not None and t.grad.shape == t.shape
+
+
+# the paths an op takes under other rounding modes, a flag context, other overflow / subnormal
+# policies and other accumulation models (casts, sequential sums, the tensor-core model)
+_CONTEXTS = {
+    "up": lambda: rounding_context("up"),
+    "stochastic": lambda: rounding_context("stochastic", rng=0),
+    "flag_context": fpsim.flag_context,
+    "saturate": lambda: rounding_context(overflow="saturate"),
+    "flush": lambda: rounding_context(subnormals="flush"),
+    "sequential_fp16": lambda: matmul_accumulation(("sequential", "fp16")),
+    "sgemm": lambda: matmul_accumulation("sgemm"),
+    "exact": lambda: matmul_accumulation("exact"),
+    "tensorcore_A100": lambda: matmul_accumulation(("tensorcore", "A100")),
+}
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+@pytest.mark.parametrize("context", sorted(_CONTEXTS))
+def test_ops_on_infinities_and_nans_are_silent_in_every_mode_and_model(fmt, context):
+    for op in sorted(OPS):
+        t = Tensor(_SPECIALS.reshape(2, 4), fmt, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with _CONTEXTS[context]():
+                out = OPS[op](t, fmt)
+                g = np.where(np.arange(out.data.size).reshape(out.shape) % 2 == 0, np.inf,
+                             -np.inf)
+                out.backward(g)
+        assert t.grad is not None, op

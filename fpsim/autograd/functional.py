@@ -260,10 +260,9 @@ def _result2(out, fmt, x, y, grad_x, grad_y, op: str) -> Tensor:
         parents.append(y)
         fns.append(grad_y)
 
-    def backward(g):
-        with np.errstate(all="ignore"):
-            return tuple(f(g) if p._requires_grad else None
-                         for f, p in zip(fns, parents, strict=True))
+    def backward(g):  # (silent on infinities and NaNs: the engine runs it under errstate)
+        return tuple(f(g) if p._requires_grad else None
+                     for f, p in zip(fns, parents, strict=True))
 
     return make_result(out, fmt, parents, backward, op)
 
@@ -862,8 +861,7 @@ def _unary(x: Tensor, forward, backward_of, op: str) -> Tensor:
         out = round_to(np.asarray(forward(x64)), x.fmt)
 
     def backward(g):
-        with np.errstate(all="ignore"):
-            return (backward_of(x64, out, widen(g)),)
+        return (backward_of(x64, out, widen(g)),)
 
     return make_result(out, x.fmt, (x,), backward, op)
 
@@ -899,8 +897,7 @@ def sqrt(input: Tensor) -> Tensor:
         out = _arith("sqrt", x, None, x.fmt)
 
     def backward(g):
-        with np.errstate(all="ignore"):
-            return (widen(g) / (2.0 * widen(out)),)
+        return (widen(g) / (2.0 * widen(out)),)
 
     return make_result(out, x.fmt, (x,), backward, "sqrt")
 
@@ -1057,8 +1054,7 @@ def log_softmax(input: Tensor, dim: int | None = None) -> Tensor:
 
     def backward(g):
         g64 = widen(g)
-        with np.errstate(all="ignore"):
-            return (g64 - np.exp(widen(out)) * g64.sum(axis=d, keepdims=True),)
+        return (g64 - np.exp(widen(out)) * g64.sum(axis=d, keepdims=True),)
 
     return make_result(out, x.fmt, (x,), backward, "log_softmax")
 
@@ -1214,8 +1210,7 @@ def _cross_entropy_classes(x: Tensor, t: np.ndarray, reduction: str) -> Tensor:
         # nll_loss's gradient as the engine stores it, in log_softmax's output format (an op
         # result has no grad_fmt of its own)
         gl = widen(round_to(_nll_grad(g, n, c, rows, t, reduction), fmt))
-        with np.errstate(all="ignore"):
-            return (gl - np.exp(widen(logp)) * gl.sum(axis=1, keepdims=True),)
+        return (gl - np.exp(widen(logp)) * gl.sum(axis=1, keepdims=True),)
 
     return make_result(out, fmt, (x,), backward, "cross_entropy")
 

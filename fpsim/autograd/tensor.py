@@ -853,7 +853,8 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
         order = _topo_order(root)
         leaves = []  # in the order their first gradient arrived
     # the ops' backward arithmetic meets infinities and NaNs (an fp16 overflow's inf times
-    # a zero weight): silent, as PyTorch; IEEE flags are fpsim's own (flag_context)
+    # a zero weight): silent, as PyTorch, for every op's backward here (none needs its own
+    # errstate); IEEE flags are fpsim's own (flag_context)
     with np.errstate(all="ignore"):
         for node in reversed(order):
             g = pop(id(node), None)
