@@ -12,6 +12,8 @@ topological order; every gradient is rounded to the gradient format of the tenso
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -147,7 +149,7 @@ class Tensor:
     """
 
     __slots__ = ("_data", "fmt", "_requires_grad", "_grad", "_grad_fmt", "_parents",
-                 "_backward", "_op", "_retains_grad", "__weakref__")
+                 "_backward", "_op", "_retains_grad", "_seq", "__weakref__")
     __array_ufunc__ = None  # NumPy defers `ndarray + Tensor` to Tensor.__radd__
 
     def __init__(self, data, fmt: Format | str = FP32, requires_grad: bool = False, *,
@@ -791,6 +793,7 @@ def make_result(data: np.ndarray, fmt: Format, parents: Sequence[Tensor],
                 out._parents = tuple(parents)
                 out._backward = backward
                 out._op = op
+                out._seq = _next_seq()
                 break
     if _observers:
         for o in tuple(_observers):
@@ -798,31 +801,30 @@ def make_result(data: np.ndarray, fmt: Format, parents: Sequence[Tensor],
     return out
 
 
-_DONE = object()  # on _topo_order's stack: the tensor below it has its inputs ordered
+# Recording order: every recorded result takes the next number (_seq), after its inputs took
+# theirs, so descending numbers are a topological order of any graph, outputs first (as
+# PyTorch's engine, which runs ready nodes by descending sequence number). itertools.count's
+# __next__ is one C call, atomic under the GIL.
+_next_seq = itertools.count().__next__
+_BY_SEQ = operator.attrgetter("_seq")
 
 
 def _topo_order(root: Tensor) -> list[Tensor]:
-    """The op results (tensors with parents) reachable from ``root`` through requires-grad
-    edges, inputs before outputs; leaves are left out (the backward pass takes their gradients
-    as they arrive). ``root`` has parents."""
-    order: list[Tensor] = []
-    seen: set[int] = set()
-    stack: list = [root]
-    push, pop = stack.append, stack.pop
-    while stack:
-        node = pop()
-        if node is _DONE:
-            order.append(pop())
-            continue
-        key = id(node)
-        if key in seen:
-            continue
-        seen.add(key)
-        push(node)
-        push(_DONE)
+    """The op results (tensors with parents) reachable from ``root``, outputs before inputs
+    (descending recording order); leaves are left out (the backward pass takes their gradients
+    as they arrive). ``root`` has parents. An op result always requires grad (make_result
+    records only those; the requires_grad setter refuses to clear it)."""
+    order = [root]
+    seen = {id(root)}
+    add, push = seen.add, order.append
+    for node in order:  # grows as it goes: each reachable op result once
         for p in node._parents:
-            if p._requires_grad and p._parents is not None and id(p) not in seen:
-                push(p)
+            if p._parents is not None:
+                key = id(p)
+                if key not in seen:
+                    add(key)
+                    push(p)
+    order.sort(key=_BY_SEQ, reverse=True)
     return order
 
 
@@ -856,7 +858,7 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
     # a zero weight): silent, as PyTorch, for every op's backward here (none needs its own
     # errstate); IEEE flags are fpsim's own (flag_context)
     with np.errstate(all="ignore"):
-        for node in reversed(order):
+        for node in order:
             g = pop(id(node), None)
             if g is None:
                 continue
