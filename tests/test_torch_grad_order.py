@@ -4,6 +4,7 @@ tests/data/torch/grad_order.npz. A tensor's gradients add in its format, each ad
 the order of the adds shows in the last bit; PyTorch runs the ops by descending sequence
 number and adds each tensor's gradients as they arrive, and so must fpsim's engine."""
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +12,14 @@ import pytest
 
 from fpsim.autograd import Tensor
 
-DATA = np.load(Path(__file__).parent / "data" / "torch" / "grad_order.npz")
+ROOT = Path(__file__).resolve().parents[1]
+DATA = np.load(ROOT / "tests" / "data" / "torch" / "grad_order.npz")
 FORMATS = ("fp16", "bf16", "fp32")
-SCALE, ADD, SUB, MUL = range(4)  # tools/record_torch_grad_order.py's op codes
+# the recorder's graph builder, which takes any tensors with +, -, * (not torch itself)
+_spec = importlib.util.spec_from_file_location("record_torch_grad_order",
+                                               ROOT / "tools" / "record_torch_grad_order.py")
+recorder = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(recorder)
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -21,49 +27,37 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float64).view(np.uint64)
 
 
-def _replay(fmt: str, k: int) -> tuple[list[Tensor], list[Tensor]]:
-    """Graph ``k`` of ``fmt`` rebuilt in fpsim and run backward: (leaves, op outputs)."""
-    ops, consts = DATA[f"{fmt}/ops"][k], DATA[f"{fmt}/consts"][k]
-    ts = [Tensor(a, fmt, requires_grad=True) for a in DATA[f"{fmt}/leaves"][k]]
-    n_leaves = len(ts)
-    used = set()
-    for (code, i, j), c in zip(ops, consts, strict=True):
-        a, b = ts[i], ts[j]
-        t = (a * float(c), a + b, a - b, a * b)[code]
-        t.retain_grad()
-        ts.append(t)
-        used.update((i,) if code == SCALE else (i, j))
-    sinks = [t for m, t in enumerate(ts) if m >= n_leaves and m not in used]
-    out = sinks[0]
-    for t in sinks[1:]:
-        out = out + t
-    out.backward(Tensor(DATA[f"{fmt}/upstream"][k], fmt))
-    return ts[:n_leaves], ts[n_leaves:]
+def _grads(tensors: list[Tensor]) -> np.ndarray:
+    return np.array([np.zeros(recorder.SIZE) if t.grad is None else t.grad.astype(np.float64)
+                     for t in tensors])
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_gradients_add_in_pytorchs_order(fmt):
-    n_graphs = len(DATA[f"{fmt}/ops"])
-    outs, leaf_grads = DATA[f"{fmt}/outs"], DATA[f"{fmt}/leaf_grads"]
-    node_grads, unused = DATA[f"{fmt}/node_grads"], DATA[f"{fmt}/unused"]
-    bad_values, bad_grads = [], []
-    for k in range(n_graphs):
-        leaves, nodes = _replay(fmt, k)
-        # the forward values first: a difference there would not be the engine's
-        got = np.array([t.numpy(np.float64) for t in nodes])
-        if not np.array_equal(_bits(got), _bits(outs[k])):
+    """Graph by graph: the forward values first (a difference there would not be the
+    engine's), then the gradients of every op output and leaf after one backward pass, and
+    the leaves' after a second pass over the graph built again (adding to ``.grad``)."""
+    d = {key: DATA[f"{fmt}/{key}"] for key in ("ops", "consts", "leaves", "upstream", "outs",
+                                                "leaf_grads", "unused", "node_grads")}
+    bad_values, bad_grads, bad_second = [], [], []
+    for k in range(len(d["ops"])):
+        leaves = [Tensor(a, fmt, requires_grad=True) for a in d["leaves"][k]]
+        nodes, out = recorder.build(leaves, d["ops"][k], d["consts"][k])
+        out.backward(Tensor(d["upstream"][k, 0], fmt))
+        if not np.array_equal(_bits([t.numpy(np.float64) for t in nodes]), _bits(d["outs"][k])):
             bad_values.append(k)
             continue
-        for m, leaf in enumerate(leaves):
-            assert (leaf.grad is None) == bool(unused[k, m]), (k, m)
-        got = np.array([np.zeros(4) if t.grad is None else t.grad.astype(np.float64)
-                        for t in leaves])
-        gnodes = np.array([t.grad.astype(np.float64) for t in nodes])
-        if not (np.array_equal(_bits(got), _bits(leaf_grads[k]))
-                and np.array_equal(_bits(gnodes), _bits(node_grads[k]))):
+        assert [t.grad is None for t in leaves] == d["unused"][k].tolist(), k
+        if not (np.array_equal(_bits(_grads(leaves)), _bits(d["leaf_grads"][k, 0]))
+                and np.array_equal(_bits(_grads(nodes)), _bits(d["node_grads"][k]))):
             bad_grads.append(k)
+        _, out = recorder.build(leaves, d["ops"][k], d["consts"][k])
+        out.backward(Tensor(d["upstream"][k, 1], fmt))
+        if not np.array_equal(_bits(_grads(leaves)), _bits(d["leaf_grads"][k, 1])):
+            bad_second.append(k)
     assert not bad_values, f"{fmt}: forward values differ from PyTorch in graphs {bad_values}"
     assert not bad_grads, f"{fmt}: gradients differ from PyTorch in graphs {bad_grads}"
+    assert not bad_second, f"{fmt}: second pass's .grad differs in graphs {bad_second}"
 
 
 def test_the_graphs_reuse_tensors():
@@ -72,6 +66,6 @@ def test_the_graphs_reuse_tensors():
         ops = DATA[f"{fmt}/ops"]
         reused = 0
         for g in ops:
-            inputs = [i for code, i, j in g for i in ((i,) if code == SCALE else (i, j))]
+            inputs = [i for code, i, j in g for i in ((i,) if code == recorder.SCALE else (i, j))]
             reused += len(inputs) != len(set(inputs))
         assert reused > 0.9 * len(ops), (fmt, reused)

@@ -7,13 +7,15 @@ tests/test_torch_grad_order.py. Needs torch (not a dependency of fpsim):
 A tensor used by several ops receives one gradient from each, added in the tensor's format,
 each add rounded: the order of the adds decides the sum's last bit. PyTorch's engine runs the
 ready ops by descending sequence number (the most recently recorded first) and adds the
-gradients of a tensor as they arrive. Each graph here: three leaves of shape (4,), then
+gradients of a tensor as they arrive. A leaf's gradients of one pass are added up
+first, then added to what its ``.grad`` held. Each graph here: three leaves of shape (4,), then
 ``STEPS`` ops, each on tensors made before it (a scale by a constant of the format, or add,
 sub, mul of two tensors), the tensors nothing uses added up (in order) into the output, whose
-backward starts from a random gradient. Recorded, as float64 (every value of the three formats
-is one): the leaves, the constants, the upstream gradient, every op's output, the leaves'
-gradients and every op output's gradient (``retain_grad``); and which leaves no op used (their
-gradient None).
+backward starts from a random gradient; then the same graph built again on the same leaves
+and run backward from another gradient (accumulating into ``.grad``). Recorded, as float64
+(every value of the three formats is one): the leaves, the constants, the two upstream
+gradients, every op's output, the leaves' gradients after each pass and every op output's
+gradient of the first (``retain_grad``); and which leaves no op used (their gradient None).
 """
 
 from __future__ import annotations
@@ -26,6 +28,26 @@ OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "torch" / "grad_o
 GRAPHS = 300  # per format
 LEAVES, STEPS, SIZE = 3, 10, 4
 SCALE, ADD, SUB, MUL = range(4)  # the op codes of the ``ops`` array
+
+
+def build(leaves: list, ops: np.ndarray, consts: np.ndarray) -> tuple[list, object]:
+    """The graph of ``ops`` on ``leaves`` (tensors of any library with +, -, *): every op output
+    (each keeping its gradient: ``retain_grad``) and the output, the op outputs nothing uses
+    added up in order. tests/test_torch_grad_order.py builds fpsim's graphs with it."""
+    ts = list(leaves)
+    used = set()
+    for (code, i, j), c in zip(ops, consts, strict=True):
+        a, b = ts[i], ts[j]
+        t = (a * float(c), a + b, a - b, a * b)[code]
+        t.retain_grad()
+        ts.append(t)
+        used.update((i,) if code == SCALE else (i, j))
+    nodes = ts[len(leaves):]
+    sinks = [t for m, t in enumerate(ts) if m >= len(leaves) and m not in used]
+    out = sinks[0]
+    for t in sinks[1:]:
+        out = out + t
+    return nodes, out
 
 
 def main() -> int:
@@ -42,41 +64,32 @@ def main() -> int:
             return rng.standard_normal(shape).astype(ndt).astype(np.float64)
 
         ops = np.empty((GRAPHS, STEPS, 3), np.int64)  # (code, first input, second input)
+        for s in range(STEPS):
+            ops[:, s, 0] = rng.integers(0, 4, GRAPHS)
+            ops[:, s, 1:] = [rng.choice(LEAVES + s, 2, replace=False) for _ in range(GRAPHS)]
         consts = values(GRAPHS, STEPS)
         leaves = values(GRAPHS, LEAVES, SIZE)
-        upstream = values(GRAPHS, SIZE)
+        upstream = values(GRAPHS, 2, SIZE)  # one for each of the two backward passes
         outs = np.empty((GRAPHS, STEPS, SIZE))
-        leaf_grads = np.zeros((GRAPHS, LEAVES, SIZE))
+        leaf_grads = np.zeros((GRAPHS, 2, LEAVES, SIZE))
         unused = np.zeros((GRAPHS, LEAVES), bool)
         node_grads = np.empty((GRAPHS, STEPS, SIZE))
+
+        def f64(t):
+            return t.detach().to(torch.float64).numpy()
+
         for k in range(GRAPHS):
             ts = [torch.tensor(a, dtype=tdt, requires_grad=True) for a in leaves[k]]
-            used = set()
-            for s in range(STEPS):
-                n = LEAVES + s
-                code = int(rng.integers(0, 4))
-                i, j = (int(v) for v in rng.choice(n, 2, replace=False))
-                ops[k, s] = code, i, j
-                a, b = ts[i], ts[j]
-                t = (a * float(consts[k, s]), a + b, a - b, a * b)[code]
-                t.retain_grad()
-                ts.append(t)
-                used.update((i,) if code == SCALE else (i, j))
-            sinks = [t for m, t in enumerate(ts) if m >= LEAVES and m not in used]
-            out = sinks[0]
-            for t in sinks[1:]:
-                out = out + t
-            out.backward(torch.tensor(upstream[k], dtype=tdt))
-
-            def f64(t):
-                return t.detach().to(torch.float64).numpy()
-
-            outs[k] = [f64(t) for t in ts[LEAVES:]]
-            node_grads[k] = [f64(t.grad) for t in ts[LEAVES:]]
-            for m, t in enumerate(ts[:LEAVES]):
-                unused[k, m] = t.grad is None
-                if t.grad is not None:
-                    leaf_grads[k, m] = f64(t.grad)
+            for p in range(2):  # the second pass adds to the leaves' .grad
+                nodes, out = build(ts, ops[k], consts[k])
+                out.backward(torch.tensor(upstream[k, p], dtype=tdt))
+                if p == 0:
+                    outs[k] = [f64(t) for t in nodes]
+                    node_grads[k] = [f64(t.grad) for t in nodes]
+                for m, t in enumerate(ts):
+                    unused[k, m] = t.grad is None
+                    if t.grad is not None:
+                        leaf_grads[k, p, m] = f64(t.grad)
         for key, a in (("ops", ops), ("consts", consts), ("leaves", leaves),
                        ("upstream", upstream), ("outs", outs), ("leaf_grads", leaf_grads),
                        ("unused", unused), ("node_grads", node_grads)):
