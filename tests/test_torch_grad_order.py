@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fpsim import checkpoint
 from fpsim.autograd import Tensor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,6 +59,31 @@ def test_gradients_add_in_pytorchs_order(fmt):
     assert not bad_values, f"{fmt}: forward values differ from PyTorch in graphs {bad_values}"
     assert not bad_grads, f"{fmt}: gradients differ from PyTorch in graphs {bad_grads}"
     assert not bad_second, f"{fmt}: second pass's .grad differs in graphs {bad_second}"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("checkpointed", [False, True], ids=["inline", "checkpoint"])
+def test_checkpoint_gradients_are_pytorchs(fmt, checkpointed):
+    """The same graphs with a run of ops made one segment, inline or through fpsim's
+    checkpoint: the gradients of the leaves and of every tensor seen outside the segment are
+    PyTorch's (inline, which its non-reentrant checkpoint equals: the recorder checks it), so
+    checkpointing changes no bit, even where a segment's input or parameter is also used
+    outside it."""
+    d = {key: DATA[f"{fmt}/{key}"] for key in ("ops", "consts", "leaves", "upstream")}
+    ck = {key: DATA[f"{fmt}/checkpoint/{key}"] for key in ("segments", "leaf_grads", "unused",
+                                                            "node_grads", "nodes")}
+    bad = []
+    for k in range(len(d["ops"])):
+        leaves = [Tensor(a, fmt, requires_grad=True) for a in d["leaves"][k]]
+        nodes, out = recorder.build(leaves, d["ops"][k], d["consts"][k],
+                                    tuple(ck["segments"][k]), checkpoint if checkpointed else None)
+        out.backward(Tensor(d["upstream"][k, 0], fmt))
+        assert len(nodes) == ck["nodes"][k], k
+        assert [t.grad is None for t in leaves] == ck["unused"][k].tolist(), k
+        if not (np.array_equal(_bits(_grads(leaves)), _bits(ck["leaf_grads"][k]))
+                and np.array_equal(_bits(_grads(nodes)), _bits(ck["node_grads"][k, :len(nodes)]))):
+            bad.append(k)
+    assert not bad, f"{fmt}: gradients differ from PyTorch in graphs {bad}"
 
 
 def test_the_graphs_reuse_tensors():

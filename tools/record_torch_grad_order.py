@@ -20,6 +20,8 @@ gradient of the first (``retain_grad``); and which leaves no op used (their grad
 
 from __future__ import annotations
 
+import warnings
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -30,34 +32,78 @@ LEAVES, STEPS, SIZE = 3, 10, 4
 SCALE, ADD, SUB, MUL = range(4)  # the op codes of the ``ops`` array
 
 
-def build(leaves: list, ops: np.ndarray, consts: np.ndarray) -> tuple[list, object]:
-    """The graph of ``ops`` on ``leaves`` (tensors of any library with +, -, *): every op output
-    (each keeping its gradient: ``retain_grad``) and the output, the op outputs nothing uses
-    added up in order. tests/test_torch_grad_order.py builds fpsim's graphs with it."""
-    ts = list(leaves)
-    used = set()
+def _run(ts: list, ops: np.ndarray, consts: np.ndarray, keep: bool) -> list:
+    """Append the outputs of ``ops`` (indices into ``ts``) to ``ts``; ``keep``: each keeps its
+    gradient (``retain_grad``). Returns the indices the ops used."""
+    used = []
     for (code, i, j), c in zip(ops, consts, strict=True):
         a, b = ts[i], ts[j]
         t = (a * float(c), a + b, a - b, a * b)[code]
-        t.retain_grad()
+        if keep and t.requires_grad:  # (not so after torch's reentrant form without inputs)
+            t.retain_grad()
         ts.append(t)
-        used.update((i,) if code == SCALE else (i, j))
-    nodes = ts[len(leaves):]
-    sinks = [t for m, t in enumerate(ts) if m >= len(leaves) and m not in used]
-    out = sinks[0]
-    for t in sinks[1:]:
+        used += (i,) if code == SCALE else (i, j)
+    return used
+
+
+def _total(ts: list) -> object:
+    out = ts[0]
+    for t in ts[1:]:
         out = out + t
-    return nodes, out
+    return out
+
+
+def build(leaves: list, ops: np.ndarray, consts: np.ndarray, segment: tuple[int, int] | None = None,
+          checkpoint=None) -> tuple[list, object]:
+    """The graph of ``ops`` on ``leaves`` (tensors of any library with +, -, *): the op outputs
+    seen outside a segment (each keeping its gradient: ``retain_grad``) and the output, the op
+    outputs nothing uses added up in order. tests/test_torch_grad_order.py builds fpsim's
+    graphs with it.
+
+    ``segment`` (start, stop): those ops form one function of the op outputs made before it
+    (the leaves it reads are its parameters), run through ``checkpoint(fn, *inputs)`` if given
+    (torch's or fpsim's), else inline. Its output, the one tensor of it seen outside, is its
+    op outputs nothing in it uses, added up in order; a later op naming any of its op outputs
+    uses that output."""
+    n_leaves = len(leaves)
+    start, stop = (len(ops), len(ops)) if segment is None else segment
+    ts = list(leaves)
+    used = _run(ts, ops[:start], consts[:start], True)
+    if start < stop:
+        inputs = ts[n_leaves:]
+
+        def fn(*xs):
+            local = list(leaves) + list(xs)
+            inner = _run(local, ops[start:stop], consts[start:stop], False)
+            return _total([t for m, t in enumerate(local)
+                           if m >= n_leaves + start and m not in inner])
+
+        out = fn(*inputs) if checkpoint is None else checkpoint(fn, *inputs)
+        if out.requires_grad:  # (not so out of torch's reentrant form without tensor inputs)
+            out.retain_grad()
+        reads = [i for code, a, b in ops[start:stop] for i in ((a,) if code == SCALE else (a, b))]
+        used += [i for i in reads if i < n_leaves + start]  # what it reads from outside
+        ts += [out] * (stop - start)
+    used += _run(ts, ops[stop:], consts[stop:], True)
+    nodes, seen = [], set()
+    for t in ts[n_leaves:]:
+        if id(t) not in seen:
+            seen.add(id(t))
+            nodes.append(t)
+    users = {id(ts[i]) for i in used}
+    return nodes, _total([t for t in nodes if id(t) not in users])
 
 
 def main() -> int:
     import ml_dtypes
     import torch
+    from torch.utils.checkpoint import checkpoint as tck
 
     rng = np.random.default_rng(2026)
     arrays: dict[str, np.ndarray] = {}
     formats = {"fp16": (np.float16, torch.float16), "bf16": (ml_dtypes.bfloat16, torch.bfloat16),
                "fp32": (np.float32, torch.float32)}
+    reentrant_differs = dict.fromkeys(formats, 0)
     for name, (ndt, tdt) in formats.items():
         def values(*shape, ndt=ndt):
             """Normal values rounded to the format, as float64 (exact)."""
@@ -94,11 +140,54 @@ def main() -> int:
                        ("upstream", upstream), ("outs", outs), ("leaf_grads", leaf_grads),
                        ("unused", unused), ("node_grads", node_grads)):
             arrays[f"{name}/{key}"] = a
+
+        # the same graphs with a run of ops made a checkpointed segment: PyTorch's gradients
+        # with the segment inline, equal (checked here) to those of torch.utils.checkpoint's
+        # non-reentrant form; its reentrant form sums the segment's gradients of each input
+        # first, and differs (and gives the parameters of a segment without tensor inputs no
+        # gradient)
+        segments = np.sort(np.stack([rng.choice(STEPS + 1, 2, replace=False)
+                                     for _ in range(GRAPHS)]), axis=1)
+        ck_leaf_grads = np.zeros((GRAPHS, LEAVES, SIZE))
+        ck_unused = np.zeros((GRAPHS, LEAVES), bool)
+        ck_node_grads = np.full((GRAPHS, STEPS, SIZE), np.nan)  # the nodes seen outside, first
+        ck_nodes = np.zeros(GRAPHS, np.int64)
+        for k in range(GRAPHS):
+            results = []
+            for use in (None, False, True):  # inline, non-reentrant, reentrant
+                ts = [torch.tensor(a, dtype=tdt, requires_grad=True) for a in leaves[k]]
+                ck = None if use is None else partial(tck, use_reentrant=use)
+                with warnings.catch_warnings():  # reentrant: "none of the inputs requires grad"
+                    warnings.simplefilter("ignore")
+                    nodes, out = build(ts, ops[k], consts[k], tuple(segments[k]), ck)
+                    if out.requires_grad:  # (not so out of the reentrant form, see above)
+                        out.backward(torch.tensor(upstream[k, 0], dtype=tdt))
+                results.append([None if t.grad is None else f64(t.grad) for t in ts + nodes])
+            def same(x, y):
+                return (x is None and y is None) or (
+                    x is not None and y is not None and np.array_equal(x, y))
+
+            inline, plain, reentrant = results
+            assert all(map(same, inline, plain)), f"torch's checkpoint differs: {name}, {k}"
+            reentrant_differs[name] += not all(map(same, inline, reentrant))
+            lg, ng = inline[:LEAVES], inline[LEAVES:]
+            for m, g in enumerate(lg):
+                ck_unused[k, m] = g is None
+                if g is not None:
+                    ck_leaf_grads[k, m] = g
+            ck_nodes[k] = len(ng)
+            ck_node_grads[k, :len(ng)] = ng
+        for key, a in (("segments", segments), ("leaf_grads", ck_leaf_grads),
+                       ("unused", ck_unused), ("node_grads", ck_node_grads),
+                       ("nodes", ck_nodes)):
+            arrays[f"{name}/checkpoint/{key}"] = a
     arrays["torch_version"] = np.array(torch.__version__)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(OUT, **arrays)
     print(f"wrote {OUT} ({OUT.stat().st_size} bytes, {GRAPHS} graphs x {len(formats)} formats, "
-          f"torch {torch.__version__})")
+          f"torch {torch.__version__}); checkpointed segments: torch's reentrant checkpoint "
+          f"gives other gradients than inline in {reentrant_differs} graphs, the "
+          "non-reentrant one in none")
     return 0
 
 

@@ -19,10 +19,16 @@ enabled, in the conditions of the first run:
 - every other ``contextvars`` variable is re-entered as it was (``contextvars.copy_context()``).
 
 The recomputed segment is then backpropagated with the incoming gradient (its backward ops use
-the settings active at backward time, as the other ops do), and the gradients of its inputs and
-of the parameters it used flow on through the checkpoint node, so they accumulate exactly as
-without checkpointing: the gradients are bitwise the same. The price is one more forward pass of
-every checkpointed segment, which :class:`~fpsim.autograd.memory_meter.MemoryMeter` counts.
+the settings active at backward time, as the other ops do). Each gradient that reaches one of
+its inputs or of the parameters it used comes back on its own, in the order it arrived
+(:class:`~fpsim.autograd.tensor.OrderedGrads`), and the engine adds it where it adds the
+others, each add rounded, as if the segment's ops were in the graph: the gradients are bitwise
+those without checkpointing, and PyTorch's (whose non-reentrant checkpoint gives the same),
+even where an input or a parameter is also used outside the segment
+(``tests/test_torch_grad_order.py``). PyTorch's reentrant form, which sums the segment's
+gradients of an input before handing them on, differs there. The price is one more forward
+pass of every checkpointed segment, which :class:`~fpsim.autograd.memory_meter.MemoryMeter`
+counts.
 
 :func:`checkpoint_sequential` cuts a chain of n layers into ``segments`` pieces; all but the last
 are checkpointed (the last one's activations are needed first in backward, so it runs
@@ -53,7 +59,7 @@ import numpy as np
 from .. import state as _state
 from ..checks import as_int
 from . import memory_meter as _meter
-from .tensor import Tensor, is_grad_enabled, make_result, no_grad
+from .tensor import Tensor, backward_ordered, is_grad_enabled, make_result, no_grad
 
 __all__ = ["checkpoint", "checkpoint_sequential"]
 
@@ -177,21 +183,13 @@ def checkpoint(fn: Callable, *inputs, rngs: Sequence[np.random.Generator] = ()):
             detached.append(d)
         sub = iter(detached)
         args = [next(sub) if isinstance(a, Tensor) else a for a in inputs]
-        extra = parents[len(tensors):]
-        kept = [p._grad for p in extra]
-        for p in extra:
-            p._grad = None
-
         with _meter.recomputing():
             again = ctx.copy().run(forward.run, lambda: fn(*args))
-        try:
-            if isinstance(again, Tensor) and again._requires_grad:
-                again.backward(g)
-            grads = [d._grad for d in detached] + [p._grad for p in extra]
-        finally:
-            for p, k in zip(extra, kept, strict=True):
-                p._grad = k
-        return tuple(grads)
+        if not isinstance(again, Tensor):
+            return (None,) * len(parents)
+        # every gradient reaching an input or a parameter comes back on its own, in arrival
+        # order, for the engine to add where it adds the others: as without checkpointing
+        return backward_ordered(again, g, detached + parents[len(tensors):])
 
     return make_result(out._data, out.fmt, parents, backward, "checkpoint")
 

@@ -836,17 +836,40 @@ def add_grads(a: np.ndarray, b: np.ndarray, fmt: Format) -> np.ndarray:
     return np.asarray(round_to(np.asarray(a.astype(np.float64) + b.astype(np.float64)), fmt))
 
 
-def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
+class OrderedGrads(list):
+    """What a backward function returns when its inputs receive several gradients each, in an
+    order that matters: ``(parent index, gradient)`` pairs, in the order they arrived in the
+    pass that made them. The engine delivers each as a gradient of its own (each add rounded),
+    as if the ops that made them were in its graph: a checkpoint node's, whose recomputed
+    segment's gradients then add exactly as without checkpointing."""
+
+
+def backward_ordered(root: Tensor, g: np.ndarray, inputs: Sequence[Tensor]) -> OrderedGrads:
+    """Run backward from ``root`` (gradient ``g``) without touching the ``.grad`` of the leaves
+    ``inputs``: every gradient that reaches one of them comes back, in arrival order, as
+    ``(index in inputs, gradient)`` (rounded to its gradient format, not summed). Other leaves
+    get their ``.grad`` as usual. Used by :func:`fpsim.autograd.checkpoint.checkpoint`."""
+    collected = OrderedGrads()
+    if root._requires_grad:
+        _run_backward(root, g, False, ({id(t): i for i, t in enumerate(inputs)}, collected))
+    return collected
+
+
+def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool,
+                  collect: tuple[dict, list] | None = None) -> None:
     # A tensor's .grad never shares memory with another's (nor with anything else), so that
     # changing one in place changes nothing else. A leaf adopts its gradient without a copy
     # only when the array is its alone: ``sole`` holds the tensors whose pending gradient is
     # an array that owns its memory (not a view) and was handed to no other tensor in this pass
     # (``handed``: ids of every array handed out; an id reused after its array died only costs
     # a copy). The ops' backward functions return fresh arrays, views of ``g`` or ``g`` itself;
-    # none returns an array it keeps.
+    # none returns an array it keeps. ``collect`` (backward_ordered): (leaf ids -> index, list)
+    # of the leaves whose gradients are listed in arrival order instead of summed.
     grads: dict[int, np.ndarray] = {id(root): g}
     pop, get = grads.pop, grads.get
     handed, sole = {id(g)}, set()
+    if collect is not None:
+        collect_index, collected = collect
     if root._parents is None:  # a leaf's own backward: the gradient is its alone if fresh
         order, leaves = [], [root]
         if g.base is None:
@@ -871,7 +894,12 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
                 if _observers:
                     for o in tuple(_observers):
                         o.on_release(node)
-            for p, pg in zip(node._parents, pgrads, strict=True):
+            parents = node._parents
+            if type(pgrads) is OrderedGrads:
+                pairs = [(parents[i], pg) for i, pg in pgrads]
+            else:
+                pairs = zip(parents, pgrads, strict=True)
+            for p, pg in pairs:
                 if pg is None or not p._requires_grad:
                     continue
                 if isinstance(pg, np.generic):  # NumPy ops on 0-d arrays return scalars
@@ -887,6 +915,10 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool) -> None:
                 if pg.dtype != fmt.storage_dtype or fmt.dtype is None:
                     pg = round_to(pg, fmt)
                 key, arr = id(p), id(pg)
+                if collect is not None and key in collect_index:
+                    collected.append((collect_index[key], pg))
+                    handed.add(arr)  # handed out: no leaf of this pass adopts it too
+                    continue
                 prev = get(key)
                 if prev is None:
                     grads[key] = pg
