@@ -162,6 +162,31 @@ def test_nested_segments_and_an_input_passed_twice_add_as_inline(fmt):
             _nested_and_twice(fmt, xv, wv, gv, cs, False)
 
 
+def _returned_as_is(returned: str, checkpointed: bool, xv, wv, c: float):
+    """x's and w's gradients (bytes) after two backward passes of a graph whose segment returns
+    a tensor it was given, with no op (the second pass adds to ``.grad``: the order of the
+    adds shows)."""
+    x, w = (Tensor(v, "fp16", requires_grad=True) for v in (xv, wv))
+    for _ in range(2):
+        a = x if returned == "leaf input" else x * c
+        fn = (lambda u: w) if returned == "parameter" else (lambda u: u)  # noqa: B023
+        y = checkpoint(fn, a) if checkpointed else fn(a)
+        (y * c + a * w + w * c).sum().backward()
+    return x.grad.tobytes(), w.grad.tobytes()
+
+
+@pytest.mark.parametrize("returned", ["input", "leaf input", "parameter"])
+def test_a_segment_that_returns_a_tensor_it_was_given(returned):
+    """fn returning one of its inputs, or a parameter, with no op: the gradient still flows
+    to it, and adds as inline."""
+    rng = np.random.default_rng(6)
+    for _ in range(40):
+        xv, wv = rng.standard_normal((2, 4))
+        c = float(Tensor([rng.standard_normal()], "fp16").item())
+        assert _returned_as_is(returned, True, xv, wv, c) == \
+            _returned_as_is(returned, False, xv, wv, c)
+
+
 def test_retain_graph_recomputes_again():
     net = net_with_dropout("fp32", layers=3)
     x = Tensor(np.ones((2, 10)), "fp32")

@@ -170,6 +170,8 @@ def checkpoint(fn: Callable, *inputs, rngs: Sequence[np.random.Generator] = ()):
     if uses.foreign:
         raise ValueError(f"checkpoint: fn uses {len(uses.foreign)} tensor(s) that require grad "
                          "and come from outside the segment; pass them as inputs")
+    if out._requires_grad and out._parents is None:  # fn returned a parameter itself (no op)
+        uses.leaves.setdefault(id(out), out)
     params = [p for p in uses.leaves.values()]
     parents = tensors + [p for p in params if all(p is not t for t in tensors)]
 

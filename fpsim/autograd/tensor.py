@@ -850,8 +850,11 @@ def backward_ordered(root: Tensor, g: np.ndarray, inputs: Sequence[Tensor]) -> O
     ``(index in inputs, gradient)`` (rounded to its gradient format, not summed). Other leaves
     get their ``.grad`` as usual. Used by :func:`fpsim.autograd.checkpoint.checkpoint`."""
     collected = OrderedGrads()
-    if root._requires_grad:
-        _run_backward(root, g, False, ({id(t): i for i, t in enumerate(inputs)}, collected))
+    index = {id(t): i for i, t in enumerate(inputs)}
+    if root._parents is None and id(root) in index:  # root is one of them (fn returned it)
+        collected.append((index[id(root)], g))
+    elif root._requires_grad:
+        _run_backward(root, g, False, (index, collected))
     return collected
 
 
