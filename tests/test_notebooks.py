@@ -1,7 +1,8 @@
 """The course notebooks: each notebooks/NN_name.ipynb is paired (jupytext, percent format) with
 notebooks/NN_name.py, the source people edit; the two must hold the same cells, and every
-notebook runs top to bottom on a fresh install (a broken cell fails CI). The stored outputs stay
-as committed; the run happens on a copy in memory.
+notebook runs top to bottom on a fresh install (a broken cell fails CI) and prints what its
+stored outputs show (durations, process ids and addresses aside: stale outputs fail CI). The
+stored outputs stay as committed; the run happens on a copy in memory.
 
 After editing a .py source: ``jupytext --sync notebooks/NN_name.py`` (or ``--to ipynb``), then
 execute the notebook (``jupyter nbconvert --to notebook --execute --inplace
@@ -9,6 +10,7 @@ notebooks/NN_name.ipynb``) so its stored outputs are real, and commit both files
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -58,3 +60,35 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors
+    # the stored outputs are this code's: every cell prints what it printed when committed
+    stored = nbformat.read(path, as_version=4)
+    stale = [i for i, (a, b) in enumerate(zip(_printed(stored), _printed(nb), strict=True))
+             if a != b]
+    assert not stale, (f"{path.name}: cells {stale} print other text than their stored outputs: "
+                       "re-execute the notebook and commit it")
+
+
+# What varies between two runs of the same code: durations, process ids, object addresses, and
+# the widths of the tables that hold them
+_VARIES = [(re.compile(r"\d+(\.\d+)?\s*(s|ms|us|µs|min)\b"), "<time>"),
+           (re.compile(r"pids? \[[\d, ]*\]"), "<pids>"),
+           (re.compile(r"0x[0-9a-f]{6,}"), "<address>"),
+           (re.compile(r"-{2,}"), "--"), (re.compile(r"[ \t]+"), " ")]
+
+
+def _printed(nb) -> list[str]:
+    """Each code cell's printed text (streams and plain-text results), what varies between
+    runs of the same code masked."""
+    out = []
+    for c in nb.cells:
+        if c.cell_type != "code":
+            continue
+        text = ""
+        for o in c.get("outputs", []):
+            t = o.get("text") if o.get("output_type") == "stream" else \
+                o.get("data", {}).get("text/plain")
+            text += "".join(t) if isinstance(t, list) else (t or "")
+        for pattern, mask in _VARIES:
+            text = pattern.sub(mask, text)
+        out.append(text)
+    return out
