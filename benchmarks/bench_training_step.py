@@ -163,13 +163,13 @@ def _sgd_master(floor, grads: list, lr: float, mom: float) -> None:
 def _relu16(h: np.ndarray) -> np.ndarray:
     """max(h, 0) on fp16 bit patterns (-0 and NaN aside, which fpsim's relu keeps as PyTorch:
     not met here)."""
-    return F._masked(h, h.view(np.int16) > 0)
+    return F.masked_bits(h, h.view(np.int16) > 0)
 
 
 def _masked16(g: np.ndarray, h: np.ndarray) -> np.ndarray:
     """g where h > 0, else +0 (ReLU's backward) on bit patterns (NaN aside, where fpsim's
     relu passes g as PyTorch: not met here)."""
-    return F._masked(g, h.view(np.int16) > 0)
+    return F.masked_bits(g, h.view(np.int16) > 0)
 
 
 _TAP_OFFSETS = np.array([0, 1, 8, 9])  # a 2x2 window's taps in an 8x8 plane, row-major
@@ -220,7 +220,7 @@ class NumpyCNNHalf:
         flat position in act, its tap's offset (dy, dx) = divmod(arg, 2) in the 8x8 plane from
         a table plus its window's origin (fpsim's max_pool2d does the same)."""
         wide = fastcast.f16_to_wide(act)
-        arg = _conv._first_max(_conv._windows(wide, 2, 2, 2, 2, 1, 1, 4, 4), 2, 2)[0]
+        arg = _conv.first_max(_conv.window_view(wide, 2, 2, 2, 2, 1, 1, 4, 4), 2, 2)[0]
         pos = _TAP_OFFSETS.take(arg.reshape(-1))
         pos += self._origins(act.shape[0])
         return pos

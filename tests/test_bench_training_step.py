@@ -208,7 +208,7 @@ def test_conv_windows_view_is_sliding_window_view():
                    rng.standard_normal((3, 2, w, h)).transpose(1, 0, 3, 2)):
             ref = np.lib.stride_tricks.sliding_window_view(xp, (eh, ew), axis=(2, 3))[
                 :, :, :sh * (oh - 1) + 1:sh, :sw * (ow - 1) + 1:sw, ::dh, ::dw]
-            got = C._windows(xp, kh, kw, sh, sw, dh, dw, oh, ow)
+            got = C.window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow)
             assert got.shape == ref.shape and not got.flags.writeable
             np.testing.assert_array_equal(got, ref)
             cases += 1
@@ -393,7 +393,7 @@ def test_max_pool_tap_compare_is_argmax(monkeypatch):
     is NaN or -inf go the checked argmax path) is np.argmax's over the windows: values, indices
     and gradients equal bit for bit with the tap loop on every size and with argmax everywhere,
     on ties, signed zeros, -inf and NaN taps, padding, ceil_mode, strides and dilations; and
-    _first_max equals np.argmax directly where no NaN is, its maxima NaN exactly where one is."""
+    first_max equals np.argmax directly where no NaN is, its maxima NaN exactly where one is."""
     import itertools
 
     import fpsim.autograd.functional as F
@@ -431,9 +431,9 @@ def test_max_pool_tap_compare_is_argmax(monkeypatch):
         cases += 1
         h, w = data.shape[2:]
         oh, ow = (h - (kh - 1) * dh - 1) // sh + 1, (w - (kw - 1) * dw - 1) // sw + 1
-        win = C._windows(data, kh, kw, sh, sw, dh, dw, oh, ow)
+        win = C.window_view(data, kh, kw, sh, sw, dh, dw, oh, ow)
         ref = np.argmax(win.reshape(win.shape[:4] + (kh * kw,)), axis=-1)
-        got, best = C._first_max(win, kh, kw)
+        got, best = C.first_max(win, kh, kw)
         nan = np.isnan(win).any(axis=(-2, -1))
         assert np.array_equal(np.isnan(best), nan)  # the maxima show every NaN window
         assert got.dtype == ref.dtype and np.array_equal(got[~nan], ref[~nan])

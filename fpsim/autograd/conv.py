@@ -48,10 +48,16 @@ def _pad(x: np.ndarray, top: int, bottom: int, left: int, right: int,
     return x
 
 
-def _windows(xp: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, oh: int,
-             ow: int) -> np.ndarray:
-    """(N, C, oh, ow, kh, kw) view of the padded input's windows: windows (sh, sw) apart, taps
-    (dh, dw) apart."""
+def window_view(xp: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
+                oh: int, ow: int) -> np.ndarray:
+    """(N, C, oh, ow, kh, kw) read-only view of the padded input's windows: windows (sh, sw)
+    apart, taps (dh, dw) apart. An internal kernel (not exported), shared with the training-step
+    benchmark's floor.
+
+    >>> window_view(np.arange(16.0).reshape(1, 1, 4, 4), 2, 2, 2, 2, 1, 1, 2, 2)[0, 0, 1, 1]
+    array([[10., 11.],
+           [14., 15.]])
+    """
     # the strided view sliding_window_view(...)[..., ::sh, ::sw, ::dh, ::dw] would give, made
     # directly (read-only, as that one): a quarter of its Python cost per call
     s0, s1, s2, s3 = xp.strides
@@ -191,7 +197,7 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: In
         parents, b64 = (x, w, bt), widen(bt._data).reshape(groups, 1, coutg)
     model = accumulation_model(accumulation)
     dt = operand_dtype(model, x.fmt, w.fmt)  # float32 operands for the sgemm model
-    win = _windows(_pad(widen(x._data, dt), pt, pb, pl, pr), kh, kw, sh, sw, dh, dw, oh, ow)
+    win = window_view(_pad(widen(x._data, dt), pt, pb, pl, pr), kh, kw, sh, sw, dh, dw, oh, ow)
     # im2col rows (n, oh, ow), columns (channel, tap) split by group: (groups, M, K / groups)
     cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(m_rows, groups, kg)
     cols = np.ascontiguousarray(cols.transpose(1, 0, 2))
@@ -274,11 +280,17 @@ def _extra(size: int, p: int, out: int, k: int, s: int, d: int) -> int:
 _TAPS_MIN = 2048
 
 
-def _first_max(win: np.ndarray, kh: int, kw: int) -> tuple[np.ndarray, np.ndarray]:
+def first_max(win: np.ndarray, kh: int, kw: int) -> tuple[np.ndarray, np.ndarray]:
     """np.argmax over the taps of the (N, C, oh, ow, kh, kw) windows ``win``, for windows
     without NaN: a tap wins when it is greater than every tap before it, so the first maximum
     wins, as argmax's. Also returns the windows' maxima, NaN where a window holds a NaN (so
-    the caller can tell the argmax is not valid there)."""
+    the caller can tell the argmax is not valid there). An internal kernel (not exported),
+    shared with the training-step benchmark's floor.
+
+    >>> arg, best = first_max(np.array([[[[[[1.0, 3.0], [3.0, 2.0]]]]]]), 2, 2)
+    >>> int(arg[0, 0, 0, 0]), float(best[0, 0, 0, 0])
+    (1, 3.0)
+    """
     best = win[..., 0, 0]
     arg = np.zeros(best.shape, dtype=np.intp)
     for t in range(1, kh * kw):
@@ -351,7 +363,7 @@ def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
     n, c, h, wd = x_shape = x._data.shape
     x64 = widen(x._data)
     xp = _pad(x64, ph, bottom, pw, right, fill=-np.inf)
-    win6 = _windows(xp, kh, kw, sh, sw, dh, dw, oh, ow)
+    win6 = window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow)
     keep = None  # the windows with a tap inside the input, where some have none
     # a window with a tap inside the input whose maximum is neither NaN nor -inf has its
     # maximum inside: skip the checks below unless some window's maximum is NaN / -inf or a
@@ -359,7 +371,7 @@ def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
     arg = None
     if all_hit and kh * kw > 1 and n * c * oh * ow >= _TAPS_MIN:
         # the maxima tell it (np.maximum keeps a NaN): one pass over the output, not the input
-        arg, best = _first_max(win6, kh, kw)
+        arg, best = first_max(win6, kh, kw)
         checks = not np.minimum.reduce(best, axis=None) > -np.inf  # best.min(), a C call
         if checks:
             arg = None  # a NaN breaks the taps' compare: the argmax below
@@ -459,7 +471,7 @@ def avg_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
     bottom, right = _extra(h, ph, oh, kh, sh, 1), _extra(wd, pw, ow, kw, sw, 1)
     xp = _pad(widen(x._data), ph, bottom, pw, right)
     with np.errstate(all="ignore"):  # inf + -inf is NaN, silently (as PyTorch)
-        sums = _windows(xp, kh, kw, sh, sw, 1, 1, oh, ow).sum(axis=(-2, -1)) / divisor
+        sums = window_view(xp, kh, kw, sh, sw, 1, 1, oh, ow).sum(axis=(-2, -1)) / divisor
     out = round_to(sums, x.fmt)
 
     def backward(g):

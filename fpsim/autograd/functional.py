@@ -943,9 +943,14 @@ except ImportError:  # pragma: no cover - ml_dtypes is a dependency
     pass
 
 
-def _masked(a: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def masked_bits(a: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """``a`` where ``mask`` else +0, by AND-ing the bit patterns (np.where is slow on 2-byte
-    floats)."""
+    floats). An internal kernel (not exported), shared with the training-step benchmark's
+    floor.
+
+    >>> masked_bits(np.array([-1.5, 2.0], np.float16), np.array([True, False]))
+    array([-1.5,  0. ], dtype=float16)
+    """
     it = _INT_OF_SIZE[a.dtype.itemsize]
     return (a.view(it) & -mask.astype(it)).view(a.dtype)
 
@@ -969,14 +974,14 @@ def relu(input: Tensor) -> Tensor:
         keep = data.view(np.uint16) - np.uint16(0x8001) >= inf
     else:
         keep = ~(widen(data, _F64 if data.dtype == _F64 else _F32) < 0)
-    out = _masked(data, keep)
+    out = masked_bits(data, keep)
 
     def backward(g):
         if inf is not None:  # the output is +-0 where its bits but the sign are 0
             passes = (out.view(np.uint16) & np.uint16(0x7FFF)) != 0
         else:
             passes = ~(widen(out, _F64 if out.dtype == _F64 else _F32) <= 0)
-        return (_masked(g, passes),)
+        return (masked_bits(g, passes),)
 
     return make_result(out, x.fmt, (x,), backward, "relu")
 
