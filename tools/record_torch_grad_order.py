@@ -16,6 +16,12 @@ and run backward from another gradient (accumulating into ``.grad``). Recorded, 
 (every value of the three formats is one): the leaves, the constants, the two upstream
 gradients, every op's output, the leaves' gradients after each pass and every op output's
 gradient of the first (``retain_grad``); and which leaves no op used (their gradient None).
+
+Then the same graphs with a random run of ops made one segment (see :func:`build`), and one
+backward pass: PyTorch's gradients with the segment inline, which the recorder checks equal to
+those of ``torch.utils.checkpoint(..., use_reentrant=False)``; it also counts the graphs where
+the reentrant form (which sums the segment's gradients of an input before handing them on)
+gives other gradients, and prints that count. fpsim's checkpoint must give the inline ones.
 """
 
 from __future__ import annotations
