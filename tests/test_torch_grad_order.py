@@ -95,3 +95,25 @@ def test_the_graphs_reuse_tensors():
             inputs = [i for code, i, j in g for i in ((i,) if code == recorder.SCALE else (i, j))]
             reused += len(inputs) != len(set(inputs))
         assert reused > 0.9 * len(ops), (fmt, reused)
+
+
+@pytest.mark.parametrize("order", ["big first", "small first"])
+def test_ordered_grads_add_one_by_one_in_their_order(order):
+    """A node returning OrderedGrads: each pair is a gradient of its own, added in the order
+    given, each add rounded (fp16: 1 + 2**-11 is a tie to 1, so the order shows), None and
+    parents without grad skipped."""
+    from fpsim.autograd.tensor import OrderedGrads, make_result
+
+    a = Tensor([0.0], "fp16", requires_grad=True)
+    c = Tensor([0.0], "fp16")  # no gradient wanted
+    parts = [np.array([1.0]), np.array([2.0 ** -11]), np.array([2.0 ** -11])]
+    if order == "small first":
+        parts.reverse()
+
+    def backward(g):
+        return OrderedGrads([(1, g)] + [(0, p * g) for p in parts] + [(0, None)])
+
+    make_result(np.zeros(1, np.float16), a.fmt, (a, c), backward, "custom").backward(
+        np.ones(1, np.float16))
+    assert c.grad is None
+    assert a.grad.tolist() == ([1.0] if order == "big first" else [1.0 + 2.0 ** -10])
