@@ -187,6 +187,60 @@ def test_a_segment_that_returns_a_tensor_it_was_given(returned):
             _returned_as_is(returned, False, xv, wv, c)
 
 
+def _random_program(rng: np.random.Generator, n_ops: int) -> list[tuple[int, int, int]]:
+    """Ops as (kind, first input, second input); inputs index the tensors made so far."""
+    return [(int(rng.integers(0, 7)), int(rng.integers(0, 1000)), int(rng.integers(0, 1000)))
+            for _ in range(n_ops)]
+
+
+def _program_grads(program: list, fmt: str, segment: tuple[int, int], checkpointed: bool,
+                   seed: int) -> tuple:
+    """The gradients (bytes, or None) of x, w and b after one backward pass of ``program``, the
+    ops ``segment`` (start, stop) a segment (inline or checkpointed) of every tensor made before
+    it; w and b, read inside and outside the segment, are its parameters."""
+    rng = np.random.default_rng(seed)
+    w = Tensor(rng.standard_normal((4, 4)), fmt, requires_grad=True)
+    b = Tensor(rng.standard_normal(4), fmt, requires_grad=True)
+    x = Tensor(rng.standard_normal((3, 4)), fmt, requires_grad=True)
+    upstream = Tensor(rng.standard_normal((3, 4)), fmt)
+
+    def apply(ts: list, ops: list) -> list:
+        for kind, i, j in ops:
+            a, c = ts[i % len(ts)], ts[j % len(ts)]
+            make = (lambda: a * c, lambda: a + c, lambda: F.linear(a, w, b),  # noqa: B023
+                    lambda: F.relu(a) - c, lambda: a * w[0],  # noqa: B023
+                    lambda: a.sum(dim=0, keepdim=True) * c, lambda: a @ w.T + c)  # noqa: B023
+            ts.append(make[kind]())
+        return ts
+
+    start, stop = segment
+    ts = apply([x * 1.0], program[:start])
+
+    def fn(*xs):
+        local = apply(list(xs), program[start:stop])
+        return local[-1] + local[len(xs)]
+
+    ts.append(checkpoint(fn, *ts) if checkpointed else fn(*ts))
+    apply(ts, program[stop:])
+    (ts[-1] + ts[len(ts) // 2] + ts[1]).backward(upstream)
+    return tuple(None if t.grad is None else t.grad.tobytes() for t in (x, w, b))
+
+
+def test_random_programs_checkpointed_give_the_inline_gradients():
+    """Random programs of mul, add, linear, relu, indexing, broadcast sums and matmul, with a
+    random run of ops as a segment whose inputs and parameters are also used outside it:
+    checkpointing changes no bit of any gradient (fp16, bf16, fp32). The checkpoint that summed
+    a segment's gradients of an input first differs in 35 of these 150 draws."""
+    rng = np.random.default_rng(0)
+    for k in range(150):
+        program = _random_program(rng, 8)
+        start = int(rng.integers(0, 7))
+        segment = (start, int(rng.integers(start + 1, 9)))
+        fmt = ("fp16", "bf16", "fp32")[k % 3]
+        assert _program_grads(program, fmt, segment, True, k) == \
+            _program_grads(program, fmt, segment, False, k), (k, program, segment)
+
+
 def test_retain_graph_recomputes_again():
     net = net_with_dropout("fp32", layers=3)
     x = Tensor(np.ones((2, 10)), "fp32")
