@@ -40,7 +40,8 @@ moved the engine overhead between runs.
 With ``--pairs``, the CNN's floor is also timed against itself run as a graph
 (``NumpyCNNHalfGraph``: each op the floor's code, recorded in fpsim's graph and run backward by
 fpsim's engine): what recording the step as a graph costs by itself, before any of fpsim's
-ops.
+ops; and against the same graph with its closures called by hand (``NumpyCNNHalfByHand``):
+what the records cost without the engine's traversal.
 
 ``--glue K`` shows what Python work between kernel calls costs: it times the MLP floor with K
 rounds of plain Python work (small objects made and dropped, as an engine's bookkeeping does)
@@ -262,7 +263,8 @@ class NumpyCNNHalfGraph(NumpyCNNHalf):
         super().__init__(params)
         self.leaves = [Tensor(a, FP16, requires_grad=True) for a in self.p]
 
-    def step(self, x: np.ndarray, y: np.ndarray, lr: float = 0.01, mom: float = 0.9) -> float:
+    def record(self, x: np.ndarray, y: np.ndarray) -> tuple[float, list[Tensor]]:
+        """The forward pass recorded: the loss and the graph's nodes, the loss node first."""
         wide, acc16 = fastcast.f16_to_wide, fastcast.f64_to_f32_to_f16
         for t, a in zip(self.leaves, self.p, strict=True):
             t.set_data_(a)
@@ -296,10 +298,34 @@ class NumpyCNNHalfGraph(NumpyCNNHalf):
 
         t_z = make_result(acc16(flat @ w.T + b), FP16, (t_pool, tw, tb), linear_back, "linear")
         loss, logp = _cross_entropy16(wide(t_z.data), y)
-        make_result(loss, FP16, (t_z,), lambda g: (_cross_entropy16_grad(logp, y),),
-                    "cross_entropy").backward()
+        top = make_result(loss, FP16, (t_z,), lambda g: (_cross_entropy16_grad(logp, y),),
+                          "cross_entropy")
+        return float(loss), [top, t_z, t_pool, t_act, t_conv]
+
+    def step(self, x: np.ndarray, y: np.ndarray, lr: float = 0.01, mom: float = 0.9) -> float:
+        loss, nodes = self.record(x, y)
+        nodes[0].backward()
         _sgd_master(self, [t.grad for t in self.leaves], lr, mom)
-        return float(loss)
+        return loss
+
+
+class NumpyCNNHalfByHand(NumpyCNNHalfGraph):
+    """:class:`NumpyCNNHalfGraph`'s recorded graph, its closures called by hand in the chain's
+    order (each gradient rounded to fp16 where the engine rounds it) instead of by the engine:
+    against the graph, what the engine's traversal costs; against the floor, what recording
+    (Tensor objects, closures) costs. tests/test_bench_training_step.py checks it gives the
+    floor's parameters, bit for bit."""
+
+    def step(self, x: np.ndarray, y: np.ndarray, lr: float = 0.01, mom: float = 0.9) -> float:
+        r16 = fastcast.f64_to_f16
+        loss, (top, t_z, t_pool, t_act, t_conv) = self.record(x, y)
+        (dz,) = top._backward(np.ones((), np.float16))
+        dflat, gw, gb = t_z._backward(r16(dz))
+        (dact,) = t_pool._backward(dflat)
+        (dconv,) = t_act._backward(dact)
+        gwc, gbc = t_conv._backward(dconv)
+        _sgd_master(self, [gwc, r16(gbc), gw, r16(gb)], lr, mom)
+        return loss
 
 
 def _cross_entropy16(z: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -563,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
           "fp16+master time / numpy fp16+master (floor) time - 1 (target < 10%)")
     print(f"{'model':26s} {'variant':26s} {'ms/step':>9s} {'speed vs numpy fp32':>20s} "
           f"{'engine overhead':>16s}")
-    summary, overheads, cpu, graph = [], [], [], []
+    summary, overheads, cpu, graph, by_hand = [], [], [], [], []
     for name, (build, numpy_cls, x, half_cls) in cases.items():
         params = [p.numpy(np.float64) for p in build(0).parameters()]
         variants = {"numpy fp32": (numpy_cls(params).step, (x.astype(np.float32), y)),
@@ -595,6 +621,13 @@ def main(argv: list[str] | None = None) -> int:
                 graph.append(f"{name}: floor {tf * 1e3:.3f} ms, floor as a graph "
                              f"{tg * 1e3:.3f} ms, best {tg / tf - 1:+.1%}, median {med:+.1%} "
                              f"(quartiles {q1:+.1%} to {q3:+.1%})")
+                tf, th, ratios = cpu_pairs(variants["numpy fp16+master"],
+                                           (NumpyCNNHalfByHand(params).step,
+                                            (fastcast.f64_to_f16(x), y)), args.pairs)
+                q1, med, q3 = np.percentile(ratios, (25, 50, 75)) - 1
+                by_hand.append(f"{name}: floor {tf * 1e3:.3f} ms, the graph by hand "
+                               f"{th * 1e3:.3f} ms, best {th / tf - 1:+.1%}, median "
+                               f"{med:+.1%} (quartiles {q1:+.1%} to {q3:+.1%})")
         for label, t in times.items():
             col = f"{over:+16.1%}" if label == "fpsim fp16+master" else f"{'':16s}"
             print(f"{name:26s} {label:26s} {t * 1e3:9.3f} {times['numpy fp32'] / t:20.2f} {col}")
@@ -613,6 +646,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cost of a graph alone (the floor's kernels as graph ops run by fpsim's engine: "
               f"NumpyCNNHalfGraph), by per-thread CPU time ({args.pairs} pairs of steps): "
               + "; ".join(graph))
+        print(f"cost of recording alone (the same graph, its closures called by hand, without "
+              f"the engine: NumpyCNNHalfByHand), by per-thread CPU time ({args.pairs} pairs of "
+              "steps): " + "; ".join(by_hand))
     if args.glue > 0:
         t0, tk, alone, n_calls = glue_cost(args.glue, max(args.pairs, 100))
         print(f"Python work between kernels (MLP floor, {args.glue} rounds of it before each "

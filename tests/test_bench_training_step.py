@@ -69,6 +69,9 @@ def test_script_engine_rows(bench, capsys):
     graph = [ln for ln in out_lines if ln.startswith("cost of a graph alone")]
     assert len(graph) == 1 and "CNN" in graph[0] and "MLP" not in graph[0]
     assert graph[0].split("NumpyCNNHalfGraph), ", 1)[1].count("%") == 4
+    by_hand = [ln for ln in out_lines if ln.startswith("cost of recording alone")]
+    assert len(by_hand) == 1 and "CNN" in by_hand[0] and "MLP" not in by_hand[0]
+    assert by_hand[0].split("NumpyCNNHalfByHand), ", 1)[1].count("%") == 4
 
 
 def test_script_glue_line(bench, capsys):
@@ -85,23 +88,26 @@ def test_script_glue_line(bench, capsys):
     assert n_calls > 20 and min(t0, tk, alone) > 0
 
 
-def test_the_floor_as_a_graph_is_the_floor_bit_for_bit(bench):
+@pytest.mark.parametrize("variant", ["NumpyCNNHalfGraph", "NumpyCNNHalfByHand"])
+def test_the_floor_as_a_graph_is_the_floor_bit_for_bit(bench, variant):
     """NumpyCNNHalfGraph (the floor's ops recorded in fpsim's graph, run backward by the
-    engine) gives the floor's losses and parameters, bit for bit, over three steps: what the
-    benchmark measures of it is the graph's cost, not other arithmetic."""
+    engine) and NumpyCNNHalfByHand (the same graph's closures called by hand) give the floor's
+    losses and parameters, bit for bit, over three steps: what the benchmark measures of them
+    is the graph's cost, not other arithmetic."""
     from fpsim.autograd import fastcast
 
     rng = np.random.default_rng(5)
     x = fastcast.f64_to_f16(rng.standard_normal((bench.BATCH, 1, 8, 8)))
     y = rng.integers(0, 10, bench.BATCH)
     params = [p.numpy(np.float64) for p in bench.cnn(4).parameters()]
-    floor, graph = bench.NumpyCNNHalf(params), bench.NumpyCNNHalfGraph(params)
+    floor, graph = bench.NumpyCNNHalf(params), getattr(bench, variant)(params)
     losses = [(floor.step(x, y), graph.step(x, y)) for _ in range(3)]
     assert [a for a, _ in losses] == [b for _, b in losses]
     assert len({a for a, _ in losses}) > 1
     for p, q in zip(floor.p, graph.p, strict=True):
         np.testing.assert_array_equal(p.view(np.uint16), q.view(np.uint16))
-    assert all(t.grad is not None for t in graph.leaves)  # the engine filled every gradient
+    if variant == "NumpyCNNHalfGraph":  # the engine filled every gradient
+        assert all(t.grad is not None for t in graph.leaves)
 
 
 @pytest.mark.parametrize("case", ["mlp", "cnn"])
