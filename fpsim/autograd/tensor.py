@@ -4,9 +4,11 @@ A tensor holds its values in its format's real width (``fmt.storage_dtype``: ``n
 ``ml_dtypes.bfloat16`` / float8, ``float32``; formats without a NumPy type in float32 or
 float64). An operation computes its result exactly or in float64 and rounds it once to the
 output format (see :mod:`fpsim.autograd.functional` for the table), and records a closure that
-maps the output's gradient to its inputs' gradients. ``backward()`` visits the graph in reverse
-topological order; every gradient is rounded to the gradient format of the tensor it belongs to
-(by default the tensor's own format, so fp16 gradients underflow as on a GPU).
+maps the output's gradient to its inputs' gradients. ``backward()`` visits the graph in
+PyTorch's order, the most recently recorded op first (a reverse topological order), and adds the
+gradients a tensor receives as they arrive, so sums of several round as PyTorch's do; every
+gradient is rounded to the gradient format of the tensor it belongs to (by default the tensor's
+own format, so fp16 gradients underflow as on a GPU).
 """
 
 from __future__ import annotations
