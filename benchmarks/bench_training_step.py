@@ -458,6 +458,15 @@ def cpu_pairs(floor: tuple, engine: tuple, pairs: int) -> tuple[float, float, np
     return best_f, best_e, ratios
 
 
+def paired(floor: tuple, variant: tuple, label: str, pairs: int) -> str:
+    """:func:`cpu_pairs` of the floor and ``variant``, as printed: both bests, the best's
+    ratio, the median of the pairs' ratios and its quartiles."""
+    tf, tv, ratios = cpu_pairs(floor, variant, pairs)
+    q1, med, q3 = np.percentile(ratios, (25, 50, 75)) - 1
+    return (f"floor {tf * 1e3:.3f} ms, {label} {tv * 1e3:.3f} ms, best {tv / tf - 1:+.1%}, "
+            f"median {med:+.1%} (quartiles {q1:+.1%} to {q3:+.1%})")
+
+
 def breakdown(step, args: tuple, steps: int) -> dict[str, float]:
     """Seconds per step spent in the GEMMs (the accumulation model), the fp16 rounding kernels
     and the fp16 widening table, measured by wrapping those functions for ``steps`` calls."""
@@ -607,27 +616,17 @@ def main(argv: list[str] | None = None) -> int:
         over = times["fpsim fp16+master"] / times["numpy fp16+master"] - 1
         overheads.append(f"{name}: {over:+.1%}")
         if args.pairs > 0:
-            tf, te, ratios = cpu_pairs(variants["numpy fp16+master"],
-                                       variants["fpsim fp16+master"], args.pairs)
-            q1, med, q3 = np.percentile(ratios, (25, 50, 75)) - 1
-            cpu.append(f"{name}: floor {tf * 1e3:.3f} ms, fpsim {te * 1e3:.3f} ms, best "
-                       f"{te / tf - 1:+.1%}, median {med:+.1%} (quartiles {q1:+.1%} to "
-                       f"{q3:+.1%})")
+            floor = variants["numpy fp16+master"]
+            cpu.append(f"{name}: " + paired(floor, variants["fpsim fp16+master"], "fpsim",
+                                            args.pairs))
             if half_cls is NumpyCNNHalf:  # the floor's ops as a graph: what a graph costs
-                tf, tg, ratios = cpu_pairs(variants["numpy fp16+master"],
-                                           (NumpyCNNHalfGraph(params).step,
-                                            (fastcast.f64_to_f16(x), y)), args.pairs)
-                q1, med, q3 = np.percentile(ratios, (25, 50, 75)) - 1
-                graph.append(f"{name}: floor {tf * 1e3:.3f} ms, floor as a graph "
-                             f"{tg * 1e3:.3f} ms, best {tg / tf - 1:+.1%}, median {med:+.1%} "
-                             f"(quartiles {q1:+.1%} to {q3:+.1%})")
-                tf, th, ratios = cpu_pairs(variants["numpy fp16+master"],
-                                           (NumpyCNNHalfByHand(params).step,
-                                            (fastcast.f64_to_f16(x), y)), args.pairs)
-                q1, med, q3 = np.percentile(ratios, (25, 50, 75)) - 1
-                by_hand.append(f"{name}: floor {tf * 1e3:.3f} ms, the graph by hand "
-                               f"{th * 1e3:.3f} ms, best {th / tf - 1:+.1%}, median "
-                               f"{med:+.1%} (quartiles {q1:+.1%} to {q3:+.1%})")
+                x16 = fastcast.f64_to_f16(x)
+                graph.append(f"{name}: " + paired(floor, (NumpyCNNHalfGraph(params).step,
+                                                          (x16, y)), "floor as a graph",
+                                                  args.pairs))
+                by_hand.append(f"{name}: " + paired(floor, (NumpyCNNHalfByHand(params).step,
+                                                            (x16, y)), "the graph by hand",
+                                                    args.pairs))
         for label, t in times.items():
             col = f"{over:+16.1%}" if label == "fpsim fp16+master" else f"{'':16s}"
             print(f"{name:26s} {label:26s} {t * 1e3:9.3f} {times['numpy fp32'] / t:20.2f} {col}")
