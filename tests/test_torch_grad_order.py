@@ -99,8 +99,8 @@ def test_the_graphs_reuse_tensors():
 
 @pytest.mark.parametrize("order", ["big first", "small first"])
 def test_ordered_grads_add_one_by_one_in_their_order(order):
-    """A node returning OrderedGrads: each pair is a gradient of its own, added in the order
-    given, each add rounded (fp16: 1 + 2**-11 is a tie to 1, so the order shows), None and
+    """A node returning OrderedGrads: each delivered gradient is one of its own, added in the
+    order given, each add rounded (fp16: 1 + 2**-11 is a tie to 1, so the order shows), None and
     parents without grad skipped."""
     from fpsim.autograd.tensor import OrderedGrads, make_result
 
@@ -111,7 +111,11 @@ def test_ordered_grads_add_one_by_one_in_their_order(order):
         parts.reverse()
 
     def backward(g):
-        return OrderedGrads([(1, g)] + [(0, p * g) for p in parts] + [(0, None)])
+        def run(deliver):
+            for i, pg in [(1, g)] + [(0, p * g) for p in parts] + [(0, None)]:
+                deliver(i, pg)
+
+        return OrderedGrads(run)
 
     make_result(np.zeros(1, np.float16), a.fmt, (a, c), backward, "custom").backward(
         np.ones(1, np.float16))

@@ -20,15 +20,15 @@ enabled, in the conditions of the first run:
 
 The recomputed segment is then backpropagated with the incoming gradient (its backward ops use
 the settings active at backward time, as the other ops do). Each gradient that reaches one of
-its inputs or of the parameters it used comes back on its own, in the order it arrived
-(:class:`~fpsim.autograd.tensor.OrderedGrads`), and the engine adds it where it adds the
-others, each add rounded, as if the segment's ops were in the graph: the gradients are bitwise
-those without checkpointing, and PyTorch's (whose non-reentrant checkpoint gives the same),
-even where an input or a parameter is also used outside the segment
-(``tests/test_torch_grad_order.py``). PyTorch's reentrant form, which sums the segment's
-gradients of an input before handing them on, differs there. The price is one more forward
-pass of every checkpointed segment, which :class:`~fpsim.autograd.memory_meter.MemoryMeter`
-counts.
+its inputs or of the parameters it used goes to the engine the moment it arrives
+(:class:`~fpsim.autograd.tensor.OrderedGrads`), which rounds it and adds it where it adds the
+others, as if the segment's ops were in the graph: the gradients are bitwise those without
+checkpointing, and PyTorch's (whose non-reentrant checkpoint gives the same), even where an
+input or a parameter is also used outside the segment (``tests/test_torch_grad_order.py``), in
+every rounding mode, stochastic rounding's draws included (``tests/test_checkpoint.py``).
+PyTorch's reentrant form, which sums the segment's gradients of an input before handing them on,
+differs there. The price is one more forward pass of every checkpointed segment, which
+:class:`~fpsim.autograd.memory_meter.MemoryMeter` counts.
 
 :func:`checkpoint_sequential` cuts a chain of n layers into ``segments`` pieces; all but the last
 are checkpointed (the last one's activations are needed first in backward, so it runs
@@ -189,8 +189,8 @@ def checkpoint(fn: Callable, *inputs, rngs: Sequence[np.random.Generator] = ()):
             again = ctx.copy().run(forward.run, lambda: fn(*args))
         if not isinstance(again, Tensor):
             return (None,) * len(parents)
-        # every gradient reaching an input or a parameter comes back on its own, in arrival
-        # order, for the engine to add where it adds the others: as without checkpointing
+        # every gradient reaching an input or a parameter goes to the engine as it arrives,
+        # rounded and added where it adds the others: as without checkpointing
         return backward_ordered(again, g, detached + parents[len(tensors):])
 
     return make_result(out._data, out.fmt, parents, backward, "checkpoint")

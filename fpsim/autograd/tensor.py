@@ -838,43 +838,50 @@ def add_grads(a: np.ndarray, b: np.ndarray, fmt: Format) -> np.ndarray:
     return np.asarray(round_to(np.asarray(a.astype(np.float64) + b.astype(np.float64)), fmt))
 
 
-class OrderedGrads(list):
-    """What a backward function returns when its inputs receive several gradients each, in an
-    order that matters: ``(parent index, gradient)`` pairs, in the order they arrived in the
-    pass that made them. The engine delivers each as a gradient of its own (each add rounded),
-    as if the ops that made them were in its graph: a checkpoint node's, whose recomputed
-    segment's gradients then add exactly as without checkpointing."""
+class OrderedGrads:
+    """What the backward function of a node standing for a sub-graph (a checkpoint) returns:
+    ``run(deliver)`` runs the sub-graph's backward and calls ``deliver(parent index,
+    gradient)`` for every gradient reaching one of the node's inputs, the moment it arrives.
+    The engine delivers each as a gradient of its own, rounded and added where it adds the
+    others, interleaved with the sub-graph's own work, so the roundings (and the random draws
+    of stochastic rounding) happen in the order they would with the sub-graph's ops in the
+    graph."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: Callable[[Callable[[int, np.ndarray], None]], None]) -> None:
+        self.run = run
 
 
 def backward_ordered(root: Tensor, g: np.ndarray, inputs: Sequence[Tensor]) -> OrderedGrads:
-    """Run backward from ``root`` (gradient ``g``) without touching the ``.grad`` of the leaves
-    ``inputs``: every gradient that reaches one of them comes back, in arrival order, as
-    ``(index in inputs, gradient)`` (rounded to its gradient format, not summed). Other leaves
-    get their ``.grad`` as usual. Used by :func:`fpsim.autograd.checkpoint.checkpoint`."""
-    collected = OrderedGrads()
+    """The backward pass from ``root`` (gradient ``g``) as an :class:`OrderedGrads`: when run,
+    every gradient that reaches one of the leaves ``inputs`` goes, unrounded and unsummed, to
+    ``deliver(index in inputs, gradient)`` instead of their ``.grad``; other leaves get their
+    ``.grad`` as usual. Used by :func:`fpsim.autograd.checkpoint.checkpoint`."""
     index = {id(t): i for i, t in enumerate(inputs)}
-    if root._parents is None and id(root) in index:  # root is one of them (fn returned it)
-        collected.append((index[id(root)], g))
-    elif root._requires_grad:
-        _run_backward(root, g, False, (index, collected))
-    return collected
+
+    def run(deliver: Callable[[int, np.ndarray], None]) -> None:
+        if root._parents is None and id(root) in index:  # root is one of them (fn returned it)
+            deliver(index[id(root)], g)
+        elif root._requires_grad:
+            _run_backward(root, g, False, (index, deliver))
+
+    return OrderedGrads(run)
 
 
 def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool,
-                  collect: tuple[dict, list] | None = None) -> None:
+                  collect: tuple[dict, Callable] | None = None) -> None:
     # A tensor's .grad never shares memory with another's (nor with anything else), so that
     # changing one in place changes nothing else. A leaf adopts its gradient without a copy
     # only when the array is its alone: ``sole`` holds the tensors whose pending gradient is
     # an array that owns its memory (not a view) and was handed to no other tensor in this pass
     # (``handed``: ids of every array handed out; an id reused after its array died only costs
     # a copy). The ops' backward functions return fresh arrays, views of ``g`` or ``g`` itself;
-    # none returns an array it keeps. ``collect`` (backward_ordered): (leaf ids -> index, list)
-    # of the leaves whose gradients are listed in arrival order instead of summed.
+    # none returns an array it keeps. ``collect`` (backward_ordered): (leaf ids -> index,
+    # deliver) of the leaves whose gradients go to ``deliver`` as they arrive.
     grads: dict[int, np.ndarray] = {id(root): g}
-    pop, get = grads.pop, grads.get
+    get = grads.get
     handed, sole = {id(g)}, set()
-    if collect is not None:
-        collect_index, collected = collect
     if root._parents is None:  # a leaf's own backward: the gradient is its alone if fresh
         order, leaves = [], [root]
         if g.base is None:
@@ -882,12 +889,52 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool,
     else:
         order = _topo_order(root)
         leaves = []  # in the order their first gradient arrived
+    collect_index, deliver = collect if collect is not None else ({}, None)
+    op = ""  # the op whose gradients are being delivered (for take's error message)
+
+    def take(p: Tensor, pg) -> None:
+        """One gradient for ``p``: rounded to its gradient format, then kept or added to what
+        this pass gave it already (or handed on, for a leaf of ``collect``)."""
+        if pg is None or not p._requires_grad:
+            return
+        if isinstance(pg, np.generic):  # NumPy ops on 0-d arrays return scalars
+            pg = np.array(pg)
+        if pg.shape != p._data.shape:
+            raise RuntimeError(f"internal error: {op} backward gave shape {pg.shape} for an "
+                               f"input of shape {p._data.shape}")
+        key, arr = id(p), id(pg)
+        if collect_index:
+            i = collect_index.get(key)
+            if i is not None:  # the outer pass rounds and adds it, as it would its own
+                deliver(i, pg.copy() if arr in handed else pg)
+                handed.add(arr)  # handed out: no leaf of this pass adopts it too
+                return
+        fmt = p._grad_fmt
+        if fmt is None:
+            fmt = p.fmt
+        # round_to's own first test, without the call: a gradient already in the storage
+        # dtype of a format that has a NumPy type holds values of the format
+        if pg.dtype != fmt.storage_dtype or fmt.dtype is None:
+            pg = round_to(pg, fmt)
+            arr = id(pg)
+        prev = get(key)
+        if prev is None:
+            grads[key] = pg
+            if pg.base is None and arr not in handed:
+                sole.add(key)
+            handed.add(arr)
+            if p._parents is None:
+                leaves.append(p)
+        else:
+            grads[key] = add_grads(prev, pg, fmt)  # a fresh array
+            sole.add(key)
+
     # the ops' backward arithmetic meets infinities and NaNs (an fp16 overflow's inf times
     # a zero weight): silent, as PyTorch, for every op's backward here (none needs its own
     # errstate); IEEE flags are fpsim's own (flag_context)
     with np.errstate(all="ignore"):
         for node in order:
-            g = pop(id(node), None)
+            g = grads.pop(id(node), None)
             if g is None:
                 continue
             if node._retains_grad:
@@ -899,45 +946,15 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool,
                 if _observers:
                     for o in tuple(_observers):
                         o.on_release(node)
-            parents = node._parents
-            if type(pgrads) is OrderedGrads:
-                pairs = [(parents[i], pg) for i, pg in pgrads]
+            op, parents = node._op, node._parents
+            if type(pgrads) is OrderedGrads:  # each as it arrives, amid the sub-graph's work
+                pgrads.run(lambda i, pg: take(parents[i], pg))  # noqa: B023 - run now
             else:
-                pairs = zip(parents, pgrads, strict=True)
-            for p, pg in pairs:
-                if pg is None or not p._requires_grad:
-                    continue
-                if isinstance(pg, np.generic):  # NumPy ops on 0-d arrays return scalars
-                    pg = np.array(pg)
-                if pg.shape != p._data.shape:
-                    raise RuntimeError(f"internal error: {node._op} backward gave shape {pg.shape} "
-                                       f"for an input of shape {p._data.shape}")
-                fmt = p._grad_fmt
-                if fmt is None:
-                    fmt = p.fmt
-                # round_to's own first test, without the call: a gradient already in the storage
-                # dtype of a format that has a NumPy type holds values of the format
-                if pg.dtype != fmt.storage_dtype or fmt.dtype is None:
-                    pg = round_to(pg, fmt)
-                key, arr = id(p), id(pg)
-                if collect is not None and key in collect_index:
-                    collected.append((collect_index[key], pg))
-                    handed.add(arr)  # handed out: no leaf of this pass adopts it too
-                    continue
-                prev = get(key)
-                if prev is None:
-                    grads[key] = pg
-                    if pg.base is None and arr not in handed:
-                        sole.add(key)
-                    handed.add(arr)
-                    if p._parents is None:
-                        leaves.append(p)
-                else:
-                    grads[key] = add_grads(prev, pg, fmt)  # a fresh array
-                    sole.add(key)
+                for p, pg in zip(parents, pgrads, strict=True):
+                    take(p, pg)
     for leaf in leaves:  # this pass's sum, then added to what .grad held
         key = id(leaf)
-        g = pop(key)
+        g = grads.pop(key)
         if leaf._grad is None:
             leaf._grad = g if key in sole else g.copy()
         else:
