@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .checks import as_int
-from .state import as_generator
+from .state import as_generator, as_seed
 
 __all__ = ["Split", "load_digits", "make_blobs", "minibatches", "train_test_split"]
 
@@ -41,7 +41,7 @@ def train_test_split(x: np.ndarray, y: np.ndarray, test_fraction: float = 0.25,
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must lie in (0, 1), got {test_fraction}")
     n = len(x)
-    order = np.random.default_rng(seed).permutation(n)
+    order = np.random.default_rng(as_seed(seed)).permutation(n)
     n_test = int(round(n * test_fraction))
     test, train = order[:n_test], order[n_test:]
     return Split(x[train], y[train], x[test], y[test])
@@ -75,7 +75,7 @@ def make_blobs(n_samples: int = 1000, n_features: int = 16, n_classes: int = 4,
     >>> s.x_train.shape[1], sorted(set(s.y_train.tolist())) == [0, 1, 2]
     (4, True)
     """
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(as_seed(seed))
     centres = rng.normal(0.0, 3.0, size=(n_classes, n_features))
     y = rng.integers(0, n_classes, n_samples)
     x = (centres[y] + rng.normal(0.0, spread, size=(n_samples, n_features))).astype(np.float32)

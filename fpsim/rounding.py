@@ -73,16 +73,20 @@ def seed(value: int | None) -> None:
     >>> bool((a == b).all())
     True
     """
-    _state.rounding_rng = np.random.default_rng(value)  # ambient state lives in fpsim.state
+    _state.rounding_rng = np.random.default_rng(  # ambient state lives in fpsim.state
+        None if value is None else _state.as_seed(value, "fpsim.seed: value"))
 
 
-def default_rng(rng: np.random.Generator | int | None = None) -> np.random.Generator:
-    """The generator to use: ``rng`` itself, a new one seeded by an int, or fpsim's default.
+def default_rng(rng: np.random.Generator | int | None = None, *,
+                name: str = "rng") -> np.random.Generator:
+    """The generator to use: ``rng`` itself, a new one seeded by a non-negative int, or fpsim's
+    default; a bad ``rng`` is an error naming the argument ``name``
+    (:func:`fpsim.state.as_generator`).
 
     >>> bool(default_rng(3).integers(10) == default_rng(3).integers(10))
     True
     """
-    return _state.as_generator(rng, _state.rounding_rng)
+    return _state.as_generator(rng, _state.rounding_rng, name=name)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ checkpointing recomputes a segment under the snapshot taken at its forward run).
 Hot paths read the plain pieces as module attributes (``state.grad_enabled``) or, for the
 ContextVars, with ``.get()``; nothing here is called per operation. This module is the bottom
 layer of fpsim: it imports only NumPy. It also holds :func:`as_generator`, the one rule that
-turns an ``rng`` argument (a Generator, an int seed or None) into a generator.
+turns an ``rng`` argument (a Generator, an int seed or None) into a generator, and
+:func:`as_seed`, the one check of an int seed.
 
 >>> from fpsim import state
 >>> snap = state.snapshot()
@@ -47,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PIECES", "Snapshot", "as_generator", "restore", "scoped", "snapshot"]
+__all__ = ["PIECES", "Snapshot", "as_generator", "as_seed", "restore", "scoped", "snapshot"]
 
 # ------------------------------------------------------------------------ the pieces
 grad_enabled: bool = True
@@ -70,12 +71,37 @@ _PLAIN = frozenset(("grad_enabled", "rounding_rng", "init_rng", "autograd_settin
 _GLOBALS = globals()
 
 
+def as_seed(value: int, name: str = "seed") -> int:
+    """A seed argument checked: a non-negative int (NumPy's generators take no negative
+    seeds) as a Python int; another type is a TypeError, a negative int a ValueError, each
+    naming the argument ``name``. Every int seed of fpsim goes through here (and through
+    :func:`as_generator`), so a bad one fails at the call, not deep inside NumPy.
+
+    >>> as_seed(3)
+    3
+    >>> as_seed(-1)
+    Traceback (most recent call last):
+    ...
+    ValueError: seed must be a non-negative int (NumPy's generators take no negative seeds), \
+got -1
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be a non-negative int, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative int (NumPy's generators take no "
+                         f"negative seeds), got {value!r}")
+    return int(value)
+
+
 def as_generator(rng: np.random.Generator | int | None,
-                 default: np.random.Generator | None = None) -> np.random.Generator | None:
-    """The generator an ``rng`` argument names: ``rng`` itself, a new generator seeded by an
-    int, or ``default`` for None; anything else is a TypeError. Every ``rng`` argument of fpsim
-    goes through here (:func:`fpsim.rounding.default_rng`,
-    :func:`fpsim.autograd.get_generator`, :func:`fpsim.autograd.rounding`, ...).
+                 default: np.random.Generator | None = None, *,
+                 name: str = "rng") -> np.random.Generator | None:
+    """The generator an ``rng`` argument names: ``rng`` itself, a new generator seeded by a
+    non-negative int, or ``default`` for None; another type is a TypeError, a negative seed a
+    ValueError, each naming the argument (``name``). Every ``rng`` (or ``seed``) argument of
+    fpsim goes through here (:func:`fpsim.rounding.default_rng`,
+    :func:`fpsim.autograd.get_generator`, :func:`fpsim.autograd.rounding`, the figures'
+    seeds, ...).
 
     >>> bool(as_generator(3).integers(10**9) == as_generator(3).integers(10**9))
     True
@@ -85,14 +111,23 @@ def as_generator(rng: np.random.Generator | int | None,
     Traceback (most recent call last):
     ...
     TypeError: rng must be a numpy.random.Generator, an int seed or None, got 1.5
+    >>> as_generator(-1, name="seed")
+    Traceback (most recent call last):
+    ...
+    ValueError: seed must be a non-negative int seed (NumPy's generators take no negative \
+seeds), a numpy.random.Generator or None, got -1
     """
     if rng is None:
         return default
     if isinstance(rng, np.random.Generator):
         return rng
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        if rng < 0:  # NumPy's own error ("expected non-negative integer") names no argument
+            raise ValueError(f"{name} must be a non-negative int seed (NumPy's generators take "
+                             f"no negative seeds), a numpy.random.Generator or None, got {rng!r}")
         return np.random.default_rng(int(rng))
-    raise TypeError(f"rng must be a numpy.random.Generator, an int seed or None, got {rng!r}")
+    raise TypeError(f"{name} must be a numpy.random.Generator, an int seed or None, "
+                    f"got {rng!r}")
 
 
 # ------------------------------------------------------------------ frozen rng states

@@ -4,6 +4,7 @@ and gradient checkpointing recomputes under the forward's state."""
 from __future__ import annotations
 
 import contextlib
+import re
 
 import numpy as np
 import pytest
@@ -224,3 +225,54 @@ def test_one_scoped_object_entered_again_while_active_restores_in_order():
         assert st.autograd_settings is original  # and the outer exit the outer entry's
     finally:
         st.autograd_settings = original
+
+
+def _seed_takers():
+    """Every public function with an int seed argument (or an ``rng`` one that takes seeds),
+    called with ``seed`` on a small case; the name its error must give."""
+    from dataclasses import replace
+
+    from fpsim import datasets, viz
+    from fpsim.quant import experiment as qe
+    from fpsim.tensorcore.accuracy import error_vs_k
+    from fpsim.training.trainer import TrainConfig
+    from fpsim.viz.gallery import synthetic_gradients
+    return {
+        "fpsim.seed": (fpsim.seed, "fpsim.seed: value"),
+        "manual_seed": (manual_seed, "manual_seed: seed"),
+        "train_test_split": (lambda s: datasets.train_test_split(
+            np.zeros((4, 1)), np.zeros(4), 0.5, seed=s), "seed"),
+        "load_digits": (lambda s: datasets.load_digits(seed=s), "seed"),
+        "make_blobs": (lambda s: datasets.make_blobs(8, 2, 2, seed=s), "seed"),
+        "synthetic_gradients": (lambda s: synthetic_gradients(8, seed=s), "seed"),
+        "error_vs_k": (lambda s: error_vs_k((4,), ("V100",), trials=1, seed=s), "seed"),
+        "quant.make_mlp": (lambda s: qe.make_mlp(4, seed=s), "seed"),
+        "quant.train": (lambda s: qe.train(qe.make_mlp(4), np.zeros((2, 64), np.float32),
+                                           np.zeros(2, np.int64), 1, 1e-3, seed=s), "seed"),
+        "quant.run_experiment": (lambda s: qe.run_experiment(replace(qe.QUICK, seeds=(0, s))),
+                                 "seeds[1]"),
+        "TrainConfig.validate": (lambda s: TrainConfig(seed=s).validate(), "seed"),
+        "viz.rounding_modes": (lambda s: viz.rounding_modes("fp8_e4m3", 1.0, 1.5, n=3, seed=s),
+                               "seed"),
+        "viz.stochastic_rounding": (lambda s: viz.stochastic_rounding("fp8_e4m3", 1.1, n=4,
+                                                                      seed=s), "seed"),
+        "get_generator": (get_generator, "rng"),
+        "default_rng": (fpsim.rounding.default_rng, "rng"),
+    }
+
+
+@pytest.mark.parametrize("taker", sorted(_seed_takers()))
+def test_every_seed_argument_is_checked_at_the_call(taker):
+    """A negative, non-int or bool seed fails at the call with an error naming the argument
+    (not NumPy's "expected non-negative integer" from deep inside, nor silently accepted, nor
+    after minutes of training); TrainConfig.validate raises only ValueErrors (its contract).
+    A NumPy integer is a seed like the int."""
+    import matplotlib.pyplot as plt
+    fn, name = _seed_takers()[taker]
+    type_error = ValueError if taker == "TrainConfig.validate" else TypeError
+    for bad, err in ((-1, ValueError), (np.int64(-2), ValueError), ("a", type_error),
+                     (True, type_error), (1.5, type_error)):
+        with pytest.raises(err, match=re.escape(f"{name} must be")):
+            fn(bad)
+    fn(np.int64(1))
+    plt.close("all")

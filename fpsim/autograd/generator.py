@@ -25,13 +25,9 @@ def manual_seed(seed: int) -> np.random.Generator:
     >>> a == b
     True
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"manual_seed takes an int, got {seed!r}")
-    if seed < 0:
-        raise ValueError(f"manual_seed: seed must be a non-negative int (NumPy's generators "
-                         f"take seeds >= 0), got {seed}")
-    _state.init_rng = gen = np.random.default_rng(int(seed))
-    _seed_rounding(int(seed))
+    seed = _state.as_seed(seed, "manual_seed: seed")
+    _state.init_rng = gen = np.random.default_rng(seed)
+    _seed_rounding(seed)
     return gen
 
 

@@ -74,6 +74,7 @@ from .. import mx, nn, optim
 from ..autograd import functional as F
 from ..autograd.tensor import Tensor, as_format, no_grad
 from ..datasets import load_digits
+from ..state import as_seed
 from .fp8_scaling import fp8_dequantize, fp8_quantize
 from .layers import FP8Linear, NF4Linear, check_bits, model_size_bytes
 from .lora import lora_parameters, prepare_qlora, training_memory
@@ -177,6 +178,7 @@ def make_mlp(hidden: int = 64, seed: int = 0) -> nn.Sequential:
     >>> [type(m).__name__ for m in make_mlp(8)]
     ['Linear', 'ReLU', 'Linear']
     """
+    seed = as_seed(seed)
     return nn.Sequential(nn.Linear(64, hidden, rng=seed), nn.ReLU(),
                          nn.Linear(hidden, 10, rng=seed + 1000))
 
@@ -210,7 +212,7 @@ def train(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int, lr: float
     opt = optim.Adam(list(model.parameters() if params is None else params), lr=lr,
                      master_weights=master_weights)
     model.train()
-    n = len(x)
+    n, seed = len(x), as_seed(seed)
     for ep in range(epochs):
         if hook is not None:
             hook(ep, model)
@@ -378,6 +380,8 @@ def run_experiment(config: ExperimentConfig | None = None, *, quick: bool = Fals
     b = check_bits(cfg.sensitive_bits)
     if not cfg.seeds:
         raise ValueError("give at least one seed")
+    for i, s in enumerate(cfg.seeds):  # at the start, not after the first seed's training
+        as_seed(s, f"seeds[{i}]")
     t0 = time.perf_counter()
     say = progress or (lambda msg: None)
     s = load_digits()

@@ -19,6 +19,7 @@ import numpy as np
 from ..checks import as_int
 from ..formats import FP32, Format
 from ..rounding import round as fp_round
+from ..state import as_seed
 from .gpus import resolve_unit
 from .model import convert_input, dot_rows
 
@@ -91,7 +92,7 @@ def error_vs_k(ks=(16, 64, 256, 1024, 4096), gpus=("V100", "A100", "H100"), *,
         raise ValueError("ks must be a non-empty sequence of dot-product lengths K >= 1, "
                          "got none")
     trials = as_int("trials", trials, 1)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(as_seed(seed))
     units = [(g if isinstance(g, str) else getattr(g, "name", "custom"),
               resolve_unit(g, input_format, FP32)) for g in gpus]
     fi = units[0][1][1] if units else resolve_unit("A100", input_format, FP32)[1]

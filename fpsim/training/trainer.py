@@ -69,6 +69,7 @@ from ..autograd.tensor import Tensor, no_grad
 from ..datasets import Split, load_digits, minibatches
 from ..formats import FP32, FP64, Format
 from ..optim import SGD
+from ..state import as_seed
 from .model import MLP
 from .recipes import get_recipe, parse_loss_scale
 
@@ -123,6 +124,10 @@ class TrainConfig:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
+        try:
+            as_seed(self.seed)  # the one seed rule; this method's errors are ValueErrors
+        except TypeError as e:
+            raise ValueError(str(e)) from None
         if not 0.0 <= self.momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")
         if len(self.sizes) < 2 or self.sizes[0] != 64 or self.sizes[-1] != 10:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..state import as_seed
 from . import style
 from .formats import bit_layouts, format_ranges, number_line
 from .rounding import relative_error, rounding_modes, stochastic_rounding
@@ -135,7 +136,7 @@ def synthetic_gradients(n: int = 200_000, seed: int = 0) -> np.ndarray:
     >>> g.shape, bool((g != 0).all())
     ((1000,), True)
     """
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(as_seed(seed))
     return rng.standard_normal(n) * np.exp2(rng.normal(-18.0, 5.0, n))
 
 

@@ -61,7 +61,7 @@ def rounding_modes(
     modes: Sequence[Rounding | str] | None = None,
     *,
     n: int = 2001,
-    seed: int = 0,
+    seed: int | np.random.Generator | None = 0,
 ) -> Figure:
     """How each rounding mode maps the reals in [lo, hi] onto ``fmt``: one panel per mode with
     the step function fl(x) over a grid of ``n`` points (plus every tie), the line y = x, the
@@ -79,6 +79,7 @@ def rounding_modes(
         raise ValueError(f"need lo < hi, got lo={lo!r}, hi={hi!r}")
     n = as_int("n", n, 2)
     ms = _modes(modes)
+    rng = default_rng(seed, name="seed")  # checked even where no stochastic panel draws
     vals = values_between(f, lo, hi)
     # the neighbours just outside [lo, hi] make the ties near the ends complete
     below = float(fp_round(lo, f, "down"))
@@ -108,7 +109,7 @@ def rounding_modes(
                 ax.axvline(t, color=style.ROLE_COLORS["tie"], lw=0.6, ls=":", zorder=0)
         ax.plot([lo, hi], [lo, hi], color="#808080", lw=1.0, ls="--", zorder=1, gid="identity")
         if mode == "stochastic":
-            y = np.asarray(fp_round(x, f, mode, rng=default_rng(seed)))
+            y = np.asarray(fp_round(x, f, mode, rng=rng))
             ax.plot(x, y, ls="none", marker=".", ms=2.5, alpha=0.35, color=color, zorder=2,
                     gid="step:stochastic")
         else:
@@ -146,13 +147,6 @@ def rounding_modes(
     return fig
 
 
-def _check_seed(seed: int | np.random.Generator | None) -> np.random.Generator:
-    if seed is not None and (isinstance(seed, bool) or not isinstance(
-            seed, (int, np.integer, np.random.Generator))):
-        raise ValueError(f"seed must be an int, a numpy Generator or None, got {seed!r}")
-    return default_rng(seed)
-
-
 @style.styled
 def stochastic_rounding(
     fmt: Format | str, x: float, n: int = 10000, seed: int | np.random.Generator | None = 0,
@@ -171,7 +165,7 @@ def stochastic_rounding(
     if abs(x) > f.max:
         raise ValueError(f"x={x!r} lies beyond the largest value of {f.name} ({f.max:g})")
     n = as_int("n", n, 1)
-    rng = _check_seed(seed)
+    rng = default_rng(seed, name="seed")
     samples = np.asarray(fp_round(np.full(n, x), f, "stochastic", rng=rng))
     down = float(fp_round(x, f, "down"))
     up = float(fp_round(x, f, "up"))
