@@ -74,6 +74,7 @@ from fractions import Fraction
 import numpy as np
 
 from . import flags as _flags
+from .checks import broadcast_shape
 from .flags import Flags
 from .formats import BF16, FP16, FP32, Format, NaNEncoding, get_float_format
 from .modes import (
@@ -344,13 +345,13 @@ def _convert(x, c: OpContext, name: str) -> tuple[np.ndarray, np.ndarray | None]
     return np.asarray(v, dtype=np.float64), snan
 
 
-def _operands(args, c: OpContext):
+def _operands(args, c: OpContext, name: str):
     """Convert and broadcast the operands: flat float64 arrays, the OR of their sNaN masks,
     the broadcast shape and whether every operand was a scalar."""
     # converted first: a ragged or non-numeric operand is refused by name, not by np.shape
-    conv = [convert_operand(a, c, f"operand {name}")  # at most 3 operands
-            for name, a in zip(_OPERAND_NAMES[:len(args)], args, strict=True)]
-    shape = np.broadcast_shapes(*(v.shape for v, _ in conv))
+    conv = [convert_operand(a, c, f"operand {label}")  # at most 3 operands
+            for label, a in zip(_OPERAND_NAMES[:len(args)], args, strict=True)]
+    shape = broadcast_shape(name, *(v.shape for v, _ in conv))
     scalar = all(v.ndim == 0 for v, _ in conv)
     vals, snan = [], None
     for v, s in conv:
@@ -700,7 +701,11 @@ def _native(name: str, args, c: OpContext):
                 a = a.astype(dt)  # one rounding to nearest even (see above)
         ops.append(a)
     with np.errstate(all="ignore"):
-        r = _NATIVE_OPS[name](*ops)
+        try:
+            r = _NATIVE_OPS[name](*ops)
+        except ValueError:  # shapes that do not broadcast: the error every path gives
+            broadcast_shape(name, *(a.shape for a in ops))
+            raise
         return np.asarray(r).astype(np.float64)
 
 
@@ -737,7 +742,7 @@ def _chunked(name: str, args, c: OpContext):
     arrs = [np.asarray(a) for a in args]
     if any(a.dtype.kind not in "fiuV" or a.dtype.itemsize > 8 for a in arrs):
         return None  # long double, objects: the one-piece path (exact conversions)
-    shape = np.broadcast_shapes(*(a.shape for a in arrs))
+    shape = broadcast_shape(name, *(a.shape for a in arrs))
     if int(np.prod(shape, dtype=np.int64)) <= _CHUNK:
         return None
     views = [np.broadcast_to(a, shape) for a in arrs]
@@ -745,7 +750,7 @@ def _chunked(name: str, args, c: OpContext):
     fl = np.empty(shape, np.uint8) if c.want else None
     with quiet_flags():
         for idx in _chunk_slices(shape):
-            vals, snan, sub_shape, _ = _operands([v[idx] for v in views], c)
+            vals, snan, sub_shape, _ = _operands([v[idx] for v in views], c, name)
             o, f = compute(name, vals, c, snan)
             out[idx] = o.reshape(sub_shape)
             if fl is not None:
@@ -774,7 +779,7 @@ def _apply(name: str, kernel, args, fmt, rounding, overflow, subnormals, tinines
             _flags.record(fl, name)
         return (out, fl) if flags else out
     with quiet_flags():
-        vals, snan, shape, scalar = _operands(args, c)
+        vals, snan, shape, scalar = _operands(args, c, name)
         out, fl = compute(name, vals, c, snan)
     if c.want:
         fl = fl.reshape(shape)

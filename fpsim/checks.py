@@ -13,6 +13,11 @@
 - :func:`as_int_in`: an int argument that must be one of a few values (a bit width, a block
   size, a ZeRO stage): :func:`as_int`'s type rule, then a ValueError in the caller's words
   followed by the valid values.
+- :func:`broadcast_shape`: the broadcast shape of an operation's operands, or an error naming
+  the operation and the shapes.
+- :func:`as_array`: an array-like argument as a NumPy array; ragged nested lists are a
+  ValueError naming the argument (NumPy's own says "setting an array element with a
+  sequence", from deep inside whatever function first touched the list).
 
 This module sits in fpsim's bottom layer: it imports only NumPy, so every layer may use it.
 """
@@ -25,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["as_int", "as_int_in"]
+__all__ = ["as_array", "as_int", "as_int_in", "broadcast_shape", "ragged_error"]
 
 
 def as_int(name: str, value: object, minimum: int | None, *,
@@ -82,3 +87,45 @@ def as_int_in(name: str, value: object, valid: Sequence[int], problem: str,
     if n not in valid:
         raise ValueError(f"{problem.format(value)}; valid: {', '.join(map(label, valid))}")
     return n
+
+
+def as_array(x: object, name: str) -> np.ndarray:
+    """``np.asarray(x)``, or, for ragged nested lists, a ValueError naming the argument
+    ``name`` (with NumPy's reason).
+
+    >>> as_array([1, 2], "x").tolist()
+    [1, 2]
+    >>> as_array([1.0, [2.0]], "x")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: x must be a number or a rectangular array of numbers; NumPy says: ...
+    """
+    try:
+        return np.asarray(x)
+    except ValueError as exc:  # inhomogeneous nested sequences
+        raise ragged_error(name, exc) from None
+
+
+def ragged_error(name: str, exc: ValueError) -> ValueError:
+    """The error for ragged input (NumPy's ``exc``) to the argument ``name``: for callers that
+    meet NumPy's error elsewhere than in :func:`as_array` (``np.ndim`` of a ragged list)."""
+    return ValueError(f"{name} must be a number or a rectangular array of numbers; NumPy says: "
+                      f"{exc}")
+
+
+def broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape ``shapes`` broadcast to, or a ValueError naming the operation ``op`` and the
+    shapes (NumPy's own, from ``np.broadcast_shapes``, names neither).
+
+    >>> broadcast_shape("fma", (2, 1), (3,), ())
+    (2, 3)
+    >>> broadcast_shape("fma", (0,), (4,))
+    Traceback (most recent call last):
+    ...
+    ValueError: fma: operands could not be broadcast together with shapes (0,) (4,)
+    """
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError(f"{op}: operands could not be broadcast together with shapes "
+                         f"{' '.join(map(str, shapes))}") from None

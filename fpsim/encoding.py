@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .checks import as_array
 from .formats import (
     Format,
     NaNEncoding,
@@ -116,8 +117,8 @@ def from_bits(bits, fmt: Format | str) -> np.ndarray:
     (65504.0, 5.960464477539063e-08)
     """
     fmt = get_float_format(fmt)
-    scalar = np.ndim(bits) == 0
-    arr = np.asarray(bits)
+    arr = as_array(bits, "bits")
+    scalar = arr.ndim == 0
     if arr.dtype.kind not in "iu":
         raise TypeError(f"bit patterns must be integers, got dtype {arr.dtype}")
     if arr.size and (arr.min() < 0 or int(arr.max()) >= (1 << fmt.bits)):
@@ -186,6 +187,8 @@ def bit_string(x, fmt: Format | str, rounding: Rounding | str = "nearest_even", 
     >>> fpsim.bit_string(1.0, "bf16")
     '0 | 01111111 | 0000000'
     """
+    if not isinstance(sep, str):
+        raise TypeError(f"bit_string: sep must be a str, got {type(sep).__name__} {sep!r}")
     fmt = get_float_format(fmt)
     f = fields(x, fmt, rounding, **kwargs)
     e, m = fmt.exponent_bits, fmt.mantissa_bits

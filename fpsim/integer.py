@@ -32,6 +32,7 @@ import ml_dtypes
 import numpy as np
 
 from . import flags as _flags
+from .checks import as_array
 from .flags import Flags
 from .formats import Format, IntFormat, get_float_format, get_int_format
 from .modes import Overflow, Rounding, Tininess, as_overflow, as_rounding
@@ -140,7 +141,7 @@ def _int_array(x, what: str) -> np.ndarray:
     if isinstance(x, (float, complex, np.floating, np.complexfloating)):
         raise TypeError(f"{what} must be integers, got {type(x).__name__}; "
                         "convert floats with fpsim.to_int first")
-    arr = np.asarray(x)
+    arr = as_array(x, what)
     dt = arr.dtype
     if dt in _ML_INT_DTYPES:
         return arr.astype(np.int64)
@@ -244,8 +245,8 @@ def _float_work(x) -> tuple[np.ndarray, bool] | None:
     float16/float32/ml_dtypes floats, float64, long double), or None for integer input."""
     if isinstance(x, (complex, np.complexfloating)):
         raise TypeError("complex input is not supported: convert the real and imaginary parts")
-    scalar = np.ndim(x) == 0
-    arr = np.asarray(x)
+    arr = as_array(x, "x")
+    scalar = arr.ndim == 0
     dt = arr.dtype
     if dt.kind in "iub" or dt in _ML_INT_DTYPES or dt.kind == "O":
         return None
@@ -518,11 +519,11 @@ def round_to_integral(
 def _binary(a, b, fmt, overflow, op: str):
     ifmt = get_int_format(fmt)
     policy = as_int_overflow(overflow, _ARITH_POLICIES)
-    scalar = np.ndim(a) == 0 and np.ndim(b) == 0
     aa = _int_array(a, f"operands of integer.{op}")
     bb = _int_array(b, f"operands of integer.{op}")
     _check_range(aa, ifmt.min, ifmt.max, f"operands of integer.{op}", ifmt.name)
     _check_range(bb, ifmt.min, ifmt.max, f"operands of integer.{op}", ifmt.name)
+    scalar = aa.ndim == 0 and bb.ndim == 0
     # exact results: int64 holds sums and products of 32-bit operands; wider formats use
     # Python ints (object arrays)
     work = np.int64 if ifmt.bits <= 32 else object
@@ -581,7 +582,7 @@ def mul(a, b, fmt: IntFormat | str = "int8", overflow: IntOverflow | str = "satu
 def _int8_operand(x, what: str) -> np.ndarray:
     """int8 values (uint8 for unsigned 8-bit-or-narrower dtypes, as CUDA's u8 variants) as
     int64; ranges checked."""
-    dt = np.asarray(x).dtype
+    dt = as_array(x, what).dtype
     unsigned = (dt.kind == "u" and dt.itemsize == 1) or _ML_INT_DTYPES.get(dt, "").startswith("u")
     arr = _int_array(x, what)
     if unsigned:

@@ -67,6 +67,7 @@ from .arithmetic import (
     quiet_flags,
     round_result,
 )
+from .checks import broadcast_shape
 from .flags import Flags
 from .formats import FP64, Format, NaNEncoding, get_float_format
 from .modes import Overflow, Rounding, Subnormals, Tininess
@@ -852,13 +853,16 @@ def _finish(name, out, fl, snan_rows, out_shape, c: OpContext, flags: bool):
 
 
 def _check_axis(axis, name: str = "axis") -> None:
-    """axis: None, an int or a tuple of ints (a clear TypeError otherwise)."""
+    """axis: None, an int or a tuple of ints (a clear TypeError otherwise); an int beyond any
+    array's dimensions is NumPy's AxisError here (NumPy's own axis check overflows on it)."""
     if axis is None:
         return
     items = axis if isinstance(axis, (tuple, list)) else (axis,)
     for a in items:
         if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
             raise TypeError(f"{name} must be None, an int or a tuple of ints, got {axis!r}")
+        if not -64 <= a < 64:  # NumPy arrays have at most 64 dimensions
+            raise np.exceptions.AxisError(f"{name} {a} is out of bounds for any array")
 
 
 def _to_rows(v: np.ndarray, axis, keepdims: bool):
@@ -964,6 +968,7 @@ def dot(
     """
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise TypeError(f"dot: axis must be an int, got {axis!r}")
+    _check_axis(axis, "dot: axis")
     c = context(fmt, rounding, overflow=overflow, subnormals=subnormals, tininess=tininess,
                 rng=rng, random_bits=random_bits, flags=flags, what="dot", policy=policy)
     order = _as_order(order)
@@ -974,7 +979,7 @@ def dot(
     with quiet_flags():
         va, sa = convert_operand(a, c, "a")  # the names an element's TypeError gives
         vb, sb = convert_operand(b, c, "b")
-        shape = np.broadcast_shapes(np.shape(va), np.shape(vb))
+        shape = broadcast_shape("dot", np.shape(va), np.shape(vb))
         if len(shape) == 0:
             raise ValueError("dot needs arrays with at least one axis")
         for name, v in (("a", va), ("b", vb)):

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import flags as _flags
 from . import state as _state
-from .checks import as_int
+from .checks import as_int, broadcast_shape, ragged_error
 from .flags import Flags
 from .formats import (
     BF16,
@@ -630,8 +630,7 @@ def as_float64(x, name: str = "x") -> tuple[np.ndarray, np.ndarray | None, bool]
     try:
         scalar = np.ndim(x) == 0
     except ValueError as exc:  # ragged nested lists
-        raise ValueError(f"{name} must be a number or a rectangular array of numbers; NumPy "
-                         f"says: {exc}") from None
+        raise ragged_error(name, exc) from None
     if isinstance(x, (complex, np.complexfloating)):
         raise TypeError("complex input is not supported: round the real and imaginary parts")
     if isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 1 << 63:
@@ -1281,7 +1280,8 @@ def round_pair(
     _pair_format_check(pol.fmt)
     hi_a, _, scalar = as_float64(hi)
     lo_a, _, _ = as_float64(lo)
-    hi_a, lo_a = np.broadcast_arrays(hi_a, lo_a)
+    shape = broadcast_shape("round_pair", hi_a.shape, lo_a.shape)
+    hi_a, lo_a = np.broadcast_to(hi_a, shape), np.broadcast_to(lo_a, shape)
     if _scalar is not None:
         scalar = _scalar
     want = bool(flags) or _flags.flags_active()

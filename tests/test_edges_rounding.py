@@ -389,3 +389,41 @@ def test_stochastic_rounding_of_wide_inputs_has_the_exact_probability():
             assert set(np.unique(got)) <= {float(below), float(below) + q}
             want = p if bits is None else Fraction(math.floor(p * 16), 16)
             assert near(int((got > float(below)).sum()), float(want), got.size), (fmt, x, bits)
+
+
+def test_ragged_input_is_refused_by_name_in_every_layer():
+    """The same rule (checks.as_array) where the integer and encoding layers take arrays: a
+    ragged list is a ValueError naming the argument, not NumPy's from deep inside."""
+    ragged = [1.0, [2.0]]
+    for fn, name in ((lambda v: fpsim.from_bits(v, "fp16"), "bits"),
+                     (lambda v: fpsim.to_int(v, "int8"), "x"),
+                     (lambda v: fpsim.integer.add(v, 1, "int8"), "operands of integer.add"),
+                     (lambda v: fpsim.integer.mul(1, v, "int8"), "operands of integer.mul"),
+                     (lambda v: fpsim.integer.dp4a(v, [1, 2, 3, 4], 0), "")):
+        with pytest.raises(ValueError, match=f"{name}.*must be a number or a rectangular"):
+            fn(ragged)
+
+
+@pytest.mark.parametrize("call, op", [
+    (lambda a, b: fpsim.add(a, b, "fp16"), "add"),  # the native float16 path
+    (lambda a, b: fpsim.sub(a.astype(np.float32), b, "fp32"), "sub"),
+    (lambda a, b: fpsim.mul(a, b, "fp8_e4m3"), "mul"),  # the emulated path
+    (lambda a, b: fpsim.add(a, np.zeros(70000), "fp8_e4m3"), "add"),  # the chunked path
+    (lambda a, b: fpsim.fma(a, b, 1.0, "bf16"), "fma"),
+    (lambda a, b: fpsim.dot(a, b, "bf16"), "dot"),
+    (lambda a, b: fpsim.round_pair(a, b, "fp16"), "round_pair"),
+])
+def test_shapes_that_do_not_broadcast_name_the_operation(call, op):
+    a, b = np.zeros(3), np.zeros(4)
+    with pytest.raises(ValueError, match=rf"^{op}: operands could not be broadcast together "
+                                         r"with shapes \(3,\)"):
+        call(a, b)
+
+
+def test_axis_beyond_any_array_and_bad_separator():
+    for fn in (lambda: fpsim.sum(np.ones(3), "fp16", axis=10**30),
+               lambda: fpsim.dot(np.ones(3), np.ones(3), "fp16", axis=-(10**30))):
+        with pytest.raises(np.exceptions.AxisError, match="out of bounds for any array"):
+            fn()
+    with pytest.raises(TypeError, match="bit_string: sep must be a str, got NoneType"):
+        fpsim.bit_string(1.0, "fp16", sep=None)
