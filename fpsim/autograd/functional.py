@@ -1032,7 +1032,7 @@ def softmax(input: Tensor, dim: int | None = None) -> Tensor:
     (d,) = _axes(_need_dim(dim, "softmax"), x.ndim)
     x64 = widen(x._data)
     with np.errstate(all="ignore"):
-        e = np.exp(x64 - x64.max(axis=d, keepdims=True))
+        e = np.exp(x64 - x64.max(axis=d, keepdims=True, initial=-np.inf))
         out = round_to(e / e.sum(axis=d, keepdims=True), x.fmt)
 
     def backward(g):
@@ -1054,7 +1054,7 @@ def log_softmax(input: Tensor, dim: int | None = None) -> Tensor:
     (d,) = _axes(_need_dim(dim, "log_softmax"), x._data.ndim)
     x64 = widen(x._data)
     with np.errstate(all="ignore"):
-        z = x64 - x64.max(axis=d, keepdims=True)
+        z = x64 - x64.max(axis=d, keepdims=True, initial=-np.inf)
         out = round_to(z - np.log(np.exp(z).sum(axis=d, keepdims=True)), x.fmt)
 
     def backward(g):
@@ -1119,7 +1119,9 @@ def nll_loss(input: Tensor, target, weight=None, ignore_index: int = -100,
     wt = np.where(valid, w[tc], 0.0)
     picked = widen(x2)[np.arange(n), tc]
     with np.errstate(all="ignore"):
-        losses = -wt * np.where(valid, picked, 0.0)
+        # an ignored target's loss and gradient are +0, as PyTorch's (which skips the row);
+        # a weight-0 class's are -0 * picked (-0 for finite picked), also as PyTorch's
+        losses = np.where(valid, -wt * picked, 0.0)
         if reduction == "none":
             val = losses[0] if squeeze_out else losses
         elif reduction == "sum":
@@ -1137,7 +1139,8 @@ def nll_loss(input: Tensor, target, weight=None, ignore_index: int = -100,
         else:
             coef = np.full(n, float(g64) / wt.sum())
         gx = np.zeros((n, c))
-        gx[np.arange(n), tc] = -wt * coef
+        with np.errstate(all="ignore"):  # 0 / 0: a mean over no weight is NaN, as PyTorch
+            gx[np.arange(n)[valid], tc[valid]] = (-wt * coef)[valid]
         return (gx.reshape(x.shape),)
 
     return make_result(out, x.fmt, (x,), backward, "nll_loss")
@@ -1203,7 +1206,7 @@ def _cross_entropy_classes(x: Tensor, t: np.ndarray, reduction: str) -> Tensor:
     n, c = x._data.shape
     x64 = widen(x._data)
     with np.errstate(all="ignore"):
-        z = x64 - x64.max(axis=1, keepdims=True)
+        z = x64 - x64.max(axis=1, keepdims=True, initial=-np.inf)
         logp = round_to(z - np.log(np.exp(z).sum(axis=1, keepdims=True)), fmt)
         rows = np.arange(n)
         val = np.multiply(-1.0, widen(logp[rows, t])).sum()
@@ -1339,7 +1342,7 @@ def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:
     if t.shape != x.shape:
         raise ValueError(f"mse_loss: input shape {x.shape} and target shape {t.shape} differ")
     fmt = x.fmt if x.fmt is t.fmt else promote_formats(x.fmt, t.fmt)
-    n = builtins.max(x._data.size, 1)
+    n = x._data.size  # the mean of no elements is NaN (0 / 0), as PyTorch's
     with np.errstate(all="ignore"):  # inf - inf is NaN, silently (as PyTorch)
         d = widen(x._data) - widen(t._data)
         sq = d * d
@@ -1348,7 +1351,7 @@ def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:
 
     def backward(g):
         g64 = widen(g)
-        scale = 2.0 / n if reduction == "mean" else 2.0
+        scale = (2.0 / n if n else np.nan) if reduction == "mean" else 2.0  # (n = 0: no element)
         gx = d * (g64 * scale)
         return gx, -gx
 
