@@ -154,6 +154,18 @@ def test_checkpointing_minimum_is_ceil_two_sqrt_n():
     assert checkpoint_peak_activations(1000, optimal_checkpoint_segments(1000)) == 64
 
 
+def test_optimal_segments_is_the_scans_choice_and_instant_for_any_n():
+    """The rule (least peak, then nearest sqrt(n), then the smaller) by a scan of every k,
+    against the two-candidate form; and a huge n answers at once (the scan hung on it)."""
+    for n in list(range(1, 2000)) + list(range(10**6 - 20, 10**6 + 20)):
+        k = np.arange(1, n + 1)
+        peak = k + -(-n // k)  # checkpoint_peak_activations of every k (its formula)
+        scan = int(k[np.lexsort((k, np.abs(k - math.sqrt(n)), peak))[0]])
+        assert optimal_checkpoint_segments(n) == scan, n
+    k = optimal_checkpoint_segments(10**30)
+    assert k == 10**15 and checkpoint_peak_activations(10**30, k) == 2 * 10**15
+
+
 def test_cli_output(capsys):
     p = argparse.ArgumentParser()
     configure_parser(p)
