@@ -151,6 +151,9 @@ def get_autocast_policy(overrides: Mapping[str, str] | None = None) -> dict[str,
     >>> get_autocast_policy({"exp": "lower"})["exp"]
     'lower'
     """
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise TypeError(f"get_autocast_policy: overrides must be a mapping of op names to "
+                        f"policies (or None), got {type(overrides).__name__} {overrides!r}")
     table = {**AUTOCAST_POLICY, **_GLOBAL_OVERRIDES}
     for op, policy in (overrides or {}).items():
         _check_entry(op, policy)

@@ -269,7 +269,11 @@ def merge_histograms(hists: Iterable[ExponentHistogram]) -> ExponentHistogram:
     >>> h.as_dict(), h.zeros
     ({0: 1, 2: 1}, 1)
     """
-    hists = list(hists)
+    hists = list(hists) if not isinstance(hists, (str, bytes)) else [hists]
+    for h in hists:
+        if not isinstance(h, ExponentHistogram):
+            raise TypeError(f"merge_histograms takes ExponentHistograms "
+                            f"(exponent_histogram's results), got {type(h).__name__} {h!r}")
     spans = [(int(h.exponents[0]), int(h.exponents[-1])) for h in hists if h.exponents.size]
     zeros = sum(h.zeros for h in hists)
     nonfinite = sum(h.nonfinite for h in hists)

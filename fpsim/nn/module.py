@@ -19,6 +19,23 @@ from ..formats import FP32, Format
 __all__ = ["Module", "Parameter", "Sequential"]
 
 
+def as_module(obj: object, what: str) -> Module:
+    """``obj`` if it is a :class:`Module`, else a TypeError naming the argument ``what`` (not
+    the AttributeError of the first method called on it). An internal API of the layers that
+    take a model (quantization, LoRA, memory meters).
+
+    >>> as_module("net", "prepare: model")
+    Traceback (most recent call last):
+    ...
+    TypeError: prepare: model must be an fpsim.nn.Module, got str 'net'
+    """
+    if not isinstance(obj, Module):
+        shown = repr(obj)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise TypeError(f"{what} must be an fpsim.nn.Module, got {type(obj).__name__} {shown}")
+    return obj
+
+
 def _check_name(name, what: str) -> None:
     """PyTorch's rules for a registered name: a non-empty str without '.'."""
     if not isinstance(name, str):

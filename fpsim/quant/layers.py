@@ -51,7 +51,7 @@ from ..autograd.tensor import Tensor, as_format, make_result
 from ..checks import as_int, as_int_in
 from ..formats import BF16, FP16, FP32, Format
 from ..nn import init
-from ..nn.module import Module, Parameter
+from ..nn.module import Module, Parameter, as_module
 from .fake_quant import dequantize, quantize
 from .fp8_scaling import DelayedScaling, as_fp8_format, fp8_quantize
 from .int8 import int8_linear
@@ -625,6 +625,7 @@ def model_size_bytes(model: Module) -> int:
     >>> model_size_bytes(nn.Linear(64, 10, rng=0))  # (640 + 10) * 4
     2600
     """
+    as_module(model, "model_size_bytes: model")
     total = 0
     seen: set[int] = set()
     for mod in model.modules():

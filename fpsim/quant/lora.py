@@ -33,7 +33,7 @@ from ..autograd.tensor import Tensor, as_format
 from ..checks import as_int
 from ..formats import BF16, Format
 from ..nn import init
-from ..nn.module import Module, Parameter
+from ..nn.module import Module, Parameter, as_module
 from .layers import NF4Linear
 
 __all__ = [
@@ -116,6 +116,7 @@ def prepare_qlora(model: Module, r: int = 8, alpha: float = 16, *, block_size: i
     >>> type(q[0].base).__name__, len(lora_parameters(q))
     ('NF4Linear', 4)
     """
+    as_module(model, "prepare_qlora: model")
     model = model if inplace else copy.deepcopy(model)
     gen = get_generator(rng)
     model.requires_grad_(False)
@@ -144,6 +145,7 @@ def lora_parameters(model: Module) -> list[Parameter]:
     >>> len(lora_parameters(LoRALinear(nn.Linear(2, 2, rng=0), r=1)))
     2
     """
+    as_module(model, "lora_parameters: model")
     out = []
     for mod in model.modules():
         if isinstance(mod, LoRALinear):
@@ -182,6 +184,7 @@ def training_memory(model: Module, optimizer=None) -> TrainingMemory:
     >>> training_memory(lin, opt)  # 10 fp32 parameters: 40 + 40 + 80 bytes
     TrainingMemory(weights=40, gradients=40, optimizer=80)
     """
+    as_module(model, "training_memory: model")
     weights = grads = 0
     seen: set[int] = set()
     for mod in model.modules():

@@ -50,7 +50,7 @@ from ..autograd import functional as F
 from ..autograd.context import round_to, widen
 from ..autograd.tensor import Tensor, make_result, no_grad
 from ..formats import FP32, FP64
-from ..nn.module import Module, Parameter
+from ..nn.module import Module, Parameter, as_module
 from .fake_quant import (
     fake_quantize,
     fake_quantize_per_channel,
@@ -706,6 +706,7 @@ def prepare(model: Module, qconfig: QConfig | dict | None = None, *, inplace: bo
     >>> [type(m).__name__ for m in p], p[2].weight_quant.quant_max
     (['ObservedLinear', 'Identity', 'ObservedLinear'], 127)
     """
+    as_module(model, "prepare: model")
     qconfig = get_default_qconfig() if qconfig is None else qconfig
     model = model if inplace else copy.deepcopy(model)
     return _root(model, qconfig, ObservedLinear, ObservedConv2d, fuse_relu)
@@ -722,6 +723,7 @@ def prepare_qat(model: Module, qconfig: QConfig | dict | None = None, *,
     >>> [type(m).__name__ for m in q], q[2].input_quant is None
     (['QATLinear', 'Identity', 'QATLinear'], True)
     """
+    as_module(model, "prepare_qat: model")
     qconfig = get_default_qat_qconfig() if qconfig is None else qconfig
     model = model if inplace else copy.deepcopy(model)
     return _root(model, qconfig, QATLinear, QATConv2d, fuse_relu)
@@ -738,6 +740,7 @@ def quantize_ptq(model: Module, calibration_data, qconfig: QConfig | dict | None
     >>> type(q).__name__, q.input_qparams.quant_max
     ('Int8Linear', 255)
     """
+    as_module(model, "quantize_ptq: model")
     prepared = prepare(model, qconfig, fuse_relu=fuse_relu)
     if isinstance(calibration_data, (np.ndarray, Tensor)):
         data = calibration_data.numpy() if isinstance(calibration_data, Tensor) else \
@@ -763,6 +766,7 @@ def convert(model: Module, *, inplace: bool = False) -> Module:
     >>> [type(m).__name__ for m in convert(net)]
     ['Int8Linear', 'Identity', 'Int8Linear']
     """
+    as_module(model, "convert: model")
     model = model if inplace else copy.deepcopy(model)
     if isinstance(model, _Wrapped):
         return model.to_int8().eval()
