@@ -39,3 +39,14 @@ def test_policy_overrides_and_histograms_are_checked():
             amp.merge_histograms(bad)
     merged = amp.merge_histograms([amp.exponent_histogram(np.array([1.0, 2.0]))])
     assert merged.as_dict() == {0: 1, 1: 1}
+
+
+def test_ragged_and_unbroadcastable_arrays_in_the_upper_layers():
+    """The core's rules (checks.as_array, checks.broadcast_shape) where the amp instruments
+    and the figures take arrays."""
+    from fpsim import viz
+    with pytest.raises(ValueError, match=r"^lost_updates: operands could not be broadcast "
+                                         r"together with shapes \(3,\) \(4,\)"):
+        amp.lost_updates(np.zeros(3), np.zeros(4), "fp16")
+    with pytest.raises(ValueError, match="^a must be a number or a rectangular array"):
+        viz.block_alignment([1.0, [2.0]], [1.0, 2.0], 1.0)

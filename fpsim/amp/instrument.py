@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..checks import broadcast_shape
 from ..formats import FP16, Format, get_float_format
 from ..modes import Rounding
 from ..rounding import as_float64, round_pair
@@ -177,7 +178,8 @@ def lost_updates(
     fmt = get_float_format(fmt)
     w = _float64(weight, "weight")
     u = _float64(update, "update")
-    w, u = np.broadcast_arrays(w, u)
+    shape = broadcast_shape("lost_updates", w.shape, u.shape)
+    w, u = np.broadcast_to(w, shape), np.broadcast_to(u, shape)
     rw = np.asarray(_round(w, fmt))
     if not np.array_equal(rw, w, equal_nan=True):
         bad = int(np.count_nonzero(~((rw == w) | (np.isnan(rw) & np.isnan(w)))))

@@ -22,7 +22,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from .. import tensorcore as tc
-from ..checks import as_int
+from ..checks import as_array, as_int
 from ..formats import Format
 from ..reductions import dot as fp_dot
 from ..tensorcore.gpus import BlockFMA, GpuModel
@@ -153,6 +153,7 @@ def block_alignment(
     """
     block = as_int("block", block, 0)  # its upper end is checked once K is known
     max_bits = as_int("max_bits", max_bits, 8)
+    a, b, c = as_array(a, "a"), as_array(b, "b"), as_array(c, "c")
     if np.ndim(a) != 1 or np.ndim(b) != 1:
         raise ValueError(f"block_alignment needs 1-D a and b (one dot product), got shapes "
                          f"{np.shape(a)} and {np.shape(b)}")
