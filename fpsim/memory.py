@@ -347,6 +347,10 @@ def zero_measured_vs_formula(engine, rank: int = 0) -> dict:
     >>> d["measured_bytes"], d["formula_bytes"]
     (32, 32.0)
     """
+    if not all(hasattr(engine, a) for a in ("padded", "world_size", "stage", "ranks",
+                                             "model_state_bytes")):
+        raise TypeError(f"zero_measured_vs_formula: engine must be a "
+                        f"fpsim.distributed.ZeroEngine, got {type(engine).__name__} {engine!r}")
     psi, n, stage = engine.padded, engine.world_size, engine.stage
     held = engine.model_state_bytes(rank)
     local = [rk.rank for rk in engine.ranks].index(rank)

@@ -1477,6 +1477,10 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     bshape = (1, c) + (1,) * (x.ndim - 2)
     x64 = widen(x._data)
     n = x._data.size // builtins.max(c, 1)
+    for name, buf in (("running_mean", running_mean), ("running_var", running_var)):
+        if buf is not None and not isinstance(buf, Tensor):  # updated in place: a Tensor
+            raise TypeError(f"batch_norm: {name} must be a Tensor or None, got "
+                            f"{type(buf).__name__} {buf!r}")
     use_batch = training or running_mean is None or running_var is None
     if use_batch:
         if training and n <= 1:

@@ -231,7 +231,7 @@ def nvfp4_per_tensor_scale(x) -> float:
     return float(amax / np.float32(float(_FP4_MAX) * float(_E4M3_MAX)))
 
 
-def e8m0_exponent(amax: np.ndarray, fmt: MXFormat, mode: ScaleMode) -> np.ndarray:
+def e8m0_exponent(amax: np.ndarray, fmt: MXFormat | str, mode: ScaleMode | str) -> np.ndarray:
     """The shared exponent ``s`` (int32, in [-127, 128]; 128 marks the NaN scale) of blocks with
     largest magnitudes ``amax`` (float32 or float64), before the NaN code is applied.
 
@@ -242,6 +242,7 @@ def e8m0_exponent(amax: np.ndarray, fmt: MXFormat, mode: ScaleMode) -> np.ndarra
     ...  for m in (ScaleMode.FLOOR, ScaleMode.CEIL)]
     [0, 1, 0, 1]
     """
+    fmt, mode = get_mx_format(fmt), as_scale_mode(mode)  # a preset's name, a mode's name too
     amax = np.asarray(amax)
     if amax.ndim == 0:  # frexp of a 0-d array gives scalars; the in-place fixes need arrays
         return e8m0_exponent(amax.reshape(1), fmt, mode).reshape(())
