@@ -75,6 +75,12 @@ def make_blobs(n_samples: int = 1000, n_features: int = 16, n_classes: int = 4,
     >>> s.x_train.shape[1], sorted(set(s.y_train.tolist())) == [0, 1, 2]
     (4, True)
     """
+    n_samples = as_int("n_samples", n_samples, 1)
+    n_features = as_int("n_features", n_features, 1)
+    n_classes = as_int("n_classes", n_classes, 1)
+    if not (isinstance(spread, (int, float, np.integer, np.floating))
+            and not isinstance(spread, bool) and 0 <= spread < np.inf):
+        raise ValueError(f"spread must be a finite number >= 0, got {spread!r}")
     rng = np.random.default_rng(as_seed(seed))
     centres = rng.normal(0.0, 3.0, size=(n_classes, n_features))
     y = rng.integers(0, n_classes, n_samples)

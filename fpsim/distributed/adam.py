@@ -15,6 +15,7 @@ NumPy's scalar promotion and PyTorch's do.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -43,6 +44,11 @@ def adam_step_flat(w: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, s
             raise ValueError(f"adam_step_flat: {name} has shape {a.shape}, w has {w.shape}")
     step = as_int("adam_step_flat: step", step, 1)
     beta1, beta2 = betas
+    for name, value in (("lr", lr), ("betas[0]", beta1), ("betas[1]", beta2), ("eps", eps),
+                        ("weight_decay", weight_decay)):  # (v is the second-moment array)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):  # a complex: cut
+            raise TypeError(f"adam_step_flat: {name} must be a real number, got "
+                            f"{type(value).__name__} {value!r}")
     with np.errstate(all="ignore"):
         wc = w
         if weight_decay != 0:

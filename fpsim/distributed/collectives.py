@@ -76,6 +76,13 @@ def ordered_reduce(arrays: Sequence[np.ndarray], op: str, world_size: int) -> np
     """
     if op not in REDUCE_OPS:
         raise ValueError(f"unknown reduction {op!r}; valid: {', '.join(REDUCE_OPS)}")
+    if isinstance(arrays, (str, bytes, np.ndarray)) or not all(
+            isinstance(a, np.ndarray) for a in arrays) or not len(arrays):
+        raise TypeError(f"ordered_reduce takes a non-empty sequence of NumPy arrays (one per "
+                        f"rank), got {arrays!r}")
+    if len({(a.shape, a.dtype) for a in arrays}) > 1:
+        raise ValueError(f"ordered_reduce: the ranks' arrays differ in shape or dtype: "
+                         f"{[(a.shape, a.dtype.name) for a in arrays]}")
     fmt = get_float_format(arrays[0].dtype)
     acc = arrays[0].astype(np.float64)
     for a in arrays[1:]:

@@ -376,6 +376,9 @@ def run_experiment(config: ExperimentConfig | None = None, *, quick: bool = Fals
     >>> [row.method for row in r.table][:3]
     ['FP32', 'FP32 fine-tuned (control)', 'INT8 PTQ per-tensor']
     """
+    if config is not None and not isinstance(config, ExperimentConfig):
+        raise TypeError(f"run_experiment: config must be an ExperimentConfig or None, got "
+                        f"{type(config).__name__} {config!r}")
     cfg = QUICK if (config is None and quick) else (config or ExperimentConfig())
     b = check_bits(cfg.sensitive_bits)
     if not cfg.seeds:
@@ -565,6 +568,9 @@ def format_result(result: ExperimentResult) -> str:
     >>> "QLoRA (NF4 + LoRA)" in format_result(r)
     True
     """
+    if not isinstance(result, ExperimentResult):
+        raise TypeError(f"format_result takes run_experiment's result (an ExperimentResult), "
+                        f"got {type(result).__name__} {result!r}")
     cfg = result.config
     b = cfg.sensitive_bits
     seeds = len(cfg.seeds)

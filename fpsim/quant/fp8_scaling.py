@@ -129,7 +129,10 @@ def fp8_dequantize(q, scale) -> np.ndarray:
     """
     s = _scale_array(scale)
     scale_inv = np.float32(1.0) / s
-    return (np.asarray(q).astype(np.float32) * scale_inv).astype(np.float32)
+    q = np.asarray(q)
+    if q.dtype.kind not in "iufV":  # a complex q would lose its imaginary part silently
+        raise TypeError(f"fp8_dequantize: q must hold real numbers, got dtype {q.dtype}")
+    return (q.astype(np.float32) * scale_inv).astype(np.float32)
 
 
 class DelayedScaling:

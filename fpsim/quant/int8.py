@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import broadcast_shape
 from .qparams import as_qdtype, real_array
 
 __all__ = [
@@ -107,7 +108,8 @@ def rounding_divide_by_pot(x, exponent) -> np.ndarray:
     e = np.asarray(exponent, dtype=np.int64)
     if e.size and (e.min() < 0 or e.max() > 31):
         raise ValueError(f"exponent must be in [0, 31], got {exponent!r}")
-    x64, e = np.broadcast_arrays(x64, e)
+    shape = broadcast_shape("rounding_divide_by_pot", x64.shape, e.shape)
+    x64, e = np.broadcast_to(x64, shape), np.broadcast_to(e, shape)
     mask = (np.int64(1) << e) - 1
     remainder = x64 & mask
     threshold = (mask >> 1) + (x64 < 0)
@@ -198,7 +200,11 @@ def int8_linear(x_q, w_q, bias_int32, x_scale, x_zp, w_scale, w_zp, out_scale, o
         raise ValueError(f"out_dtype must be int8 or uint8, got {out_dtype!r}")
     xs = _scale32(x_scale, "x_scale").reshape(())
     os_ = _scale32(out_scale, "out_scale").reshape(())
-    ws = np.broadcast_to(_scale32(w_scale, "w_scale").reshape(-1), (n,))
+    ws = _scale32(w_scale, "w_scale").reshape(-1)
+    if ws.size not in (1, n):
+        raise ValueError(f"w_scale must be a scalar or one per output channel ({n}), got "
+                         f"{ws.size} values")
+    ws = np.broadcast_to(ws, (n,))
     wz = _zero_points(w_zp, "w_zp", wq.dtype)
     if wz.size not in (1, n):
         raise ValueError(f"w_zp must be a scalar or one per output channel ({n}), got "

@@ -107,7 +107,11 @@ class QParams:
 
     def __post_init__(self) -> None:
         s = np.atleast_1d(np.asarray(self.scale, dtype=np.float32))
-        z = np.atleast_1d(np.asarray(self.zero_point)).astype(np.int64)
+        z = np.atleast_1d(np.asarray(self.zero_point))
+        if z.dtype.kind not in "iuf" or (z.dtype.kind == "f" and not (
+                np.isfinite(z).all() and (z == np.round(z)).all())):
+            raise TypeError(f"zero points must be integers, got {self.zero_point!r}")
+        z = z.astype(np.int64)
         if not (np.isfinite(s).all() and (s > 0).all()):
             raise ValueError(f"scales must be finite and positive, got {self.scale!r}")
         if s.shape != z.shape:

@@ -296,6 +296,9 @@ def double_dequantize(dq: DoubleQuantized) -> np.ndarray:
     >>> bool(np.abs(double_dequantize(double_quantize(am)) - am).max() < 0.01)
     True
     """
+    if not isinstance(dq, DoubleQuantized):
+        raise TypeError(f"double_dequantize takes double_quantize's result (a DoubleQuantized), "
+                        f"got {type(dq).__name__} {dq!r}")
     n = dq.qabsmax.size
     q = _blocks(dq.qabsmax.reshape(-1), dq.block_size)
     if dq.code == "dynamic":

@@ -386,6 +386,10 @@ class ObserverModule(Module):
     """
 
     def __init__(self, observer) -> None:
+        if not all(hasattr(observer, a) for a in ("quant_min", "quant_max", "qscheme")):
+            raise TypeError(f"ObserverModule takes an observer (MinMaxObserver, "
+                            f"MovingAverageMinMaxObserver, PerChannelMinMaxObserver, ...), got "
+                            f"{type(observer).__name__} {observer!r}")
         super().__init__()
         self.observer = observer
         self.quant_min, self.quant_max = observer.quant_min, observer.quant_max

@@ -370,6 +370,9 @@ def model_results(hf: HardwareFile, gpu: str | GpuModel | BlockFMA | None = None
     >>> [hex(x) for x in tc.model_results(tc.load_hardware_file(p))]
     ['0x3f800000']
     """
+    if not isinstance(hf, HardwareFile):
+        raise TypeError(f"model_results takes a HardwareFile (load_hardware_file's result), got "
+                        f"{type(hf).__name__} {hf!r}")
     unit, fi, fo, _ = resolve_unit(gpu if gpu is not None else hf.gpu, hf.input_format,
                                    hf.output_format)
     a = convert_input(hf.a, fi)
