@@ -327,6 +327,9 @@ def block_alignment(
 def _label(g: str | GpuModel | BlockFMA) -> str:
     if isinstance(g, str):
         return tc.get_gpu(g).name
+    if not isinstance(g, (GpuModel, BlockFMA)):
+        raise TypeError(f"error_vs_k: each of gpus must be a GPU name, a GpuModel or a BlockFMA "
+                        f"unit, got {type(g).__name__} {g!r}")
     return g.name
 
 
