@@ -87,6 +87,8 @@ def as_int_overflow(
     >>> as_int_overflow("wrap")
     <IntOverflow.WRAP: 'wrap'>
     """
+    if isinstance(allowed, (str, bytes)) or not all(isinstance(m, IntOverflow) for m in allowed):
+        raise TypeError(f"as_int_overflow: allowed must be IntOverflow members, got {allowed!r}")
     member = None
     if isinstance(policy, IntOverflow):
         member = policy

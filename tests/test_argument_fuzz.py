@@ -16,7 +16,9 @@ config or result, a hardware file, double_quantize's result, the ranks' arrays),
 counts in make_blobs, and complex values cut silently (fp8_dequantize's q, a zero point,
 adam_step_flat's hyperparameters). The command line's plumbing (configure_parser, run_cli)
 takes its own parser's Namespace and is left out; so are calls that run as long as they were
-asked to (ASKED)."""
+asked to (ASKED).
+Besides the arguments an example gives, each keyword it leaves at its default is also set to each
+bad value in turn."""
 
 from __future__ import annotations
 
@@ -80,18 +82,34 @@ def _examples():
             for ex in doctest.DocTestParser().get_examples(obj.__doc__):
                 tree = ast.parse(ex.source)
                 if any(_is_call_of(n, name) for n in ast.walk(tree)):
-                    yield mod_name, name, dict(ns), tree
+                    yield mod_name, name, dict(ns), tree, obj
                 try:  # its setup for the next (an example may show an error on purpose)
                     exec(compile(ex.source, "<doctest>", "exec"), ns)
                 except Exception:  # noqa: BLE001 - what the example shows, not this test's
                     pass
 
 
-def _swapped(tree: ast.Module, name: str):
-    """The example with one argument of its first call of ``name`` swapped for a bad value."""
+def _swapped(tree: ast.Module, name: str, obj: object):
+    """The example with one argument of its first call of ``name`` swapped for a bad value, or
+    with one more keyword argument (one the example leaves at its default; bool flags aside:
+    fpsim takes their truth value, as Python and NumPy do) set to a bad value."""
     call = next(n for n in ast.walk(tree) if _is_call_of(n, name))
     slots = [("pos", i) for i in range(len(call.args))] + [("kw", k.arg) for k in call.keywords
                                                             if k.arg]
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        sig = None
+    given = {k.arg for k in call.keywords}
+    if sig is not None:
+        for i, (pn, p) in enumerate(sig.parameters.items()):
+            if pn in ("self", "args", "kwargs") or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                continue
+            if pn in given or (i < len(call.args) and p.kind != p.KEYWORD_ONLY):
+                continue
+            if p.default is inspect.Parameter.empty or isinstance(p.default, bool):
+                continue
+            slots.append(("add", pn))
     for kind, key in slots:
         for bad in BAD:
             t = copy.deepcopy(tree)
@@ -99,6 +117,8 @@ def _swapped(tree: ast.Module, name: str):
             value = ast.parse(bad, mode="eval").body
             if kind == "pos":
                 c.args[key] = value
+            elif kind == "add":
+                c.keywords.append(ast.keyword(arg=key, value=value))
             else:
                 next(k for k in c.keywords if k.arg == key).value = value
             yield f"{key}={bad}", ast.fix_missing_locations(t)
@@ -116,8 +136,8 @@ def test_bad_arguments_get_fpsim_errors_that_name_the_problem(tmp_path, monkeypa
     failures, calls = [], 0
     old = signal.signal(signal.SIGALRM, _timeout)
     try:
-        for mod_name, name, ns, tree in _examples():
-            for label, swapped in _swapped(tree, name):
+        for mod_name, name, ns, tree, obj in _examples():
+            for label, swapped in _swapped(tree, name, obj):
                 call = f"{mod_name}.{name}({label})"
                 if call in ASKED:
                     continue

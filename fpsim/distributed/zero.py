@@ -152,6 +152,9 @@ class ZeroEngine:
             raise ValueError(f"loss_scale must be positive and finite, got {loss_scale!r}")
         if comm is None:
             comm = Communicator(world_size)
+        elif not isinstance(comm, Communicator):
+            raise TypeError(f"ZeroEngine: comm must be a Communicator (or an MPICommunicator), "
+                            f"got {type(comm).__name__} {comm!r}")
         elif comm.world_size != world_size:
             raise ValueError(f"world_size is {world_size!r} but the communicator has "
                              f"{comm.world_size} ranks")

@@ -212,6 +212,9 @@ def create_dynamic_map(signed: bool = True, max_exponent_bits: int = 7,
     """
     max_exponent_bits = as_int("max_exponent_bits", max_exponent_bits, 1)
     total_bits = as_int("total_bits", total_bits, 1)
+    if total_bits > 16:  # 2**total_bits float32 entries; a huge count hung in 2**(...)
+        raise ValueError(f"total_bits must be at most 16 (a map of 2**total_bits values), got "
+                         f"{total_bits}")
     non_sign_bits = total_bits - 1  # bitsandbytes: total_bits - (1 if signed else 1)
     if max_exponent_bits > non_sign_bits:
         raise ValueError("max_exponent_bits must be <= total_bits - 1")

@@ -397,6 +397,12 @@ def train(config: TrainConfig | None = None, *, data: Split | None = None,
 
 def _train(config: TrainConfig | None, data: Split | None,
            progress: Callable[[int], Any] | bool, overrides: dict[str, Any]) -> RunResult:
+    if config is not None and not isinstance(config, TrainConfig):
+        raise TypeError(f"train: config must be a TrainConfig or None, got "
+                        f"{type(config).__name__} {config!r}")
+    if data is not None and not isinstance(data, Split):
+        raise TypeError(f"train: data must be a Split (fpsim.datasets.load_digits()) or None, "
+                        f"got {type(data).__name__} {data!r}")
     cfg = TrainConfig(**{**asdict(config), **overrides}) if config is not None \
         else TrainConfig(**overrides)
     cfg.sizes = tuple(cfg.sizes)

@@ -243,6 +243,8 @@ def root_figure(ax: Axes) -> _MplFigure:
     >>> root_figure(ax) is fig
     True
     """
+    if not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
     return ax.figure.figure  # a Figure's .figure is itself, a SubFigure's is its root
 
 

@@ -25,6 +25,7 @@ from .. import tensorcore as tc
 from ..checks import as_array, as_int
 from ..formats import Format
 from ..reductions import dot as fp_dot
+from ..state import as_seed
 from ..tensorcore.gpus import BlockFMA, GpuModel
 from ..tensorcore.perf import gemm_time_estimate, get_perf_gpu
 from . import style
@@ -401,7 +402,7 @@ def error_vs_k(
     fi = float_format(input_format)
     names = [lab for lab, _ in units] + [f"{bfmt.name} {o}" for o in baselines]
     errs = {n: np.zeros(len(ks)) for n in names}
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(as_seed(seed))
     draw = rng.random if distribution == "uniform" else rng.standard_normal
     reduce = np.mean if statistic == "mean" else np.max
     for i, k in enumerate(ks):
