@@ -91,8 +91,10 @@ def _examples():
 
 def _swapped(tree: ast.Module, name: str, obj: object):
     """The example with one argument of its first call of ``name`` swapped for a bad value, or
-    with one more keyword argument (one the example leaves at its default; bool flags aside:
-    fpsim takes their truth value, as Python and NumPy do) set to a bad value."""
+    with one more keyword argument (one the example leaves at its default) set to a bad value.
+    Bool flags are left out: fpsim takes their truth value (flags="no" is True), where NumPy
+    and Python's builtins want an int and PyTorch a bool; a strict rule for its ~160 bool
+    parameters is not decided yet."""
     call = next(n for n in ast.walk(tree) if _is_call_of(n, name))
     slots = [("pos", i) for i in range(len(call.args))] + [("kw", k.arg) for k in call.keywords
                                                             if k.arg]
