@@ -3,22 +3,22 @@ its docstring examples call it, with one argument at a time swapped for a bad va
 None, an object, a complex, a ragged list, NaN, -1, 10**30, 1.5, an empty array, True, a dict).
 Whatever it does, it must not hang, and an error must be fpsim's own (raised in fpsim's code)
 of a type that says what is wrong (TypeError, ValueError, OverflowError, IndexError,
-LookupError, OSError for a missing file), never the AttributeError of a method called on the
-bad value nor an error from deep inside NumPy. NumPy's AxisError ("axis 1 is out of bounds for
-array of dimension 0"), its "Maximum allowed dimension exceeded" and Python's "expected str,
-bytes or os.PathLike object" are their own clear words and are let through; warnings are errors
-(a complex value cast to a real one loses its imaginary part silently). This sweep found the
-classes fixed with it: ragged lists and unbroadcastable shapes in the integer, encoding,
-arithmetic, amp and quant layers, an axis beyond any array, a hang in
-optimal_checkpoint_segments, objects of the wrong kind (a model, a mapping, histograms,
-batch_norm's running statistics, an MX format, a ZeRO engine, an observer, an experiment's
-config or result, a hardware file, double_quantize's result, the ranks' arrays), unchecked
-counts in make_blobs, and complex values cut silently (fp8_dequantize's q, a zero point,
-adam_step_flat's hyperparameters). The command line's plumbing (configure_parser, run_cli)
-takes its own parser's Namespace and is left out; so are calls that run as long as they were
-asked to (ASKED).
-Besides the arguments an example gives, each keyword it leaves at its default is also set to each
-bad value in turn."""
+LookupError), never the AttributeError of a method called on the bad value nor an error from
+deep inside NumPy. NumPy's AxisError ("axis 1 is out of bounds for array of dimension 0"), its
+"Maximum allowed dimension exceeded", Python's "expected str, bytes or os.PathLike object" and
+the OS's "No such file or directory" are their own clear words and are let through; warnings
+are errors (a complex value cast to a real one loses its imaginary part silently). It also
+fails when a call closes a standard stream (an int taken for a path is a file descriptor:
+load_hardware_file(True) closed standard output). This sweep found the classes fixed with it:
+ragged lists and unbroadcastable shapes in the integer, encoding, arithmetic, amp and quant
+layers, an axis beyond any array, a hang in optimal_checkpoint_segments, objects of the wrong
+kind (a model, a mapping, histograms, batch_norm's running statistics, an MX format, a ZeRO
+engine, an observer, an experiment's config or result, a hardware file, double_quantize's
+result, the ranks' arrays), unchecked counts in make_blobs, and complex values cut silently
+(fp8_dequantize's q, a zero point, adam_step_flat's hyperparameters). The command line's
+plumbing (configure_parser, run_cli) takes its own parser's Namespace and is left out; so are
+calls that run as long as they were asked to (ASKED). Besides the arguments an example gives,
+each keyword it leaves at its default is also set to each bad value in turn."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ import copy
 import doctest
 import importlib
 import inspect
+import os
 import signal
 import traceback
 from pathlib import Path
@@ -43,7 +44,7 @@ MODULES = ["fpsim.rounding", "fpsim.arithmetic", "fpsim.encoding", "fpsim.intege
            "fpsim.training", "fpsim.state"]
 BAD = ["'abc'", "None", "object()", "1j", "[1.0, [2.0]]", "float('nan')", "-1", "10**30",
        "1.5", "np.array([])", "True", "{}"]
-CLEAR = (TypeError, ValueError, OverflowError, IndexError, LookupError, OSError)
+CLEAR = (TypeError, ValueError, OverflowError, IndexError, LookupError)
 # NumPy's and Python's own clear words, let through from deep inside them: an axis out of
 # range, a size no array can have (a dimension of 10**30), a path that is not one
 THEIRS = ("Maximum allowed dimension exceeded", "Maximum allowed size exceeded",
@@ -154,14 +155,19 @@ def test_bad_arguments_get_fpsim_errors_that_name_the_problem(tmp_path, monkeypa
                     if where == "<example>":
                         continue  # the call returned; the example's next step failed on it
                     clear = isinstance(e, CLEAR) and where.startswith(FPSIM)
-                    theirs = isinstance(e, np.exceptions.AxisError) or isinstance(
+                    theirs = isinstance(e, (np.exceptions.AxisError, OSError)) or isinstance(
                         e, (TypeError, ValueError)) and any(w in str(e) for w in THEIRS)
                     if not (clear or theirs):
                         failures.append(f"{call}: {type(e).__name__} in {Path(where).name}: "
                                         f"{str(e)[:80]}")
                 finally:
                     signal.alarm(0)
-                plt.close("all")
+                    for fd in (0, 1, 2):  # an int taken for a path is a file descriptor
+                        try:
+                            os.fstat(fd)
+                        except OSError:
+                            failures.append(f"{call}: closed file descriptor {fd}")
+                    plt.close("all")
     finally:
         signal.signal(signal.SIGALRM, old)
     assert calls > 1000  # the sweep ran over the modules' examples

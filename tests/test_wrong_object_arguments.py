@@ -50,3 +50,16 @@ def test_ragged_and_unbroadcastable_arrays_in_the_upper_layers():
         amp.lost_updates(np.zeros(3), np.zeros(4), "fp16")
     with pytest.raises(ValueError, match="^a must be a number or a rectangular array"):
         viz.block_alignment([1.0, [2.0]], [1.0, 2.0], 1.0)
+
+
+def test_a_hardware_file_path_is_not_a_file_descriptor():
+    """open() takes an int as a file descriptor: load_hardware_file(True) read standard output
+    and closed it. A path must be a str or os.PathLike."""
+    import os
+
+    import fpsim.tensorcore as tc
+    for bad in (True, 1, 2):
+        with pytest.raises(TypeError, match="expected str, bytes or os.PathLike object"):
+            tc.load_hardware_file(bad)
+        for fd in (0, 1, 2):
+            os.fstat(fd)  # still open

@@ -128,7 +128,9 @@ class HardwareFile:
 
 
 def _open_text(path: str | os.PathLike) -> str:
-    with open(path, "rb") as fh:
+    # Path() refuses what open() would take as a file descriptor: True or 1 opened (and, on
+    # closing, closed) standard output
+    with Path(path).open("rb") as fh:
         raw = fh.read()
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
