@@ -74,6 +74,7 @@ class FlagContext:
 
 
 _SINGLE = (Flags.INEXACT, Flags.UNDERFLOW, Flags.OVERFLOW, Flags.DIVBYZERO, Flags.INVALID)
+_EVERY = sum(f.value for f in _SINGLE)  # the largest Flags value: every flag set
 _STACK = _state.flag_stack  # the active contexts, innermost last (ambient state, fpsim.state)
 
 
@@ -81,10 +82,9 @@ def _as_flags(trap: Flags | str | Iterable[str] | int | None) -> Flags:
     if trap is None:
         return Flags.NONE
     if isinstance(trap, (Flags, int)) and not isinstance(trap, bool):
-        every = sum(f.value for f in _SINGLE)
-        if not 0 <= int(trap) <= every:  # Flags(-1) would set every bit, and more
-            raise ValueError(f"trap must be a Flags value (0 to {every}), a flag's name or a list "
-                             f"of names, got {trap!r}")
+        if not 0 <= int(trap) <= _EVERY:  # Flags(-1) would set every bit, and more
+            raise ValueError(f"trap must be a Flags value (0 to {_EVERY}), a flag's name or a "
+                             f"list of names, got {trap!r}")
         return Flags(trap)
     names = [trap] if isinstance(trap, str) else list(trap)
     out = Flags.NONE

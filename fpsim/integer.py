@@ -87,8 +87,6 @@ def as_int_overflow(
     >>> as_int_overflow("wrap")
     <IntOverflow.WRAP: 'wrap'>
     """
-    if isinstance(allowed, (str, bytes)) or not all(isinstance(m, IntOverflow) for m in allowed):
-        raise TypeError(f"as_int_overflow: allowed must be IntOverflow members, got {allowed!r}")
     member = None
     if isinstance(policy, IntOverflow):
         member = policy
@@ -98,6 +96,11 @@ def as_int_overflow(
         if member is None and key in {m.value for m in IntOverflow}:
             member = IntOverflow(key)
     if member is None or member not in allowed:
+        # checked here, off the per-call path: allowed is the caller's, not the user's
+        if isinstance(allowed, (str, bytes)) or not all(isinstance(m, IntOverflow)
+                                                        for m in allowed):
+            raise TypeError(f"as_int_overflow: allowed must be IntOverflow members, got "
+                            f"{allowed!r}")
         valid = ", ".join(repr(m.value) for m in allowed)
         raise ValueError(f"unknown integer overflow policy {policy!r}; valid: {valid}")
     return member

@@ -243,12 +243,10 @@ def optimal_checkpoint_segments(n_layers: int) -> int:
     # k + ceil(n / k) is least (ceil(2 sqrt n)) at isqrt(n) or isqrt(n) + 1, and any other
     # minimiser is farther from sqrt(n): compare those two, in integers (a scan of every k
     # hung on large n; tests/test_memory_calc.py checks the two against the scan)
-    a = math.isqrt(n)
-    cost = [(k + -(-n // k), k) for k in (a, a + 1) if k >= 1]
-    best = min(c for c, _ in cost)
-    ties = [k for c, k in cost if c == best]
-    if len(ties) == 1:
-        return ties[0]
+    a = math.isqrt(n)  # >= 1
+    at_a, at_next = a + -(-n // a), a + 1 + -(-n // (a + 1))
+    if at_a != at_next:
+        return a if at_a < at_next else a + 1
     return a if n <= a * a + a else a + 1  # sqrt(n) < a + 1/2 exactly when n <= a^2 + a
 
 

@@ -852,6 +852,9 @@ def _finish(name, out, fl, snan_rows, out_shape, c: OpContext, flags: bool):
     return (out, fl) if flags else out
 
 
+_MAX_DIMS = 64  # NumPy 2 arrays have at most 64 dimensions (NPY_MAXDIMS)
+
+
 def _check_axis(axis, name: str = "axis") -> None:
     """axis: None, an int or a tuple of ints (a clear TypeError otherwise); an int beyond any
     array's dimensions is NumPy's AxisError here (NumPy's own axis check overflows on it)."""
@@ -861,7 +864,7 @@ def _check_axis(axis, name: str = "axis") -> None:
     for a in items:
         if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
             raise TypeError(f"{name} must be None, an int or a tuple of ints, got {axis!r}")
-        if not -64 <= a < 64:  # NumPy arrays have at most 64 dimensions
+        if not -_MAX_DIMS <= a < _MAX_DIMS:
             raise np.exceptions.AxisError(f"{name} {a} is out of bounds for any array")
 
 

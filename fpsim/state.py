@@ -114,18 +114,15 @@ def as_generator(rng: np.random.Generator | int | None,
     >>> as_generator(-1, name="seed")
     Traceback (most recent call last):
     ...
-    ValueError: seed must be a non-negative int seed (NumPy's generators take no negative \
-seeds), a numpy.random.Generator or None, got -1
+    ValueError: seed must be a non-negative int (NumPy's generators take no negative seeds), \
+got -1
     """
     if rng is None:
         return default
     if isinstance(rng, np.random.Generator):
         return rng
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
-        if rng < 0:  # NumPy's own error ("expected non-negative integer") names no argument
-            raise ValueError(f"{name} must be a non-negative int seed (NumPy's generators take "
-                             f"no negative seeds), a numpy.random.Generator or None, got {rng!r}")
-        return np.random.default_rng(int(rng))
+        return np.random.default_rng(as_seed(rng, name))  # the one seed rule
     raise TypeError(f"{name} must be a numpy.random.Generator, an int seed or None, "
                     f"got {rng!r}")
 

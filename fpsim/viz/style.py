@@ -227,9 +227,7 @@ def new_figure(
     2
     """
     if ax is not None:
-        if not isinstance(ax, Axes):
-            raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
-        return root_figure(ax), ax
+        return root_figure(ax), ax  # root_figure refuses what is not an Axes
     fig = Figure(figsize=figsize, layout="constrained")  # fpsim's Figure: no pyplot involved
     subplot_kw.setdefault("squeeze", True)
     axes = fig.subplots(nrows, ncols, **subplot_kw)
