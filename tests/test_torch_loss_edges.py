@@ -68,3 +68,54 @@ def test_against_pytorch(i):
     out.backward(DATA[f"{i}/g"])
     same(out.numpy(np.float64), DATA[f"{i}/out"])
     same(x.grad, DATA[f"{i}/dx"])
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16", "tf32", "fp32"])
+@pytest.mark.parametrize("shape", [(5, 4), (3, 4, 2, 2)])
+@pytest.mark.parametrize("op", ["cross_entropy", "nll_loss"])
+def test_ignored_targets_give_positive_zeros_in_every_format_and_shape(fmt, shape, op):
+    """The recorded cases are float64 (N, C); the rule they pin, that an ignored target's loss
+    and gradient are +0 and a mean over no element or no weight is NaN, holds in the narrow
+    formats and for (N, C, d1, d2) inputs too (PyTorch skips ignored positions whatever the
+    dtype or shape)."""
+    rng = np.random.default_rng(7)
+    tshape = (shape[0],) + shape[2:]
+    target = rng.integers(0, shape[1], tshape)
+    target.reshape(-1)[::2] = -100  # every other position ignored
+    ignored = np.moveaxis(np.broadcast_to((target == -100)[:, None], shape), 1, -1)
+    fn = getattr(F, op)
+    for red in ("none", "sum", "mean"):
+        x = Tensor(rng.standard_normal(shape), fmt, requires_grad=True)
+        out = fn(x, target, ignore_index=-100, reduction=red)
+        g = np.ones(out.shape) if red == "none" else None
+        out.backward(g)
+        gx = np.moveaxis(np.asarray(x.grad, np.float64), 1, -1)
+        assert (gx[ignored] == 0).all() and not np.signbit(gx[ignored]).any()
+        assert np.isfinite(gx).all()
+        if red == "none":
+            lo = out.numpy(np.float64)
+            assert (lo[target == -100] == 0).all()
+            assert not np.signbit(lo[target == -100]).any()
+    everything = np.full(tshape, -100)
+    x = Tensor(rng.standard_normal(shape), fmt, requires_grad=True)
+    out = fn(x, everything, ignore_index=-100)
+    out.backward()
+    assert np.isnan(out.numpy(np.float64))
+    gx = np.asarray(x.grad, np.float64)
+    assert (gx == 0).all() and not np.signbit(gx).any()
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16", "tf32", "fp32"])
+def test_empty_inputs_in_every_format(fmt):
+    for op in (F.softmax, F.log_softmax):
+        for shape, dim in (((0,), 0), ((0, 3), 1), ((2, 0), 1)):
+            x = Tensor(np.zeros(shape), fmt, requires_grad=True)
+            y = op(x, dim)
+            y.backward(np.ones(shape))
+            assert y.shape == shape and x.grad.shape == shape
+    x = Tensor(np.zeros((0, 3)), fmt, requires_grad=True)
+    loss = F.mse_loss(x, Tensor(np.zeros((0, 3)), fmt))
+    loss.backward()
+    assert np.isnan(loss.numpy(np.float64)) and x.grad.shape == (0, 3)
+    x = Tensor(np.zeros((0, 3)), fmt, requires_grad=True)
+    assert np.isnan(F.cross_entropy(x, np.zeros(0, np.int64)).numpy(np.float64))
