@@ -43,6 +43,11 @@ view, flatten, (un)squeeze,    (cat, stack:  rounding except into a promoted for
 transpose, permute, T,         promoted)     exact; repeated indices / overlapping pooling
 getitem, cat, stack, clone,                  windows add their gradients in float64 and round
 max_pool2d, masked_fill                      once.
+embedding                      weight        exact (rows gathered). Backward: the rows'
+                                             gradients added in index order (row-major over
+                                             the index array), each add rounded to the
+                                             weight's grad format, from +0, as PyTorch's CPU
+                                             kernel (padding_idx's row: none).
 avg_pool2d                     input         float64 window sum / divisor, one rounding;
                                              backward g / divisor added in float64, one
                                              rounding.
@@ -93,6 +98,7 @@ import numpy as np
 
 from .. import arithmetic as _arithmetic
 from .. import flags as _flags
+from ..checks import as_array, as_int
 from ..formats import FP16, Format
 from ..modes import Rounding, Subnormals, as_rounding
 from ..rounding import round as fpsim_round
@@ -125,7 +131,7 @@ __all__ = [
     "sum", "mean", "max", "reshape", "flatten", "transpose", "permute", "unsqueeze", "squeeze",
     "getitem", "cat", "stack", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu",
     "softmax", "log_softmax", "nll_loss", "cross_entropy", "mse_loss", "dropout", "layer_norm",
-    "batch_norm", "conv2d", "max_pool2d", "avg_pool2d", "cast_to", "masked_fill",
+    "batch_norm", "conv2d", "max_pool2d", "avg_pool2d", "cast_to", "masked_fill", "embedding",
 ]
 
 _F64 = np.float64
@@ -781,6 +787,125 @@ def getitem(input: Tensor, index) -> Tensor:
         return (flat.reshape(x.shape),)
 
     return make_result(np.asarray(out), x.fmt, (x,), backward, "getitem")
+
+
+# ------------------------------------------------------------------------- embedding
+def _embedding_indices(input, num: int) -> np.ndarray:
+    """The index argument of :func:`embedding` as an int64 array of its shape, or a clear
+    error: an integer array (any shape) with values in [0, num)."""
+    if isinstance(input, Tensor):
+        raise TypeError("embedding: indices must be an integer array (a NumPy int array, a "
+                        "list of ints or an int), not an fpsim Tensor (whose values are "
+                        "floating-point); pass e.g. np.asarray(t.numpy(), dtype=np.int64)")
+    idx = as_array(input, "embedding: indices")
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"embedding: indices must be integers (an int array or ints), got "
+                        f"dtype {idx.dtype}")
+    if idx.size:
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < 0 or hi >= num:
+            bad = lo if lo < 0 else hi
+            raise IndexError(f"embedding: index {bad} is out of range for a weight of "
+                             f"{num} rows (valid: 0 .. {num - 1})")
+    return idx.astype(np.int64, copy=False)
+
+
+# formats whose NumPy / ml_dtypes scalar add rounds once to nearest even (float16 and bfloat16
+# add in float32 and cast back: 24 >= 2p + 2 bits, Figueroa's theorem), so np.add.at, which adds
+# element by element in index order, is the declared order's rounding (plain rounding only)
+_NATIVE_ADD_AT = ("fp64", "fp32", "fp16", "bf16")
+
+
+def embedding_grad(g: np.ndarray, idx: np.ndarray, num: int, fmt: Format,
+                   padding_idx: int | None = None) -> np.ndarray:
+    """The weight gradient of :func:`embedding` (a storage array of ``fmt``, shape
+    (num, dim)) from the output's gradient ``g`` (idx.shape + (dim,)) and the int64 indices:
+    row ``idx[p]`` receives ``g[p]`` for every position ``p`` in C (row-major) order of the
+    index array, each add rounded to ``fmt`` with the context's mode, starting from +0 (as
+    PyTorch's CPU ``embedding_dense_backward``: one ``grad_weight[k].add_(grad[i])`` per
+    index, in index order); ``padding_idx``'s row receives nothing. Internal (exported for
+    the tests), not in ``__all__``.
+
+    >>> import fpsim
+    >>> g = np.array([[1.0], [2.0**-11], [2.0**-11]], np.float16)
+    >>> embedding_grad(g, np.array([0, 0, 0]), 2, fpsim.FP16).ravel().tolist()
+    [1.0, 0.0]
+    """
+    dim = g.shape[-1]
+    flat = idx.reshape(-1)
+    g2 = g.reshape(flat.size, dim)
+    if padding_idx is not None:
+        keep = flat != padding_idx
+        flat, g2 = flat[keep], g2[keep]
+    g2 = round_to(g2 if g2.dtype == fmt.storage_dtype else widen(g2), fmt)
+    if fmt.name in _NATIVE_ADD_AT and fmt.dtype is not None and plain_rounding():
+        acc = np.zeros((num, dim), fmt.storage_dtype)
+        with np.errstate(all="ignore"):  # inf + -inf is NaN silently, as PyTorch
+            np.add.at(acc, flat, g2)
+        return acc
+    # any format and mode: the k-th occurrences of every row form one level (distinct rows,
+    # so one vectorised add per level), levels in order: each row's adds in index order
+    acc = np.zeros((num, dim))
+    if flat.size == 0:
+        return round_to(acc, fmt)
+    order = np.argsort(flat, kind="stable")
+    srt = flat[order]
+    starts = np.r_[0, np.flatnonzero(srt[1:] != srt[:-1]) + 1]
+    counts = np.diff(np.r_[starts, srt.size])
+    rank = np.empty(flat.size, np.int64)
+    rank[order] = np.arange(srt.size) - np.repeat(starts, counts)
+    g64 = widen(g2)
+    with np.errstate(all="ignore"):
+        for r in range(int(counts.max())):
+            sel = np.flatnonzero(rank == r)
+            rows = flat[sel]
+            acc[rows] = widen(round_to(acc[rows] + g64[sel], fmt))
+    return round_to(acc, fmt)
+
+
+def embedding(input, weight: Tensor, padding_idx: int | None = None,
+              max_norm: float | None = None, norm_type: float = 2.0,
+              scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:
+    """Rows of ``weight`` (num_embeddings, embedding_dim) picked by the integer ``input``
+    (any shape): output ``input.shape + (embedding_dim,)`` in the weight's format, exact (a
+    gather). The weight's gradient adds the rows' gradients in the declared order of
+    :func:`embedding_grad`: index order (row-major over ``input``), each add rounded to the
+    weight's gradient format, as PyTorch's CPU kernel; the ``padding_idx`` row (negative:
+    counted from the end) gets no gradient. ``max_norm``, ``scale_grad_by_freq`` and
+    ``sparse`` are PyTorch's and not supported (an error if set).
+
+    >>> w = Tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> out = embedding(np.array([[1, 1, 0]]), w)
+    >>> out.shape, out.tolist()[0][0]
+    ((1, 3, 2), [3.0, 4.0])
+    >>> out.sum().backward(); w.grad.tolist()
+    [[1.0, 1.0], [2.0, 2.0]]
+    """
+    w = as_tensor(weight)
+    if w._data.ndim != 2:
+        raise ValueError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), got "
+                         f"shape {w.shape}")
+    if max_norm is not None:
+        raise ValueError("embedding: max_norm is not supported (it renormalises the "
+                                  "weight in place); pass max_norm=None")
+    if scale_grad_by_freq is not False or sparse is not False:
+        raise ValueError("embedding: scale_grad_by_freq and sparse are not supported; "
+                                  "leave them False")
+    num = w._data.shape[0]
+    pad = None
+    if padding_idx is not None:
+        pad = as_int("embedding: padding_idx", padding_idx, None)
+        if not -num <= pad < num:
+            raise ValueError(f"embedding: padding_idx must be within the {num} rows "
+                             f"(-{num} .. {num - 1}), got {padding_idx!r}")
+        pad %= num
+    idx = _embedding_indices(input, num)
+    out = w._data[idx]
+
+    def backward(g):
+        return (embedding_grad(g, idx, num, w.grad_fmt, pad),)
+
+    return make_result(out, w.fmt, (w,), backward, "embedding")
 
 
 def _convert(data: np.ndarray, fmt: Format) -> np.ndarray:

@@ -68,7 +68,8 @@ __all__ = ["MemoryMeter", "MemoryReport", "CATEGORIES", "SAVED_FOR_BACKWARD"]
 CATEGORIES = ("parameters", "master_weights", "gradients", "optimizer_states", "activations")
 
 # What an op keeps for backward (PyTorch's derivative formulas): "inputs" (its tensor inputs),
-# "output", "mask" (one byte per output element), "indices" (int64 per output element).
+# "output", "mask" (one byte per output element), "indices" (int64 per output element),
+# "token_indices" (int64 per looked-up row: embedding's index array).
 SAVED_FOR_BACKWARD: dict[str, tuple[str, ...]] = {
     **{op: () for op in ("add", "sub", "neg", "sum", "mean", "reshape", "flatten",
                          "transpose", "permute", "unsqueeze", "squeeze", "getitem", "cat",
@@ -84,6 +85,7 @@ SAVED_FOR_BACKWARD: dict[str, tuple[str, ...]] = {
     "masked_fill": ("mask",),
     "max": ("indices",),
     "max_pool2d": ("inputs", "indices"),
+    "embedding": ("token_indices",),  # not the weight (a parameter)
 }
 _DEFAULT_SAVED = ("inputs",)
 _MATMUL_OPS = ("linear", "matmul", "conv2d")
@@ -344,7 +346,10 @@ class MemoryMeter:
             elif what == "output":
                 keys.append(self._hold(out._data, out.fmt.name))
             else:
-                nbytes = out._data.size * (1 if what == "mask" else 8)
+                n = out._data.size
+                if what == "token_indices":  # one int64 per row looked up
+                    n //= max(out._data.shape[-1], 1)
+                nbytes = n * (1 if what == "mask" else 8)
                 keys.append(self._hold_new(("node", id(out), what), nbytes,
                                            "bool" if what == "mask" else "int64"))
         if not keys:

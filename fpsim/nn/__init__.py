@@ -15,6 +15,7 @@ from .layers import (
     BatchNorm2d,
     Conv2d,
     Dropout,
+    Embedding,
     Flatten,
     Identity,
     LayerNorm,
@@ -27,7 +28,8 @@ from .layers import (
 from .module import Module, Parameter, Sequential
 
 __all__ = [
-    "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "Dropout", "Flatten", "GELU", "Identity",
+    "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "Dropout", "Embedding", "Flatten",
+    "GELU", "Identity",
     "LayerNorm", "Linear", "MaxPool2d", "Module", "Parameter", "ReLU", "Sequential", "Sigmoid",
     "Tanh", "init",
 ]

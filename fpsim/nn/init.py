@@ -13,7 +13,7 @@ from ..autograd.generator import get_generator
 from ..autograd.tensor import Tensor
 
 __all__ = ["calculate_fan_in_and_fan_out", "kaiming_uniform_", "uniform_", "zeros_", "ones_",
-           "calculate_gain"]
+           "calculate_gain", "normal_"]
 
 
 def calculate_fan_in_and_fan_out(tensor: Tensor) -> tuple[int, int]:
@@ -72,6 +72,28 @@ def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, *,
     tensor.data = get_generator(rng).uniform(a, b, size=tensor.shape)
     return tensor
 
+
+
+def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, *,
+            rng: np.random.Generator | int | None = None) -> Tensor:
+    """Fill with N(mean, std**2) values (drawn in float64, rounded to the tensor's format).
+
+    >>> t = normal_(Tensor(np.zeros(1000)), 0.0, 0.02, rng=0)
+    >>> bool(abs(float(t.numpy().std()) - 0.02) < 0.002)
+    True
+    """
+    if not isinstance(tensor, Tensor):
+        raise TypeError(f"normal_: tensor must be an fpsim Tensor, got {type(tensor).__name__}")
+    for name, v in (("mean", mean), ("std", std)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"normal_: {name} must be a real number, got {type(v).__name__} "
+                            f"{v!r}")
+        if not math.isfinite(v):
+            raise ValueError(f"normal_: {name} must be finite, got {v!r}")
+    if std < 0:
+        raise ValueError(f"normal_: std must be >= 0, got {std!r}")
+    tensor.data = get_generator(rng).normal(mean, std, size=tensor.shape)
+    return tensor
 
 def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in",
                      nonlinearity: str = "leaky_relu", *,

@@ -22,7 +22,7 @@ from ..formats import FP32, FP64, Format
 from . import init
 from .module import Module, Parameter
 
-__all__ = ["Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "LayerNorm", "BatchNorm1d",
+__all__ = ["Linear", "Embedding", "Conv2d", "MaxPool2d", "AvgPool2d", "LayerNorm", "BatchNorm1d",
            "BatchNorm2d", "Dropout", "ReLU", "GELU", "Tanh", "Sigmoid", "Flatten", "Identity"]
 
 
@@ -90,6 +90,51 @@ class Linear(Module):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, fmt={self.weight.fmt.name}")
 
+
+
+class Embedding(Module):
+    """A lookup table (``torch.nn.Embedding``): ``weight`` (num_embeddings, embedding_dim)
+    drawn from N(0, 1) as PyTorch, the ``padding_idx`` row (if any) zero and never updated
+    by its gradient; ``forward(indices)`` is :func:`fpsim.functional.embedding` (an integer
+    array of any shape in, ``indices.shape + (embedding_dim,)`` out). ``max_norm``,
+    ``scale_grad_by_freq`` and ``sparse`` are not supported.
+
+    >>> emb = Embedding(10, 3, padding_idx=0, rng=0)
+    >>> emb.weight.shape, emb(np.array([[0, 4], [9, 9]])).shape, emb.weight.tolist()[0]
+    ((10, 3), (2, 2, 3), [0.0, 0.0, 0.0])
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int,
+                 padding_idx: int | None = None, max_norm: float | None = None,
+                 norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                 sparse: bool = False, *, fmt: Format | str = FP32,
+                 rng: np.random.Generator | int | None = None) -> None:
+        super().__init__()
+        fmt = as_format(fmt)
+        num = _size(num_embeddings, "num_embeddings", "Embedding")
+        dim = _size(embedding_dim, "embedding_dim", "Embedding")
+        if max_norm is not None or scale_grad_by_freq is not False or sparse is not False:
+            raise ValueError("Embedding: max_norm, scale_grad_by_freq and sparse are "
+                                      "not supported; leave them at None / False")
+        if padding_idx is not None:
+            padding_idx = as_int("Embedding: padding_idx", padding_idx, None)
+            if not -num <= padding_idx < num:
+                raise ValueError(f"Embedding: padding_idx must be within the {num} rows "
+                                 f"(-{num} .. {num - 1}), got {padding_idx}")
+            padding_idx %= num
+        self.num_embeddings, self.embedding_dim, self.padding_idx = num, dim, padding_idx
+        self.weight = Parameter(np.zeros((num, dim)), fmt)
+        values = get_generator(rng).normal(0.0, 1.0, size=(num, dim))
+        if padding_idx is not None:
+            values[padding_idx] = 0.0
+        self.weight.data = values
+
+    def forward(self, indices) -> Tensor:
+        return F.embedding(indices, self.weight, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}, fmt={self.weight.fmt.name}"
 
 class Conv2d(Module):
     """2-D convolution (cross-correlation) as ``torch.nn.Conv2d``: stride, zero padding (an
