@@ -2,6 +2,8 @@
 
 - :func:`load_digits`: the UCI 8x8 handwritten digits (1,797 samples, 10 classes, CC BY 4.0;
   see fpsim/data/README.md).
+- :func:`shakespeare_chars`: Tiny Shakespeare (1,115,394 characters, public domain; see
+  fpsim/data/README.md) as character ids, split as nanoGPT's ``shakespeare_char``.
 - :func:`make_blobs`: a synthetic, labelled-as-synthetic Gaussian-blobs task.
 - :func:`minibatches`: the shuffled mini-batch indices of a training loop, epoch after epoch.
 """
@@ -9,6 +11,7 @@
 from __future__ import annotations
 
 import gzip
+import lzma
 from collections.abc import Iterator
 from importlib import resources
 from typing import NamedTuple
@@ -18,7 +21,8 @@ import numpy as np
 from .checks import as_int
 from .state import as_generator, as_seed
 
-__all__ = ["Split", "load_digits", "make_blobs", "minibatches", "train_test_split"]
+__all__ = ["Split", "load_digits", "make_blobs", "minibatches", "shakespeare_chars",
+           "train_test_split"]
 
 
 class Split(NamedTuple):
@@ -65,6 +69,29 @@ def load_digits(split: bool = True, test_fraction: float = 0.25, seed: int = 0,
     y = table[:, -1]
     return train_test_split(x, y, test_fraction, seed) if split else (x, y)
 
+
+
+def shakespeare_chars() -> tuple[np.ndarray, np.ndarray, str]:
+    """Tiny Shakespeare at the character level, as nanoGPT's ``shakespeare_char/prepare.py``
+    makes it: ``vocab`` is the sorted unique characters of the whole text (a str of 65; id
+    ``i`` is ``vocab[i]``), the text's ids are split at ``int(0.9 * len)``, the first 90% for
+    training and the last 10% for validation. Ids are uint8 arrays (fresh on each call).
+
+    >>> train, val, vocab = shakespeare_chars()
+    >>> train.size, val.size, len(vocab), train.dtype.name
+    (1003854, 111540, 65, 'uint8')
+    >>> "".join(vocab[i] for i in train[:14])
+    'First Citizen:'
+    """
+    raw = lzma.decompress(
+        resources.files("fpsim").joinpath("data/tinyshakespeare.txt.xz").read_bytes())
+    codes = np.frombuffer(raw, np.uint8)  # the text is ASCII: one byte per character
+    present = np.unique(codes)  # sorted byte values = sorted characters
+    table = np.zeros(256, np.uint8)
+    table[present] = np.arange(present.size, dtype=np.uint8)
+    ids = table[codes]
+    n = int(ids.size * 0.9)
+    return ids[:n].copy(), ids[n:].copy(), bytes(present).decode("ascii")
 
 def make_blobs(n_samples: int = 1000, n_features: int = 16, n_classes: int = 4,
                spread: float = 1.0, seed: int = 0, split: bool = True,
