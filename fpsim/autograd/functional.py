@@ -1128,10 +1128,10 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
             return g * (cdf + v * _INV_SQRT_2PI * np.exp(-0.5 * v * v))
     elif approximate == "tanh":
         def fwd(v):
-            return 0.5 * v * (1.0 + np.tanh(_SQRT_2_PI * (v + 0.044715 * v ** 3)))
+            return 0.5 * v * (1.0 + np.tanh(_SQRT_2_PI * (v + 0.044715 * (v * v * v))))
 
         def grad(v, o, g):
-            t = np.tanh(_SQRT_2_PI * (v + 0.044715 * v ** 3))
+            t = np.tanh(_SQRT_2_PI * (v + 0.044715 * (v * v * v)))
             dt = (1.0 - t * t) * _SQRT_2_PI * (1.0 + 3 * 0.044715 * v * v)
             return g * (0.5 * (1.0 + t) + 0.5 * v * dt)
     else:
