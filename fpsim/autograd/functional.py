@@ -48,11 +48,16 @@ embedding                      weight        exact (rows gathered). Backward: th
                                              the index array), each add rounded to the
                                              weight's grad format, from +0, as PyTorch's CPU
                                              kernel (padding_idx's row: none).
+causal attention               input         no op of its own (fpsim.models.GPT): matmul,
+(q k^T / sqrt(hs), masked_fill               mul by the scalar, masked_fill with -inf above
+-inf, softmax, @ v)                          the diagonal, softmax, matmul, each rounded as
+                                             its row says (bit for bit PyTorch's CPU fp16 /
+                                             bf16 results: tests/test_torch_gpt.py).
 avg_pool2d                     input         float64 window sum / divisor, one rounding;
                                              backward g / divisor added in float64, one
                                              rounding.
 exp, log, tanh, sigmoid,       input         float64 (NumPy libm; erf after Cody 1969), one
-gelu                                         rounding (float64 accuracy: ~1 ulp of float64
+gelu (exact and tanh forms)                  rounding (float64 accuracy: ~1 ulp of float64
                                              before it). Backward: float64 formula on the
                                              saved rounded tensors, one rounding.
 sum, mean                      input         float64 (pairwise) sum, one rounding (exact for
