@@ -200,6 +200,9 @@ _register("demo", "the main job: FP32 / FP16 / mixed-precision training on the d
 _register("train", "train one precision recipe on the digits data",
           _lazy("fpsim.training.cli", "configure_train_parser"),
           _lazy("fpsim.training.cli", "run_train_cli"))
+_register("lm", "a small GPT on Tiny Shakespeare under each precision recipe, measured",
+          _lazy("fpsim.training.lm_cli", "configure_lm_parser"),
+          _lazy("fpsim.training.lm_cli", "run_lm_cli"))
 _register("check-hardware", "compare the tensor-core model with measured GPU results",
           _lazy("fpsim.tensorcore", "configure_parser"), _lazy("fpsim.tensorcore", "run_cli"))
 _register("figures", "render the README figures to PNG files",

@@ -1,0 +1,584 @@
+"""``fpsim lm``: a small GPT (:class:`fpsim.models.GPT`) trained on Tiny Shakespeare under
+the precision recipes of :mod:`fpsim.training.lm_recipes`, measured, with nothing staged.
+
+Every recipe starts from the same fp32 initial weights (drawn from ``seed``), sees the same
+batches (random windows of the training text, drawn from ``seed`` by their own generator)
+and uses the same AdamW hyper-parameters and schedule (linear warm-up, cosine decay to
+``min_lr``). No gradient shift, no learning-rate factor: the gradients are the model's own.
+
+What is measured, and how
+=========================
+
+- **Losses.** ``val_loss`` / ``train_loss``: the mean cross-entropy in nats per character
+  over fixed windows spread evenly over the validation / training text, computed in float64
+  from the logits the recipe's own forward pass produces (the model as the recipe runs it;
+  the loss arithmetic adds nothing). The curve is evaluated every ``eval_every`` steps.
+- **Gradient underflow** (``grad_underflow``). On sampled steps (every ``measure_every``) an
+  exact shadow recomputes the step in fp64: a copy of the model holding the run's working
+  weights (the values its forward used) takes the same batch and the same loss scale S. Its
+  gradients, of every weight and of every linear layer's output, are the exact gradients of
+  the step up to fp64 rounding; ``grad_underflow`` is the share of the non-zero exact values
+  that round to zero in the format the run stores that gradient in (as ``fpsim demo``,
+  :func:`fpsim.amp.underflow_stats`), ``grad_overflow`` the share that overflow it.
+- **Non-finite and skipped steps**: steps whose gradients held inf/NaN; steps the loss
+  scaler skipped; the loss scale of every step.
+- **Lost updates**: non-zero AdamW updates for which ``weight + update`` rounds back to the
+  weight in the format the update is written to (fp32 master or the weight's own format),
+  on the sampled steps (:func:`fpsim.amp.lost_updates`).
+- **Histograms** (``histograms``): exponent histograms of the exact gradients times S (weights
+  and linear outputs, per layer) and of the attention logits (where the model exposes them
+  as ``attn.scores``), at the first and the last sampled step, to hold against each format's
+  range.
+- ``time_s`` (wall) and ``cpu_time_s`` (this process's CPU time) of the run.
+
+Every run uses one BLAS thread (threadpoolctl); ``run_lm(..., jobs=N)`` trains recipes in N
+processes at once, with the same results as in one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from ..amp import GradScaler, autocast, exponent_histogram, initialize, lost_updates, scale_loss
+from ..autograd import functional as F
+from ..autograd.context import rounding as autograd_rounding
+from ..autograd.tensor import Tensor, no_grad
+from ..checks import as_int
+from ..formats import FP32, FP64, Format
+from ..optim import AdamW
+from ..rounding import round as fp_round
+from ..state import as_seed
+from .lm_recipes import LMRecipe, get_lm_recipe
+
+__all__ = ["LMConfig", "LMRunResult", "LM_QUICK", "LM_FULL", "lm_config", "train_lm",
+           "run_lm", "batch_offsets", "HIST_BINS"]
+
+HIST_BINS = range(-80, 21)  # exponents of the histograms (others counted below / above)
+
+
+@dataclass
+class LMConfig:
+    """Model size, data and hyper-parameters of one ``fpsim lm`` run.
+
+    >>> LMConfig().validate()
+    """
+
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    context: int = 64
+    batch_size: int = 16
+    steps: int = 400
+    lr: float = 1e-2
+    min_lr: float = 1e-3
+    warmup: int = 40
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    eps: float = 1e-8
+    seed: int = 0
+    eval_every: int = 50
+    eval_batches: int = 8  # windows of batch_size x context for each evaluation
+    final_eval_batches: int = 32
+    measure_every: int = 50
+    init_scale: float = 2.0**16  # GradScaler's defaults (PyTorch)
+    growth_interval: int = 2000
+    instrument: bool = True
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad field."""
+        for name in ("d_model", "n_layers", "n_heads", "context", "batch_size", "steps",
+                     "eval_every", "eval_batches", "final_eval_batches", "measure_every",
+                     "growth_interval"):
+            as_int(name, getattr(self, name), 1)
+        as_int("warmup", self.warmup, 0)
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_heads "
+                             f"({self.n_heads})")
+        for name in ("lr", "min_lr", "eps", "init_scale"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+                    v > 0 and math.isfinite(v)):
+                raise ValueError(f"{name} must be a positive number, got {v!r}")
+        if not 0 <= self.weight_decay < 1:
+            raise ValueError(f"weight_decay must be in [0, 1), got {self.weight_decay!r}")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+        as_seed(self.seed)
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of ``step`` (0-based): linear warm-up over ``warmup`` steps, then
+        cosine decay from ``lr`` to ``min_lr`` at the last step (nanoGPT's schedule).
+
+        >>> c = LMConfig(steps=100, warmup=10, lr=1.0, min_lr=0.0)
+        >>> c.lr_at(0), c.lr_at(9), round(c.lr_at(99), 6)
+        (0.1, 1.0, 0.0)
+        """
+        if step < self.warmup:
+            return self.lr * (step + 1) / self.warmup
+        span = max(self.steps - 1 - self.warmup, 1)
+        frac = min((step - self.warmup) / span, 1.0)
+        return self.min_lr + 0.5 * (1.0 + math.cos(math.pi * frac)) * (self.lr - self.min_lr)
+
+
+# The quick and the full configuration (docs/lm.md says why these): the issue's reference
+# model (d 64, 2 layers, batch 16 x 64, AdamW at 1e-2 with warm-up and cosine decay).
+LM_QUICK: dict[str, Any] = dict(steps=400, warmup=40, eval_every=50, measure_every=50)
+LM_FULL: dict[str, Any] = dict(steps=1500, warmup=100, eval_every=100, measure_every=100)
+
+
+def lm_config(quick: bool = False, **overrides: Any) -> LMConfig:
+    """The quick or full :class:`LMConfig` with overrides (None values ignored).
+
+    >>> lm_config(quick=True).steps < lm_config().steps
+    True
+    """
+    base = LM_QUICK if quick else LM_FULL
+    return LMConfig(**{**base, **{k: v for k, v in overrides.items() if v is not None}})
+
+
+def batch_offsets(n_tokens: int, cfg: LMConfig) -> np.ndarray:
+    """The start of every training window, (steps, batch_size), from ``seed`` only (the same
+    for every recipe).
+
+    >>> batch_offsets(1000, LMConfig(steps=3, batch_size=2, context=8)).shape
+    (3, 2)
+    """
+    rng = np.random.default_rng([as_seed(cfg.seed), 7])
+    return rng.integers(0, n_tokens - cfg.context - 1, size=(cfg.steps, cfg.batch_size))
+
+
+def _windows(ids: np.ndarray, starts: np.ndarray, context: int) -> tuple[np.ndarray, np.ndarray]:
+    pos = starts[..., None] + np.arange(context)
+    return ids[pos], ids[pos + 1]
+
+
+def _eval_starts(n_tokens: int, count: int, context: int) -> np.ndarray:
+    """``count`` window starts spread evenly over the text (the same for every run)."""
+    return np.linspace(0, n_tokens - context - 1, count).astype(np.int64)
+
+
+def _ce64(logits: np.ndarray, targets: np.ndarray) -> float:
+    """Mean cross-entropy (nats) of float64 logits: log-sum-exp with the max subtracted."""
+    z = logits.reshape(-1, logits.shape[-1]).astype(np.float64)
+    m = z.max(axis=1, keepdims=True)
+    lse = np.log(np.exp(z - m).sum(axis=1)) + m[:, 0]
+    return float(np.mean(lse - z[np.arange(len(z)), targets.reshape(-1)]))
+
+
+@dataclass
+class _Counts:
+    zeroed: int = 0
+    overflowed: int = 0
+    nonzero: int = 0
+
+    def add(self, zeroed: int, overflowed: int, nonzero: int) -> None:
+        self.zeroed += zeroed
+        self.overflowed += overflowed
+        self.nonzero += nonzero
+
+
+@dataclass
+class LMRunResult:
+    """What one ``fpsim lm`` run measured (``summary()``: the JSON-ready part)."""
+
+    recipe: str
+    config: LMConfig
+    val_loss: float
+    train_loss: float
+    skipped_steps: int
+    nonfinite_steps: int
+    grad: dict[str, dict[str, int]]  # "all" / "weights" / "activations" / per layer
+    updates: dict[str, int]
+    final_loss_scale: float
+    first_nonfinite_step: int | None
+    adam_v_underflow: float  # share of AdamW entries with v == 0 and m != 0 (sampled steps)
+    time_s: float
+    cpu_time_s: float
+    step_loss: np.ndarray
+    step_scale: np.ndarray
+    step_skipped: np.ndarray
+    eval_steps: np.ndarray
+    eval_val_loss: np.ndarray
+    histograms: dict[str, dict[str, Any]] = field(default_factory=dict)  # "start"/"end"
+
+    def _frac(self, key: str, part: str = "zeroed") -> float:
+        c = self.grad.get(key, {})
+        return c.get(part, 0) / c["nonzero"] if c.get("nonzero") else 0.0
+
+    @property
+    def grad_underflow(self) -> float:
+        """Share of the non-zero exact gradient values (sampled steps) that the run's gradient
+        format rounds to zero."""
+        return self._frac("all")
+
+    @property
+    def lost_update_fraction(self) -> float:
+        """Share of the non-zero weight updates (sampled steps) lost to rounding."""
+        n = self.updates.get("nonzero", 0)
+        return self.updates.get("lost", 0) / n if n else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """The run's numbers as a JSON-ready dict."""
+        layers = {k: round(self._frac(k), 8) for k in self.grad
+                  if k not in ("all", "weights", "activations")}
+        return {
+            "recipe": self.recipe,
+            "val_loss": self.val_loss,
+            "train_loss": self.train_loss,
+            "steps": self.config.steps,
+            "seed": self.config.seed,
+            "skipped_steps": self.skipped_steps,
+            "grad_underflow": self.grad_underflow,
+            "weight_grad_underflow": self._frac("weights"),
+            "activation_grad_underflow": self._frac("activations"),
+            "grad_overflow": self._frac("all", "overflowed"),
+            "grad_underflow_by_layer": layers,
+            "nonfinite_steps": self.nonfinite_steps,
+            "first_nonfinite_step": self.first_nonfinite_step,
+            "adam_v_underflow": self.adam_v_underflow,
+            "lost_update_fraction": self.lost_update_fraction,
+            "final_loss_scale": self.final_loss_scale,
+            "val_curve": [[int(s), float(v)] for s, v in zip(self.eval_steps,
+                                                             self.eval_val_loss, strict=True)],
+            "time_s": self.time_s,
+            "cpu_time_s": self.cpu_time_s,
+        }
+
+
+def _data() -> tuple[np.ndarray, np.ndarray, str]:
+    from ..datasets import shakespeare_chars
+
+    return shakespeare_chars()
+
+
+def _gpt(cfg: LMConfig, vocab: int) -> Any:
+    from ..models import GPT
+
+    return GPT(vocab, cfg.context, cfg.d_model, cfg.n_layers, cfg.n_heads, rng=cfg.seed)
+
+
+class _Recorder:
+    """Wraps the forward of every linear layer (a module with ``in_features`` and
+    ``out_features``) to keep its output of the last forward, with ``retain_grad`` while
+    ``active``; keeps each attention module's ``scores`` when it has them."""
+
+    def __init__(self, model: Any) -> None:
+        self.active = False
+        self.outputs: dict[str, Tensor] = {}
+        self.attn = [(n, m) for n, m in model.named_modules() if n.endswith("attn")
+                     and not n.endswith("c_attn")]
+        for name, mod in model.named_modules():
+            if hasattr(mod, "in_features") and hasattr(mod, "out_features"):
+                self._wrap(name, mod)
+
+    def _wrap(self, name: str, mod: Any) -> None:
+        old = mod.forward
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            out = old(*args, **kwargs)
+            if self.active and isinstance(out, Tensor) and out.requires_grad:
+                out.retain_grad()
+                self.outputs[name] = out
+            return out
+
+        object.__setattr__(mod, "forward", forward)
+
+    def scores(self) -> dict[str, np.ndarray]:
+        """The attention logits of the last forward, by attention module."""
+        out = {}
+        for name, m in self.attn:
+            s = getattr(m, "scores", None)
+            if isinstance(s, Tensor):
+                out[name] = s.numpy(np.float64)
+        return out
+
+
+class _UpdateRecorder:
+    """An optimizer update hook keeping (old, new, state) of every parameter on the steps
+    it is active (the lost-update count)."""
+
+    def __init__(self, optimizer: Any) -> None:
+        self.optimizer = optimizer
+        self.records: list[tuple[np.ndarray, np.ndarray, dict]] = []
+        self.active = False
+        # AdamW entries whose stored second moment is 0 while the first is not (then the
+        # update is m / eps: the second moment underflowed in its storage format)
+        self.v_zero = 0
+        self.entries = 0
+        optimizer.register_update_hook(self)
+
+    def __call__(self, update: Any, w: np.ndarray, g: np.ndarray, state: dict, group: dict,
+                 dtype: Any) -> np.ndarray:
+        if not self.active:
+            return update(w, g, state, group, dtype)
+        old = np.array(w, copy=True)
+        new = update(w, g, state, group, dtype)
+        self.records.append((old, np.asarray(new), state))
+        m, v = state.get("exp_avg"), state.get("exp_avg_sq")
+        if m is not None and v is not None:
+            m, v = np.asarray(m), np.asarray(v)
+            self.v_zero += int(np.count_nonzero((v == 0) & (m != 0)))
+            self.entries += int(m.size)
+        return new
+
+    def take(self) -> list[tuple[np.ndarray, np.ndarray, Format, bool]]:
+        owner = {id(s): p for p, s in self.optimizer.state.items()}
+        out = []
+        for old, new, st in self.records:
+            master = "master" in st
+            out.append((old, new, FP32 if master else owner[id(st)].fmt, master))
+        self.records = []
+        return out
+
+
+def _count(exact: np.ndarray, fmt: Format) -> tuple[int, int, int]:
+    """(zeroed, overflowed, non-zero) of the exact values rounded to ``fmt``."""
+    nz = exact != 0
+    with np.errstate(over="ignore"):
+        r = np.asarray(fp_round(exact, fmt), dtype=np.float64)
+    return (int(np.count_nonzero(nz & (r == 0))), int(np.count_nonzero(nz & np.isinf(r))),
+            int(np.count_nonzero(nz)))
+
+
+def train_lm(recipe: str | LMRecipe, config: LMConfig | None = None, *,
+             data: tuple[np.ndarray, np.ndarray, str] | None = None,
+             **overrides: Any) -> LMRunResult:
+    """Train the GPT under ``recipe`` with ``config`` (fields also as keywords) and measure
+    it (module docstring). One BLAS thread.
+
+    >>> r = train_lm("fp32", steps=2, d_model=16, n_heads=2, n_layers=1, context=8,
+    ...              batch_size=2, eval_batches=1, final_eval_batches=1, warmup=1)
+    >>> r.recipe, len(r.step_loss), r.val_loss > 0
+    ('fp32', 2, True)
+    """
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _train_lm(get_lm_recipe(recipe), config, data, overrides)
+
+
+def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
+              overrides: dict[str, Any]) -> LMRunResult:
+    if config is not None and not isinstance(config, LMConfig):
+        raise TypeError(f"train_lm: config must be an LMConfig or None, got "
+                        f"{type(config).__name__}")
+    cfg = LMConfig(**{**(asdict(config) if config is not None else {}), **overrides})
+    cfg.validate()
+    train_ids, val_ids, vocab = _data() if data is None else data
+    t0, c0 = time.perf_counter(), time.process_time()
+
+    model = _gpt(cfg, len(vocab))
+    params0 = dict(model.named_parameters())
+    decay = [p for p in params0.values() if p.ndim >= 2]
+    no_decay = [p for p in params0.values() if p.ndim < 2]
+    adamw = AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr,
+                  betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+    rec = _Recorder(model)
+    amp_opt = None
+    if recipe.opt_level in ("O2", "O3"):
+        model, amp_opt = initialize(model, adamw, recipe.opt_level, dtype=recipe.fmt,
+                                    loss_scale=1.0)
+    scaler = GradScaler(init_scale=cfg.init_scale, growth_interval=cfg.growth_interval) \
+        if recipe.grad_scaler else None
+    fwd_ctx = (lambda: autocast(recipe.autocast)) if recipe.autocast is not None \
+        else contextlib.nullcontext
+    sr_rng = np.random.default_rng([cfg.seed, 1])
+    update_ctx = (lambda: autograd_rounding("stochastic", rng=sr_rng)) \
+        if recipe.update_rounding == "stochastic" else contextlib.nullcontext
+    lost_rng = np.random.default_rng([cfg.seed, 2])
+    params = dict(model.named_parameters())
+    upd = _UpdateRecorder(adamw) if cfg.instrument else None
+    shadow = _gpt(cfg, len(vocab)).to(FP64) if cfg.instrument else None
+    srec = _Recorder(shadow) if shadow is not None else None
+    shadow_params = dict(shadow.named_parameters()) if shadow is not None else {}
+
+    starts = batch_offsets(len(train_ids), cfg)
+    val_starts = _eval_starts(len(val_ids), cfg.eval_batches * cfg.batch_size, cfg.context)
+    counts: dict[str, _Counts] = {"all": _Counts(), "weights": _Counts(),
+                                  "activations": _Counts()}
+    updates = {"lost": 0, "nonzero": 0}
+    hists: dict[str, dict[str, Any]] = {}
+    step_loss = np.zeros(cfg.steps)
+    step_scale = np.ones(cfg.steps)
+    step_skipped = np.zeros(cfg.steps, dtype=bool)
+    evals: list[tuple[int, float]] = []
+    nonfinite = 0
+    first_bad: int | None = None
+    measured_steps = [s for s in range(cfg.steps) if s % cfg.measure_every == 0]
+    if cfg.steps - 1 not in measured_steps:
+        measured_steps.append(cfg.steps - 1)
+
+    def evaluate(ids: np.ndarray, st: np.ndarray) -> float:
+        losses = []
+        with no_grad(), fwd_ctx():
+            for i in range(0, len(st), cfg.batch_size):
+                x, y = _windows(ids, st[i:i + cfg.batch_size], cfg.context)
+                losses.append(_ce64(model(x).numpy(np.float64), y) * len(x))
+        return float(np.sum(losses) / len(st))
+
+    for step in range(cfg.steps):
+        lr = cfg.lr_at(step)
+        for group in adamw.param_groups:
+            group["lr"] = lr
+        x, y = _windows(train_ids, starts[step], cfg.context)
+        measured = cfg.instrument and step in measured_steps
+        rec.active = measured
+        if upd is not None:
+            upd.active = measured
+        adamw.zero_grad()
+        with fwd_ctx():
+            logits = model(x)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        step_loss[step] = loss.item()
+        scores = rec.scores() if measured else {}
+        if scaler is not None:
+            scaled_loss = scaler.scale(loss)
+            scale = scaler.get_scale()
+            scaled_loss.backward()
+        elif amp_opt is not None:
+            scale = amp_opt.scaler.get_scale()
+        else:
+            scale = 1.0
+            loss.backward()
+        step_scale[step] = scale
+        if amp_opt is not None:
+            with scale_loss(loss, amp_opt) as scaled:
+                scaled.backward()
+                grads = {n: p.grad for n, p in params.items() if p.grad is not None}
+                bad = any(not np.isfinite(g).all() for g in grads.values())
+                if measured:
+                    _measure(recipe, rec, srec, shadow, shadow_params, params, grads, x, y,
+                             scale, counts, hists, step, scores, cfg)
+        else:
+            grads = {n: p.grad for n, p in params.items() if p.grad is not None}
+            bad = any(not np.isfinite(g).all() for g in grads.values())
+            if measured:
+                _measure(recipe, rec, srec, shadow, shadow_params, params, grads, x, y, scale,
+                         counts, hists, step, scores, cfg)
+        nonfinite += bad
+        if bad and first_bad is None:
+            first_bad = step + 1
+        rec.outputs = {}
+        with update_ctx():
+            if scaler is not None:
+                scaler.step(adamw)
+                scaler.update()
+                step_skipped[step] = bool(scaler.history[-1]["skipped"])
+            elif amp_opt is not None:
+                amp_opt.step()
+                step_skipped[step] = amp_opt.last_step_skipped
+            else:
+                adamw.step()
+        if upd is not None and measured:
+            for old, new, fmt, master in upd.take():
+                with np.errstate(invalid="ignore", over="ignore"):
+                    u = new.astype(np.float64) - old.astype(np.float64)
+                sr = recipe.update_rounding == "stochastic" and not master
+                r = lost_updates(old.astype(np.float64), u, fmt,
+                                 "stochastic" if sr else "nearest_even",
+                                 **({"rng": lost_rng} if sr else {}))
+                updates["lost"] += r.lost
+                updates["nonzero"] += r.nonzero
+        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            evals.append((step + 1, evaluate(val_ids, val_starts)))
+
+    n_final = cfg.final_eval_batches * cfg.batch_size
+    val_loss = evaluate(val_ids, _eval_starts(len(val_ids), n_final, cfg.context))
+    train_loss = evaluate(train_ids, _eval_starts(len(train_ids), n_final, cfg.context))
+    final_scale = scaler.get_scale() if scaler is not None else (
+        amp_opt.scaler.get_scale() if amp_opt is not None else 1.0)
+    return LMRunResult(
+        recipe=recipe.name, config=cfg, val_loss=val_loss, train_loss=train_loss,
+        skipped_steps=int(step_skipped.sum()), nonfinite_steps=int(nonfinite),
+        grad={k: asdict(v) for k, v in counts.items()}, updates=updates,
+        final_loss_scale=float(final_scale), first_nonfinite_step=first_bad,
+        adam_v_underflow=upd.v_zero / upd.entries if upd is not None and upd.entries else 0.0,
+        time_s=time.perf_counter() - t0,
+        cpu_time_s=time.process_time() - c0, step_loss=step_loss, step_scale=step_scale,
+        step_skipped=step_skipped, eval_steps=np.array([e[0] for e in evals]),
+        eval_val_loss=np.array([e[1] for e in evals]), histograms=hists)
+
+
+def _hist(values: np.ndarray) -> dict[str, Any]:
+    h = exponent_histogram(values, HIST_BINS)
+    return {"counts": h.counts.tolist(), "zeros": h.zeros, "nonfinite": h.nonfinite,
+            "below": h.below, "above": h.above}
+
+
+def _measure(recipe: LMRecipe, rec: _Recorder, srec: _Recorder, shadow: Any,
+             shadow_params: dict, params: dict, grads: dict, x: np.ndarray, y: np.ndarray,
+             scale: float, counts: dict[str, _Counts], hists: dict, step: int,
+             scores: dict[str, np.ndarray], cfg: LMConfig) -> None:
+    """The exact fp64 shadow of this step and the counts against it (module docstring)."""
+    for name, p in params.items():
+        shadow_params[name].data = p.numpy(np.float64)
+    shadow.zero_grad()
+    srec.active = True
+    logits = shadow(x)
+    loss64 = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    loss64.backward()
+    srec.active = False
+    pairs = []
+    for name in grads:
+        # under autocast a weight's gradient is computed in the autocast format (its cast
+        # copy's) and only then widened into the fp32 weight's gradient
+        # (linear weights and biases, and the tied head's wte; layer norms compute in fp32)
+        lowered = params[name].ndim >= 2 or (name.endswith(".bias") and ".ln_" not in name
+                                              and not name.startswith("ln_"))
+        fmt = recipe.autocast if recipe.autocast is not None and lowered \
+            else params[name].grad_fmt
+        pairs.append(("weights", name, shadow_params[name].grad, fmt))
+    for name, out in rec.outputs.items():
+        s = srec.outputs.get(name)
+        if out.grad is not None and s is not None and s.grad is not None:
+            pairs.append(("activations", f"{name}.out", s.grad, out.grad_fmt))
+    srec.outputs = {}
+    phase = "start" if step == 0 else "end"
+    if phase == "end" or "start" not in hists:
+        hists[phase] = {"step": step, "scale": scale, "grads": {}, "formats": {},
+                        "scores": {k: _hist(v) for k, v in scores.items()}}
+    for kind, name, exact, fmt in pairs:
+        exact = np.asarray(exact, np.float64) * scale
+        z, o, n = _count(exact, fmt)
+        counts["all"].add(z, o, n)
+        counts[kind].add(z, o, n)
+        counts.setdefault(name, _Counts()).add(z, o, n)
+        hists[phase]["grads"][name] = _hist(exact)
+        hists[phase]["formats"][name] = fmt.name
+
+
+def run_lm(recipes: Sequence[str] | None = None, quick: bool = False, seed: int = 0,
+           jobs: int = 1, **overrides: Any) -> list[LMRunResult]:
+    """Train each recipe (all by default) with the same seed, batches and hyper-parameters;
+    ``jobs`` > 1 trains them in that many processes (the results do not depend on it).
+    Returns the results in the order of ``recipes``.
+
+    >>> rs = run_lm(["fp32"], steps=1, d_model=16, n_heads=2, n_layers=1, context=8,
+    ...             batch_size=2, eval_batches=1, final_eval_batches=1, warmup=0)
+    >>> [r.recipe for r in rs]
+    ['fp32']
+    """
+    from .lm_recipes import LM_RECIPES
+
+    names = list(LM_RECIPES) if recipes is None else [get_lm_recipe(n).name for n in recipes]
+    cfg = lm_config(quick, seed=seed, **overrides)
+    cfg.validate()
+    jobs = min(as_int("jobs", jobs, 1), len(names))
+    if jobs <= 1:
+        data = _data()
+        return [train_lm(n, cfg, data=data) for n in names]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context()) as pool:
+        futures = [pool.submit(train_lm, n, cfg) for n in names]
+        return [f.result() for f in futures]

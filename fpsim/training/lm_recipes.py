@@ -1,0 +1,113 @@
+"""The precision recipes of ``fpsim lm``: how the small GPT is trained under each, and where
+each choice comes from.
+
+Every recipe starts from the same fp32 initial weights, sees the same batches and uses the
+same AdamW hyper-parameters and learning-rate schedule (:mod:`fpsim.training.lm`); nothing is
+staged (no gradient shift, no learning-rate factor).
+
+=============  ==============================================================================
+name           what runs in which format
+=============  ==============================================================================
+fp32           everything fp32 (Apex O0).
+fp16           pure fp16 (Apex O3): fp16 weights, activations, gradients and AdamW state, no
+               master copy, no loss scaling; Apex casts the model's output to fp32, so the
+               loss is computed in fp32.
+fp16-master    fp16 model, fp32 master weights and AdamW state, no loss scaling (Apex O2
+               with ``loss_scale=1``).
+mixed-fp16     PyTorch AMP: fp32 weights, ``autocast(fp16)`` with PyTorch's op lists
+               (linear / matmul in fp16; softmax, layer norm, the loss in fp32), a
+               ``GradScaler`` with PyTorch's defaults (init 2^16, growth interval 2000).
+mixed-bf16     ``autocast(bf16)``, fp32 weights, no scaler (bf16 has fp32's range).
+bf16           pure bf16 (Apex O3 in bf16): bf16 weights and AdamW state, round to nearest.
+bf16-sr        pure bf16 whose optimizer writes (weights, moments) round stochastically
+               (Zamirai et al. 2020).
+=============  ==============================================================================
+
+Recipes whose linear layers run in FP8 / block-scaled formats are added as they are built;
+``LM_RECIPES`` lists what exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..formats import BF16, FP16, FP32, Format
+
+__all__ = ["LMRecipe", "LM_RECIPES", "get_lm_recipe", "parse_recipes"]
+
+
+@dataclass(frozen=True)
+class LMRecipe:
+    """One recipe of ``fpsim lm``.
+
+    - ``opt_level``: Apex's level for the model's cast ("O0" none, "O2" low-precision model
+      with fp32 master weights, "O3" pure), or None for PyTorch AMP (fp32 weights, autocast).
+    - ``fmt``: the low-precision format (fp32 for the baseline).
+    - ``autocast``: the autocast format (PyTorch AMP), or None.
+    - ``grad_scaler``: whether a PyTorch ``GradScaler`` scales the loss.
+    - ``update_rounding``: how the optimizer's writes round ("nearest_even", "stochastic").
+    """
+
+    name: str
+    description: str
+    opt_level: str | None
+    fmt: Format
+    autocast: Format | None = None
+    grad_scaler: bool = False
+    update_rounding: str = "nearest_even"
+
+    @property
+    def master_weights(self) -> bool:
+        """Whether the optimizer updates fp32 weights (O0, O2 and autocast recipes)."""
+        return self.opt_level != "O3"
+
+
+LM_RECIPES: dict[str, LMRecipe] = {r.name: r for r in (
+    LMRecipe("fp32", "FP32 baseline", "O0", FP32),
+    LMRecipe("fp16", "pure FP16 (Apex O3): FP16 weights and AdamW state, no scaling", "O3",
+             FP16),
+    LMRecipe("fp16-master", "FP16 model, FP32 master weights (Apex O2), no loss scaling",
+             "O2", FP16),
+    LMRecipe("mixed-fp16", "PyTorch AMP: autocast(fp16), FP32 weights, GradScaler", None,
+             FP16, autocast=FP16, grad_scaler=True),
+    LMRecipe("mixed-bf16", "PyTorch AMP: autocast(bf16), FP32 weights, no scaler", None,
+             BF16, autocast=BF16),
+    LMRecipe("bf16", "pure BF16 (Apex O3 in bf16): round to nearest", "O3", BF16),
+    LMRecipe("bf16-sr", "pure BF16, optimizer writes rounded stochastically", "O3", BF16,
+             update_rounding="stochastic"),
+)}
+
+
+def get_lm_recipe(name: str | LMRecipe) -> LMRecipe:
+    """The recipe called ``name`` (ValueError listing the valid names otherwise).
+
+    >>> get_lm_recipe("mixed-fp16").grad_scaler
+    True
+    """
+    if isinstance(name, LMRecipe):
+        return name
+    key = name.strip().lower() if isinstance(name, str) else None
+    if key not in LM_RECIPES:
+        raise ValueError(f"unknown lm recipe {name!r}; valid: {', '.join(LM_RECIPES)}")
+    return LM_RECIPES[key]
+
+
+def parse_recipes(spec: str | None) -> list[str]:
+    """``"a,b"`` -> the recipe names in that order (all, in table order, for None or "all");
+    ValueError naming an unknown or repeated one.
+
+    >>> parse_recipes("fp32, bf16")
+    ['fp32', 'bf16']
+    """
+    if spec is None or spec.strip().lower() == "all":
+        return list(LM_RECIPES)
+    names = [s.strip().lower() for s in spec.split(",") if s.strip()]
+    if not names:
+        raise ValueError(f"--recipes needs recipe names separated by commas, got {spec!r}; "
+                         f"valid: {', '.join(LM_RECIPES)}")
+    for n in names:
+        get_lm_recipe(n)
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"--recipes names {', '.join(dup)} more than once")
+    return names

@@ -1,0 +1,197 @@
+"""``fpsim lm`` (issue 31): the recipes, the JSON contract, the CLI's checks, the findings'
+conditions, and (slow) the quick configuration's numbers and every finding it prints."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from fpsim.cli import main
+from fpsim.training import lm_report
+from fpsim.training.lm import LMConfig, batch_offsets, lm_config, run_lm
+from fpsim.training.lm_recipes import LM_RECIPES, get_lm_recipe, parse_recipes
+
+TINY = dict(steps=3, d_model=16, n_heads=2, n_layers=1, context=8, batch_size=4,
+            eval_batches=1, final_eval_batches=1, warmup=1, eval_every=2, measure_every=1)
+FIRST = ["fp32", "fp16", "fp16-master", "mixed-fp16", "mixed-bf16", "bf16", "bf16-sr"]
+JSON_KEYS = {"recipe", "val_loss", "train_loss", "steps", "skipped_steps", "grad_underflow",
+             "nonfinite_steps", "time_s", "cpu_time_s"}
+
+
+def test_recipe_names_are_the_issues():
+    assert set(FIRST) <= set(LM_RECIPES)
+    assert parse_recipes(None) == list(LM_RECIPES)
+    assert parse_recipes(" FP32 ,bf16") == ["fp32", "bf16"]
+    for bad, what in (("fp33", "valid: fp32"), ("fp32,fp32", "more than once"),
+                      (" , ", "needs recipe names")):
+        with pytest.raises(ValueError, match=what):
+            parse_recipes(bad)
+    with pytest.raises(ValueError, match="unknown lm recipe"):
+        get_lm_recipe(3)
+
+
+def test_config_checks_and_schedule():
+    with pytest.raises(ValueError, match="multiple of n_heads"):
+        LMConfig(d_model=10, n_heads=4).validate()
+    with pytest.raises(ValueError, match="steps"):
+        LMConfig(steps=0).validate()
+    with pytest.raises(ValueError, match="lr"):
+        LMConfig(lr=float("nan")).validate()
+    c = LMConfig(steps=50, warmup=5, lr=1.0, min_lr=0.1)
+    lrs = [c.lr_at(s) for s in range(50)]
+    assert lrs[4] == 1.0 and math.isclose(lrs[-1], 0.1)
+    assert all(a <= b for a, b in zip(lrs[:5], lrs[1:5], strict=False))  # warm-up rises
+    assert all(a >= b for a, b in zip(lrs[5:], lrs[6:], strict=False))  # cosine falls
+
+
+def test_batches_depend_on_the_seed_only():
+    a = batch_offsets(10_000, lm_config(True, seed=1))
+    assert np.array_equal(a, batch_offsets(10_000, lm_config(True, seed=1, lr=0.5)))
+    assert not np.array_equal(a, batch_offsets(10_000, lm_config(True, seed=2)))
+    assert a.min() >= 0 and a.max() < 10_000 - 64 - 1
+
+
+@pytest.fixture(scope="module")
+def tiny_runs():
+    return run_lm(FIRST, **TINY)
+
+
+def test_same_start_for_every_recipe(tiny_runs):
+    # same initial weights and first batch: the first losses agree to the formats' precision
+    first = {r.recipe: r.step_loss[0] for r in tiny_runs}
+    for name, v in first.items():
+        tol = 1e-6 if name == "fp32" else 3e-2
+        assert abs(v - first["fp32"]) <= tol * first["fp32"], name
+
+
+def test_json_lines_have_the_contract_fields(tiny_runs):
+    lines = lm_report.lm_json_lines(tiny_runs).splitlines()
+    assert len(lines) == len(FIRST)
+    for line, name in zip(lines, FIRST, strict=True):
+        d = json.loads(line)
+        assert JSON_KEYS <= d.keys()
+        assert d["recipe"] == name and d["steps"] == TINY["steps"]
+        assert 0.0 <= d["grad_underflow"] <= 1.0
+        assert d["cpu_time_s"] > 0 and d["time_s"] > 0
+
+
+def test_json_is_strict_for_a_diverged_run(tiny_runs):
+    r = tiny_runs[0]
+    saved = r.val_loss
+    try:
+        r.val_loss = float("nan")
+        d = json.loads(lm_report.lm_json_lines([r]))  # no bare NaN in the line
+        assert d["val_loss"] is None
+    finally:
+        r.val_loss = saved
+
+
+def test_scaling_and_formats_measured(tiny_runs):
+    by = {r.recipe: r for r in tiny_runs}
+    # fp32 gradients keep every value an fp16 without scaling loses some of
+    assert by["fp16-master"].grad_underflow > by["mixed-fp16"].grad_underflow
+    assert by["mixed-fp16"].final_loss_scale == 2.0**16  # PyTorch's init, no growth yet
+    assert by["fp32"].lost_update_fraction == 0.0
+    assert by["bf16"].lost_update_fraction > 0.0
+    for r in tiny_runs:
+        assert set(r.histograms) == {"start", "end"}
+
+
+def test_jobs_do_not_change_results():
+    one = run_lm(["fp32", "bf16-sr"], jobs=1, **TINY)
+    two = run_lm(["fp32", "bf16-sr"], jobs=2, **TINY)
+    for a, b in zip(one, two, strict=True):
+        assert a.recipe == b.recipe
+        assert np.array_equal(a.step_loss, b.step_loss)
+        assert a.val_loss == b.val_loss
+
+
+def test_cli_refuses_bad_arguments_before_training(tmp_path, capsys):
+    assert main(["lm", "--recipes", "fp33"]) == 2
+    assert "valid: fp32" in capsys.readouterr().err
+    assert main(["lm", "--jobs", "0", "--no-plots"]) == 2
+    assert "--jobs" in capsys.readouterr().err
+    assert main(["lm", "--steps", "0", "--no-plots"]) == 2
+    assert "steps" in capsys.readouterr().err
+
+
+def test_cli_does_not_overwrite_files(tmp_path, capsys):
+    (tmp_path / "lm_results.json").write_text("mine")
+    assert main(["lm", "--steps", "1", "--recipes", "fp32", "--out", str(tmp_path)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert (tmp_path / "lm_results.json").read_text() == "mine"
+
+
+def test_cli_json_and_outputs(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["lm", "--steps", "2", "--recipes", "fp32,mixed-bf16", "--json", "--jobs",
+                 "1", "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(x)["recipe"] for x in lines] == ["fp32", "mixed-bf16"]
+    for f in ("lm_results.json", "lm_val_loss.png", "lm_histograms.png"):
+        assert (out / f).stat().st_size > 0
+    saved = json.loads((out / "lm_results.json").read_text())
+    assert saved[0]["histograms"]["start"]["grads"]
+
+
+def _fake(recipe, val, **kw):
+    from types import SimpleNamespace
+
+    base = dict(recipe=recipe, val_loss=val, train_loss=val, skipped_steps=0,
+                nonfinite_steps=0, grad_underflow=0.0, lost_update_fraction=0.0,
+                final_loss_scale=1.0, first_nonfinite_step=None, adam_v_underflow=0.0,
+                config=LMConfig())
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_findings_are_not_printed_when_the_runs_do_not_support_them():
+    base = _fake("fp32", 2.5)
+    # mixed precision far from fp32: the "matches" finding is gone, the "missed" one printed
+    runs = [base, _fake("mixed-fp16", 2.6), _fake("mixed-bf16", 2.51)]
+    assert "mixed-bf16" in lm_report.f_mixed_close(runs)
+    assert "mixed-fp16" not in lm_report.f_mixed_close(runs)
+    assert "mixed-fp16 +0.100" in lm_report.f_mixed_far(runs)
+    assert lm_report.f_mixed_far([base, _fake("mixed-fp16", 2.52)]) is None
+    # underflow finding needs more underflow without scaling than with
+    same = [base, _fake("fp16-master", 2.5, grad_underflow=0.1),
+            _fake("mixed-fp16", 2.5, grad_underflow=0.1)]
+    assert lm_report.f_no_scaling_underflow(same) is None
+    more = [base, _fake("fp16-master", 2.6, grad_underflow=0.1),
+            _fake("mixed-fp16", 2.5, grad_underflow=0.01)]
+    assert "+0.100 nats from fp32" in lm_report.f_no_scaling_underflow(more)
+    # pure fp16: only when it had inf/NaN
+    assert lm_report.f_pure_fp16([base, _fake("fp16", 2.5)]) is None
+    s = lm_report.f_pure_fp16([base, _fake("fp16", math.nan, nonfinite_steps=5,
+                                            first_nonfinite_step=3, adam_v_underflow=0.2)])
+    assert "step 3" in s and "20%" in s
+    # bf16-sr: only a gap larger than the noise
+    b = [base, _fake("bf16", 2.51, lost_update_fraction=0.3), _fake("bf16-sr", 2.5)]
+    assert lm_report.f_bf16_sr(b) is None
+    b[1].val_loss = 2.6
+    assert "+0.100 from fp32" in lm_report.f_bf16_sr(b)
+    assert lm_report.lm_findings([]) == []
+
+
+@pytest.mark.slow
+def test_quick_configuration_and_its_findings():
+    """The quick configuration (the first seven recipes): the issue's targets, and the
+    condition of every finding it prints."""
+    runs = run_lm(FIRST, quick=True, jobs=2)
+    by = {r.recipe: r for r in runs}
+    f32 = by["fp32"].val_loss
+    assert f32 < 2.7
+    for name in ("mixed-fp16", "mixed-bf16"):
+        assert abs(by[name].val_loss - f32) <= lm_report.MIXED_TOL, name
+    printed = lm_report.lm_findings(runs)
+    assert printed[0].startswith("fp32 reached")
+    for s in printed:
+        if s.startswith("Pure fp16"):
+            assert by["fp16"].nonfinite_steps > 0
+        if s.startswith("Without loss scaling"):
+            assert by["fp16-master"].grad_underflow > by["mixed-fp16"].grad_underflow
+        if s.startswith("Pure bf16"):
+            assert by["bf16"].val_loss > by["bf16-sr"].val_loss + lm_report.NOISE
+    assert not any(s.startswith("Mixed precision missed") for s in printed)
