@@ -22,7 +22,8 @@ JSON_KEYS = {"recipe", "val_loss", "train_loss", "steps", "skipped_steps", "grad
 
 
 def test_recipe_names_are_the_issues():
-    assert set(FIRST) <= set(LM_RECIPES)
+    assert list(LM_RECIPES) == FIRST + ["fp8-delayed", "fp8-blockwise", "mxfp8", "mxfp8-floor",
+                                        "nvfp4"]
     assert parse_recipes(None) == list(LM_RECIPES)
     assert parse_recipes(" FP32 ,bf16") == ["fp32", "bf16"]
     for bad, what in (("fp33", "valid: fp32"), ("fp32,fp32", "more than once"),
@@ -100,6 +101,19 @@ def test_scaling_and_formats_measured(tiny_runs):
         assert set(r.histograms) == {"start", "end"}
 
 
+def test_low_precision_linears_swapped_and_measured():
+    runs = run_lm(["fp8-delayed", "fp8-blockwise", "mxfp8", "mxfp8-floor", "nvfp4"], **TINY)
+    for r in runs:
+        assert np.isfinite(r.val_loss), r.recipe
+        fmts = set(r.histograms["end"]["formats"].values())
+        assert any("e5m2" in f or "e4m3" in f or "mxfp8" in f or "nvfp4" in f for f in fmts), \
+            (r.recipe, fmts)
+    # fp8-delayed's first step quantizes gradients with scale 1 (no amax seen yet: TE's
+    # delayed scaling), so more of them underflow e5m2 than MXFP8's per-block scales lose
+    by = {r.recipe: r for r in runs}
+    assert by["fp8-delayed"].grad_underflow > by["mxfp8"].grad_underflow
+
+
 def test_jobs_do_not_change_results():
     one = run_lm(["fp32", "bf16-sr"], jobs=1, **TINY)
     two = run_lm(["fp32", "bf16-sr"], jobs=2, **TINY)
@@ -143,6 +157,7 @@ def _fake(recipe, val, **kw):
     base = dict(recipe=recipe, val_loss=val, train_loss=val, skipped_steps=0,
                 nonfinite_steps=0, grad_underflow=0.0, lost_update_fraction=0.0,
                 final_loss_scale=1.0, first_nonfinite_step=None, adam_v_underflow=0.0,
+                max_logit=0.0,
                 config=LMConfig())
     return SimpleNamespace(**{**base, **kw})
 
@@ -195,3 +210,42 @@ def test_quick_configuration_and_its_findings():
         if s.startswith("Pure bf16"):
             assert by["bf16"].val_loss > by["bf16-sr"].val_loss + lm_report.NOISE
     assert not any(s.startswith("Mixed precision missed") for s in printed)
+
+
+@pytest.mark.parametrize("max_logit", [11.1, 12.0, 30.0, 300.0])
+def test_softmax_without_max_fails_and_the_fix_works(max_logit):
+    from fpsim.training.lm_overflow import softmax_case
+
+    for c in softmax_case(max_logit):
+        assert c.naive_failed and c.fixed_ok, c.what
+
+
+def test_softmax_below_the_edge_is_fine_both_ways():
+    # the naive form only fails past fp16's range: 11.0 < ln(65504) with 64 small logits
+    from fpsim.training.lm_overflow import softmax_case
+
+    c = softmax_case(11.0)[0]
+    assert not c.naive_failed and c.fixed_ok
+
+
+@pytest.mark.parametrize("outlier", [300.0, 1000.0, 30000.0])
+def test_layer_norm_statistics_in_fp16_fail_and_fp32_works(outlier):
+    from fpsim.training.lm_overflow import layer_norm_case
+
+    c = layer_norm_case(outlier)
+    assert c.naive_failed and c.fixed_ok
+
+
+def test_layer_norm_small_values_fine_in_fp16():
+    from fpsim.training.lm_overflow import layer_norm_case
+
+    assert not layer_norm_case(100.0).naive_failed  # 99^2 < 65504
+
+
+def test_loss_in_fp16_fails_and_fp32_works():
+    from fpsim.training.lm_overflow import loss_case
+
+    for c in loss_case():
+        assert c.naive_failed and c.fixed_ok, c.what
+    small = loss_case(tokens=1024)[0]  # 1024 x 4.2 = 4300 fits fp16
+    assert not np.isinf(small.naive).any()

@@ -26,9 +26,9 @@ What is measured, and how
   weight in the format the update is written to (fp32 master or the weight's own format),
   on the sampled steps (:func:`fpsim.amp.lost_updates`).
 - **Histograms** (``histograms``): exponent histograms of the exact gradients times S (weights
-  and linear outputs, per layer) and of the attention logits (where the model exposes them
-  as ``attn.scores``), at the first and the last sampled step, to hold against each format's
-  range.
+  and linear outputs, per layer) and of the attention logits (from the q and k each block's
+  c_attn returned, :func:`attention_logits`), at the first and the last sampled step, to
+  hold against each format's range; ``max_logit`` the largest |logit| seen.
 - ``time_s`` (wall) and ``cpu_time_s`` (this process's CPU time) of the run.
 
 Every run uses one BLAS thread (threadpoolctl); ``run_lm(..., jobs=N)`` trains recipes in N
@@ -59,7 +59,7 @@ from ..state import as_seed
 from .lm_recipes import LMRecipe, get_lm_recipe
 
 __all__ = ["LMConfig", "LMRunResult", "LM_QUICK", "LM_FULL", "lm_config", "train_lm",
-           "run_lm", "batch_offsets", "HIST_BINS"]
+           "run_lm", "batch_offsets", "attention_logits", "HIST_BINS"]
 
 HIST_BINS = range(-80, 21)  # exponents of the histograms (others counted below / above)
 
@@ -202,6 +202,7 @@ class LMRunResult:
     final_loss_scale: float
     first_nonfinite_step: int | None
     adam_v_underflow: float  # share of AdamW entries with v == 0 and m != 0 (sampled steps)
+    max_logit: float  # the largest |attention logit| of the sampled steps
     time_s: float
     cpu_time_s: float
     step_loss: np.ndarray
@@ -246,6 +247,7 @@ class LMRunResult:
             "nonfinite_steps": self.nonfinite_steps,
             "first_nonfinite_step": self.first_nonfinite_step,
             "adam_v_underflow": self.adam_v_underflow,
+            "max_attention_logit": self.max_logit,
             "lost_update_fraction": self.lost_update_fraction,
             "final_loss_scale": self.final_loss_scale,
             "val_curve": [[int(s), float(v)] for s, v in zip(self.eval_steps,
@@ -270,13 +272,12 @@ def _gpt(cfg: LMConfig, vocab: int) -> Any:
 class _Recorder:
     """Wraps the forward of every linear layer (a module with ``in_features`` and
     ``out_features``) to keep its output of the last forward, with ``retain_grad`` while
-    ``active``; keeps each attention module's ``scores`` when it has them."""
+    ``active``."""
 
     def __init__(self, model: Any) -> None:
         self.active = False
         self.outputs: dict[str, Tensor] = {}
-        self.attn = [(n, m) for n, m in model.named_modules() if n.endswith("attn")
-                     and not n.endswith("c_attn")]
+        self.n_heads = model.n_heads
         for name, mod in model.named_modules():
             if hasattr(mod, "in_features") and hasattr(mod, "out_features"):
                 self._wrap(name, mod)
@@ -294,13 +295,26 @@ class _Recorder:
         object.__setattr__(mod, "forward", forward)
 
     def scores(self) -> dict[str, np.ndarray]:
-        """The attention logits of the last forward, by attention module."""
-        out = {}
-        for name, m in self.attn:
-            s = getattr(m, "scores", None)
-            if isinstance(s, Tensor):
-                out[name] = s.numpy(np.float64)
-        return out
+        """The attention logits ``q k^T / sqrt(d / n_heads)`` of the last forward, by
+        attention module, from the q and k its c_attn returned (exact products in float64,
+        the causal entries only: the values the attention's matmul rounds)."""
+        return {name[:-len(".c_attn")]: attention_logits(out.numpy(np.float64), self.n_heads)
+                for name, out in self.outputs.items() if name.endswith("attn.c_attn")}
+
+
+def attention_logits(qkv: np.ndarray, n_heads: int) -> np.ndarray:
+    """The causal attention logits (float64, the lower triangle of every head, flattened) of
+    c_attn's output ``qkv`` (B, T, 3d), as nanoGPT's attention forms them.
+
+    >>> attention_logits(np.ones((1, 2, 6)), n_heads=1).tolist()  # q.k / sqrt(2), 3 pairs
+    [1.4142135623730951, 1.4142135623730951, 1.4142135623730951]
+    """
+    b, t, d3 = qkv.shape
+    d = d3 // 3
+    hs = d // n_heads
+    x = qkv.reshape(b, t, 3, n_heads, hs).transpose(2, 0, 3, 1, 4)
+    s = x[0] @ x[1].swapaxes(-1, -2) / math.sqrt(hs)
+    return s[..., np.tril(np.ones((t, t), bool))].ravel()
 
 
 class _UpdateRecorder:
@@ -341,13 +355,96 @@ class _UpdateRecorder:
         return out
 
 
-def _count(exact: np.ndarray, fmt: Format) -> tuple[int, int, int]:
-    """(zeroed, overflowed, non-zero) of the exact values rounded to ``fmt``."""
+def _count(exact: np.ndarray, fmt: Any) -> tuple[int, int, int]:
+    """(zeroed, overflowed, non-zero) of the exact values rounded to ``fmt`` (a Format, or a
+    :class:`_Quantizer` of a scaled format: overflow there is saturation)."""
     nz = exact != 0
-    with np.errstate(over="ignore"):
-        r = np.asarray(fp_round(exact, fmt), dtype=np.float64)
-    return (int(np.count_nonzero(nz & (r == 0))), int(np.count_nonzero(nz & np.isinf(r))),
+    if isinstance(fmt, Format):
+        with np.errstate(over="ignore"):
+            r = np.asarray(fp_round(exact, fmt), dtype=np.float64)
+        over = np.isinf(r)
+    else:
+        r, over = fmt(exact)
+    return (int(np.count_nonzero(nz & (r == 0))), int(np.count_nonzero(nz & over)),
             int(np.count_nonzero(nz)))
+
+
+@dataclass
+class _Quantizer:
+    """How an FP8 / MX layer turns the gradient of its output into GEMM operands (the data
+    gradient's operand, round to nearest): ``q(exact)`` -> (values, saturated mask)."""
+
+    name: str
+    fn: Any
+
+    def __call__(self, exact: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.fn(exact)
+
+
+def _grad_quantizer(layer: Any) -> _Quantizer:
+    from ..quant import FP8Linear
+    from ..quant.fp8_scaling import fp8_quantize
+    from ..quant.mx_layers import fake_quantize_mx
+
+    if isinstance(layer, FP8Linear):
+        gs, fmt = layer.grad_scaling, layer.bwd_fmt
+
+        def fp8(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            with np.errstate(over="ignore"):
+                sat = np.abs(e.astype(np.float32) * gs.scale) > fmt.max
+                return np.asarray(fp8_quantize(e, gs.scale, fmt), np.float64), sat
+
+        return _Quantizer(f"{fmt.name} x delayed scale", fp8)
+    if hasattr(layer, "quantize_grad"):  # the DeepSeek-V3 blockwise layer
+        return _Quantizer(layer.grad_format_name, layer.quantize_grad)
+
+    def mx(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        e2 = e.reshape(-1, e.shape[-1])
+        q = fake_quantize_mx(e2, layer.fmt, 1, layer.scale_mode, "nearest_even", None,
+                             layer.tensor_scale)
+        return np.asarray(q, np.float64).reshape(e.shape), np.zeros(e.shape, bool)
+
+    return _Quantizer(f"{layer.fmt} blocks", mx)
+
+
+def _swap_linears(model: Any, recipe: LMRecipe, seed: int) -> dict[str, Any]:
+    """Replace the blocks' nn.Linear layers by the recipe's layer (same weights and bias, same
+    parameter names); the last ``recipe.keep_last`` blocks keep theirs (at most all but one).
+    Returns the new
+    layers by module name."""
+    if recipe.linear is None:
+        return {}
+    from ..nn import Linear
+    from ..quant import FP8Linear, MXLinear
+
+    mods = dict(model.named_modules())
+    n_layers = len(model.h)
+    keep = min(recipe.keep_last, n_layers - 1)  # a one-block model keeps none in bf16
+    out = {}
+    for i, (name, mod) in enumerate([(n, m) for n, m in mods.items() if isinstance(m, Linear)
+                                     and n.startswith("h.")]):
+        if int(name.split(".")[1]) >= n_layers - keep:
+            continue
+        rng = np.random.default_rng([seed, 10, i])  # SR draws and Hadamard signs per layer
+        if recipe.linear == "fp8-delayed":
+            new = FP8Linear.from_linear(mod, amax_history_len=1024, amax_compute_algo="max",
+                                        margin=0, rng=rng)
+        elif recipe.linear in ("mxfp8", "mxfp8-floor"):
+            new = MXLinear.from_linear(mod, recipe="mxfp8", rng=rng)
+            if recipe.linear == "mxfp8-floor":
+                new.scale_mode = "floor"  # the OCP rule instead of TE's RCEIL
+        elif recipe.linear == "nvfp4":
+            new = MXLinear.from_linear(mod, recipe="nvfp4", rng=rng)
+        elif recipe.linear == "fp8-blockwise":
+            from ..quant.blockwise_fp8 import BlockwiseFP8Linear
+
+            new = BlockwiseFP8Linear.from_linear(mod)
+        else:
+            raise ValueError(f"unknown linear layer {recipe.linear!r}")
+        parent, attr = name.rsplit(".", 1)
+        setattr(mods[parent], attr, new)
+        out[name] = new
+    return out
 
 
 def train_lm(recipe: str | LMRecipe, config: LMConfig | None = None, *,
@@ -376,6 +473,7 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
     t0, c0 = time.perf_counter(), time.process_time()
 
     model = _gpt(cfg, len(vocab))
+    swapped = _swap_linears(model, recipe, cfg.seed)
     params0 = dict(model.named_parameters())
     decay = [p for p in params0.values() if p.ndim >= 2]
     no_decay = [p for p in params0.values() if p.ndim < 2]
@@ -413,16 +511,19 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
     evals: list[tuple[int, float]] = []
     nonfinite = 0
     first_bad: int | None = None
+    max_logit = 0.0
     measured_steps = [s for s in range(cfg.steps) if s % cfg.measure_every == 0]
     if cfg.steps - 1 not in measured_steps:
         measured_steps.append(cfg.steps - 1)
 
     def evaluate(ids: np.ndarray, st: np.ndarray) -> float:
         losses = []
+        model.eval()  # FP8Linear records no amax outside training
         with no_grad(), fwd_ctx():
             for i in range(0, len(st), cfg.batch_size):
                 x, y = _windows(ids, st[i:i + cfg.batch_size], cfg.context)
                 losses.append(_ce64(model(x).numpy(np.float64), y) * len(x))
+        model.train()
         return float(np.sum(losses) / len(st))
 
     for step in range(cfg.steps):
@@ -439,7 +540,10 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
             logits = model(x)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         step_loss[step] = loss.item()
-        scores = rec.scores() if measured else {}
+        scores = rec.scores() if measured else {}  # before backward: outputs are kept
+        for v in scores.values():
+            if v.size:
+                max_logit = max(max_logit, float(np.max(np.abs(v))))
         if scaler is not None:
             scaled_loss = scaler.scale(loss)
             scale = scaler.get_scale()
@@ -457,13 +561,13 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
                 bad = any(not np.isfinite(g).all() for g in grads.values())
                 if measured:
                     _measure(recipe, rec, srec, shadow, shadow_params, params, grads, x, y,
-                             scale, counts, hists, step, scores, cfg)
+                             scale, counts, hists, step, scores, swapped)
         else:
             grads = {n: p.grad for n, p in params.items() if p.grad is not None}
             bad = any(not np.isfinite(g).all() for g in grads.values())
             if measured:
                 _measure(recipe, rec, srec, shadow, shadow_params, params, grads, x, y, scale,
-                         counts, hists, step, scores, cfg)
+                         counts, hists, step, scores, swapped)
         nonfinite += bad
         if bad and first_bad is None:
             first_bad = step + 1
@@ -501,6 +605,7 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
         skipped_steps=int(step_skipped.sum()), nonfinite_steps=int(nonfinite),
         grad={k: asdict(v) for k, v in counts.items()}, updates=updates,
         final_loss_scale=float(final_scale), first_nonfinite_step=first_bad,
+        max_logit=max_logit,
         adam_v_underflow=upd.v_zero / upd.entries if upd is not None and upd.entries else 0.0,
         time_s=time.perf_counter() - t0,
         cpu_time_s=time.process_time() - c0, step_loss=step_loss, step_scale=step_scale,
@@ -517,7 +622,7 @@ def _hist(values: np.ndarray) -> dict[str, Any]:
 def _measure(recipe: LMRecipe, rec: _Recorder, srec: _Recorder, shadow: Any,
              shadow_params: dict, params: dict, grads: dict, x: np.ndarray, y: np.ndarray,
              scale: float, counts: dict[str, _Counts], hists: dict, step: int,
-             scores: dict[str, np.ndarray], cfg: LMConfig) -> None:
+             scores: dict[str, np.ndarray], swapped: dict[str, Any]) -> None:
     """The exact fp64 shadow of this step and the counts against it (module docstring)."""
     for name, p in params.items():
         shadow_params[name].data = p.numpy(np.float64)
@@ -530,17 +635,20 @@ def _measure(recipe: LMRecipe, rec: _Recorder, srec: _Recorder, shadow: Any,
     pairs = []
     for name in grads:
         # under autocast a weight's gradient is computed in the autocast format (its cast
-        # copy's) and only then widened into the fp32 weight's gradient
-        # (linear weights and biases, and the tied head's wte; layer norms compute in fp32)
+        # copy's) and only then widened into the fp32 weight's gradient (linear weights and
+        # biases, and the tied head's wte; layer norms compute in fp32); an FP8 / MX layer's
+        # weight gradient leaves its GEMM in fp32
+        owner = name.rsplit(".", 1)[0]
         lowered = params[name].ndim >= 2 or (name.endswith(".bias") and ".ln_" not in name
                                               and not name.startswith("ln_"))
         fmt = recipe.autocast if recipe.autocast is not None and lowered \
-            else params[name].grad_fmt
+            and owner not in swapped else params[name].grad_fmt
         pairs.append(("weights", name, shadow_params[name].grad, fmt))
     for name, out in rec.outputs.items():
         s = srec.outputs.get(name)
         if out.grad is not None and s is not None and s.grad is not None:
-            pairs.append(("activations", f"{name}.out", s.grad, out.grad_fmt))
+            q = _grad_quantizer(swapped[name]) if name in swapped else out.grad_fmt
+            pairs.append(("activations", f"{name}.out", s.grad, q))
     srec.outputs = {}
     phase = "start" if step == 0 else "end"
     if phase == "end" or "start" not in hists:
@@ -553,7 +661,7 @@ def _measure(recipe: LMRecipe, rec: _Recorder, srec: _Recorder, shadow: Any,
         counts[kind].add(z, o, n)
         counts.setdefault(name, _Counts()).add(z, o, n)
         hists[phase]["grads"][name] = _hist(exact)
-        hists[phase]["formats"][name] = fmt.name
+        hists[phase]["formats"][name] = fmt.name if isinstance(fmt, Format) else fmt.name
 
 
 def run_lm(recipes: Sequence[str] | None = None, quick: bool = False, seed: int = 0,

@@ -21,10 +21,28 @@ mixed-bf16     ``autocast(bf16)``, fp32 weights, no scaler (bf16 has fp32's rang
 bf16           pure bf16 (Apex O3 in bf16): bf16 weights and AdamW state, round to nearest.
 bf16-sr        pure bf16 whose optimizer writes (weights, moments) round stochastically
                (Zamirai et al. 2020).
+fp8-delayed    Transformer Engine's HYBRID delayed-scaling recipe: every linear layer of the
+               blocks is an :class:`fpsim.quant.FP8Linear` (e4m3 forward operands, e5m2
+               gradients, per-tensor scales from an amax history of 1024 steps, max, margin
+               0: TE's ``DelayedScaling`` defaults), fp32 master weights; the rest of the
+               model (embeddings, layer norms, attention's batched matmuls, the tied head)
+               under ``autocast(bf16)``, as TE models run.
+fp8-blockwise  DeepSeek-V3's fine-grained FP8 (:class:`fpsim.quant.blockwise_fp8.
+               BlockwiseFP8Linear`): e4m3 everywhere, 1x128 activation / gradient tiles and
+               128x128 weight blocks with online amax / 448 scales, partial sums of 128
+               products promoted to an fp32 accumulator (exact partial sums in training; the
+               H100 tensor-core model of them is measured apart); rest bf16 autocast.
+mxfp8          TE's ``MXFP8BlockScaling``: the block linears are :class:`fpsim.quant.MXLinear`
+               (e4m3 elements, one E8M0 scale per 1x32 block along each GEMM's reduction
+               dimension, scales rounded up: RCEIL); the rest under ``autocast(bf16)``.
+mxfp8-floor    as mxfp8 with the OCP MX specification's scale rule (floor of log2 amax minus
+               the element format's emax), which can overflow the block's largest element.
+nvfp4          NVIDIA's NVFP4 pretraining recipe (arXiv:2509.25149) on MXLinear: e2m1
+               elements, e4m3 scales per 1x16 block and an fp32 per-tensor scale, 16x16 2-D
+               weight blocks, a random Hadamard transform on the weight-gradient GEMM's
+               operands, stochastic rounding of the gradients; the last block's linears stay
+               in bf16 (the recipe keeps its last layers in higher precision).
 =============  ==============================================================================
-
-Recipes whose linear layers run in FP8 / block-scaled formats are added as they are built;
-``LM_RECIPES`` lists what exists.
 """
 
 from __future__ import annotations
@@ -55,6 +73,8 @@ class LMRecipe:
     autocast: Format | None = None
     grad_scaler: bool = False
     update_rounding: str = "nearest_even"
+    linear: str | None = None  # the block linears' layer (module docstring), None: nn.Linear
+    keep_last: int = 0  # how many of the last blocks keep bf16 linears (nvfp4)
 
     @property
     def master_weights(self) -> bool:
@@ -75,6 +95,18 @@ LM_RECIPES: dict[str, LMRecipe] = {r.name: r for r in (
     LMRecipe("bf16", "pure BF16 (Apex O3 in bf16): round to nearest", "O3", BF16),
     LMRecipe("bf16-sr", "pure BF16, optimizer writes rounded stochastically", "O3", BF16,
              update_rounding="stochastic"),
+    LMRecipe("fp8-delayed", "TE HYBRID: e4m3 forward, e5m2 gradients, delayed per-tensor "
+             "scaling; rest bf16 autocast", None, BF16, autocast=BF16, linear="fp8-delayed"),
+    LMRecipe("fp8-blockwise", "DeepSeek-V3: e4m3, 1x128 tiles, 128x128 weight blocks, fp32 "
+             "promotion every 128 products; rest bf16 autocast", None, BF16, autocast=BF16,
+             linear="fp8-blockwise"),
+    LMRecipe("mxfp8", "MXFP8 (e4m3, 1x32 E8M0 scales, RCEIL); rest bf16 autocast", None,
+             BF16, autocast=BF16, linear="mxfp8"),
+    LMRecipe("mxfp8-floor", "MXFP8 with the OCP floor scale rule; rest bf16 autocast", None,
+             BF16, autocast=BF16, linear="mxfp8-floor"),
+    LMRecipe("nvfp4", "NVFP4 (16x16 weight blocks, RHT on wgrad, SR gradients), last block "
+             "bf16; rest bf16 autocast", None, BF16, autocast=BF16, linear="nvfp4",
+             keep_last=1),
 )}
 
 
