@@ -306,8 +306,8 @@ def attention_logits(qkv: np.ndarray, n_heads: int) -> np.ndarray:
     """The causal attention logits (float64, the lower triangle of every head, flattened) of
     c_attn's output ``qkv`` (B, T, 3d), as nanoGPT's attention forms them.
 
-    >>> attention_logits(np.ones((1, 2, 6)), n_heads=1).tolist()  # q.k / sqrt(2), 3 pairs
-    [1.4142135623730951, 1.4142135623730951, 1.4142135623730951]
+    >>> attention_logits(np.ones((1, 2, 6)), n_heads=1).round(6).tolist()  # 2 / sqrt(2)
+    [1.414214, 1.414214, 1.414214]
     """
     b, t, d3 = qkv.shape
     d = d3 // 3
