@@ -188,6 +188,17 @@ def test_findings_are_not_printed_when_the_runs_do_not_support_them():
     b[1].val_loss = 2.6
     assert "+0.100 from fp32" in lm_report.f_bf16_sr(b)
     assert lm_report.lm_findings([]) == []
+    # bf16 storage: only when pure bf16 misses fp32 and mixed-bf16 does not
+    st = [base, _fake("bf16", 2.8, lost_update_fraction=0.2), _fake("mixed-bf16", 2.51),
+          _fake("bf16-sr", 2.79)]
+    assert "no better than round to nearest" in lm_report.f_bf16_storage(st)
+    st[2].val_loss = 2.6
+    assert lm_report.f_bf16_storage(st) is None
+    # fp8: each recipe sorted by the tolerance
+    f8 = lm_report.f_fp8([base, _fake("fp8-delayed", 2.55), _fake("nvfp4", 2.7)])
+    assert "within 0.1 nats of fp32: fp8-delayed +0.050" in f8
+    assert "further than 0.1 nats from fp32: nvfp4 +0.200" in f8
+    assert lm_report.f_fp8([base]) is None
 
 
 @pytest.mark.slow
@@ -207,8 +218,11 @@ def test_quick_configuration_and_its_findings():
             assert by["fp16"].nonfinite_steps > 0
         if s.startswith("Without loss scaling"):
             assert by["fp16-master"].grad_underflow > by["mixed-fp16"].grad_underflow
-        if s.startswith("Pure bf16"):
+        if s.startswith("Pure bf16 lost"):
             assert by["bf16"].val_loss > by["bf16-sr"].val_loss + lm_report.NOISE
+        if s.startswith("Pure bf16 ended"):
+            assert by["bf16"].val_loss - f32 > lm_report.MIXED_TOL
+            assert abs(by["mixed-bf16"].val_loss - f32) <= lm_report.MIXED_TOL
     assert not any(s.startswith("Mixed precision missed") for s in printed)
 
 

@@ -159,9 +159,51 @@ def f_bf16_sr(runs: Sequence[LMRunResult]) -> str | None:
             f"stochastically rounded writes (bf16-sr) it ended {s.val_loss - f.val_loss:+.3f}.")
 
 
+def f_bf16_storage(runs: Sequence[LMRunResult]) -> str | None:
+    """Pure bf16's deficit comes from bf16 storage (weights, AdamW state), not bf16 compute:
+    printed when pure bf16 misses fp32 by more than MIXED_TOL and mixed-bf16 does not."""
+    by = _by(runs)
+    if not {"bf16", "mixed-bf16", "fp32"} <= by.keys():
+        return None
+    b, m, f = by["bf16"], by["mixed-bf16"], by["fp32"]
+    db, dm = b.val_loss - f.val_loss, m.val_loss - f.val_loss
+    if not (db > MIXED_TOL and abs(dm) <= MIXED_TOL):
+        return None
+    tail = ""
+    if "bf16-sr" in by:
+        ds = by["bf16-sr"].val_loss - f.val_loss
+        tail = (f"; stochastically rounded writes (bf16-sr) ended {ds:+.3f}"
+                + (", no better than round to nearest beyond the noise"
+                   if ds > db - NOISE else ""))
+    return (f"Pure bf16 ended {db:+.3f} from fp32 while mixed-bf16 (the same bf16 compute "
+            f"with fp32 weights and AdamW state) ended {dm:+.3f}: the deficit comes from "
+            f"storing the weights and optimizer state in bf16 ({_pct(b.lost_update_fraction)} "
+            f"of the updates lost){tail}.")
+
+
+def f_fp8(runs: Sequence[LMRunResult]) -> str | None:
+    """The FP8 / MXFP8 recipes against fp32 and the issue's FP8_TOL, each as measured."""
+    by = _by(runs)
+    if "fp32" not in by:
+        return None
+    f = by["fp32"].val_loss
+    parts = [(n, by[n].val_loss - f) for n in ("fp8-delayed", "fp8-blockwise", "mxfp8",
+                                               "mxfp8-floor", "nvfp4") if n in by]
+    if not parts:
+        return None
+    ok = [f"{n} {d:+.3f}" for n, d in parts if abs(d) <= FP8_TOL]
+    bad = [f"{n} {d:+.3f}" for n, d in parts if not abs(d) <= FP8_TOL]
+    out = []
+    if ok:
+        out.append(f"within {FP8_TOL} nats of fp32: {', '.join(ok)}")
+    if bad:
+        out.append(f"further than {FP8_TOL} nats from fp32: {', '.join(bad)}")
+    return "Block-scaled and FP8 recipes " + "; ".join(out) + "."
+
+
 FINDINGS: tuple[Callable[[Sequence[LMRunResult]], str | None], ...] = (
     f_fp32, f_mixed_close, f_mixed_far, f_scaler, f_no_scaling_underflow, f_pure_fp16,
-    f_bf16_sr)
+    f_bf16_sr, f_bf16_storage, f_fp8)
 
 
 def lm_findings(runs: Sequence[LMRunResult]) -> list[str]:

@@ -78,7 +78,8 @@ def histogram_figure(runs: Sequence[Any]) -> style.Figure:
                 for v, ls in ((f.smallest_subnormal, ":"), (f.smallest_normal, "--"),
                               (f.max, "-")):
                     ax.axvline(np.log2(v), color=style.format_color(f), ls=ls, lw=1)
-            ax.set_yscale("log")
+            if counts.any() or scores.any():
+                ax.set_yscale("log")
             ax.set_xlim(_HIST_LO - 10, 20)  # fp32 / bf16's lower limits (-126, -149) lie left
             ax.set_title(f"{r.recipe}, step {h['step'] + 1} (scale {h['scale']:g}); "
                          f"grads in {', '.join(fmts)}", fontsize="small")
