@@ -263,3 +263,14 @@ def test_loss_in_fp16_fails_and_fp32_works():
         assert c.naive_failed and c.fixed_ok, c.what
     small = loss_case(tokens=1024)[0]  # 1024 x 4.2 = 4300 fits fp16
     assert not np.isinf(small.naive).any()
+
+
+def test_underflow_at_init_grows_with_tokens_per_batch():
+    # the loss is a mean over tokens: activation gradients shrink as 1 / tokens, so more of
+    # them fall below fp16's smallest subnormal (the sweep of docs/lm.md)
+    from fpsim.training.lm_sweep import underflow_at_init
+
+    few = underflow_at_init(d_model=32, n_heads=4, batch_size=2, context=32)
+    many = underflow_at_init(d_model=32, n_heads=4, batch_size=32, context=32)
+    assert many["tokens"] == 16 * few["tokens"]
+    assert many["activation_underflow"] > few["activation_underflow"]

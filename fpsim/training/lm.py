@@ -257,22 +257,24 @@ class LMRunResult:
         }
 
 
-def _data() -> tuple[np.ndarray, np.ndarray, str]:
+def load_text() -> tuple[np.ndarray, np.ndarray, str]:
+    """Tiny Shakespeare as (train ids, validation ids, vocabulary) (internal: for lm_sweep)."""
     from ..datasets import shakespeare_chars
 
     return shakespeare_chars()
 
 
-def _gpt(cfg: LMConfig, vocab: int) -> Any:
+def build_gpt(cfg: LMConfig, vocab: int) -> Any:
+    """The fp32 GPT of ``cfg`` with its seed's weights (internal: for lm_sweep)."""
     from ..models import GPT
 
     return GPT(vocab, cfg.context, cfg.d_model, cfg.n_layers, cfg.n_heads, rng=cfg.seed)
 
 
-class _Recorder:
-    """Wraps the forward of every linear layer (a module with ``in_features`` and
-    ``out_features``) to keep its output of the last forward, with ``retain_grad`` while
-    ``active``."""
+class OutputRecorder:
+    """(Internal: for lm and lm_sweep.) Wraps the forward of every linear layer (a module
+    with ``in_features`` and ``out_features``) to keep its output of the last forward, with
+    ``retain_grad`` while ``active``."""
 
     def __init__(self, model: Any) -> None:
         self.active = False
@@ -469,10 +471,10 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
                         f"{type(config).__name__}")
     cfg = LMConfig(**{**(asdict(config) if config is not None else {}), **overrides})
     cfg.validate()
-    train_ids, val_ids, vocab = _data() if data is None else data
+    train_ids, val_ids, vocab = load_text() if data is None else data
     t0, c0 = time.perf_counter(), time.process_time()
 
-    model = _gpt(cfg, len(vocab))
+    model = build_gpt(cfg, len(vocab))
     swapped = _swap_linears(model, recipe, cfg.seed)
     params0 = dict(model.named_parameters())
     decay = [p for p in params0.values() if p.ndim >= 2]
@@ -480,7 +482,7 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
     adamw = AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                    {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr,
                   betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
-    rec = _Recorder(model)
+    rec = OutputRecorder(model)
     amp_opt = None
     if recipe.opt_level in ("O2", "O3"):
         model, amp_opt = initialize(model, adamw, recipe.opt_level, dtype=recipe.fmt,
@@ -495,8 +497,8 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
     lost_rng = np.random.default_rng([cfg.seed, 2])
     params = dict(model.named_parameters())
     upd = _UpdateRecorder(adamw) if cfg.instrument else None
-    shadow = _gpt(cfg, len(vocab)).to(FP64) if cfg.instrument else None
-    srec = _Recorder(shadow) if shadow is not None else None
+    shadow = build_gpt(cfg, len(vocab)).to(FP64) if cfg.instrument else None
+    srec = OutputRecorder(shadow) if shadow is not None else None
     shadow_params = dict(shadow.named_parameters()) if shadow is not None else {}
 
     starts = batch_offsets(len(train_ids), cfg)
@@ -619,7 +621,7 @@ def _hist(values: np.ndarray) -> dict[str, Any]:
             "below": h.below, "above": h.above}
 
 
-def _measure(recipe: LMRecipe, rec: _Recorder, srec: _Recorder, shadow: Any,
+def _measure(recipe: LMRecipe, rec: OutputRecorder, srec: OutputRecorder, shadow: Any,
              shadow_params: dict, params: dict, grads: dict, x: np.ndarray, y: np.ndarray,
              scale: float, counts: dict[str, _Counts], hists: dict, step: int,
              scores: dict[str, np.ndarray], swapped: dict[str, Any]) -> None:
@@ -682,7 +684,7 @@ def run_lm(recipes: Sequence[str] | None = None, quick: bool = False, seed: int 
     cfg.validate()
     jobs = min(as_int("jobs", jobs, 1), len(names))
     if jobs <= 1:
-        data = _data()
+        data = load_text()
         return [train_lm(n, cfg, data=data) for n in names]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
