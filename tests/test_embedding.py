@@ -195,3 +195,14 @@ def test_memory_meter_counts_one_index_per_row():
         held = meter.report().current["activations"]
         del out
     assert held == idx.size * 8
+
+
+def test_adds_round_to_the_gradient_format_not_the_weight_format():
+    """An fp16 weight with fp32 gradients (master-gradient setups) adds in fp32."""
+    idx = np.array([0, 0, 0, 1])
+    g = np.array([[1.0], [2.0**-11], [2.0**-11], [3.0]], np.float16)
+    w = Tensor(np.zeros((2, 1)), "fp16", requires_grad=True)
+    w.grad_fmt = "fp32"
+    F.embedding(idx, w).backward(g)
+    assert w.grad.dtype == np.float32
+    assert w.grad.ravel().tolist() == [1.0 + 2.0**-10, 3.0]  # fp16 adds would give 1.0

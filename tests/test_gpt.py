@@ -147,3 +147,12 @@ def test_it_learns_a_repeating_text():
         opt.step()
         losses.append(loss.item())
     assert losses[0] > 1.5 and losses[-1] < 0.3, (losses[0], losses[-1])
+
+
+def test_formats_without_infinity_give_nan_not_a_silent_number():
+    """The documented edge: -inf in e4m3 is NaN, so a pure-e4m3 model's logits are NaN at
+    every position that masks a later one (all but the last), and so is its loss."""
+    model = GPT(11, 8, 16, 1, 2, rng=0).to("e4m3")
+    logits = model(np.array([[1, 2, 3]]))
+    assert np.isnan(logits.numpy(np.float64)[:, :2]).all()
+    assert math.isnan(F.cross_entropy(F.reshape(logits, (-1, 11)), np.array([2, 3, 4])).item())

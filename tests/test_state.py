@@ -260,6 +260,8 @@ def _seed_takers():
                                                                       seed=s), "seed"),
         "get_generator": (get_generator, "rng"),
         "default_rng": (fpsim.rounding.default_rng, "rng"),
+        "models.GPT": (lambda s: fpsim.models.GPT(5, 4, 8, 1, 2, rng=s), "rng"),
+        "nn.Embedding": (lambda s: fpsim.nn.Embedding(5, 4, rng=s), "rng"),
     }
 
 

@@ -104,7 +104,7 @@ import numpy as np
 from .. import arithmetic as _arithmetic
 from .. import flags as _flags
 from ..checks import as_array, as_int
-from ..formats import FP16, Format
+from ..formats import BF16, FP16, FP32, FP64, Format
 from ..modes import Rounding, Subnormals, as_rounding
 from ..rounding import round as fpsim_round
 from . import accumulate as _acc
@@ -818,7 +818,7 @@ def _embedding_indices(input, num: int) -> np.ndarray:
 # formats whose NumPy / ml_dtypes scalar add rounds once to nearest even (float16 and bfloat16
 # add in float32 and cast back: 24 >= 2p + 2 bits, Figueroa's theorem), so np.add.at, which adds
 # element by element in index order, is the declared order's rounding (plain rounding only)
-_NATIVE_ADD_AT = ("fp64", "fp32", "fp16", "bf16")
+_NATIVE_ADD_AT = (FP64, FP32, FP16, BF16)
 
 
 def embedding_grad(g: np.ndarray, idx: np.ndarray, num: int, fmt: Format,
@@ -843,7 +843,7 @@ def embedding_grad(g: np.ndarray, idx: np.ndarray, num: int, fmt: Format,
         keep = flat != padding_idx
         flat, g2 = flat[keep], g2[keep]
     g2 = round_to(g2 if g2.dtype == fmt.storage_dtype else widen(g2), fmt)
-    if fmt.name in _NATIVE_ADD_AT and fmt.dtype is not None and plain_rounding():
+    if fmt in _NATIVE_ADD_AT and plain_rounding():
         acc = np.zeros((num, dim), fmt.storage_dtype)
         with np.errstate(all="ignore"):  # inf + -inf is NaN silently, as PyTorch
             np.add.at(acc, flat, g2)

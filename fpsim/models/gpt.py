@@ -19,6 +19,10 @@ Contract (issue 31):
   output head is ``linear(ln_f(x), wte.weight)`` (tied: no parameter of its own).
 - ``model(idx)``: int array (B, T), 1 <= T <= context, ids in [0, vocab_size) -> logits
   Tensor (B, T, vocab_size) in the parameters' format; ``model.to(fmt)`` as every module.
+  In a format without infinities (e4m3, the fnuz formats) the -inf of the causal mask rounds
+  to NaN, as in PyTorch, and so do the logits of every position but the last (and the
+  loss): a whole model in such a format is not trainable; low-precision recipes keep the
+  attention scores in a format with infinities.
 - Initialisation as nanoGPT's ``_init_weights``: every Linear and Embedding weight N(0,
   0.02**2), the c_proj weights N(0, (0.02 / sqrt(2 n_layers))**2), biases 0, LayerNorm weight
   1 and bias 0; the weights are drawn from ``rng`` (a Generator, an int seed, or None for
