@@ -11,7 +11,7 @@ import pytest
 
 from fpsim.cli import main
 from fpsim.training import lm_report
-from fpsim.training.lm import LMConfig, batch_offsets, lm_config, run_lm
+from fpsim.training.lm import LMConfig, batch_offsets, lm_config, run_lm, train_lm
 from fpsim.training.lm_recipes import LM_RECIPES, get_lm_recipe, parse_recipes
 
 TINY = dict(steps=3, d_model=16, n_heads=2, n_layers=1, context=8, batch_size=4,
@@ -112,6 +112,17 @@ def test_low_precision_linears_swapped_and_measured():
     # delayed scaling), so more of them underflow e5m2 than MXFP8's per-block scales lose
     by = {r.recipe: r for r in runs}
     assert by["fp8-delayed"].grad_underflow > by["mxfp8"].grad_underflow
+
+
+def test_nvfp4_ablations_run_by_name():
+    from fpsim.training.lm_recipes import ABLATIONS
+
+    assert parse_recipes("nvfp4-no-rht,nvfp4") == ["nvfp4-no-rht", "nvfp4"]
+    assert not set(ABLATIONS) & set(parse_recipes(None))  # not in the default set
+    r = train_lm("nvfp4-no-sr", **TINY)
+    assert np.isfinite(r.val_loss)
+    with pytest.raises(ValueError, match="nvfp4-no-rht"):
+        get_lm_recipe("nvfp4-nope")
 
 
 def test_jobs_do_not_change_results():

@@ -436,7 +436,7 @@ def _swap_linears(model: Any, recipe: LMRecipe, seed: int) -> dict[str, Any]:
             if recipe.linear == "mxfp8-floor":
                 new.scale_mode = "floor"  # the OCP rule instead of TE's RCEIL
         elif recipe.linear == "nvfp4":
-            new = MXLinear.from_linear(mod, recipe="nvfp4", rng=rng)
+            new = MXLinear.from_linear(mod, recipe="nvfp4", rng=rng, **dict(recipe.options))
         elif recipe.linear == "fp8-blockwise":
             from ..quant.blockwise_fp8 import BlockwiseFP8Linear
 

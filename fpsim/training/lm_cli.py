@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .experiment import DEFAULT_OUT, check_out_dir, default_workers
 from .lm import LM_FULL, LM_QUICK, lm_config, run_lm
-from .lm_recipes import LM_RECIPES, parse_recipes
+from .lm_recipes import ABLATIONS, LM_RECIPES, parse_recipes
 from .lm_report import lm_findings, lm_json_lines, lm_table, strict_json
 
 __all__ = ["configure_lm_parser", "run_lm_cli", "OUTPUT_FILES"]
@@ -38,7 +38,8 @@ def configure_lm_parser(parser: argparse.ArgumentParser) -> None:
                              f"{LM_FULL['steps']})")
     parser.add_argument("--recipes", default=None, metavar="A,B,...",
                         help="recipes to run, comma-separated (default all): "
-                             + ", ".join(LM_RECIPES))
+                             + ", ".join(LM_RECIPES) + "; NVFP4's ablations by name: "
+                             + ", ".join(ABLATIONS))
     parser.add_argument("--steps", type=int, default=None, help="training steps per recipe")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the initial weights and the batches (default 0)")

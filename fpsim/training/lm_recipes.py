@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 from ..formats import BF16, FP16, FP32, Format
 
-__all__ = ["LMRecipe", "LM_RECIPES", "get_lm_recipe", "parse_recipes"]
+__all__ = ["LMRecipe", "LM_RECIPES", "ABLATIONS", "get_lm_recipe", "parse_recipes"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,7 @@ class LMRecipe:
     update_rounding: str = "nearest_even"
     linear: str | None = None  # the block linears' layer (module docstring), None: nn.Linear
     keep_last: int = 0  # how many of the last blocks keep bf16 linears (nvfp4)
+    options: tuple[tuple[str, bool], ...] = ()  # MXLinear overrides (the nvfp4 ablations)
 
     @property
     def master_weights(self) -> bool:
@@ -110,6 +111,25 @@ LM_RECIPES: dict[str, LMRecipe] = {r.name: r for r in (
 )}
 
 
+def _ablation(name: str, what: str, keep_last: int = 1, **options: bool) -> LMRecipe:
+    return LMRecipe(name, f"NVFP4 ablation: {what}", None, BF16, autocast=BF16,
+                    linear="nvfp4", keep_last=keep_last, options=tuple(options.items()))
+
+
+# NVFP4's ablations (run by name with --recipes; not in the default set): each drops one
+# element of the recipe
+ABLATIONS: dict[str, LMRecipe] = {r.name: r for r in (
+    _ablation("nvfp4-no-rht", "no random Hadamard transform on the wgrad operands",
+              hadamard=False),
+    _ablation("nvfp4-no-sr", "gradients rounded to nearest, not stochastically",
+              stochastic_gradients=False),
+    _ablation("nvfp4-1d", "weights in 1x16 blocks instead of 16x16 tiles", weight_2d=False),
+    _ablation("nvfp4-all", "every block in NVFP4 (no bf16 last block)", keep_last=0),
+    _ablation("nvfp4-no-tensor-scale", "no fp32 per-tensor scale (e4m3 block scales only)",
+              tensor_scale=False),
+)}
+
+
 def get_lm_recipe(name: str | LMRecipe) -> LMRecipe:
     """The recipe called ``name`` (ValueError listing the valid names otherwise).
 
@@ -119,8 +139,11 @@ def get_lm_recipe(name: str | LMRecipe) -> LMRecipe:
     if isinstance(name, LMRecipe):
         return name
     key = name.strip().lower() if isinstance(name, str) else None
+    if key in ABLATIONS:
+        return ABLATIONS[key]
     if key not in LM_RECIPES:
-        raise ValueError(f"unknown lm recipe {name!r}; valid: {', '.join(LM_RECIPES)}")
+        raise ValueError(f"unknown lm recipe {name!r}; valid: "
+                         f"{', '.join([*LM_RECIPES, *ABLATIONS])}")
     return LM_RECIPES[key]
 
 
