@@ -15,7 +15,7 @@ from typing import Any
 from .lm import LMRunResult
 
 __all__ = ["lm_table", "lm_findings", "lm_json_lines", "strict_json", "FINDINGS", "MIXED_TOL",
-           "FP8_TOL", "NOISE"]
+           "FP8_TOL", "NOISE", "seed_table"]
 
 MIXED_TOL = 0.05  # nats: mixed-fp16 / mixed-bf16 against fp32 (issue 31)
 FP8_TOL = 0.1  # nats: fp8-delayed / fp8-blockwise / mxfp8 against fp32
@@ -199,6 +199,36 @@ def f_fp8(runs: Sequence[LMRunResult]) -> str | None:
     if bad:
         out.append(f"further than {FP8_TOL} nats from fp32: {', '.join(bad)}")
     return "Block-scaled and FP8 recipes " + "; ".join(out) + "."
+
+
+def seed_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """Per recipe over seeds (``summary()`` dicts or ``--json`` lines of several runs): the
+    validation loss of each seed, its difference from fp32 of the same seed, and the range.
+
+    >>> print(seed_table([{"recipe": "fp32", "seed": 0, "val_loss": 2.5},
+    ...                   {"recipe": "bf16", "seed": 0, "val_loss": 2.6}]))
+    recipe  seeds  val loss by seed  vs fp32 by seed
+    ------  -----  ----------------  ---------------
+    fp32    0      2.500
+    bf16    0      2.600             +0.100
+    """
+    base = {d["seed"]: d["val_loss"] for d in summaries if d["recipe"] == "fp32"}
+    names = list(dict.fromkeys(d["recipe"] for d in summaries))
+    head = ("recipe", "seeds", "val loss by seed", "vs fp32 by seed")
+    rows = []
+    for n in names:
+        ds = sorted((d for d in summaries if d["recipe"] == n), key=lambda d: d["seed"])
+        vals = " ".join("nan" if d["val_loss"] is None else f"{d['val_loss']:.3f}" for d in ds)
+        diffs = "" if n == "fp32" else " ".join(
+            f"{d['val_loss'] - base[d['seed']]:+.3f}" if d["val_loss"] is not None
+            and d["seed"] in base else "nan" for d in ds)
+        rows.append((n, ",".join(str(d["seed"]) for d in ds), vals, diffs))
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+              for r in rows]
+    return "\n".join(lines)
 
 
 FINDINGS: tuple[Callable[[Sequence[LMRunResult]], str | None], ...] = (
