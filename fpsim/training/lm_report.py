@@ -160,8 +160,8 @@ def f_bf16_sr(runs: Sequence[LMRunResult]) -> str | None:
 
 
 def f_bf16_storage(runs: Sequence[LMRunResult]) -> str | None:
-    """Pure bf16's deficit comes from bf16 storage (weights, AdamW state), not bf16 compute:
-    printed when pure bf16 misses fp32 by more than MIXED_TOL and mixed-bf16 does not."""
+    """Pure bf16 against mixed-bf16 (bf16 storage against bf16 compute): printed when pure
+    bf16 misses fp32 by more than MIXED_TOL and mixed-bf16 does not."""
     by = _by(runs)
     if not {"bf16", "mixed-bf16", "fp32"} <= by.keys():
         return None
@@ -176,9 +176,9 @@ def f_bf16_storage(runs: Sequence[LMRunResult]) -> str | None:
                 + (", no better than round to nearest beyond the noise"
                    if ds > db - NOISE else ""))
     return (f"Pure bf16 ended {db:+.3f} from fp32 while mixed-bf16 (the same bf16 compute "
-            f"with fp32 weights and AdamW state) ended {dm:+.3f}: the deficit comes from "
-            f"storing the weights and optimizer state in bf16 ({_pct(b.lost_update_fraction)} "
-            f"of the updates lost){tail}.")
+            f"with fp32 weights and AdamW state) ended {dm:+.3f}; pure bf16 lost "
+            f"{_pct(b.lost_update_fraction)} of its updates{tail} (one seed: gaps of this size "
+            f"move between seeds at this length, docs/lm.md).")
 
 
 def f_fp8(runs: Sequence[LMRunResult]) -> str | None:
