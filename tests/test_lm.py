@@ -112,6 +112,10 @@ def test_low_precision_linears_swapped_and_measured():
     # delayed scaling), so more of them underflow e5m2 than MXFP8's per-block scales lose
     by = {r.recipe: r for r in runs}
     assert by["fp8-delayed"].grad_underflow > by["mxfp8"].grad_underflow
+    # the figure takes scaled quantizers' names (no fixed range) beside formats
+    from fpsim.viz.lm import histogram_figure
+
+    assert len(histogram_figure(runs).axes) == 2 * len(runs)
 
 
 def test_nvfp4_ablations_run_by_name():

@@ -74,7 +74,10 @@ def histogram_figure(runs: Sequence[Any]) -> style.Figure:
                        label="attention logits")
             fmts = sorted(set(h["formats"].values()))
             for fname in fmts:
-                f = get_float_format(fname)
+                try:  # a scaled quantizer ("fp8_e5m2 x delayed scale") has no fixed range
+                    f = get_float_format(fname)
+                except (ValueError, TypeError):
+                    continue
                 for v, ls in ((f.smallest_subnormal, ":"), (f.smallest_normal, "--"),
                               (f.max, "-")):
                     ax.axvline(np.log2(v), color=style.format_color(f), ls=ls, lw=1)
