@@ -55,3 +55,15 @@ def test_order_or_fingerprint_required(capsys):
         main(["probe"])
     with pytest.raises(SystemExit):
         main(["probe", "--order", "numpy.nope"])
+
+
+def test_docs_examples_run():
+    """docs/probe.md's examples run and print what the page says."""
+    import doctest
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "probe.md"
+    result = doctest.testfile(str(page), module_relative=False,
+                              optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0
+    assert result.failed == 0
