@@ -52,3 +52,26 @@ def test_rows_do_not_separate_the_rules(fmt):
     default = dot_rows(a, b, c, tc.get_gpu("B200").unit_for(fi, "fp32"), fi, fpsim.FP32)
     s = dot_rows(a, b, np.zeros(400), tc.BlockFMA(32, 2, "toward_zero", -133), fi, fpsim.FP32)
     assert (np.asarray(fpsim.add(c, s, "fp32")) != default).any()
+
+
+def test_the_rule_is_no_blockfma():
+    """The issue's rule, chained over blocks as a black box: fingerprint finds no BlockFMA
+    (its product sum is rounded before c is added) and says so."""
+    from fpsim.probe import FingerprintError, fingerprint
+
+    fi = fpsim.get_format("fp8_e5m2")
+    products = tc.BlockFMA(32, 2, "toward_zero", -133)
+
+    def fn(A, B, C):
+        M, K = A.shape
+        N = B.shape[1]
+        a, b = np.repeat(A, N, axis=0), np.tile(B.T, (M, 1))
+        d = C.reshape(-1).copy()
+        for k0 in range(0, K, 32):
+            s = dot_rows(a[:, k0:k0 + 32], b[:, k0:k0 + 32], np.zeros(len(d)), products, fi,
+                         fpsim.FP32)
+            d = np.asarray(fpsim.add(d, s, "fp32"))
+        return d.reshape(M, N)
+
+    with pytest.raises(FingerprintError, match="no BlockFMA fits"):
+        fingerprint(fn, fi)

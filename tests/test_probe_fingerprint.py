@@ -26,6 +26,19 @@ DATA = Path(__file__).parent / "data" / "tensorcore"
 FILES = sorted(DATA.glob("*.txt.gz")) + sorted((DATA / "open").glob("*.txt.gz")) + \
     sorted((DATA / "octave").glob("*.txt.gz"))
 PAIRS = [(g, *p.split("->")) for g in tc.list_gpus() for p in tc.get_gpu(g).supported()]
+
+
+def _distinct_units():
+    """One (GPU, in, out) per distinct unit: GPUs that share a unit (A30 and A100, H200 and
+    H100, the B200 variants' non-fp8 pairs...) are the same black box; the others that share
+    it are listed, for the test ids."""
+    seen: dict = {}
+    for g, fi, fo in PAIRS:
+        seen.setdefault((tc.get_gpu(g).unit_for(fi, fo), fi, fo), []).append(g)
+    return [(gs[0], fi, fo, gs[1:]) for (_, fi, fo), gs in seen.items()]
+
+
+DISTINCT = _distinct_units()
 #: One of each kind: chained aligned blocks (V100, A100, H100 fp8), fp16 output with a floor,
 #: exact sums (MI100, B200 fp8), pairwise (MI210), late c and odd/even groups (MI300X fp8).
 FAST = {("V100", "fp16", "fp16"), ("A100", "bf16", "fp32"), ("H100", "fp8_e4m3", "fp32"),
@@ -107,8 +120,23 @@ def test_fingerprint_fast_subset(gpu, fi, fo):
     print(f"{gpu} {fi}->{fo}: {unit!r} in {calls} calls")
 
 
+def test_every_pair_is_covered():
+    """Every GPU x pair of list_gpus() is a distinct unit below or shares one with it."""
+    covered = {(g, fi, fo) for g0, fi, fo, others in DISTINCT for g in (g0, *others)}
+    assert covered == set(PAIRS) and len(PAIRS) == 88 and len(DISTINCT) == 31
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("gpu, fi, fo", [p for p in PAIRS if p not in FAST])
+@pytest.mark.parametrize("gpu, fi, fo", [(g, fi, fo) for g, fi, fo, _ in DISTINCT
+                                         if not any(f[1:] == (fi, fo) and
+                                                    tc.get_gpu(f[0]).unit_for(fi, fo) ==
+                                                    tc.get_gpu(g).unit_for(fi, fo)
+                                                    for f in FAST)],
+                         ids=[f"{g}-{fi}-{fo}" + (f"(={'+'.join(o)})" if o else "")
+                              for g, fi, fo, o in DISTINCT
+                              if not any(f[1:] == (fi, fo) and
+                                         tc.get_gpu(f[0]).unit_for(fi, fo) ==
+                                         tc.get_gpu(g).unit_for(fi, fo) for f in FAST)])
 def test_fingerprint_every_unit(gpu, fi, fo):
     _check(gpu, fi, fo)
 
