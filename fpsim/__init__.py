@@ -70,8 +70,7 @@ from .rounding import RoundingPolicy, cast, round, round_pair, seed
 # Higher layers load on first use (``fpsim.tensorcore``, ``fpsim.viz``, ...), so that
 # ``import fpsim`` stays light and never pulls matplotlib in by itself.
 _SUBMODULES = ("amp", "datasets", "distributed", "integer", "memory", "mx", "quant", "tensorcore",
-               "training", "viz",
-               "models")
+               "training", "viz", "models", "probe")
 
 
 def __getattr__(name: str):

@@ -218,6 +218,8 @@ _register("zero", "ZeRO stages 0-3 on N ranks: simulated, or MPI processes (fpsi
           _lazy("fpsim.cli_zero", "run_cli"))
 _register("notebooks", "write student editions of the course notebooks (solutions removed)",
           _lazy("fpsim.course", "configure_parser"), _lazy("fpsim.course", "run_cli"))
+_register("probe", "reveal a sum's accumulation order, or fingerprint a GPU unit (black box)",
+          _lazy("fpsim.probe.cli", "configure_parser"), _lazy("fpsim.probe.cli", "run_cli"))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -41,8 +41,7 @@ MODULES = ["fpsim.rounding", "fpsim.arithmetic", "fpsim.encoding", "fpsim.intege
            "fpsim.autograd.functional", "fpsim.autograd.conv", "fpsim.mx", "fpsim.tensorcore",
            "fpsim.tensorcore.gpus", "fpsim.tensorcore.model", "fpsim.nn", "fpsim.optim",
            "fpsim.amp", "fpsim.quant", "fpsim.memory", "fpsim.distributed", "fpsim.viz",
-           "fpsim.training", "fpsim.state",
-           "fpsim.models"]
+           "fpsim.training", "fpsim.state", "fpsim.models", "fpsim.probe"]
 BAD = ["'abc'", "None", "object()", "1j", "[1.0, [2.0]]", "float('nan')", "-1", "10**30",
        "1.5", "np.array([])", "True", "{}"]
 CLEAR = (TypeError, ValueError, OverflowError, IndexError, LookupError)

@@ -36,6 +36,14 @@ nearest even) for fp16 output. Nothing here has been run on a GPU yet: check a f
 
 Without a GPU, ``--dry-run --model H100`` writes the same inputs with the model's predictions
 (the CPU test of the case generation and file writing; tests/test_tensorcore_tools.py).
+
+``--fingerprint`` runs :func:`fpsim.probe.fingerprint` against the GPU instead (one case per
+element of each ``A @ B + C`` it asks for) and prints, for each pair, the ``BlockFMA`` that
+reproduces the unit (``<GPU>_fingerprint.txt`` in ``--out`` if given); with ``--dry-run
+--model H100`` it fingerprints fpsim's model through the same bit-pattern plumbing
+(tests/test_probe_tools.py)::
+
+    python tools/record_tensorcore.py --fingerprint --pairs fp16:fp32,e4m3:fp32
 """
 
 from __future__ import annotations
@@ -939,6 +947,64 @@ def check_block_scaled(paths) -> list[tuple[str, str, str, int, int]]:
     return rows
 
 
+# -- fingerprint (fpsim.probe.fingerprint against the GPU) -----------------------------------
+
+def matmul_fn(fin: str, fout: str, runner: Callable = None) -> Callable:
+    """``fn(A, B, C) = A @ B + C`` for :func:`fpsim.probe.fingerprint`, one case per element
+    of D (row i of A, column j of B, C[i, j]) run by ``runner(a_bits, b_bits, c_bits, fin,
+    fout)`` (default: the GPU, :func:`gpu_patterns`; the dry run passes the model). K is padded
+    with zero products to whole GPU calls."""
+    runner = gpu_patterns if runner is None else runner
+    tile = TILE[fin]
+
+    def fn(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> np.ndarray:
+        M, K = A.shape
+        N = B.shape[1]
+        Kp = -(-K // tile) * tile
+        a = np.zeros((M * N, Kp))
+        b = np.zeros((M * N, Kp))
+        a[:, :K] = np.repeat(A, N, axis=0)
+        b[:, :K] = np.tile(B.T, (M, 1))
+        ab, bb, cb = to_patterns(a, b, np.asarray(C, dtype=np.float64).reshape(-1), fin)
+        d = runner(ab, bb, cb, fin, fout)
+        if (d == 0xFFFFFFFF).any():
+            raise RuntimeError(f"the GPU does not run {fin}->{fout} tensor-core cases")
+        return np.asarray(fpsim.from_bits(d, fout), dtype=np.float64).reshape(M, N)
+
+    return fn
+
+
+def fingerprint_units(pairs, label: str, model: str | None, out: Path | None) -> list[str]:
+    """Fingerprint every pair on the GPU (or on fpsim's ``model`` for the dry run); one line
+    each, also written to ``<out>/<label>_fingerprint.txt`` when ``out`` is given."""
+    from fpsim.probe import fingerprint
+
+    lines = []
+    for fin, fout in pairs:
+        if model is not None:
+            try:
+                tc.resolve_unit(model, fin, fout)
+            except ValueError as exc:
+                print(f"skip {fin}->{fout}: {exc.args[0].split(';')[0]}", file=sys.stderr)
+                continue
+
+            def runner(ab, bb, cb, fi, fo):
+                return model_patterns(ab, bb, cb, fi, fo, model)
+        else:
+            runner = None
+        try:
+            unit = fingerprint(matmul_fn(fin, fout, runner), fin, fout)
+        except (RuntimeError, ValueError) as exc:
+            lines.append(f"{label} {fin}->{fout}: no unit ({exc})")
+        else:
+            lines.append(f"{label} {fin}->{fout}: {unit!r}")
+        print(lines[-1])
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{label}_fingerprint.txt").write_text("\n".join(lines) + "\n")
+    return lines
+
+
 def _pairs(text: str):
     out = []
     for item in text.split(","):
@@ -974,7 +1040,17 @@ def main(argv=None) -> int:
                    help="record the MXFP8 / MXFP4 / NVFP4 GEMM probes instead (Blackwell)")
     p.add_argument("--check-block", nargs="+", type=Path, default=None, metavar="NPZ",
                    help="compare recorded block-scaled probe files with every candidate")
+    p.add_argument("--fingerprint", action="store_true",
+                   help="fingerprint the GPU's units (fpsim.probe.fingerprint) for --pairs; "
+                        "with --dry-run, fpsim's --model instead")
     args = p.parse_args(argv)
+    if args.fingerprint:
+        if args.dry_run and args.model is None:
+            p.error("--dry-run needs --model (e.g. --model H100)")
+        model = args.model if args.dry_run else None
+        label = args.gpu_name or (tc.get_gpu(model).name if model else detect_gpu_name())
+        fingerprint_units(args.pairs, label, model, args.out)
+        return 0
     if args.check_block:
         for name, fmt_name, model, agree, total in check_block_scaled(args.check_block):
             print(f"{name:48s} {fmt_name:11s} {model:20s} {agree:4d} / {total}")

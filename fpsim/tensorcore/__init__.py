@@ -46,11 +46,13 @@ from .hardware import (
     write_hardware_file,
 )
 from .model import CHUNK_ELEMENTS, convert_input, dot, matmul
+from .promotion import PromotionResult, promotion_experiment
 
 __all__ = [
     "matmul", "dot", "convert_input", "BlockFMA", "GpuModel", "GPUS", "get_gpu", "list_gpus",
     "resolve_unit", "support_matrix", "DotExplanation", "BlockStep", "TermStep",
     "error_vs_k", "ErrorVsK", "HardwareFile", "load_hardware_file", "write_hardware_file",
     "parse_file_name", "model_results", "check_hardware", "HardwareReport", "FileReport",
-    "Mismatch", "configure_parser", "run_cli", "CHUNK_ELEMENTS",
+    "Mismatch", "configure_parser", "run_cli", "CHUNK_ELEMENTS", "promotion_experiment",
+    "PromotionResult",
 ]

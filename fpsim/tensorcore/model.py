@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from ..checks import as_int
 from ..formats import FP32, TF32, Format
 from ..modes import Rounding
 from ..rounding import SIGN, as_float64
@@ -834,7 +835,8 @@ def _as_real(x, what: str) -> np.ndarray:
 def matmul(A: npt.ArrayLike, B: npt.ArrayLike, C: npt.ArrayLike | None = None, *,
            gpu: str | GpuModel | BlockFMA = "A100",
            input_format: Format | str = "fp16",
-           output_format: Format | str = "fp32") -> np.ndarray:
+           output_format: Format | str = "fp32",
+           promote_every: int | None = None) -> np.ndarray:
     """``D = A @ B + C`` as the tensor cores of ``gpu`` compute it, bit for bit.
 
     ``A`` (M x K) and ``B`` (K x N) hold real values (floats, NumPy or ml_dtypes arrays); they
@@ -851,8 +853,22 @@ def matmul(A: npt.ArrayLike, B: npt.ArrayLike, C: npt.ArrayLike | None = None, *
     array([[1.00000012]])
     >>> tc.matmul(A, B, [[1 - 2.0**-24]], gpu=tc.BlockFMA(4, extra_bits=-1))
     array([[0.99999988]])
+
+    ``promote_every=N_C`` (a multiple of the unit's block size; fp32 output) is DeepSeek-V3's
+    promotion (section 3.5.2): the tensor cores accumulate N_C products at a time from zero,
+    and each such partial result is added to an fp32 accumulator that starts at C, one fp32
+    addition rounded to nearest even (the CUDA cores' FP32 registers).
+
+    >>> A = np.full((1, 64), 1.0); B = np.full((64, 1), 2.0**-9)
+    >>> float(tc.matmul(A, B, [[256.0]], gpu="H100", input_format="fp8_e4m3")[0, 0])
+    256.0
+    >>> float(tc.matmul(A, B, [[256.0]], gpu="H100", input_format="fp8_e4m3",
+    ...                 promote_every=32)[0, 0])
+    256.125
     """
     unit, fi, fo, _ = resolve_unit(gpu, input_format, output_format)
+    if promote_every is not None:
+        promote_every = _check_promotion(promote_every, unit, fo)
     _as_real(A, "A")
     _as_real(B, "B")
     Ar = convert_input(A, fi)
@@ -879,8 +895,31 @@ def matmul(A: npt.ArrayLike, B: npt.ArrayLike, C: npt.ArrayLike | None = None, *
         return np.zeros((M, N))
     aT = np.ascontiguousarray(Ar.T)
     _record_invalid(aT, Br, Cr, True, "tensorcore.matmul")
+    if promote_every is not None:
+        D = Cr.astype(np.float32)
+        zero = np.zeros((M, N))
+        with np.errstate(over="ignore", invalid="ignore"):
+            for k0 in range(0, K, promote_every):
+                part = _run(np.ascontiguousarray(aT[k0:k0 + promote_every]),
+                            np.ascontiguousarray(Br[k0:k0 + promote_every]), zero, unit, fi,
+                            unit.result_format(fo), outer=True, fo=fo)
+                D = D + part.astype(np.float32)  # float32 addition: rounded to nearest even
+        return D.astype(np.float64)
     return _run(aT, np.ascontiguousarray(Br), Cr, unit, fi, unit.result_format(fo), outer=True,
                 fo=fo)
+
+
+def _check_promotion(promote_every: object, unit: BlockFMA, fo: Format) -> int:
+    """``promote_every``: a positive multiple of the unit's block size, fp32 output only."""
+    n = as_int("promote_every", promote_every, 1)
+    if n % unit.block_size:
+        raise ValueError(f"promote_every must be a multiple of the unit's block size "
+                         f"{unit.block_size} (the partial sums leave the tensor cores between "
+                         f"blocks), got {n}")
+    if fo != FP32:
+        raise ValueError(f"promote_every adds the partial sums in fp32: it needs "
+                         f"output_format='fp32', got {fo.name}")
+    return n
 
 
 def dot_rows(a_raw: np.ndarray, b_raw: np.ndarray, c_raw: np.ndarray, unit: BlockFMA,
