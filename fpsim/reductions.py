@@ -34,9 +34,20 @@ NumPy calls; with stochastic rounding they draw the same random values from the 
 same order and amount (raw 64-bit draws taken in blocks), and round them on Python integers.
 The element-by-element loop, vectorised across independent rows, runs everywhere else.
 
-The rounding mode and policies apply to every operation (the accumulator's adds too); with
-``flags=True`` the result comes with the OR of the IEEE flags of every operation that produced
-each output element.
+The rounding mode and policies apply to every operation (the accumulator's adds too), on every
+path: each add is :func:`fpsim.add` with the same options, so ``subnormals="daz"`` reads a
+subnormal running total (or product, or Kahan compensation) as zero at the next add, and a tie
+breaks the kernel's way in every format (with a 0-bit mantissa, "even" is the last bit of the
+exponent: ``1 + 2`` is 2 in ``Format(2, 0, nan_encoding="fn")``). In the ``"wide"`` order the
+first value enters the accumulator as the result of ``0 + x`` would (mode, flush-to-zero, DAZ)
+and the final rounding to ``fmt`` is a result's (flush-to-zero, not DAZ); with stochastic
+rounding, adds the accumulator makes exactly draw nothing. With ``flags=True`` the result comes
+with the OR of the IEEE flags of every operation that produced each output element.
+
+Axes: as in NumPy, ``axis`` may be a tuple of axes, which is a set (a repeated axis is NumPy's
+``ValueError``). The values of each output are accumulated in C (row-major) order over the
+reduced axes, whatever order the tuple lists them in: ``axis=(1, 0)`` gives the same sums as
+``axis=(0, 1)``, and a full reduction (``axis=None``) is the sum of ``x.ravel()``.
 """
 
 from __future__ import annotations
@@ -60,6 +71,7 @@ from .arithmetic import (
     context,
     context_of,
     convert_operand,
+    daz_operand,
     fast_paths_on,
     mul_flat,
     native_ok,
@@ -109,8 +121,11 @@ class _Acc:
         self.fl[rows_of] |= per_row
 
     def add(self, a, b, rows_of=slice(None), exact_operands=True):
-        """fl(a + b) elementwise; arrays of shape (rows, ...)."""
+        """fl(a + b) elementwise; arrays of shape (rows, ...). Under DAZ every add reads its
+        subnormal operands (a running total too) as zero, as :func:`fpsim.add` does."""
         shape = a.shape
+        if self.c.daz:
+            a, b = daz_operand(a, self.c), daz_operand(b, self.c)
         out, fl, inv = add_flat(a.reshape(-1), b.reshape(-1), self.c,
                                  exact_operands=exact_operands)
         self._note(fl, inv, shape, rows_of)
@@ -247,6 +262,7 @@ def _scalar_adder(c: OpContext):
     flush = c.result_subnormals is Subnormals.FLUSH or not fmt.subnormals
     before = c.tininess is Tininess.BEFORE
     fnuz = fmt.nan_encoding is NaNEncoding.FNUZ
+    daz = c.daz
     no_nan = fmt.nan_encoding is NaNEncoding.NONE
     if c.overflow is Overflow.SATURATE or no_nan:
         beyond = fmax  # what an overflow "away" gives
@@ -260,8 +276,9 @@ def _scalar_adder(c: OpContext):
     over_f, invalid_f = int(Flags.OVERFLOW | Flags.INEXACT), int(Flags.INVALID)
     flags = [0]
 
-    def up_from(n: float, frac: float, lo: float, neg: bool) -> bool:
-        """Round the inexact magnitude (n + frac) * q (+ lo) up to (n + 1) * q?"""
+    def up_from(odd: bool, frac: float, lo: float, neg: bool) -> bool:
+        """Round the inexact magnitude (n + frac) * q (+ lo) up to (n + 1) * q? (``odd``: is
+        the lower neighbour n * q odd, i.e. its last kept bit set?)"""
         if mode is Rounding.TOWARD_ZERO:
             return False
         if mode is Rounding.UP:
@@ -269,9 +286,9 @@ def _scalar_adder(c: OpContext):
         if mode is Rounding.DOWN:
             return neg
         if mode is Rounding.ODD:
-            return n % 2.0 == 0.0
+            return not odd
         if frac == 0.5 and lo == 0.0:  # a tie
-            return mode is Rounding.NEAREST_AWAY or n % 2.0 == 1.0
+            return mode is Rounding.NEAREST_AWAY or odd
         return frac > 0.5 or (frac == 0.5 and lo > 0.0)
 
     def rounded(mag: float, lo: float, e: int, neg: bool) -> tuple[float, bool]:
@@ -290,9 +307,18 @@ def _scalar_adder(c: OpContext):
             if lo < 0.0:  # just below the grid point n * q: above half of the step below
                 n -= 1.0
                 frac = 0.75
-        return (n + (1.0 if up_from(n, frac, lo, neg) else 0.0)) * q, True
+        # The kernel's last kept bit: the significand's (n's) for m >= 1; with no mantissa
+        # bit, a normal n * q = 2**e is odd when the last bit of its (float64) biased exponent
+        # is set, e even, while the subnormal range's n (0) is even, as in the kernel.
+        odd = n % 2.0 == 1.0 if m or n == 0.0 else e % 2 == 0
+        return (n + (1.0 if up_from(odd, frac, lo, neg) else 0.0)) * q, True
 
     def add(a: float, b: float) -> float:
+        if daz:  # subnormal operands (a running total too) read as zero, as in fpsim.add
+            if -tiny < a < tiny:
+                a = copysign(0.0, a)
+            if -tiny < b < tiny:
+                b = copysign(0.0, b)
         s = a + b
         if not isfinite(s):  # inf or NaN operands, inf - inf: the kernel keeps the value
             if want and s != s and (no_nan or (a == a and b == b)):
@@ -405,6 +431,7 @@ class _StochasticAdder:
         self.after = c.tininess is Tininess.AFTER
         self.saturate = c.overflow is Overflow.SATURATE
         self.exact = plan_for(fmt).add_exact  # every add is exact in float64: no pair path
+        self.daz = c.daz
         self.fl = [0] * rows
         self.bulk = self.exact or (
             type(c.rng.bit_generator) in _RAW_DOUBLE_BITGENS if self.rb is None
@@ -567,6 +594,8 @@ class _StochasticAdder:
 
     def add(self, a: list[float], b: list[float]) -> list[float]:
         """One vectorised add of _Acc: row i gets fl(a[i] + b[i]); the flags OR into fl."""
+        if self.daz:
+            a, b = [self._daz(v) for v in a], [self._daz(v) for v in b]
         s = [x + y for x, y in zip(a, b, strict=True)]
         out = []
         if self.exact:
@@ -592,6 +621,8 @@ class _StochasticAdder:
 
     def add1(self, a: float, b: float) -> float:
         """:meth:`add` for one row, on floats rather than lists (the same draws)."""
+        if self.daz:
+            a, b = self._daz(a), self._daz(b)
         s = a + b
         if not self.exact:
             bb = s - a
@@ -605,6 +636,10 @@ class _StochasticAdder:
         if self.want:
             self._note(0, f, s, a, b)
         return _float(r)
+
+    def _daz(self, v: float) -> float:
+        """A subnormal operand read as (signed) zero (DAZ)."""
+        return math.copysign(0.0, v) if -self.tiny < v < self.tiny else v
 
     def _note(self, i: int, f: int, s: float, a: float, b: float) -> None:
         if s != s and a == a and b == b:  # inf - inf (_Acc._note: INVALID replaces)
@@ -754,32 +789,49 @@ def _pairwise(X, acc: _Acc):
     return val[:, -1] if nodes else val[:, 0]
 
 
-def _wide_exact(span: tuple[int, int], acc_fmt: Format, n: int) -> bool:
+def _wide_exact(span: tuple[int, int], acc_fmt: Format, n: int, gradual: bool = True) -> bool:
     """Every partial sum of n terms that are multiples of 2**bottom below 2**top (span) is a
-    number of the accumulator: the accumulator's adds are then exact."""
+    number of the accumulator: the accumulator's adds are then exact. ``gradual``: the
+    accumulator keeps subnormals (else no partial sum may be subnormal: flush-to-zero would
+    flush it, DAZ read it as zero)."""
     bottom, top = span
     top += max(n - 1, 1).bit_length()
+    low = acc_fmt.emin - acc_fmt.mantissa_bits if gradual else acc_fmt.emin
     return (top - bottom <= acc_fmt.precision_bits and top <= acc_fmt.emax
-            and acc_fmt.emin - acc_fmt.mantissa_bits <= bottom and acc_fmt.subnormals)
+            and low <= bottom and acc_fmt.subnormals)
 
 
 def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
     """Accumulate the exact terms X (float64, exact, within span) in acc_fmt, round once to
     c.fmt."""
     rows, n = X.shape
-    exact = _wide_exact(span, acc_fmt, n)
+    gradual = not c.daz and c.result_subnormals is Subnormals.KEEP
+    exact = _wide_exact(span, acc_fmt, n, gradual)
     if acc_fmt == FP64 and not exact and c.mode is not Rounding.NEAREST_EVEN:
         raise ValueError("accumulator='fp64' accumulates in NumPy float64: "
                          "rounding='nearest_even' only")
+    if acc_fmt == FP64 and not exact and c.daz:
+        raise ValueError("accumulator='fp64' accumulates in NumPy float64, which keeps "
+                         "subnormal operands: subnormals='daz' or 'flush_daz' needs partial "
+                         "sums that cannot be subnormal in float64, or another accumulator")
     if acc_fmt == FP64 or exact:
         # the adds are exact (or float64's own): plain float64 sums
         with np.errstate(invalid="ignore", over="ignore"):
             s = _accumulate(X)
+        if c.mode is Rounding.DOWN:
+            # float64's exact zero sums are +0 unless every term is -0; rounding down
+            # makes them -0 unless every term is +0 (x + (-x) = -0 at each add)
+            plus_zeros = ((X == 0) & ~np.signbit(X)).all(axis=1)
+            s[(s == 0) & ~plus_zeros] = -0.0
         if acc.fl is not None:
             inv = np.isnan(s) & ~np.isnan(X).any(axis=1)  # inf - inf on the way
             acc.fl[inv] |= np.uint8(Flags.INVALID)
     else:
-        ca = context_of(RoundingPolicy(acc_fmt, c.mode, c.overflow, c.result_subnormals,
+        # the accumulator's adds follow the policy: flush their results, DAZ their operands
+        sub = ((Subnormals.FLUSH_DAZ if c.daz else Subnormals.FLUSH)
+               if c.result_subnormals is Subnormals.FLUSH
+               else (Subnormals.DAZ if c.daz else Subnormals.KEEP))
+        ca = context_of(RoundingPolicy(acc_fmt, c.mode, c.overflow, sub,
                                        c.tininess, c.rng, c.random_bits), c.want)
         wacc = _Acc(ca, rows)
         s = None
@@ -792,7 +844,9 @@ def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
                     s = _accumulate(Xn).astype(np.float64)
             del Xn
         if s is None:
-            s, f0 = round_result(X[:, 0], None, ca)
+            # the first value goes into the accumulator as an add's result would (0 + x:
+            # the mode, flush-to-zero, and DAZ of a subnormal value)
+            s, f0 = round_result(daz_operand(X[:, 0], ca), None, ca)
             if f0 is not None:
                 wacc.fl |= f0
             if _scalar_ok(ca, rows):
@@ -869,12 +923,15 @@ def _check_axis(axis, name: str = "axis") -> None:
 
 
 def _to_rows(v: np.ndarray, axis, keepdims: bool):
-    """Move the reduced axes last: (rows, n) array and the output shape."""
+    """Move the reduced axes last: (rows, n) array and the output shape. The axis tuple is a
+    set, as in NumPy (a repeated axis is NumPy's ValueError): the reduced axes keep their
+    order in ``v``, so each row holds its values in C order whatever order the tuple lists
+    them in (``axis=(1, 0)`` sums as ``axis=(0, 1)`` and ``axis=None``)."""
     if axis is None:
         axes = tuple(range(v.ndim))
     else:
         axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-        axes = tuple(normalize_axis_tuple(axes, v.ndim, "axis")) if axes else ()
+        axes = tuple(sorted(normalize_axis_tuple(axes, v.ndim, "axis"))) if axes else ()
     keep = [i for i in range(v.ndim) if i not in axes]
     moved = np.transpose(v, keep + list(axes))
     kept_shape = tuple(v.shape[i] for i in keep)
@@ -904,6 +961,8 @@ def sum(  # noqa: A001 - the natural name, as numpy.sum
 ):
     """Sum ``x`` over ``axis`` (all axes by default) in ``fmt`` with the accumulation order
     ``order`` (see the module docstring for the exact models); vectorised over the other axes.
+    The values along several axes are taken in C order of those axes, whatever order ``axis``
+    lists them in (a tuple of axes is a set, as in NumPy).
 
     Values are first converted to ``fmt`` (round to nearest even). Returns float64 values of
     ``fmt`` (a scalar for a full reduction); ``flags=True`` adds the OR of the flags of every
