@@ -171,8 +171,186 @@ def _sequential(X, acc: _Acc):
         return _sequential_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):
         add, fl = _scalar_adder(acc.c)
+        if acc.c.mode in _RUN_MODES:  # runs of adds at one quantum, vectorised
+            return _run_rows(X, _sequential_runs(add, fl, acc.c), fl, acc.fl)
         return _python_rows(X, _sequential_row(add), fl, acc.fl)
     return _sequential_loop(X, acc)
+
+
+# -- long sequential sums: inline steps, and runs of adds at one quantum, vectorised ------------
+#
+# Steps: for a deterministic mode other than stochastic, the Python-float adder's rounding of
+# s + x, written inline for the common case: s + x exact in float64 (TwoSum's error zero, or
+# the format's adds always exact) and in the normal range (e in [emin, emax]). Its quantum is
+# q = ulp(s + x) * 2**(52 - m) (a power of two: math.ulp's binade), v - fmod(v, q) is v
+# truncated toward zero to a multiple of q (both exact), and the mode moves it one q (or not).
+# Anything else (zeros, subnormal or non-finite sums, overflow, an inexact float64 sum, DAZ,
+# ties in a format with no mantissa bit) is the adder's call.
+#
+# Runs: while the exact sum s + x of the running total and the next value stays in one binade
+# [2**e, 2**(e+1)) of one sign (e >= emin, no overflow), every rounding of the sequential sum
+# has the same quantum q = 2**(e - m), and s is a multiple of q: rounding s + x to a multiple
+# of q is s plus x rounded to a multiple of q, in every mode whose choice depends on the sign
+# and the position between two multiples of q only (toward +-inf, toward zero, nearest away,
+# nearest even except at a tie, where the parity of s decides). So a run of such adds is
+# s + cumsum(x rounded to multiples of q), all exact in float64 (multiples of q below
+# 2**(e+2)), checked element by element against the binade's bounds (exact comparisons); the
+# first value that leaves the run goes to the steps. Where runs stay short (sums near zero or
+# a binade boundary), the steps take ever longer stretches between tries, so the cost stays
+# near theirs at worst.
+
+_RUN_MODES = frozenset({Rounding.UP, Rounding.DOWN, Rounding.TOWARD_ZERO,
+                        Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY})
+_STEP_MODES = _RUN_MODES | {Rounding.ODD}
+_RUN_FIRST, _RUN_MAX = 256, 1 << 16  # values per vectorised try: first, most
+_RUN_SHORT = 16  # a run shorter than this: the steps take the next stretch
+_STEPS_FIRST, _STEPS_MAX = 64, 1 << 13  # the steps' stretch between tries: first, most
+
+
+def _run_rows(X, row_sum, fl: list[int], out_fl) -> np.ndarray:
+    """:func:`_python_rows` for row sums on NumPy rows: ``row_sum(first value, the rest)``."""
+    out = np.empty(X.shape[0])
+    for i in range(X.shape[0]):
+        fl[0] = 0
+        out[i] = row_sum(float(X[i, 0]), X[i, 1:])
+        if out_fl is not None:
+            out_fl[i] |= fl[0]
+    return out
+
+
+def _sequential_steps(add, fl: list[int], c: OpContext):
+    """``steps(s, xs)``: s + xs[0] + xs[1] + ... (a list of floats), each add rounded as the
+    Python-float adder ``add`` (flag cell ``fl``) rounds it, the common case inline."""
+    fmt, mode, want = c.fmt, c.mode, c.want
+    m = fmt.mantissa_bits
+    if (c.daz or mode not in _STEP_MODES
+            or (m == 0 and mode in (Rounding.NEAREST_EVEN, Rounding.ODD))):
+        def plain(s: float, xs: list) -> float:
+            for x in xs:
+                s = add(s, x)
+            return s
+        return plain
+    K = 2.0 ** (52 - m)  # ulp(v) * K: v's quantum in the format
+    qlo, qhi = 2.0 ** (fmt.emin - m), 2.0 ** (fmt.emax - m)  # normal binades' quanta
+    fmax = fmt.max
+    two_sum = not plan_for(fmt).add_exact
+    ulp, fmod = math.ulp, math.fmod
+    inexact_f = int(Flags.INEXACT)
+    up, down = mode is Rounding.UP, mode is Rounding.DOWN
+    nearest = mode in (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY)
+    away, odd = mode is Rounding.NEAREST_AWAY, mode is Rounding.ODD
+
+    def steps(s: float, xs: list) -> float:
+        for x in xs:
+            v = s + x
+            q = ulp(v) * K
+            if not qlo <= q <= qhi or (two_sum and (s - (v - (b := v - s))) + (x - b)):
+                s = add(s, x)
+                continue
+            rem = fmod(v, q)  # v's bits below q, with v's sign
+            if rem:
+                r = v - rem  # toward zero
+                if up:
+                    if r < v:
+                        r += q
+                elif down:
+                    if r > v:
+                        r -= q
+                elif nearest:
+                    h = rem + rem
+                    if h > q or h < -q or ((h == q or h == -q)
+                                           and (away or (r / q) % 2.0 == 1.0)):
+                        r += q if v > 0 else -q
+                elif odd and (r / q) % 2.0 == 0.0:
+                    r += q if v > 0 else -q
+                if q == qhi and (r > fmax or r < -fmax):
+                    s = add(s, x)  # overflow: the adder's policy
+                    continue
+                if want:
+                    fl[0] |= inexact_f
+                s = r
+            else:
+                s = v
+        return s
+
+    return steps
+
+
+def _sequential_runs(add, fl: list[int], c: OpContext):
+    """The sequential order's row sum (for :func:`_run_rows`) by runs at one quantum and
+    inline steps between them (see above); ``add`` is the Python-float adder of ``c``."""
+    fmt, mode, want = c.fmt, c.mode, c.want
+    m, tiny, fmax = fmt.mantissa_bits, fmt.smallest_normal, fmt.max
+    lo_u, hi_u = float(2**m), float(2 ** (m + 1))  # the binade's bounds in units of q
+    frexp, ldexp = math.frexp, math.ldexp
+    inexact_f = int(Flags.INEXACT)
+    steps = _sequential_steps(add, fl, c)
+    runs = mode in _RUN_MODES
+
+    def row_sum(s: float, x: np.ndarray) -> float:
+        if c.daz:  # the rounded add reads subnormal values as zero (dot's products)
+            x = daz_operand(x, c)
+        n, i, w, stretch = x.size, 0, _RUN_FIRST, _STEPS_FIRST
+        while i < n:
+            if s - s != 0.0:  # inf or NaN: it stays unless a NaN or the other inf comes
+                if s != s:  # NaN: every later add gives NaN and the same flags
+                    return add(s, float(x[i])) if want else s
+                hit = np.flatnonzero(np.isnan(x[i:]) | (x[i:] == -s))
+                if not hit.size:
+                    return s  # inf + finite: inf, exact
+                i += int(hit[0])
+                s = add(s, float(x[i]))
+                i += 1
+                continue
+            a = -s if s < 0 else s
+            if not (runs and tiny <= a <= fmax):  # no run from zero, subnormals, inf, NaN
+                s = steps(s, x[i:i + stretch].tolist())
+                i += stretch
+                stretch = min(2 * stretch, _STEPS_MAX)
+                continue
+            neg = s < 0
+            q = ldexp(1.0, frexp(a)[1] - 1 - m)
+            r = x[i:i + w] * (-1.0 / q if neg else 1.0 / q)  # exact: magnitudes in units of q
+            f = np.floor(r)
+            with np.errstate(invalid="ignore", over="ignore"):  # inf, NaN: no run
+                frac = r - f
+            if mode is Rounding.NEAREST_EVEN:
+                d = f + (frac > 0.5)
+            elif mode is Rounding.NEAREST_AWAY:
+                d = f + (frac >= 0.5)
+            elif (mode is Rounding.UP) != neg and mode is not Rounding.TOWARD_ZERO:
+                d = f + (frac > 0.0)  # away from zero: toward +inf above 0, -inf below
+            else:
+                d = f  # toward zero
+            with np.errstate(invalid="ignore", over="ignore"):
+                tot = np.cumsum(d)
+            tot += a / q
+            prev = np.empty_like(tot)
+            prev[0] = a / q
+            prev[1:] = tot[:-1]
+            ok = (r >= lo_u - prev) & (r < hi_u - prev) & (tot <= fmax / q)
+            if mode is Rounding.NEAREST_EVEN:
+                ok &= frac != 0.5  # a tie: the parity of s decides
+            run = r.size if ok.all() else int(np.argmin(ok))
+            if run:
+                s = float(tot[run - 1]) * (-q if neg else q)
+                if want and frac[:run].any():
+                    fl[0] |= inexact_f
+            i += run
+            if run == r.size:
+                w, stretch = min(2 * w, _RUN_MAX), _STEPS_FIRST
+                continue
+            w = _RUN_FIRST
+            if run < _RUN_SHORT:  # short runs: a stretch of steps before the next try
+                s = steps(s, x[i:i + stretch].tolist())
+                i += stretch
+                stretch = min(2 * stretch, _STEPS_MAX)
+            else:  # the value that leaves the run
+                s = steps(s, [float(x[i])])
+                i += 1
+        return s
+
+    return row_sum
 
 
 # -- few outputs: the rounded add on Python floats ---------------------------------------------
