@@ -181,11 +181,12 @@ def _sequential(X, acc: _Acc):
 #
 # Steps: for a deterministic mode other than stochastic, the Python-float adder's rounding of
 # s + x, written inline for the common case: s + x exact in float64 (TwoSum's error zero, or
-# the format's adds always exact) and in the normal range (e in [emin, emax]). Its quantum is
-# q = ulp(s + x) * 2**(52 - m) (a power of two: math.ulp's binade), v - fmod(v, q) is v
-# truncated toward zero to a multiple of q (both exact), and the mode moves it one q (or not).
-# Anything else (zeros, subnormal or non-finite sums, overflow, an inexact float64 sum, DAZ,
-# ties in a format with no mantissa bit) is the adder's call.
+# the format's adds always exact) and in a normal binade below the top one (e in [emin,
+# emax): no overflow, no NaN pattern of an 'fn' format). Its quantum is q = ulp(s + x) *
+# 2**(52 - m) (a power of two: math.ulp's binade), v - fmod(v, q) is v truncated toward zero
+# to a multiple of q (both exact), and the mode moves it one q (or not). Anything else
+# (zeros, subnormal or non-finite sums, the top binade, an inexact float64 sum, DAZ, ties in a
+# format with no mantissa bit) is the adder's call.
 #
 # Runs: while the exact sum s + x of the running total and the next value stays in one binade
 # [2**e, 2**(e+1)) of one sign (e >= emin, no overflow), every rounding of the sequential sum
@@ -231,8 +232,8 @@ def _sequential_steps(add, fl: list[int], c: OpContext):
             return s
         return plain
     K = 2.0 ** (52 - m)  # ulp(v) * K: v's quantum in the format
-    qlo, qhi = 2.0 ** (fmt.emin - m), 2.0 ** (fmt.emax - m)  # normal binades' quanta
-    fmax = fmt.max
+    # the normal binades' quanta, the top binade's (overflow, fn formats' NaN) left to add
+    qlo, qhi = 2.0 ** (fmt.emin - m), 2.0 ** (fmt.emax - m)
     two_sum = not plan_for(fmt).add_exact
     ulp, fmod = math.ulp, math.fmod
     inexact_f = int(Flags.INEXACT)
@@ -244,7 +245,7 @@ def _sequential_steps(add, fl: list[int], c: OpContext):
         for x in xs:
             v = s + x
             q = ulp(v) * K
-            if not qlo <= q <= qhi or (two_sum and (s - (v - (b := v - s))) + (x - b)):
+            if not qlo <= q < qhi or (two_sum and (s - (v - (b := v - s))) + (x - b)):
                 s = add(s, x)
                 continue
             rem = fmod(v, q)  # v's bits below q, with v's sign
@@ -263,9 +264,6 @@ def _sequential_steps(add, fl: list[int], c: OpContext):
                         r += q if v > 0 else -q
                 elif odd and (r / q) % 2.0 == 0.0:
                     r += q if v > 0 else -q
-                if q == qhi and (r > fmax or r < -fmax):
-                    s = add(s, x)  # overflow: the adder's policy
-                    continue
                 if want:
                     fl[0] |= inexact_f
                 s = r
@@ -274,6 +272,78 @@ def _sequential_steps(add, fl: list[int], c: OpContext):
         return s
 
     return steps
+
+
+def _fast_adder(add, fl: list[int], c: OpContext):
+    """The Python-float adder ``add`` with the common case inline, as in
+    :func:`_sequential_steps` (one rounded add per call), or None where that does not
+    apply (DAZ, stochastic rounding, ties or round-to-odd in a format with no mantissa bit)."""
+    fmt, mode, want = c.fmt, c.mode, c.want
+    m = fmt.mantissa_bits
+    if (c.daz or mode not in _STEP_MODES
+            or (m == 0 and mode in (Rounding.NEAREST_EVEN, Rounding.ODD))):
+        return None
+    K = 2.0 ** (52 - m)
+    qlo, qhi = 2.0 ** (fmt.emin - m), 2.0 ** (fmt.emax - m)
+    two_sum = not plan_for(fmt).add_exact
+    ulp, fmod = math.ulp, math.fmod
+    inexact_f = int(Flags.INEXACT)
+    up, down = mode is Rounding.UP, mode is Rounding.DOWN
+    nearest = mode in (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY)
+    away, odd = mode is Rounding.NEAREST_AWAY, mode is Rounding.ODD
+
+    def fast_add(a: float, b: float) -> float:
+        v = a + b
+        q = ulp(v) * K
+        if not qlo <= q < qhi or (two_sum and (a - (v - (bb := v - a))) + (b - bb)):
+            return add(a, b)
+        rem = fmod(v, q)
+        if not rem:
+            return v
+        r = v - rem
+        if up:
+            if r < v:
+                r += q
+        elif down:
+            if r > v:
+                r -= q
+        elif nearest:
+            h = rem + rem
+            if h > q or h < -q or ((h == q or h == -q) and (away or (r / q) % 2.0 == 1.0)):
+                r += q if v > 0 else -q
+        elif odd and (r / q) % 2.0 == 0.0:
+            r += q if v > 0 else -q
+        if want:
+            fl[0] |= inexact_f
+        return r
+
+    return fast_add
+
+
+def _kahan_steps(add, fl: list[int], c: OpContext):
+    """The Kahan order's row sum for :func:`_python_rows` with :func:`_fast_adder`'s adds;
+    ``t - s`` is exact where Sterbenz's lemma holds (t and s of one sign within a factor 2,
+    t != s: no zero sign to decide, gradual underflow: nothing to flush) and skips the
+    rounding there. ``add``'s row sum (:func:`_kahan_row`) where the fast adder does not
+    apply."""
+    fast = _fast_adder(add, fl, c)
+    if fast is None:
+        return _kahan_row(add)
+    sterbenz = c.result_subnormals is Subnormals.KEEP and c.fmt.subnormals
+
+    def row_sum(s: float, xs: list) -> float:
+        comp = 0.0
+        for x in xs:
+            y = fast(x, -comp)
+            t = fast(s, y)
+            if sterbenz and t != s and (0.5 * s <= t <= 2.0 * s or 2.0 * s <= t <= 0.5 * s):
+                comp = fast(t - s, -y)
+            else:
+                comp = fast(fast(t, -s), -y)
+            s = t
+        return s
+
+    return row_sum
 
 
 def _sequential_runs(add, fl: list[int], c: OpContext):
@@ -877,6 +947,9 @@ def _sequential_loop(X, acc: _Acc):
 
 
 def _kahan(X, acc: _Acc):
+    if _scalar_ok(acc.c, X.shape[0]) and acc.c.mode in _STEP_MODES:
+        add, fl = _scalar_adder(acc.c)  # few outputs: Python floats, the common case inline
+        return _python_rows(X, _kahan_steps(add, fl, acc.c), fl, acc.fl)
     if native_ok(acc.c):  # each operation one native rounded op (see _native_sequential)
         cols = np.ascontiguousarray(X.T).astype(acc.c.fmt.dtype)
         s = cols[0].copy()

@@ -68,3 +68,50 @@ def test_long_sequential_sum_is_the_chain_of_adds(fmt, mode):
                                       fpsim.Flags(int(want_fl[i])))
             plain = fsum(row, fmt, **kw)  # without flags: the same value
             assert plain == got or (np.isnan(plain) and np.isnan(got))
+
+
+def _kahan_chain(X, fmt, kw):
+    s, comp, fl = X[:, 0], np.zeros(X.shape[0]), np.zeros(X.shape[0], np.uint8)
+
+    def op(f, a, b):
+        v, g = f(a, b, fmt, flags=True, **kw)
+        fl[:] |= g
+        return v
+
+    for k in range(1, X.shape[1]):
+        y = op(fpsim.sub, X[:, k], comp)
+        t = op(fpsim.add, s, y)
+        comp = op(fpsim.sub, op(fpsim.sub, t, s), y)
+        s = t
+    return s, fl
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_long_kahan_sum_is_the_chain_of_operations(fmt, mode):
+    # Kahan's Python-float steps (the fast adder, Sterbenz's exact t - s), every regime
+    opts = [{}, {"subnormals": "flush", "overflow": "saturate"}][MODES.index(mode) % 2]
+    X = _regimes(fmt, 10 + MODES.index(mode))[:, :300]
+    kw = {"rounding": mode, **opts}
+    want, want_fl = _kahan_chain(X, fmt, kw)
+    for i, row in enumerate(X):
+        got, fl = fsum(row, fmt, order="kahan", flags=True, **kw)
+        same = (got == want[i] and np.signbit(got) == np.signbit(want[i])) or (
+            np.isnan(got) and np.isnan(want[i]))
+        assert same, (fmt.name, mode, opts, i, got, want[i])
+        assert fl == want_fl[i], (fmt.name, mode, opts, i, fpsim.Flags(int(fl)),
+                                  fpsim.Flags(int(want_fl[i])))
+
+
+@pytest.mark.parametrize("order", ["sequential", "kahan"])
+def test_exact_sum_on_the_nan_pattern_overflows(order):
+    # in an 'fn' format the top binade's last grid point is NaN: an exact s + x landing on it
+    # overflows (the adder's policy), it is no value to keep
+    for fmt in (fpsim.Format(3, 2, nan_encoding="fn"), fpsim.FP8_E4M3):
+        top = fmt.max  # the largest finite value
+        step = float(2.0 ** (np.floor(np.log2(top)) - fmt.mantissa_bits))
+        for mode in MODES:
+            for opts in ({}, {"overflow": "saturate"}):
+                want = fpsim.add(top, step, fmt, rounding=mode, **opts)
+                got = fsum([top, step], fmt, order=order, rounding=mode, **opts)
+                assert got == want or (np.isnan(got) and np.isnan(want)), (fmt.name, mode)
