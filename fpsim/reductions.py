@@ -349,13 +349,34 @@ def _kahan_steps(add, fl: list[int], c: OpContext):
 def _sequential_runs(add, fl: list[int], c: OpContext):
     """The sequential order's row sum (for :func:`_run_rows`) by runs at one quantum and
     inline steps between them (see above); ``add`` is the Python-float adder of ``c``."""
-    fmt, mode, want = c.fmt, c.mode, c.want
+    mode = c.mode
+
+    def increments(neg: bool, r, f, frac):
+        if mode is Rounding.NEAREST_EVEN:
+            return f + (frac > 0.5), frac != 0.5  # a tie: the parity of s decides
+        if mode is Rounding.NEAREST_AWAY:
+            return f + (frac >= 0.5), None
+        if (mode is Rounding.UP) != neg and mode is not Rounding.TOWARD_ZERO:
+            return f + (frac > 0.0), None  # away from zero: toward +inf above 0, -inf below
+        return f, None  # toward zero
+
+    return _runs(c, fl, add, _sequential_steps(add, fl, c),
+                 increments if mode in _RUN_MODES else None)
+
+
+def _runs(c: OpContext, fl: list[int], add, steps, increments, unused=None, skip=None):
+    """The row sum of :func:`_sequential_runs` and :func:`_stochastic_runs`: runs while
+    ``increments(neg, r, f, frac)`` (r: the values in units of q, with the run's sign; f, frac:
+    floor(r) and r - floor(r)) gives each add's increment of the magnitude in units of q (and
+    a mask of the values it may take, or None), ``steps(s, values)`` between runs, ``add``
+    for the value after an infinite running total. ``unused(k)``: the run's increments for
+    its last k values were not used (stochastic rounding: their draws go back); ``skip(k)``:
+    k adds to a non-finite running total were skipped (their draws are taken)."""
+    fmt, want = c.fmt, c.want
     m, tiny, fmax = fmt.mantissa_bits, fmt.smallest_normal, fmt.max
     lo_u, hi_u = float(2**m), float(2 ** (m + 1))  # the binade's bounds in units of q
     frexp, ldexp = math.frexp, math.ldexp
     inexact_f = int(Flags.INEXACT)
-    steps = _sequential_steps(add, fl, c)
-    runs = mode in _RUN_MODES
 
     def row_sum(s: float, x: np.ndarray) -> float:
         if c.daz:  # the rounded add reads subnormal values as zero (dot's products)
@@ -364,16 +385,23 @@ def _sequential_runs(add, fl: list[int], c: OpContext):
         while i < n:
             if s - s != 0.0:  # inf or NaN: it stays unless a NaN or the other inf comes
                 if s != s:  # NaN: every later add gives NaN and the same flags
-                    return add(s, float(x[i])) if want else s
+                    if want:
+                        s = add(s, float(x[i]))
+                        i += 1
+                    if skip is not None:
+                        skip(n - i)
+                    return s
                 hit = np.flatnonzero(np.isnan(x[i:]) | (x[i:] == -s))
-                if not hit.size:
-                    return s  # inf + finite: inf, exact
-                i += int(hit[0])
-                s = add(s, float(x[i]))
-                i += 1
+                k = int(hit[0]) if hit.size else n - i  # inf + finite: inf, exact
+                if skip is not None:
+                    skip(k)
+                i += k
+                if i < n:
+                    s = add(s, float(x[i]))
+                    i += 1
                 continue
             a = -s if s < 0 else s
-            if not (runs and tiny <= a <= fmax):  # no run from zero, subnormals, inf, NaN
+            if increments is None or not tiny <= a <= fmax:  # no run from 0, subnormals, ...
                 s = steps(s, x[i:i + stretch].tolist())
                 i += stretch
                 stretch = min(2 * stretch, _STEPS_MAX)
@@ -381,27 +409,21 @@ def _sequential_runs(add, fl: list[int], c: OpContext):
             neg = s < 0
             q = ldexp(1.0, frexp(a)[1] - 1 - m)
             r = x[i:i + w] * (-1.0 / q if neg else 1.0 / q)  # exact: magnitudes in units of q
-            f = np.floor(r)
             with np.errstate(invalid="ignore", over="ignore"):  # inf, NaN: no run
+                f = np.floor(r)
                 frac = r - f
-            if mode is Rounding.NEAREST_EVEN:
-                d = f + (frac > 0.5)
-            elif mode is Rounding.NEAREST_AWAY:
-                d = f + (frac >= 0.5)
-            elif (mode is Rounding.UP) != neg and mode is not Rounding.TOWARD_ZERO:
-                d = f + (frac > 0.0)  # away from zero: toward +inf above 0, -inf below
-            else:
-                d = f  # toward zero
-            with np.errstate(invalid="ignore", over="ignore"):
+                d, may = increments(neg, r, f, frac)
                 tot = np.cumsum(d)
             tot += a / q
             prev = np.empty_like(tot)
             prev[0] = a / q
             prev[1:] = tot[:-1]
             ok = (r >= lo_u - prev) & (r < hi_u - prev) & (tot <= fmax / q)
-            if mode is Rounding.NEAREST_EVEN:
-                ok &= frac != 0.5  # a tie: the parity of s decides
+            if may is not None:
+                ok &= may
             run = r.size if ok.all() else int(np.argmin(ok))
+            if unused is not None and run < r.size:
+                unused(r.size - run)
             if run:
                 s = float(tot[run - 1]) * (-q if neg else q)
                 if want and frac[:run].any():
@@ -685,19 +707,36 @@ class _StochasticAdder:
             type(c.rng.bit_generator) in _RAW_DOUBLE_BITGENS if self.rb is None
             else self.rb > 32)
         self.left = ops * rows  # raw draws still to take (bulk)
-        self.buf: list[int] = []
+        self.buf = np.empty(0, np.uint64)  # drawn, not yet used: buf[pos:]
         self.pos = 0
 
     # -- the draws ---------------------------------------------------------------------------
-    def _raw(self) -> list[int]:
-        if self.pos == len(self.buf):
-            k = min(self.left, _DRAW_BLOCK * self.rows)
-            self.buf = self.rng.integers(0, 1 << 64, size=k, dtype=np.uint64).tolist()
-            self.left -= k
+    def _ensure(self, k: int) -> None:
+        """At least k raw draws in the buffer (bulk draws of at most what is left to take)."""
+        avail = self.buf.size - self.pos
+        if avail < k:
+            size = min(self.left, max(k - avail, _DRAW_BLOCK * self.rows))
+            new = self.rng.integers(0, 1 << 64, size=size, dtype=np.uint64)
+            self.left -= size
+            self.buf = np.concatenate([self.buf[self.pos:], new])
             self.pos = 0
+
+    def _raw(self) -> list[int]:
+        self._ensure(self.rows)
         i = self.pos
         self.pos = i + self.rows
-        return self.buf[i:i + self.rows]
+        return self.buf[i:i + self.rows].tolist()
+
+    def take(self, k: int) -> np.ndarray:
+        """The next k raw draws (bulk only), as the next k adds of one row use them."""
+        self._ensure(k)
+        i = self.pos
+        self.pos = i + k
+        return self.buf[i:i + k]
+
+    def unget(self, k: int) -> None:
+        """The last k draws taken were not used: the next adds use them."""
+        self.pos -= k
 
     def _kernel_draws(self) -> list[int]:
         if self.bulk:
@@ -908,6 +947,8 @@ def _columns(X, block: int = 4096):
 def _sequential_stochastic(X, acc: _Acc):
     rows, n = X.shape
     st = _StochasticAdder(acc.c, rows, n - 1)
+    if rows == 1 and st.bulk:  # runs at one quantum: the same draws, taken in blocks
+        return _run_rows(X, _stochastic_runs(st, acc.c), st.fl, acc.fl)
     if rows == 1:  # floats rather than lists of one (the same draws)
         return _python_rows(X, _sequential_row(st.add1), st.fl, acc.fl)
     cols = _columns(X)
@@ -917,6 +958,47 @@ def _sequential_stochastic(X, acc: _Acc):
     if acc.fl is not None:
         acc.fl |= np.array(st.fl, dtype=np.uint8)
     return np.array(s, dtype=np.float64)
+
+
+def _stochastic_runs(st: _StochasticAdder, c: OpContext):
+    """The sequential order's row sum (one row, raw draws in bulk) by runs at one quantum, as
+    :func:`_sequential_runs`, with the stochastic adder's rounding of each add in the run:
+    add k uses raw draw k. Which branch rounds it depends on x alone: s + x is exact in
+    float64 (the kernel's branch) unless x has bits below 2**(e - 52), i.e. frac * 2**c is
+    not an integer (c = 52 - m; s is a multiple of q). The kernel adds the draw's low c bits
+    (random_bits: its top bits, shifted) to the pattern's c low bits, frac * 2**c: up on a
+    carry. The pair branch goes up when the draw's uniform is below (hi - t0 + lo) / q, which
+    is frac exactly (x's bits below q are a float64 number)."""
+    cb, rb, exact = st.c, st.rb, st.exact
+    mask = np.uint64((1 << cb) - 1)
+    carry = np.uint64(1 << cb)
+    scale = 2.0**cb
+
+    def increments(neg: bool, r, f, frac):
+        u = st.take(r.size)
+        low = frac * scale
+        if rb is None:
+            inc = u & mask
+        else:
+            inc = ((u >> np.uint64(64 - rb)) << np.uint64(max(cb - rb, 0))) & mask
+        with np.errstate(invalid="ignore"):
+            up = (low.astype(np.uint64) + inc) >= carry
+        if not exact:
+            pair = low != np.floor(low)
+            if pair.any():
+                if rb is None:
+                    up_p = (u >> np.uint64(11)).astype(np.float64) * 2.0**-53 < frac
+                else:
+                    up_p = (u >> np.uint64(64 - rb)).astype(np.float64) < np.floor(frac * 2.0**rb)
+                up = np.where(pair, up_p, up)
+        return f + up, None
+
+    def steps(s: float, xs: list) -> float:
+        for x in xs:
+            s = st.add1(s, x)
+        return s
+
+    return _runs(c, st.fl, st.add1, steps, increments, st.unget, st.take)
 
 
 def _kahan_stochastic(X, acc: _Acc):

@@ -115,3 +115,27 @@ def test_exact_sum_on_the_nan_pattern_overflows(order):
                 want = fpsim.add(top, step, fmt, rounding=mode, **opts)
                 got = fsum([top, step], fmt, order=order, rounding=mode, **opts)
                 assert got == want or (np.isnan(got) and np.isnan(want)), (fmt.name, mode)
+
+
+@pytest.mark.parametrize("random_bits", [None, 40])
+@pytest.mark.parametrize("fmt", [fpsim.BF16, fpsim.FP16, fpsim.FP32, fpsim.FP8_E4M3,
+                                 fpsim.Format(3, 2, nan_encoding="fn")], ids=lambda f: f.name)
+def test_long_stochastic_sum_is_the_chain_of_adds(fmt, random_bits):
+    # one row, stochastic rounding: the runs take the raw draws in blocks (and give back
+    # those a run did not use); the chain of fpsim.add calls draws one value per add from the
+    # same seed: the same values, flags and the generator's final state
+    X = _regimes(fmt, 20)[[0, 1, 3, 5, 6, 7, 8], :600]
+    walk = X[0] * 64  # tiny values in a large sum: s + x is not exact in float64 (bf16,
+    walk[::7] *= 2.0**-60  # fp32: the pair branch of the rounding)
+    X = np.vstack([X, np.asarray(fpsim.round(walk, fmt))])
+    opts = {"rounding": "stochastic", "random_bits": random_bits}
+    for i, row in enumerate(X):
+        g_ref, g = np.random.default_rng(i), np.random.default_rng(i)
+        s, want_fl = row[0], 0
+        for v in row[1:]:
+            s, f = fpsim.add(s, v, fmt, flags=True, rng=g_ref, **opts)
+            want_fl |= int(f)
+        got, fl = fsum(row, fmt, flags=True, rng=g, **opts)
+        assert got == s or (np.isnan(got) and np.isnan(s)), (fmt.name, i, got, s)
+        assert fl == want_fl, (fmt.name, i, fpsim.Flags(int(fl)), fpsim.Flags(want_fl))
+        assert g.bit_generator.state == g_ref.bit_generator.state
