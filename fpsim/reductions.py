@@ -32,7 +32,12 @@ deterministic mode, the sequential and Kahan orders run the same correctly round
 flags) on Python floats: a step costs a few Python operations, not the fixed cost of a dozen
 NumPy calls; with stochastic rounding they draw the same random values from the generator, in the
 same order and amount (raw 64-bit draws taken in blocks), and round them on Python integers.
-The element-by-element loop, vectorised across independent rows, runs everywhere else.
+Long sequential sums on those few outputs go faster still: while the exact sum of the
+running total and the next value stays in one binade, every add has the same quantum and is
+the running total plus the value rounded to that quantum, so such runs are summed vectorised
+(directed and nearest modes; stochastic rounding on one output, with the same draws), and the
+common case of each remaining add is inline Python-float arithmetic (Kahan's four operations
+too). The element-by-element loop, vectorised across independent rows, runs everywhere else.
 
 The rounding mode and policies apply to every operation (the accumulator's adds too), on every
 path: each add is :func:`fpsim.add` with the same options, so ``subnormals="daz"`` reads a
@@ -437,9 +442,10 @@ def _runs(c: OpContext, fl: list[int], add, steps, increments, unused=None, skip
                 s = steps(s, x[i:i + stretch].tolist())
                 i += stretch
                 stretch = min(2 * stretch, _STEPS_MAX)
-            else:  # the value that leaves the run
+            else:  # the value that leaves the run; runs pay again
                 s = steps(s, [float(x[i])])
                 i += 1
+                stretch = _STEPS_FIRST
         return s
 
     return row_sum
