@@ -413,8 +413,8 @@ def _runs(c: OpContext, fl: list[int], add, steps, increments, unused=None, skip
                 continue
             neg = s < 0
             q = ldexp(1.0, frexp(a)[1] - 1 - m)
-            r = x[i:i + w] * (-1.0 / q if neg else 1.0 / q)  # exact: magnitudes in units of q
             with np.errstate(invalid="ignore", over="ignore"):  # inf, NaN: no run
+                r = x[i:i + w] * (-1.0 / q if neg else 1.0 / q)  # exact: units of q
                 f = np.floor(r)
                 frac = r - f
                 d, may = increments(neg, r, f, frac)
