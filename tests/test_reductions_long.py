@@ -51,6 +51,7 @@ def _chain(X, fmt, kw):
     return s, fl
 
 
+@pytest.mark.slow  # ~10 s of CPU: 42 sums of 1200 (300) values against add chains
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
 def test_long_sequential_sum_is_the_chain_of_adds(fmt, mode):
@@ -86,6 +87,7 @@ def _kahan_chain(X, fmt, kw):
     return s, fl
 
 
+@pytest.mark.slow  # ~10 s of CPU: 42 sums of 1200 (300) values against add chains
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
 def test_long_kahan_sum_is_the_chain_of_operations(fmt, mode):
