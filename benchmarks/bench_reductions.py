@@ -16,8 +16,14 @@ same values (``np.add.accumulate`` in float32, last element; speed vs NumPy = Nu
 fpsim time) and against the element-by-element reference loops kept in the tests (speed-up =
 loop time / fpsim time).
 
+Third table (issue #35: a 1-D sequential or Kahan sum of 1e6 values in a directed or
+stochastic mode "in well under a second"): one long axis (``--long-n`` values of N(0, 1)), in
+seconds, against NumPy's float32 sequential sum (speed vs NumPy) and against the
+Python-float adder applied value by value (the path such sums took before the runs and inline
+steps; timed on ``--loop-n`` values and scaled to ``--long-n``). BLAS pinned to one thread.
+
     python benchmarks/bench_reductions.py [--n 1000000] [--loop-n 20000] [--repeat 5]
-        [--modes-n 20000] [--rows 1000] [--modes-only]
+        [--modes-n 20000] [--rows 1000] [--modes-only] [--long-n 1000000] [--long-only]
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import argparse
 
 import ml_dtypes
 import numpy as np
-from timing import best_time  # benchmarks/ is on sys.path when a script runs
+from timing import best_time, pinned_blas  # benchmarks/ is on sys.path when a script runs
 
 import fpsim
 from fpsim import arithmetic, reductions
@@ -74,6 +80,47 @@ def modes_table(n: int, rows: int, repeat: int) -> None:
     print()
 
 
+LONG_CASES = [("bf16", "up"), ("bf16", "toward_zero"), ("fp16", "toward_zero"),
+              ("fp16", "down"), ("fp32", "up"), ("fp8_e4m3", "toward_zero"),
+              ("bf16", "stochastic"), ("fp16", "stochastic"), ("fp8_e4m3", "stochastic")]
+
+
+def _adder_loop(X, fmt: str, mode: str, order: str) -> float:
+    """The Python-float adder value by value (the previous one-output path)."""
+    c = arithmetic.context(fmt, mode, rng=1 if mode == "stochastic" else None)
+    if mode == "stochastic":
+        st = reductions._StochasticAdder(c, 1, (X.shape[1] - 1) * (4 if order == "kahan" else 1))
+        add, fl = st.add1, st.fl
+    else:
+        add, fl = reductions._scalar_adder(c)
+    row = reductions._kahan_row(add) if order == "kahan" else reductions._sequential_row(add)
+    return reductions._python_rows(X, row, fl, None)
+
+
+def long_table(n: int, loop_n: int, repeat: int) -> None:
+    """1-D sequential and Kahan sums of n values in directed and stochastic modes."""
+    print(f"1-D sums of {n:.0e} N(0, 1) values, best of {repeat}; speed vs NumPy = NumPy "
+          "time / fpsim time; vs adder = value-by-value adder time (scaled) / fpsim time")
+    print(f"{'format':9s} {'mode':12s} {'order':10s} {'fpsim s':>8s} {'numpy ms':>9s} "
+          f"{'vs numpy':>9s} {'adder s':>8s} {'vs adder':>9s}")
+    x = np.random.default_rng(0).standard_normal(n)
+    for fmt, mode in LONG_CASES:
+        xf = np.asarray(fpsim.round(x, fmt))
+        x32 = xf.astype(np.float32)
+        t_np = best_time(lambda x32=x32: np.add.accumulate(x32)[-1], repeat)
+        X = xf[:loop_n].reshape(1, -1).copy()
+        for order in ("sequential", "kahan"):
+            def ours(xf=xf, fmt=fmt, mode=mode, order=order):
+                return fpsim.sum(xf, fmt, order=order, rounding=mode,
+                                 rng=1 if mode == "stochastic" else None)
+            t_fp = best_time(ours, max(1, repeat // 2))
+            t_loop = best_time(lambda X=X, fmt=fmt, mode=mode, order=order: _adder_loop(
+                X, fmt, mode, order), 1) * n / loop_n
+            print(f"{fmt:9s} {mode:12s} {order:10s} {t_fp:8.3f} {t_np * 1e3:9.2f} "
+                  f"{t_np / t_fp:9.4f} {t_loop:8.2f} {t_loop / t_fp:9.1f}")
+    print()
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=10**6)
@@ -82,7 +129,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--modes-n", type=int, default=20000)
     p.add_argument("--rows", type=int, default=1000)
     p.add_argument("--modes-only", action="store_true", help="only the second table")
+    p.add_argument("--long-n", type=int, default=10**6)
+    p.add_argument("--long-only", action="store_true", help="only the third table")
     args = p.parse_args(argv)
+    with pinned_blas():
+        _tables(args)
+
+
+def _tables(args) -> None:
+    long_table(args.long_n, args.loop_n, args.repeat)
+    if args.long_only:
+        return
     modes_table(args.modes_n, args.rows, args.repeat)
     if args.modes_only:
         return

@@ -32,11 +32,27 @@ deterministic mode, the sequential and Kahan orders run the same correctly round
 flags) on Python floats: a step costs a few Python operations, not the fixed cost of a dozen
 NumPy calls; with stochastic rounding they draw the same random values from the generator, in the
 same order and amount (raw 64-bit draws taken in blocks), and round them on Python integers.
-The element-by-element loop, vectorised across independent rows, runs everywhere else.
+Long sequential sums on those few outputs go faster still: while the exact sum of the
+running total and the next value stays in one binade, every add has the same quantum and is
+the running total plus the value rounded to that quantum, so such runs are summed vectorised
+(directed and nearest modes; stochastic rounding on one output, with the same draws), and the
+common case of each remaining add is inline Python-float arithmetic (Kahan's four operations
+too). The element-by-element loop, vectorised across independent rows, runs everywhere else.
 
-The rounding mode and policies apply to every operation (the accumulator's adds too); with
-``flags=True`` the result comes with the OR of the IEEE flags of every operation that produced
-each output element.
+The rounding mode and policies apply to every operation (the accumulator's adds too), on every
+path: each add is :func:`fpsim.add` with the same options, so ``subnormals="daz"`` reads a
+subnormal running total (or product, or Kahan compensation) as zero at the next add, and a tie
+breaks the kernel's way in every format (with a 0-bit mantissa, "even" is the last bit of the
+exponent: ``1 + 2`` is 2 in ``Format(2, 0, nan_encoding="fn")``). In the ``"wide"`` order the
+first value enters the accumulator as the result of ``0 + x`` would (mode, flush-to-zero, DAZ)
+and the final rounding to ``fmt`` is a result's (flush-to-zero, not DAZ); with stochastic
+rounding, adds the accumulator makes exactly draw nothing. With ``flags=True`` the result comes
+with the OR of the IEEE flags of every operation that produced each output element.
+
+Axes: as in NumPy, ``axis`` may be a tuple of axes, which is a set (a repeated axis is NumPy's
+``ValueError``). The values of each output are accumulated in C (row-major) order over the
+reduced axes, whatever order the tuple lists them in: ``axis=(1, 0)`` gives the same sums as
+``axis=(0, 1)``, and a full reduction (``axis=None``) is the sum of ``x.ravel()``.
 """
 
 from __future__ import annotations
@@ -60,6 +76,7 @@ from .arithmetic import (
     context,
     context_of,
     convert_operand,
+    daz_operand,
     fast_paths_on,
     mul_flat,
     native_ok,
@@ -109,8 +126,11 @@ class _Acc:
         self.fl[rows_of] |= per_row
 
     def add(self, a, b, rows_of=slice(None), exact_operands=True):
-        """fl(a + b) elementwise; arrays of shape (rows, ...)."""
+        """fl(a + b) elementwise; arrays of shape (rows, ...). Under DAZ every add reads its
+        subnormal operands (a running total too) as zero, as :func:`fpsim.add` does."""
         shape = a.shape
+        if self.c.daz:
+            a, b = daz_operand(a, self.c), daz_operand(b, self.c)
         out, fl, inv = add_flat(a.reshape(-1), b.reshape(-1), self.c,
                                  exact_operands=exact_operands)
         self._note(fl, inv, shape, rows_of)
@@ -156,8 +176,279 @@ def _sequential(X, acc: _Acc):
         return _sequential_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):
         add, fl = _scalar_adder(acc.c)
+        if acc.c.mode in _RUN_MODES:  # runs of adds at one quantum, vectorised
+            return _run_rows(X, _sequential_runs(add, fl, acc.c), fl, acc.fl)
         return _python_rows(X, _sequential_row(add), fl, acc.fl)
     return _sequential_loop(X, acc)
+
+
+# -- long sequential sums: inline steps, and runs of adds at one quantum, vectorised ------------
+#
+# Steps: for a deterministic mode other than stochastic, the Python-float adder's rounding of
+# s + x, written inline for the common case: s + x exact in float64 (TwoSum's error zero, or
+# the format's adds always exact) and in a normal binade below the top one (e in [emin,
+# emax): no overflow, no NaN pattern of an 'fn' format). Its quantum is q = ulp(s + x) *
+# 2**(52 - m) (a power of two: math.ulp's binade), v - fmod(v, q) is v truncated toward zero
+# to a multiple of q (both exact), and the mode moves it one q (or not). Anything else
+# (zeros, subnormal or non-finite sums, the top binade, an inexact float64 sum, DAZ, ties in a
+# format with no mantissa bit) is the adder's call.
+#
+# Runs: while the exact sum s + x of the running total and the next value stays in one binade
+# [2**e, 2**(e+1)) of one sign (e >= emin, no overflow), every rounding of the sequential sum
+# has the same quantum q = 2**(e - m), and s is a multiple of q: rounding s + x to a multiple
+# of q is s plus x rounded to a multiple of q, in every mode whose choice depends on the sign
+# and the position between two multiples of q only (toward +-inf, toward zero, nearest away,
+# nearest even except at a tie, where the parity of s decides). So a run of such adds is
+# s + cumsum(x rounded to multiples of q), all exact in float64 (multiples of q below
+# 2**(e+2)), checked element by element against the binade's bounds (exact comparisons); the
+# first value that leaves the run goes to the steps. Where runs stay short (sums near zero or
+# a binade boundary), the steps take ever longer stretches between tries, so the cost stays
+# near theirs at worst.
+
+_RUN_MODES = frozenset({Rounding.UP, Rounding.DOWN, Rounding.TOWARD_ZERO,
+                        Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY})
+_STEP_MODES = _RUN_MODES | {Rounding.ODD}
+_RUN_FIRST, _RUN_MAX = 256, 1 << 16  # values per vectorised try: first, most
+_RUN_SHORT = 16  # a run shorter than this: the steps take the next stretch
+_STEPS_FIRST, _STEPS_MAX = 64, 1 << 13  # the steps' stretch between tries: first, most
+
+
+def _run_rows(X, row_sum, fl: list[int], out_fl) -> np.ndarray:
+    """:func:`_python_rows` for row sums on NumPy rows: ``row_sum(first value, the rest)``."""
+    out = np.empty(X.shape[0])
+    for i in range(X.shape[0]):
+        fl[0] = 0
+        out[i] = row_sum(float(X[i, 0]), X[i, 1:])
+        if out_fl is not None:
+            out_fl[i] |= fl[0]
+    return out
+
+
+def _sequential_steps(add, fl: list[int], c: OpContext):
+    """``steps(s, xs)``: s + xs[0] + xs[1] + ... (a list of floats), each add rounded as the
+    Python-float adder ``add`` (flag cell ``fl``) rounds it, the common case inline."""
+    fmt, mode, want = c.fmt, c.mode, c.want
+    m = fmt.mantissa_bits
+    if (c.daz or mode not in _STEP_MODES
+            or (m == 0 and mode in (Rounding.NEAREST_EVEN, Rounding.ODD))):
+        def plain(s: float, xs: list) -> float:
+            for x in xs:
+                s = add(s, x)
+            return s
+        return plain
+    K = 2.0 ** (52 - m)  # ulp(v) * K: v's quantum in the format
+    # the normal binades' quanta, the top binade's (overflow, fn formats' NaN) left to add
+    qlo, qhi = 2.0 ** (fmt.emin - m), 2.0 ** (fmt.emax - m)
+    two_sum = not plan_for(fmt).add_exact
+    ulp, fmod = math.ulp, math.fmod
+    inexact_f = int(Flags.INEXACT)
+    up, down = mode is Rounding.UP, mode is Rounding.DOWN
+    nearest = mode in (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY)
+    away, odd = mode is Rounding.NEAREST_AWAY, mode is Rounding.ODD
+
+    def steps(s: float, xs: list) -> float:
+        for x in xs:
+            v = s + x
+            q = ulp(v) * K
+            if not qlo <= q < qhi or (two_sum and (s - (v - (b := v - s))) + (x - b)):
+                s = add(s, x)
+                continue
+            rem = fmod(v, q)  # v's bits below q, with v's sign
+            if rem:
+                r = v - rem  # toward zero
+                if up:
+                    if r < v:
+                        r += q
+                elif down:
+                    if r > v:
+                        r -= q
+                elif nearest:
+                    h = rem + rem
+                    if h > q or h < -q or ((h == q or h == -q)
+                                           and (away or (r / q) % 2.0 == 1.0)):
+                        r += q if v > 0 else -q
+                elif odd and (r / q) % 2.0 == 0.0:
+                    r += q if v > 0 else -q
+                if want:
+                    fl[0] |= inexact_f
+                s = r
+            else:
+                s = v
+        return s
+
+    return steps
+
+
+def _fast_adder(add, fl: list[int], c: OpContext):
+    """The Python-float adder ``add`` with the common case inline, as in
+    :func:`_sequential_steps` (one rounded add per call), or None where that does not
+    apply (DAZ, stochastic rounding, ties or round-to-odd in a format with no mantissa bit)."""
+    fmt, mode, want = c.fmt, c.mode, c.want
+    m = fmt.mantissa_bits
+    if (c.daz or mode not in _STEP_MODES
+            or (m == 0 and mode in (Rounding.NEAREST_EVEN, Rounding.ODD))):
+        return None
+    K = 2.0 ** (52 - m)
+    qlo, qhi = 2.0 ** (fmt.emin - m), 2.0 ** (fmt.emax - m)
+    two_sum = not plan_for(fmt).add_exact
+    ulp, fmod = math.ulp, math.fmod
+    inexact_f = int(Flags.INEXACT)
+    up, down = mode is Rounding.UP, mode is Rounding.DOWN
+    nearest = mode in (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY)
+    away, odd = mode is Rounding.NEAREST_AWAY, mode is Rounding.ODD
+
+    def fast_add(a: float, b: float) -> float:
+        v = a + b
+        q = ulp(v) * K
+        if not qlo <= q < qhi or (two_sum and (a - (v - (bb := v - a))) + (b - bb)):
+            return add(a, b)
+        rem = fmod(v, q)
+        if not rem:
+            return v
+        r = v - rem
+        if up:
+            if r < v:
+                r += q
+        elif down:
+            if r > v:
+                r -= q
+        elif nearest:
+            h = rem + rem
+            if h > q or h < -q or ((h == q or h == -q) and (away or (r / q) % 2.0 == 1.0)):
+                r += q if v > 0 else -q
+        elif odd and (r / q) % 2.0 == 0.0:
+            r += q if v > 0 else -q
+        if want:
+            fl[0] |= inexact_f
+        return r
+
+    return fast_add
+
+
+def _kahan_steps(add, fl: list[int], c: OpContext):
+    """The Kahan order's row sum for :func:`_python_rows` with :func:`_fast_adder`'s adds;
+    ``t - s`` is exact where Sterbenz's lemma holds (t and s of one sign within a factor 2,
+    t != s: no zero sign to decide, gradual underflow: nothing to flush) and skips the
+    rounding there. ``add``'s row sum (:func:`_kahan_row`) where the fast adder does not
+    apply."""
+    fast = _fast_adder(add, fl, c)
+    if fast is None:
+        return _kahan_row(add)
+    sterbenz = c.result_subnormals is Subnormals.KEEP and c.fmt.subnormals
+
+    def row_sum(s: float, xs: list) -> float:
+        comp = 0.0
+        for x in xs:
+            y = fast(x, -comp)
+            t = fast(s, y)
+            if sterbenz and t != s and (0.5 * s <= t <= 2.0 * s or 2.0 * s <= t <= 0.5 * s):
+                comp = fast(t - s, -y)
+            else:
+                comp = fast(fast(t, -s), -y)
+            s = t
+        return s
+
+    return row_sum
+
+
+def _sequential_runs(add, fl: list[int], c: OpContext):
+    """The sequential order's row sum (for :func:`_run_rows`) by runs at one quantum and
+    inline steps between them (see above); ``add`` is the Python-float adder of ``c``."""
+    mode = c.mode
+
+    def increments(neg: bool, r, f, frac):
+        if mode is Rounding.NEAREST_EVEN:
+            return f + (frac > 0.5), frac != 0.5  # a tie: the parity of s decides
+        if mode is Rounding.NEAREST_AWAY:
+            return f + (frac >= 0.5), None
+        if (mode is Rounding.UP) != neg and mode is not Rounding.TOWARD_ZERO:
+            return f + (frac > 0.0), None  # away from zero: toward +inf above 0, -inf below
+        return f, None  # toward zero
+
+    return _runs(c, fl, add, _sequential_steps(add, fl, c),
+                 increments if mode in _RUN_MODES else None)
+
+
+def _runs(c: OpContext, fl: list[int], add, steps, increments, unused=None, skip=None):
+    """The row sum of :func:`_sequential_runs` and :func:`_stochastic_runs`: runs while
+    ``increments(neg, r, f, frac)`` (r: the values in units of q, with the run's sign; f, frac:
+    floor(r) and r - floor(r)) gives each add's increment of the magnitude in units of q (and
+    a mask of the values it may take, or None), ``steps(s, values)`` between runs, ``add``
+    for the value after an infinite running total. ``unused(k)``: the run's increments for
+    its last k values were not used (stochastic rounding: their draws go back); ``skip(k)``:
+    k adds to a non-finite running total were skipped (their draws are taken)."""
+    fmt, want = c.fmt, c.want
+    m, tiny, fmax = fmt.mantissa_bits, fmt.smallest_normal, fmt.max
+    lo_u, hi_u = float(2**m), float(2 ** (m + 1))  # the binade's bounds in units of q
+    frexp, ldexp = math.frexp, math.ldexp
+    inexact_f = int(Flags.INEXACT)
+
+    def row_sum(s: float, x: np.ndarray) -> float:
+        if c.daz:  # the rounded add reads subnormal values as zero (dot's products)
+            x = daz_operand(x, c)
+        n, i, w, stretch = x.size, 0, _RUN_FIRST, _STEPS_FIRST
+        while i < n:
+            if s - s != 0.0:  # inf or NaN: it stays unless a NaN or the other inf comes
+                if s != s:  # NaN: every later add gives NaN and the same flags
+                    if want:
+                        s = add(s, float(x[i]))
+                        i += 1
+                    if skip is not None:
+                        skip(n - i)
+                    return s
+                hit = np.flatnonzero(np.isnan(x[i:]) | (x[i:] == -s))
+                k = int(hit[0]) if hit.size else n - i  # inf + finite: inf, exact
+                if skip is not None:
+                    skip(k)
+                i += k
+                if i < n:
+                    s = add(s, float(x[i]))
+                    i += 1
+                continue
+            a = -s if s < 0 else s
+            if increments is None or not tiny <= a <= fmax:  # no run from 0, subnormals, ...
+                s = steps(s, x[i:i + stretch].tolist())
+                i += stretch
+                stretch = min(2 * stretch, _STEPS_MAX)
+                continue
+            neg = s < 0
+            q = ldexp(1.0, frexp(a)[1] - 1 - m)
+            with np.errstate(invalid="ignore", over="ignore"):  # inf, NaN: no run
+                r = x[i:i + w] * (-1.0 / q if neg else 1.0 / q)  # exact: units of q
+                f = np.floor(r)
+                frac = r - f
+                d, may = increments(neg, r, f, frac)
+                tot = np.cumsum(d)
+            tot += a / q
+            prev = np.empty_like(tot)
+            prev[0] = a / q
+            prev[1:] = tot[:-1]
+            ok = (r >= lo_u - prev) & (r < hi_u - prev) & (tot <= fmax / q)
+            if may is not None:
+                ok &= may
+            run = r.size if ok.all() else int(np.argmin(ok))
+            if unused is not None and run < r.size:
+                unused(r.size - run)
+            if run:
+                s = float(tot[run - 1]) * (-q if neg else q)
+                if want and frac[:run].any():
+                    fl[0] |= inexact_f
+            i += run
+            if run == r.size:
+                w, stretch = min(2 * w, _RUN_MAX), _STEPS_FIRST
+                continue
+            w = _RUN_FIRST
+            if run < _RUN_SHORT:  # short runs: a stretch of steps before the next try
+                s = steps(s, x[i:i + stretch].tolist())
+                i += stretch
+                stretch = min(2 * stretch, _STEPS_MAX)
+            else:  # the value that leaves the run; runs pay again
+                s = steps(s, [float(x[i])])
+                i += 1
+                stretch = _STEPS_FIRST
+        return s
+
+    return row_sum
 
 
 # -- few outputs: the rounded add on Python floats ---------------------------------------------
@@ -247,6 +538,7 @@ def _scalar_adder(c: OpContext):
     flush = c.result_subnormals is Subnormals.FLUSH or not fmt.subnormals
     before = c.tininess is Tininess.BEFORE
     fnuz = fmt.nan_encoding is NaNEncoding.FNUZ
+    daz = c.daz
     no_nan = fmt.nan_encoding is NaNEncoding.NONE
     if c.overflow is Overflow.SATURATE or no_nan:
         beyond = fmax  # what an overflow "away" gives
@@ -260,8 +552,9 @@ def _scalar_adder(c: OpContext):
     over_f, invalid_f = int(Flags.OVERFLOW | Flags.INEXACT), int(Flags.INVALID)
     flags = [0]
 
-    def up_from(n: float, frac: float, lo: float, neg: bool) -> bool:
-        """Round the inexact magnitude (n + frac) * q (+ lo) up to (n + 1) * q?"""
+    def up_from(odd: bool, frac: float, lo: float, neg: bool) -> bool:
+        """Round the inexact magnitude (n + frac) * q (+ lo) up to (n + 1) * q? (``odd``: is
+        the lower neighbour n * q odd, i.e. its last kept bit set?)"""
         if mode is Rounding.TOWARD_ZERO:
             return False
         if mode is Rounding.UP:
@@ -269,9 +562,9 @@ def _scalar_adder(c: OpContext):
         if mode is Rounding.DOWN:
             return neg
         if mode is Rounding.ODD:
-            return n % 2.0 == 0.0
+            return not odd
         if frac == 0.5 and lo == 0.0:  # a tie
-            return mode is Rounding.NEAREST_AWAY or n % 2.0 == 1.0
+            return mode is Rounding.NEAREST_AWAY or odd
         return frac > 0.5 or (frac == 0.5 and lo > 0.0)
 
     def rounded(mag: float, lo: float, e: int, neg: bool) -> tuple[float, bool]:
@@ -290,9 +583,18 @@ def _scalar_adder(c: OpContext):
             if lo < 0.0:  # just below the grid point n * q: above half of the step below
                 n -= 1.0
                 frac = 0.75
-        return (n + (1.0 if up_from(n, frac, lo, neg) else 0.0)) * q, True
+        # The kernel's last kept bit: the significand's (n's) for m >= 1; with no mantissa
+        # bit, a normal n * q = 2**e is odd when the last bit of its (float64) biased exponent
+        # is set, e even, while the subnormal range's n (0) is even, as in the kernel.
+        odd = n % 2.0 == 1.0 if m or n == 0.0 else e % 2 == 0
+        return (n + (1.0 if up_from(odd, frac, lo, neg) else 0.0)) * q, True
 
     def add(a: float, b: float) -> float:
+        if daz:  # subnormal operands (a running total too) read as zero, as in fpsim.add
+            if -tiny < a < tiny:
+                a = copysign(0.0, a)
+            if -tiny < b < tiny:
+                b = copysign(0.0, b)
         s = a + b
         if not isfinite(s):  # inf or NaN operands, inf - inf: the kernel keeps the value
             if want and s != s and (no_nan or (a == a and b == b)):
@@ -405,24 +707,42 @@ class _StochasticAdder:
         self.after = c.tininess is Tininess.AFTER
         self.saturate = c.overflow is Overflow.SATURATE
         self.exact = plan_for(fmt).add_exact  # every add is exact in float64: no pair path
+        self.daz = c.daz
         self.fl = [0] * rows
         self.bulk = self.exact or (
             type(c.rng.bit_generator) in _RAW_DOUBLE_BITGENS if self.rb is None
             else self.rb > 32)
         self.left = ops * rows  # raw draws still to take (bulk)
-        self.buf: list[int] = []
+        self.buf = np.empty(0, np.uint64)  # drawn, not yet used: buf[pos:]
         self.pos = 0
 
     # -- the draws ---------------------------------------------------------------------------
-    def _raw(self) -> list[int]:
-        if self.pos == len(self.buf):
-            k = min(self.left, _DRAW_BLOCK * self.rows)
-            self.buf = self.rng.integers(0, 1 << 64, size=k, dtype=np.uint64).tolist()
-            self.left -= k
+    def _ensure(self, k: int) -> None:
+        """At least k raw draws in the buffer (bulk draws of at most what is left to take)."""
+        avail = self.buf.size - self.pos
+        if avail < k:
+            size = min(self.left, max(k - avail, _DRAW_BLOCK * self.rows))
+            new = self.rng.integers(0, 1 << 64, size=size, dtype=np.uint64)
+            self.left -= size
+            self.buf = np.concatenate([self.buf[self.pos:], new])
             self.pos = 0
+
+    def _raw(self) -> list[int]:
+        self._ensure(self.rows)
         i = self.pos
         self.pos = i + self.rows
-        return self.buf[i:i + self.rows]
+        return self.buf[i:i + self.rows].tolist()
+
+    def take(self, k: int) -> np.ndarray:
+        """The next k raw draws (bulk only), as the next k adds of one row use them."""
+        self._ensure(k)
+        i = self.pos
+        self.pos = i + k
+        return self.buf[i:i + k]
+
+    def unget(self, k: int) -> None:
+        """The last k draws taken were not used: the next adds use them."""
+        self.pos -= k
 
     def _kernel_draws(self) -> list[int]:
         if self.bulk:
@@ -567,6 +887,8 @@ class _StochasticAdder:
 
     def add(self, a: list[float], b: list[float]) -> list[float]:
         """One vectorised add of _Acc: row i gets fl(a[i] + b[i]); the flags OR into fl."""
+        if self.daz:
+            a, b = [self._daz(v) for v in a], [self._daz(v) for v in b]
         s = [x + y for x, y in zip(a, b, strict=True)]
         out = []
         if self.exact:
@@ -592,6 +914,8 @@ class _StochasticAdder:
 
     def add1(self, a: float, b: float) -> float:
         """:meth:`add` for one row, on floats rather than lists (the same draws)."""
+        if self.daz:
+            a, b = self._daz(a), self._daz(b)
         s = a + b
         if not self.exact:
             bb = s - a
@@ -605,6 +929,10 @@ class _StochasticAdder:
         if self.want:
             self._note(0, f, s, a, b)
         return _float(r)
+
+    def _daz(self, v: float) -> float:
+        """A subnormal operand read as (signed) zero (DAZ)."""
+        return math.copysign(0.0, v) if -self.tiny < v < self.tiny else v
 
     def _note(self, i: int, f: int, s: float, a: float, b: float) -> None:
         if s != s and a == a and b == b:  # inf - inf (_Acc._note: INVALID replaces)
@@ -625,6 +953,8 @@ def _columns(X, block: int = 4096):
 def _sequential_stochastic(X, acc: _Acc):
     rows, n = X.shape
     st = _StochasticAdder(acc.c, rows, n - 1)
+    if rows == 1 and st.bulk:  # runs at one quantum: the same draws, taken in blocks
+        return _run_rows(X, _stochastic_runs(st, acc.c), st.fl, acc.fl)
     if rows == 1:  # floats rather than lists of one (the same draws)
         return _python_rows(X, _sequential_row(st.add1), st.fl, acc.fl)
     cols = _columns(X)
@@ -634,6 +964,47 @@ def _sequential_stochastic(X, acc: _Acc):
     if acc.fl is not None:
         acc.fl |= np.array(st.fl, dtype=np.uint8)
     return np.array(s, dtype=np.float64)
+
+
+def _stochastic_runs(st: _StochasticAdder, c: OpContext):
+    """The sequential order's row sum (one row, raw draws in bulk) by runs at one quantum, as
+    :func:`_sequential_runs`, with the stochastic adder's rounding of each add in the run:
+    add k uses raw draw k. Which branch rounds it depends on x alone: s + x is exact in
+    float64 (the kernel's branch) unless x has bits below 2**(e - 52), i.e. frac * 2**c is
+    not an integer (c = 52 - m; s is a multiple of q). The kernel adds the draw's low c bits
+    (random_bits: its top bits, shifted) to the pattern's c low bits, frac * 2**c: up on a
+    carry. The pair branch goes up when the draw's uniform is below (hi - t0 + lo) / q, which
+    is frac exactly (x's bits below q are a float64 number)."""
+    cb, rb, exact = st.c, st.rb, st.exact
+    mask = np.uint64((1 << cb) - 1)
+    carry = np.uint64(1 << cb)
+    scale = 2.0**cb
+
+    def increments(neg: bool, r, f, frac):
+        u = st.take(r.size)
+        low = frac * scale
+        if rb is None:
+            inc = u & mask
+        else:
+            inc = ((u >> np.uint64(64 - rb)) << np.uint64(max(cb - rb, 0))) & mask
+        with np.errstate(invalid="ignore"):
+            up = (low.astype(np.uint64) + inc) >= carry
+        if not exact:
+            pair = low != np.floor(low)
+            if pair.any():
+                if rb is None:
+                    up_p = (u >> np.uint64(11)).astype(np.float64) * 2.0**-53 < frac
+                else:
+                    up_p = (u >> np.uint64(64 - rb)).astype(np.float64) < np.floor(frac * 2.0**rb)
+                up = np.where(pair, up_p, up)
+        return f + up, None
+
+    def steps(s: float, xs: list) -> float:
+        for x in xs:
+            s = st.add1(s, x)
+        return s
+
+    return _runs(c, st.fl, st.add1, steps, increments, st.unget, st.take)
 
 
 def _kahan_stochastic(X, acc: _Acc):
@@ -664,6 +1035,9 @@ def _sequential_loop(X, acc: _Acc):
 
 
 def _kahan(X, acc: _Acc):
+    if _scalar_ok(acc.c, X.shape[0]) and acc.c.mode in _STEP_MODES:
+        add, fl = _scalar_adder(acc.c)  # few outputs: Python floats, the common case inline
+        return _python_rows(X, _kahan_steps(add, fl, acc.c), fl, acc.fl)
     if native_ok(acc.c):  # each operation one native rounded op (see _native_sequential)
         cols = np.ascontiguousarray(X.T).astype(acc.c.fmt.dtype)
         s = cols[0].copy()
@@ -754,32 +1128,49 @@ def _pairwise(X, acc: _Acc):
     return val[:, -1] if nodes else val[:, 0]
 
 
-def _wide_exact(span: tuple[int, int], acc_fmt: Format, n: int) -> bool:
+def _wide_exact(span: tuple[int, int], acc_fmt: Format, n: int, gradual: bool = True) -> bool:
     """Every partial sum of n terms that are multiples of 2**bottom below 2**top (span) is a
-    number of the accumulator: the accumulator's adds are then exact."""
+    number of the accumulator: the accumulator's adds are then exact. ``gradual``: the
+    accumulator keeps subnormals (else no partial sum may be subnormal: flush-to-zero would
+    flush it, DAZ read it as zero)."""
     bottom, top = span
     top += max(n - 1, 1).bit_length()
+    low = acc_fmt.emin - acc_fmt.mantissa_bits if gradual else acc_fmt.emin
     return (top - bottom <= acc_fmt.precision_bits and top <= acc_fmt.emax
-            and acc_fmt.emin - acc_fmt.mantissa_bits <= bottom and acc_fmt.subnormals)
+            and low <= bottom and acc_fmt.subnormals)
 
 
 def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
     """Accumulate the exact terms X (float64, exact, within span) in acc_fmt, round once to
     c.fmt."""
     rows, n = X.shape
-    exact = _wide_exact(span, acc_fmt, n)
+    gradual = not c.daz and c.result_subnormals is Subnormals.KEEP
+    exact = _wide_exact(span, acc_fmt, n, gradual)
     if acc_fmt == FP64 and not exact and c.mode is not Rounding.NEAREST_EVEN:
         raise ValueError("accumulator='fp64' accumulates in NumPy float64: "
                          "rounding='nearest_even' only")
+    if acc_fmt == FP64 and not exact and c.daz:
+        raise ValueError("accumulator='fp64' accumulates in NumPy float64, which keeps "
+                         "subnormal operands: subnormals='daz' or 'flush_daz' needs partial "
+                         "sums that cannot be subnormal in float64, or another accumulator")
     if acc_fmt == FP64 or exact:
         # the adds are exact (or float64's own): plain float64 sums
         with np.errstate(invalid="ignore", over="ignore"):
             s = _accumulate(X)
+        if c.mode is Rounding.DOWN:
+            # float64's exact zero sums are +0 unless every term is -0; rounding down
+            # makes them -0 unless every term is +0 (x + (-x) = -0 at each add)
+            plus_zeros = ((X == 0) & ~np.signbit(X)).all(axis=1)
+            s[(s == 0) & ~plus_zeros] = -0.0
         if acc.fl is not None:
             inv = np.isnan(s) & ~np.isnan(X).any(axis=1)  # inf - inf on the way
             acc.fl[inv] |= np.uint8(Flags.INVALID)
     else:
-        ca = context_of(RoundingPolicy(acc_fmt, c.mode, c.overflow, c.result_subnormals,
+        # the accumulator's adds follow the policy: flush their results, DAZ their operands
+        sub = ((Subnormals.FLUSH_DAZ if c.daz else Subnormals.FLUSH)
+               if c.result_subnormals is Subnormals.FLUSH
+               else (Subnormals.DAZ if c.daz else Subnormals.KEEP))
+        ca = context_of(RoundingPolicy(acc_fmt, c.mode, c.overflow, sub,
                                        c.tininess, c.rng, c.random_bits), c.want)
         wacc = _Acc(ca, rows)
         s = None
@@ -792,7 +1183,9 @@ def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
                     s = _accumulate(Xn).astype(np.float64)
             del Xn
         if s is None:
-            s, f0 = round_result(X[:, 0], None, ca)
+            # the first value goes into the accumulator as an add's result would (0 + x:
+            # the mode, flush-to-zero, and DAZ of a subnormal value)
+            s, f0 = round_result(daz_operand(X[:, 0], ca), None, ca)
             if f0 is not None:
                 wacc.fl |= f0
             if _scalar_ok(ca, rows):
@@ -869,12 +1262,15 @@ def _check_axis(axis, name: str = "axis") -> None:
 
 
 def _to_rows(v: np.ndarray, axis, keepdims: bool):
-    """Move the reduced axes last: (rows, n) array and the output shape."""
+    """Move the reduced axes last: (rows, n) array and the output shape. The axis tuple is a
+    set, as in NumPy (a repeated axis is NumPy's ValueError): the reduced axes keep their
+    order in ``v``, so each row holds its values in C order whatever order the tuple lists
+    them in (``axis=(1, 0)`` sums as ``axis=(0, 1)`` and ``axis=None``)."""
     if axis is None:
         axes = tuple(range(v.ndim))
     else:
         axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-        axes = tuple(normalize_axis_tuple(axes, v.ndim, "axis")) if axes else ()
+        axes = tuple(sorted(normalize_axis_tuple(axes, v.ndim, "axis"))) if axes else ()
     keep = [i for i in range(v.ndim) if i not in axes]
     moved = np.transpose(v, keep + list(axes))
     kept_shape = tuple(v.shape[i] for i in keep)
@@ -904,6 +1300,8 @@ def sum(  # noqa: A001 - the natural name, as numpy.sum
 ):
     """Sum ``x`` over ``axis`` (all axes by default) in ``fmt`` with the accumulation order
     ``order`` (see the module docstring for the exact models); vectorised over the other axes.
+    The values along several axes are taken in C order of those axes, whatever order ``axis``
+    lists them in (a tuple of axes is a set, as in NumPy).
 
     Values are first converted to ``fmt`` (round to nearest even). Returns float64 values of
     ``fmt`` (a scalar for a full reduction); ``flags=True`` adds the OR of the flags of every
