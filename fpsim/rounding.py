@@ -103,6 +103,13 @@ class _Params:
     low_emin: bool  # float64 subnormals can land above the deep-underflow threshold
     identity: bool  # the format is float64 itself: nothing to round
     subnormals: bool
+    # the float-domain path (_kernel_float): quanta are normal floats of the input's type
+    m: int = 0
+    max_val: float = 0.0
+    fast: bool = False  # from float64 patterns
+    eminb: np.uint64 = ZERO  # emin + 1023, the biased exponent of 2**emin in float64
+    fast32: bool = False  # from float32 values (_round32)
+    eminb32: np.uint32 = np.uint32(0)  # emin + 127
 
 
 def _bits_of(v: float) -> np.uint64:
@@ -133,6 +140,14 @@ def _params(fmt: Format) -> _Params:
         identity=(m == 52 and fmt.emin == -1022 and fmt.emax == 1023 and fmt.subnormals
                   and enc is NaNEncoding.IEEE),
         subnormals=fmt.subnormals,
+        m=m,
+        max_val=float(fmt.max),
+        # every quantum 2**(E - m), E from emin up to the exponent of inf / NaN, is a normal
+        # float64 (float32) and at most 1 at the bottom: x / quantum is then exact
+        fast=1 <= m <= 50 and -1022 <= fmt.emin - m <= 0 and fmt.emax <= 1023,
+        eminb=_U(fmt.emin + 1023),
+        fast32=1 <= m <= 22 and -126 <= fmt.emin - m <= 0 and fmt.emax <= 127,
+        eminb32=np.uint32(max(fmt.emin + 127, 0)),
     )
 
 
@@ -261,6 +276,100 @@ def _overflow(r, ovf, neg, p: _Params, mode: Rounding, overflow: Overflow):
 # tests/test_reductions_stochastic_fast.py compare the two.
 def _kernel(b, p: _Params, mode, overflow, flush, daz, tininess, rng, random_bits, want_flags):
     """Round one chunk of float64 patterns ``b``; returns (patterns, flags or None)."""
+    if p.fast and mode in _FLOAT_MODES and not (want_flags or flush or daz):
+        return _kernel_float(b, p, mode, overflow, tininess), None
+    return _kernel_general(b, p, mode, overflow, flush, daz, tininess, rng, random_bits,
+                           want_flags)
+
+
+# -- the float-domain path --------------------------------------------------------------------
+# For the deterministic modes without flags, flushing or DAZ (the common case), rounding is
+# done on the values themselves: with the quantum q = 2**(max(E, emin) - m) (E the input's
+# binade), x / q is exact and holds the kept digits in its integer part, NumPy's rint / trunc
+# / ceil / floor round it to an integer in that mode, and the integer times q is the result,
+# exact again. A carry into the next binade (an integer of 2**(m + 1)) and gradual underflow
+# (q stays 2**(emin - m) below 2**emin) come out right with no case split, and the sign of
+# a zero is kept by every step. What the formula does not decide (results beyond the largest
+# finite value, inf and NaN inputs: the elements not below max in magnitude) is redone by
+# _kernel_general. The quanta must be normal floats of at most 1 (Params.fast, fast32).
+# Equal to _kernel_general bit for bit: tests/test_rounding_fast.py.
+
+
+def _integral_away(t):
+    """t rounded to an integer, ties away from zero, in place."""
+    r = np.trunc(t)
+    up = np.abs(t - r) >= 0.5  # exact: t - trunc(t) drops only the integer bits
+    np.add(r, np.copysign(1.0, t), out=t, where=up)
+    np.copyto(t, r, where=~up)
+    return t
+
+
+def _integral_odd(t):
+    """t rounded to an integer toward zero, then to the odd neighbour when inexact (the
+    sticky bit of round-to-odd), in place."""
+    r = np.trunc(t)
+    up = (t != r) & (np.fmod(r, 2) == 0)
+    np.add(r, np.copysign(1.0, t), out=t, where=up)
+    np.copyto(t, r, where=~up)
+    return t
+
+
+_FLOAT_MODES = {
+    Rounding.NEAREST_EVEN: lambda t: np.rint(t, out=t),
+    Rounding.TOWARD_ZERO: lambda t: np.trunc(t, out=t),
+    Rounding.UP: lambda t: np.ceil(t, out=t),
+    Rounding.DOWN: lambda t: np.floor(t, out=t),
+    Rounding.NEAREST_AWAY: _integral_away,
+    Rounding.ODD: _integral_odd,
+}
+
+
+def _kernel_float(b, p: _Params, mode, overflow, tininess):
+    """_kernel_general's patterns for ``b`` (float64 patterns) in a deterministic mode
+    without flags, flush or DAZ, computed in the float domain (see above)."""
+    e = b >> _U(52)
+    e &= _U(0x7FF)
+    np.maximum(e, p.eminb, out=e)
+    e -= _U(p.m)
+    e <<= _U(52)
+    q = e.view(np.float64)  # the quantum of each element
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = b.view(np.float64) / q
+        _FLOAT_MODES[mode](t)
+        t *= q
+    if p.enc is NaNEncoding.FNUZ:
+        t += 0.0  # -0 + 0 = +0: no negative zero
+    ok = np.abs(t, out=q) <= p.max_val  # False for overflow, inf and NaN
+    if not ok.all():
+        idx = np.flatnonzero(~ok)
+        t.view(np.uint64)[idx] = _kernel_general(b[idx], p, mode, overflow, False, False,
+                                                 tininess, None, None, False)[0]
+    return t.view(np.uint64)
+
+
+def _round32(x, p: _Params, mode):
+    """float32 values ``x`` rounded to the format in the float domain, as float32 (every
+    value of a Params.fast32 format is one), and the positions (or None) that _kernel_general
+    must redo: overflow, inf, NaN. The float32 twin of _kernel_float."""
+    e = x.view(np.uint32) >> np.uint32(23)
+    e &= np.uint32(0xFF)
+    np.maximum(e, p.eminb32, out=e)
+    e -= np.uint32(p.m)
+    e <<= np.uint32(23)
+    q = e.view(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = x / q
+        _FLOAT_MODES[mode](t)
+        t *= q
+    if p.enc is NaNEncoding.FNUZ:
+        t += np.float32(0.0)
+    ok = np.abs(t, out=q) <= p.max_val
+    return t, (None if ok.all() else np.flatnonzero(~ok))
+
+
+def _kernel_general(b, p: _Params, mode, overflow, flush, daz, tininess, rng, random_bits,
+                    want_flags):
+    """Round one chunk of float64 patterns ``b``, any mode and policy, on the patterns."""
     sign = b & SIGN
     a = b ^ sign
     neg = sign >> _U(63)
@@ -739,6 +848,10 @@ def run_chunks(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bit
     narrow = flat.dtype != np.float64  # float16/32 input: widen chunk by chunk (exact)
     bits = flat if narrow else flat.view(np.uint64)
     gen = default_rng(rng) if mode is Rounding.STOCHASTIC else None
+    if (flat.dtype == np.float32 and p.fast32 and mode in _FLOAT_MODES and pair_lo is None
+            and not (want or flush or daz)):
+        _run_float32(flat, out, p, fmt, mode, ovf, tin, store)
+        return out, fl
     for lo in range(0, n, CHUNK):
         hi = min(n, lo + CHUNK)
         if narrow:
@@ -755,10 +868,60 @@ def run_chunks(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bit
         else:  # exact: the format's values are values of its storage dtype
             v = r.view(np.float64)
             _refuse_nan(v, fmt)
-            out[lo:hi] = _via_float32(v, store)
+            out[lo:hi] = _store_values(v, store)
         if want:
             fl[lo:hi] = f
     return out, fl
+
+
+def _run_float32(flat: np.ndarray, out: np.ndarray, p: _Params, fmt: Format, mode, ovf, tin,
+                 store: np.dtype | None) -> None:
+    """:func:`run_chunks` for float32 input to a Params.fast32 format in a deterministic mode
+    without flags, flush or DAZ: each chunk is rounded as float32 (:func:`_round32`, half
+    the bytes of float64 and no widening first), the elements it leaves (overflow, inf,
+    NaN) by _kernel_general on their exact float64 widening."""
+    wide = out.view(np.float64) if store is None else None
+    for lo in range(0, flat.size, CHUNK):
+        x = flat[lo:lo + CHUNK]
+        v, bad = _round32(x, p, mode)
+        if store is None:
+            wide[lo:lo + CHUNK] = v  # exact widening
+        else:
+            out[lo:lo + CHUNK] = _store_values(v, store)
+        if bad is not None:
+            r, _ = _kernel_general(_widen(x[bad]).view(np.uint64), p, mode, ovf, False, False,
+                                   tin, None, None, False)
+            if store is None:
+                out[lo + bad] = r
+            else:
+                r = r.view(np.float64)
+                _refuse_nan(r, fmt)
+                out[lo + bad] = _via_float32(r, store)
+
+
+_FP16_SCALE = np.float32(2.0**-112)  # fp16's exponent bias 15 to float32's 127
+_FP16_SIGN = np.uint32(0x8000)
+
+
+def _store_values(v: np.ndarray, store: np.dtype) -> np.ndarray:
+    """Values of a format (float32 or float64, each exactly a value of ``store``) in its
+    storage dtype, exactly. NumPy's own float -> float16 cast is several times slower; here
+    the float32 value scaled by 2**-112 (exact: fp16's smallest subnormal becomes a float32
+    subnormal) has fp16's exponent and fraction in its bits 13-27, and inf and NaN (the top
+    10 bits of the payload, as NumPy keeps them) land on fp16's codes once masked to 15 bits."""
+    if store != np.float16:
+        with np.errstate(invalid="ignore", over="ignore"):
+            return _via_float32(v, store).astype(store)
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = v.astype(np.float32) if v.dtype != np.float32 else v.copy()
+    t *= _FP16_SCALE
+    b = t.view(np.uint32)
+    h = b >> np.uint32(13)
+    h &= np.uint32(0x7FFF)
+    b >>= np.uint32(16)
+    b &= _FP16_SIGN
+    h |= b
+    return h.astype(np.uint16).view(np.float16)
 
 
 def _run_wide(x: np.ndarray, hi: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng,
