@@ -694,19 +694,18 @@ def _native(name: str, args, c: OpContext):
             a = np.float64(a)
         if not isinstance(a, (np.ndarray, np.generic)):
             return None
-        if a.dtype != dt:
-            if a.dtype not in _NATIVE_INPUTS:
-                return None
-            with np.errstate(over="ignore", invalid="ignore"):
-                a = a.astype(dt)  # one rounding to nearest even (see above)
+        if a.dtype != dt and a.dtype not in _NATIVE_INPUTS:
+            return None
         ops.append(a)
+    shape = broadcast_shape(name, *(a.shape for a in ops))  # the error every path gives
+    views = [np.broadcast_to(a, shape) for a in ops]
+    out = np.empty(shape)
+    op = _NATIVE_OPS[name]
     with np.errstate(all="ignore"):
-        try:
-            r = _NATIVE_OPS[name](*ops)
-        except ValueError:  # shapes that do not broadcast: the error every path gives
-            broadcast_shape(name, *(a.shape for a in ops))
-            raise
-        return np.asarray(r).astype(np.float64)
+        for idx in _chunk_slices(shape):  # the peak memory: inputs, output and one chunk
+            # a conversion is one rounding to nearest even (see above)
+            out[idx] = op(*(v[idx] if v.dtype == dt else v[idx].astype(dt) for v in views))
+    return out
 
 
 # -- chunks -----------------------------------------------------------------------------------

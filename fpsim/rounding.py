@@ -1275,16 +1275,20 @@ def _bf16_nearest_even(x: np.ndarray, store: np.dtype | None) -> np.ndarray:
     if store is not None:
         with np.errstate(invalid="ignore"):  # a NaN is stored as NaN: nothing to warn of
             return x.astype(store)  # ml_dtypes' float32 -> bfloat16 cast: exact nearest even
-    b = x.view(np.uint32)
-    r = (b >> _BF16_DROP) & np.uint32(1)
-    r += _BF16_HALF_MINUS_ONE
-    r += b
-    r &= _BF16_KEEP
-    nan = np.isnan(x)
-    if nan.any():  # the carry would corrupt a NaN payload: keep it whole
-        r[nan] = b[nan]
-    with np.errstate(invalid="ignore"):
-        return r.view(np.float32).astype(np.float64)  # quiets signalling NaNs, as the kernel
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty(flat.size, np.float64)  # chunk by chunk: no full-size temporary
+    for lo in range(0, flat.size, CHUNK):
+        b = flat[lo:lo + CHUNK].view(np.uint32)
+        r = (b >> _BF16_DROP) & np.uint32(1)
+        r += _BF16_HALF_MINUS_ONE
+        r += b
+        r &= _BF16_KEEP
+        nan = np.isnan(b.view(np.float32))
+        if nan.any():  # the carry would corrupt a NaN payload: keep it whole
+            r[nan] = b[nan]
+        with np.errstate(invalid="ignore"):  # quiets signalling NaNs, as the kernel
+            out[lo:lo + CHUNK] = r.view(np.float32)
+    return out.reshape(x.shape)
 
 
 def _round_core(x, pol: RoundingPolicy, want: bool, store):
