@@ -275,9 +275,27 @@ def _finite_or_zero(x):
     return np.where(np.isfinite(x), x, 0.0)
 
 
+_NEAREST = (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY)
+_INNOCUOUS_PRECISION = 25  # 53 >= 2p + 2
+
+
+def _float64_result_enough(c: OpContext) -> bool:
+    """May the float64 result of + - / sqrt (round to nearest even) be rounded to the format
+    without its error term? Yes for round to nearest (either tie rule) at p <= 25 without
+    flags: double rounding through 53 >= 2p + 2 bits is innocuous (Figueroa, 1995): the exact
+    result of an operation on p-bit numbers that is not itself a midpoint of the format lies
+    farther from one than float64's rounding error, so the float64 result is on the same side
+    of every midpoint (also at subnormal results, where the format's grid is coarser). The
+    directed modes and the flags need the error's sign (is the result exact?), and stochastic
+    rounding its size."""
+    return (not c.want and c.mode in _NEAREST
+            and c.fmt.precision_bits <= _INNOCUOUS_PRECISION)
+
+
 # -- operands ---------------------------------------------------------------------------------
 
 _OPERAND_NAMES = ("a", "b", "c")  # the parameter names of add, sub, mul, div, sqrt and fma
+_NARROW_FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
 
 @functools.cache
 def _snan_spec(dtype: np.dtype) -> tuple | None:
@@ -330,6 +348,10 @@ def _convert(x, c: OpContext, name: str) -> tuple[np.ndarray, np.ndarray | None]
     if isinstance(x, (Fraction, Decimal)):  # one exact number: rounded once, at any size
         snan = np.array(True) if isinstance(x, Decimal) and x.is_snan() else None
         return np.asarray(round_with(x, c.convert)[0], dtype=np.float64), snan
+    if arr is not None and arr.dtype in _NARROW_FLOATS and arr.ndim:
+        # rounded as it is (float32 in float32, no float64 copy first): the same values
+        snan = snan_mask(arr) if np.isnan(arr).any() else None
+        return round_with(arr, c.convert)[0], snan
     hi, lo, _ = as_float64(x if arr is None else arr, name)
     snan = None
     if hi.dtype.kind == "f" and np.isnan(hi).any():  # the sNaN bit as the input holds it
@@ -369,7 +391,8 @@ def _operands(args, c: OpContext, name: str):
 def round_result(hi, lo, c: OpContext, fmt: Format | None = None, *, two_sum: bool = False):
     """Round hi (+ lo, a pair round_pair accepts; None: hi alone) once to fmt (c's format by
     default) by c's result policy; returns (values, flags or None). ``two_sum``: the pair is
-    TwoSum's (hi = fl(x + y), lo its exact error), valid by construction, so not screened
+    valid by construction (TwoSum's: hi = fl(x + y), lo its exact error; or div's and sqrt's:
+    the float64 result and its rounded correction, whose sign is exact), so not screened
     again. Internal API."""
     pol = c.result
     if fmt is not None and fmt != pol.fmt:
@@ -440,7 +463,8 @@ def add_flat(a, b, c: OpContext, exact_operands: bool = True):
         s = a + b
         inv = (np.isnan(s) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
         if plan.add_fast and exact_operands and not _FORCE_GENERAL:
-            lo = None if plan.add_exact else _two_sum_err(a, b, s)
+            lo = (None if plan.add_exact or _float64_result_enough(c)
+                  else _two_sum_err(a, b, s))
             if lo is not None and not lo.any():
                 lo = None
             out, fl = round_result(_zero_sign(s, a, b, c.mode), lo, c, two_sum=True)
@@ -494,9 +518,14 @@ def _div_flat(a, b, c: OpContext, exact_operands: bool = True):
     plan = plan_for(c.fmt)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if plan.div_fast and exact_operands and not _FORCE_GENERAL:
+            if _float64_result_enough(c):
+                out, fl = round_result(a / b, None, c)
+                return out, fl, None
             q, lo = _div_pair(a, b)
             inv = (np.isnan(q) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
-            out, fl = round_result(q, _finite_or_zero(lo), c)
+            # (q, lo) is a pair by construction (q the float64 nearest to a / b, lo the
+            # rounded quotient of the exact remainder, its sign exact): not screened again
+            out, fl = round_result(q, _finite_or_zero(lo), c, two_sum=True)
             return out, fl, inv
         q = a / b
         inv = (np.isnan(q) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
@@ -522,9 +551,12 @@ def _sqrt_flat(a, c: OpContext, exact_operands: bool = True):
     plan = plan_for(c.fmt)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if plan.sqrt_fast and not _FORCE_GENERAL:
+            if _float64_result_enough(c):
+                out, fl = round_result(np.sqrt(a), None, c)
+                return out, fl, None
             s, lo = _sqrt_pair(a)
             inv = (np.isnan(s) & ~np.isnan(a)) if c.want else None
-            out, fl = round_result(s, _finite_or_zero(lo), c)
+            out, fl = round_result(s, _finite_or_zero(lo), c, two_sum=True)  # a pair, as div's
             return out, fl, inv
         s = np.sqrt(a)
         inv = (np.isnan(s) & ~np.isnan(a)) if c.want else None
