@@ -341,16 +341,61 @@ def _kernel_float(b, p: _Params, mode, overflow, tininess):
         t += 0.0  # -0 + 0 = +0: no negative zero
     ok = np.abs(t, out=q) <= p.max_val  # False for overflow, inf and NaN
     if not ok.all():
-        idx = np.flatnonzero(~ok)
-        t.view(np.uint64)[idx] = _kernel_general(b[idx], p, mode, overflow, False, False,
-                                                 tininess, None, None, False)[0]
+        idx = _overflow_values(t, b.view(np.float64), ok, p, mode, overflow)
+        if idx is not None:
+            t.view(np.uint64)[idx] = _kernel_general(b[idx], p, mode, overflow, False, False,
+                                                     tininess, None, None, False)[0]
     return t.view(np.uint64)
 
 
-def _round32(x, p: _Params, mode):
+_AWAY_ON_OVERFLOW = {  # does an overflow go to the overflow value (inf / NaN)? by sign
+    Rounding.NEAREST_EVEN: (True, True), Rounding.NEAREST_AWAY: (True, True),
+    Rounding.UP: (True, False), Rounding.DOWN: (False, True),
+    Rounding.TOWARD_ZERO: (False, False), Rounding.ODD: (False, False),
+}
+
+
+def _overflow_values(t, x, ok, p: _Params, mode, overflow):
+    """Where ``ok`` is False and ``x`` finite (``t``, the rounded value, is beyond the largest
+    finite value), write into ``t`` what _overflow gives: the overflow value (inf, or NaN
+    where the format has no inf) or +-max by mode and policy, with the input's sign (a NaN's
+    sign bit too, as _kernel_general's ``r | sign``). In wide-range data a third of the
+    elements overflow: a branch-free blend of the bit patterns over the whole chunk costs
+    less than gathering them, or np.copyto / np.where with a mask. Returns the positions of
+    the inf and NaN inputs (None when there is none), for _kernel_general."""
+    fin = np.isfinite(x)
+    over = fin & ~ok
+    if over.any():
+        u = np.dtype(f"u{t.itemsize}").type
+        sign_bit = u(1) << u(8 * t.itemsize - 1)
+        typ = t.dtype.type
+        ovf_bits = typ(p.ovf_bits.view(np.float64)).view(u)
+        max_bits = typ(p.max_val).view(u)
+        pos_away, neg_away = _AWAY_ON_OVERFLOW[mode]
+        new = x.view(u) & sign_bit
+        if overflow is Overflow.SATURATE or not (pos_away or neg_away):
+            new |= max_bits
+        elif pos_away and neg_away:
+            new |= ovf_bits
+        else:  # the overflow value for one sign, max for the other
+            away = (new != 0) if neg_away else (new == 0)
+            new |= max_bits
+            new += away.astype(u) * u(ovf_bits - max_bits)
+        tb = t.view(u)
+        mask = over.astype(u)
+        np.negative(mask, out=mask)  # all ones where over
+        new ^= tb
+        new &= mask
+        tb ^= new  # tb = new where over, else unchanged
+    fin |= ok  # what is left: not ok and not finite
+    return None if fin.all() else np.flatnonzero(~fin)
+
+
+def _round32(x, p: _Params, mode, overflow):
     """float32 values ``x`` rounded to the format in the float domain, as float32 (every
-    value of a Params.fast32 format is one), and the positions (or None) that _kernel_general
-    must redo: overflow, inf, NaN. The float32 twin of _kernel_float."""
+    value of a Params.fast32 format is one, and so are inf and NaN), and the positions (or
+    None) that _kernel_general must redo: inf and NaN inputs. The float32 twin of
+    _kernel_float."""
     e = x.view(np.uint32) >> np.uint32(23)
     e &= np.uint32(0xFF)
     np.maximum(e, p.eminb32, out=e)
@@ -364,7 +409,9 @@ def _round32(x, p: _Params, mode):
     if p.enc is NaNEncoding.FNUZ:
         t += np.float32(0.0)
     ok = np.abs(t, out=q) <= p.max_val
-    return t, (None if ok.all() else np.flatnonzero(~ok))
+    if ok.all():
+        return t, None
+    return t, _overflow_values(t, x, ok, p, mode, overflow)
 
 
 def _kernel_general(b, p: _Params, mode, overflow, flush, daz, tininess, rng, random_bits,
@@ -883,11 +930,11 @@ def _run_float32(flat: np.ndarray, out: np.ndarray, p: _Params, fmt: Format, mod
     wide = out.view(np.float64) if store is None else None
     for lo in range(0, flat.size, CHUNK):
         x = flat[lo:lo + CHUNK]
-        v, bad = _round32(x, p, mode)
+        v, bad = _round32(x, p, mode, ovf)
         if store is None:
             wide[lo:lo + CHUNK] = v  # exact widening
         else:
-            out[lo:lo + CHUNK] = _store_values(v, store)
+            out[lo:lo + CHUNK] = _store_values(v, store, owned=True)
         if bad is not None:
             r, _ = _kernel_general(_widen(x[bad]).view(np.uint64), p, mode, ovf, False, False,
                                    tin, None, None, False)
@@ -903,17 +950,18 @@ _FP16_SCALE = np.float32(2.0**-112)  # fp16's exponent bias 15 to float32's 127
 _FP16_SIGN = np.uint32(0x8000)
 
 
-def _store_values(v: np.ndarray, store: np.dtype) -> np.ndarray:
+def _store_values(v: np.ndarray, store: np.dtype, owned: bool = False) -> np.ndarray:
     """Values of a format (float32 or float64, each exactly a value of ``store``) in its
     storage dtype, exactly. NumPy's own float -> float16 cast is several times slower; here
     the float32 value scaled by 2**-112 (exact: fp16's smallest subnormal becomes a float32
     subnormal) has fp16's exponent and fraction in its bits 13-27, and inf and NaN (the top
-    10 bits of the payload, as NumPy keeps them) land on fp16's codes once masked to 15 bits."""
+    10 bits of the payload, as NumPy keeps them) land on fp16's codes once masked to 15 bits.
+    ``owned``: ``v`` is a temporary the caller hands over (overwritten)."""
     if store != np.float16:
         with np.errstate(invalid="ignore", over="ignore"):
             return _via_float32(v, store).astype(store)
     with np.errstate(invalid="ignore", over="ignore"):
-        t = v.astype(np.float32) if v.dtype != np.float32 else v.copy()
+        t = v.astype(np.float32) if v.dtype != np.float32 else (v if owned else v.copy())
     t *= _FP16_SCALE
     b = t.view(np.uint32)
     h = b >> np.uint32(13)
