@@ -915,7 +915,7 @@ def run_chunks(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bit
         else:  # exact: the format's values are values of its storage dtype
             v = r.view(np.float64)
             _refuse_nan(v, fmt)
-            out[lo:hi] = _store_values(v, store)
+            out[lo:hi] = _store_values(v, store, fmt)
         if want:
             fl[lo:hi] = f
     return out, fl
@@ -934,7 +934,7 @@ def _run_float32(flat: np.ndarray, out: np.ndarray, p: _Params, fmt: Format, mod
         if store is None:
             wide[lo:lo + CHUNK] = v  # exact widening
         else:
-            out[lo:lo + CHUNK] = _store_values(v, store, owned=True)
+            out[lo:lo + CHUNK] = _store_values(v, store, fmt, owned=True)
         if bad is not None:
             r, _ = _kernel_general(_widen(x[bad]).view(np.uint64), p, mode, ovf, False, False,
                                    tin, None, None, False)
@@ -946,30 +946,40 @@ def _run_float32(flat: np.ndarray, out: np.ndarray, p: _Params, fmt: Format, mod
                 out[lo + bad] = _via_float32(r, store)
 
 
-_FP16_SCALE = np.float32(2.0**-112)  # fp16's exponent bias 15 to float32's 127
-_FP16_SIGN = np.uint32(0x8000)
-
-
-def _store_values(v: np.ndarray, store: np.dtype, owned: bool = False) -> np.ndarray:
-    """Values of a format (float32 or float64, each exactly a value of ``store``) in its
-    storage dtype, exactly. NumPy's own float -> float16 cast is several times slower; here
-    the float32 value scaled by 2**-112 (exact: fp16's smallest subnormal becomes a float32
-    subnormal) has fp16's exponent and fraction in its bits 13-27, and inf and NaN (the top
-    10 bits of the payload, as NumPy keeps them) land on fp16's codes once masked to 15 bits.
-    ``owned``: ``v`` is a temporary the caller hands over (overwritten)."""
-    if store != np.float16:
+def _store_values(v: np.ndarray, store: np.dtype, fmt: Format,
+                  owned: bool = False) -> np.ndarray:
+    """Values of ``fmt`` (float32 or float64, each exactly a value of ``store``, or inf /
+    NaN) in its storage dtype, exactly, by the bits: NumPy's float -> float16 and ml_dtypes'
+    float32 -> float8 casts are several times slower. A value scaled by 2**(bias - 127)
+    (exact: the format's smallest subnormal becomes float32's 2**(23 - m) times its smallest)
+    holds the format's exponent field and fraction in float32's bits 23 - m and up, with the
+    sign at 31. fp16's inf and NaN (the top 10 bits of the payload, as NumPy keeps them) land
+    on its codes once masked to 15 bits; an 8-bit format's NaNs are stored by ml_dtypes' own
+    cast, as before. ``owned``: ``v`` is a temporary the caller hands over (overwritten)."""
+    width = fmt.exponent_bits + fmt.mantissa_bits  # the bits below the sign
+    if not (store == np.float16 or (store.itemsize == 1 and width == 7
+                                    and 1 <= fmt.bias <= 127)):  # ml_dtypes' float8 types
         with np.errstate(invalid="ignore", over="ignore"):
             return _via_float32(v, store).astype(store)
     with np.errstate(invalid="ignore", over="ignore"):
         t = v.astype(np.float32) if v.dtype != np.float32 else (v if owned else v.copy())
-    t *= _FP16_SCALE
+    nan = None
+    if store != np.float16:
+        nan = np.isnan(t)
+        nan = np.flatnonzero(nan) if nan.any() else None
+        if nan is not None:
+            nan_out = t[nan].astype(store)  # ml_dtypes' NaN pattern, as _via_float32 gives
+    t *= np.float32(2.0 ** (fmt.bias - 127))
     b = t.view(np.uint32)
-    h = b >> np.uint32(13)
-    h &= np.uint32(0x7FFF)
-    b >>= np.uint32(16)
-    b &= _FP16_SIGN
+    h = b >> np.uint32(23 - fmt.mantissa_bits)
+    h &= np.uint32((1 << width) - 1)
+    b >>= np.uint32(31 - width)
+    b &= np.uint32(1 << width)  # the sign
     h |= b
-    return h.astype(np.uint16).view(np.float16)
+    out = h.astype(np.uint16 if store == np.float16 else np.uint8).view(store)
+    if nan is not None:
+        out[nan] = nan_out
+    return out
 
 
 def _run_wide(x: np.ndarray, hi: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng,

@@ -224,3 +224,24 @@ def test_many_chunks(monkeypatch) -> None:
             np.testing.assert_array_equal(c.view(np.uint16),
                                           fpsim.cast(x, "fp16", mode, flags=True)[0]
                                           .view(np.uint16))
+
+
+@pytest.mark.parametrize("name", ["fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz",
+                                  "fp8_e5m2fnuz"])
+@pytest.mark.parametrize("mode", [Rounding.NEAREST_EVEN, Rounding.DOWN, Rounding.STOCHASTIC])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cast_stores_the_bits_numpy_and_ml_dtypes_give(name: str, mode: Rounding,
+                                                      dtype) -> None:
+    """cast builds the storage patterns from the float32 bits (_store_values); NumPy's and
+    ml_dtypes' own casts of the (exact) rounded values are the reference, NaNs included."""
+    fmt = FORMATS[name]
+    x = grid(fmt, dtype)
+    store = fmt.storage_dtype
+    for flags in (False, True):
+        kw = {"rng": 0} if mode is Rounding.STOCHASTIC else {}
+        got = fpsim.cast(x, fmt, mode, flags=flags, **kw)
+        got = got[0] if flags else got
+        with np.errstate(invalid="ignore"):
+            want = fpsim.round(x, fmt, mode, **kw).astype(np.float32).astype(store)
+        u = {1: np.uint8, 2: np.uint16}[store.itemsize]
+        np.testing.assert_array_equal(got.view(u), want.view(u))
