@@ -414,6 +414,30 @@ def _round32(x, p: _Params, mode, overflow):
     return t, _overflow_values(t, x, ok, p, mode, overflow)
 
 
+def float32_ok(policy: RoundingPolicy) -> bool:
+    """Internal API (arithmetic's float32 path): may :func:`round_float32` round by
+    ``policy``? (A deterministic mode, no flush or DAZ, a format whose every quantum is a
+    normal float32 of at most 1: fp16, fp8, e5m7, fp6, fp4, ...)
+
+    >>> float32_ok(policy_of("fp16")), float32_ok(policy_of("bf16"))
+    (True, False)
+    """
+    return (_params(policy.fmt).fast32 and policy.rounding in _FLOAT_MODES
+            and not (policy.flush or policy.daz))
+
+
+def round_float32(x: np.ndarray, policy: RoundingPolicy):
+    """Internal API (arithmetic's float32 path): flat float32 ``x`` rounded once by a policy
+    :func:`float32_ok` accepts, without flags: (float32 values, the positions of inf and NaN
+    inputs, whose values are not set, or None). Overflow is resolved as :func:`round` does.
+
+    >>> v, bad = round_float32(np.array([1/3, 7e4], np.float32), policy_of("fp16"))
+    >>> v.tolist(), bad
+    ([0.333251953125, inf], None)
+    """
+    return _round32(x, _params(policy.fmt), policy.rounding, policy.overflow)
+
+
 def _kernel_general(b, p: _Params, mode, overflow, flush, daz, tininess, rng, random_bits,
                     want_flags):
     """Round one chunk of float64 patterns ``b``, any mode and policy, on the patterns."""

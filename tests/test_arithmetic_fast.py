@@ -19,6 +19,7 @@ import pytest
 import fpsim
 from fpsim import arithmetic
 from fpsim.formats import Format, NaNEncoding
+from fpsim.modes import Rounding
 
 FORMATS = {"fp16": fpsim.FP16, "bf16": fpsim.BF16, "e4m3": fpsim.FP8_E4M3, "e5m2": fpsim.FP8_E5M2,
            "e5m7": Format(5, 7), "e8m24 (p = 25)": Format(8, 24), "e6m3": Format(6, 3)}
@@ -47,6 +48,7 @@ def mpfr(op: str, a: float, b: float, fmt: Format) -> float:
     with ctx:
         x, y = gmpy2.mpfr(a), gmpy2.mpfr(b)
         r = {"add": lambda: x + y, "sub": lambda: x - y, "div": lambda: x / y,
+             "mul": lambda: x * y,
              "sqrt": lambda: gmpy2.sqrt(x)}[op]()
     return float(r)
 
@@ -115,3 +117,63 @@ def test_narrow_operands_convert_as_their_float64_values(dtype, mode: str) -> No
             np.testing.assert_array_equal(f[1:], f64[1:])
             fast = getattr(fpsim, op)(a, b, fmt, mode)
             assert same_bits(fast, v).all(), (fmt, op)
+
+
+F32_FORMATS = {"fp16": fpsim.FP16, "e4m3": fpsim.FP8_E4M3, "e5m2": fpsim.FP8_E5M2,
+               "e4m3fnuz": fpsim.FP8_E4M3FNUZ, "e5m7": Format(5, 7), "e3m1": Format(3, 1),
+               "fp6_e3m2": fpsim.get_format("fp6_e3m2")}
+MODES = ["nearest_even", "nearest_away", "toward_zero", "up", "down", "odd"]
+
+
+@pytest.mark.parametrize("name", list(F32_FORMATS))
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "sqrt"])
+def test_float32_path_equals_the_exact_path(monkeypatch, name: str, op: str) -> None:
+    """float32 (and float16) operand arrays, values of the format or not, with zeros,
+    infinities and NaNs in some chunks, every deterministic mode: the float32 path (where it
+    applies) equals the flags=True path (the float64 kernel) and, in the IEEE formats to
+    nearest even, MPFR."""
+    monkeypatch.setattr(arithmetic, "_CHUNK", 512)
+    fmt = F32_FORMATS[name]
+    a, b = operands(fmt, 3000, sum(map(ord, name + op)))
+    rng = np.random.default_rng(7)
+    raw = (rng.standard_normal(3000) * 2.0 ** rng.integers(-12, 12, 3000))
+    a = np.where(rng.random(3000) < 0.3, raw, a).astype(np.float32)  # not values of fmt
+    b = b.astype(np.float32)
+    b[::97] = 0.0
+    a[2500:2510] = [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e30, -1e30, 1e-30, 3.0, 5.0]
+    args = (np.abs(a),) if op == "sqrt" else (a, b)
+    used = False
+    for mode in MODES:
+        c = arithmetic.context(fmt, mode)
+        used |= arithmetic._float32_path(op, args, c) is not None
+        fast = getattr(fpsim, op)(*args, fmt, mode)
+        slow, _ = getattr(fpsim, op)(*args, fmt, mode, flags=True)
+        ok = same_bits(fast, slow)
+        i = np.flatnonzero(~ok)
+        assert ok.all(), (f"{op} {name} {mode}: {i.size} differ, first {args[0][i[0]]!r}, "
+                          f"{args[-1][i[0]]!r}: {fast[i[0]]!r} vs {slow[i[0]]!r}")
+        if mode == "nearest_even":
+            with np.errstate(over="ignore"):
+                h = tuple(x.astype(np.float16) for x in args)
+            np.testing.assert_array_equal(getattr(fpsim, op)(*h, fmt, mode).view(np.uint64),
+                                          getattr(fpsim, op)(*h, fmt, mode, flags=True)[0]
+                                          .view(np.uint64))
+    assert used, f"{op} {name}: the float32 path should apply to some mode"
+    if fmt.nan_encoding is NaNEncoding.IEEE:
+        got = getattr(fpsim, op)(*args, fmt)
+        for i in np.random.default_rng(3).choice(got.size, 200, replace=False):
+            xs = [float(fpsim.round(np.float64(v[i]), fmt)) for v in args]
+            assert same_bits(np.array([got[i]]), np.array([mpfr(op, xs[0], xs[-1], fmt)]))[0]
+
+
+def test_float32_path_scope() -> None:
+    ok = arithmetic._float32_exact_enough
+    assert ok("mul", fpsim.FP16, Rounding.UP)  # 22-bit products are exact in float32
+    assert not ok("add", fpsim.FP16, Rounding.UP)  # needs the error term
+    assert ok("div", fpsim.FP16, Rounding.NEAREST_EVEN)
+    assert not ok("div", Format(5, 11), Rounding.NEAREST_EVEN)  # p = 12 > 11
+    c = arithmetic.context("fp16", flags=True)
+    a = np.ones(4, np.float32)
+    assert arithmetic._float32_path("add", (a, a), c) is None
+    assert arithmetic._float32_path("add", (a, a[::-1].copy().reshape(2, 2)),
+                                    arithmetic.context("fp16")) is None
