@@ -255,18 +255,23 @@ def _round_low(a, p: _Params, mode, neg, rnd, random_bits):
 
 def _overflow(r, ovf, neg, p: _Params, mode: Rounding, overflow: Overflow):
     """Patterns ``r`` with the overflowing elements (mask ``ovf``) replaced by what the mode
-    and policy give: the largest finite value or the overflow value (inf / NaN)."""
-    if overflow is Overflow.SATURATE:
-        return np.where(ovf, p.max_bits, r)
-    if mode in (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY, Rounding.STOCHASTIC):
-        away = ovf
-    elif mode is Rounding.UP:
-        away = ovf & (neg == ZERO)
-    elif mode is Rounding.DOWN:
-        away = ovf & (neg == ONE)
-    else:  # toward zero and round-to-odd never round a finite value to infinity
-        away = np.zeros_like(ovf)
-    return np.where(away, p.ovf_bits, np.where(ovf, p.max_bits, r))
+    and policy give: the largest finite value or the overflow value (inf / NaN). A
+    branch-free blend (np.where with a scattered mask is several times slower: in
+    wide-range data a third of the elements overflow)."""
+    val = np.full(r.shape, p.max_bits, np.uint64)
+    if overflow is not Overflow.SATURATE:
+        if mode in (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY, Rounding.STOCHASTIC):
+            val[...] = p.ovf_bits
+        elif mode is Rounding.UP:  # positive ones go to the overflow value
+            val += (neg ^ ONE) * (p.ovf_bits - p.max_bits)
+        elif mode is Rounding.DOWN:
+            val += neg * (p.ovf_bits - p.max_bits)
+        # toward zero and round-to-odd never round a finite value to infinity
+    mask = ovf.astype(np.uint64)
+    np.negative(mask, out=mask)  # all ones where ovf
+    val ^= r
+    val &= mask
+    return r ^ val  # val where ovf, else r
 
 
 # Mirrored in fpsim/reductions.py: its few-output Python-float paths (_scalar_adder, and
