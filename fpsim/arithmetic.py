@@ -194,6 +194,7 @@ class _Window:
 @dataclass(frozen=True)
 class _Plan:
     add_exact: bool  # a + b itself is exact in float64
+    fma_exact: bool  # a * b + c itself is exact in float64 (e4m3 and narrower ranges)
     add_fast: bool  # TwoSum on the operands cannot overflow
     mul_fast: bool  # a * b is exact in float64
     div_fast: bool  # q, the remainder and r / b neither overflow nor underflow
@@ -238,6 +239,8 @@ def plan_for(fmt: Format) -> _Plan:
         windows = tuple(wins)
     return _Plan(
         add_exact=(emax + 2) - elo <= 53,
+        # |a*b + c| < 2**(2 emax + 3), a multiple of 2**(2 elo) (elo <= 0: c's too)
+        fma_exact=elo <= 0 and (2 * emax + 3) - 2 * elo <= 53,
         add_fast=emax <= 1021,
         mul_fast=p <= _MAX_FMA_PRECISION and 2 * (emax + 1) <= 1022 and 2 * elo >= -1074,
         div_fast=(emax + 1 - elo <= 990 and 2 * elo - emax - 53 >= -1074
@@ -579,7 +582,7 @@ def _fma_flat(a, b, d, c: OpContext, exact_operands: bool = True):
     plan = plan_for(c.fmt)
     with np.errstate(invalid="ignore", over="ignore"):
         prod = a * b
-        nan_in = np.isnan(a) | np.isnan(b) | np.isnan(d)
+        nan_in = (np.isnan(a) | np.isnan(b) | np.isnan(d)) if c.want else None
         inv = None
         if c.want:  # 0 * inf is invalid whatever c is (SoftFloat: even a quiet NaN c)
             inv = ((a == 0) & np.isinf(b)) | (np.isinf(a) & (b == 0))
@@ -587,8 +590,8 @@ def _fma_flat(a, b, d, c: OpContext, exact_operands: bool = True):
             s = prod + d
             if c.want:
                 inv |= np.isnan(s) & ~nan_in
-            lo = _two_sum_err(prod, d, s)
-            if not lo.any():
+            lo = None if plan.fma_exact else _two_sum_err(prod, d, s)
+            if lo is not None and not lo.any():
                 lo = None
             # (s, lo) is TwoSum's pair (prod is exact here), as in add: not screened again
             out, fl = round_result(_zero_sign(s, prod, d, c.mode), lo, c, two_sum=True)

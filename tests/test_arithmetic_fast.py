@@ -177,3 +177,26 @@ def test_float32_path_scope() -> None:
     assert arithmetic._float32_path("add", (a, a), c) is None
     assert arithmetic._float32_path("add", (a, a[::-1].copy().reshape(2, 2)),
                                     arithmetic.context("fp16")) is None
+
+
+@pytest.mark.parametrize("name", ["fp8_e4m3", "fp8_e4m3fnuz", "fp6_e2m3", "fp4_e2m1"])
+@pytest.mark.parametrize("mode", MODES)
+def test_fma_exact_in_float64_equals_exact_fractions(name: str, mode: str) -> None:
+    """Formats whose a * b + c is exact in float64 (plan.fma_exact: no TwoSum) against exact
+    rational arithmetic rounded by tests/exact.py."""
+    from fractions import Fraction
+
+    from tests.exact import round_exact, same
+
+    fmt = fpsim.get_format(name)
+    assert arithmetic.plan_for(fmt).fma_exact
+    rng = np.random.default_rng(11)
+    v = fpsim.round(rng.standard_normal(3 * 600) * 2.0 ** rng.integers(-8, 8, 3 * 600), fmt,
+                    "toward_zero", overflow="saturate").reshape(3, -1)
+    got = fpsim.fma(v[0], v[1], v[2], fmt, mode)
+    for x, y, z, g in zip(*v, got, strict=True):
+        exact = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
+        if exact == 0:
+            continue  # the sign of an exact zero sum: tests/test_arith_mpfr.py
+        want, _ = round_exact(exact, fmt, mode)
+        assert same(float(g), want), (x, y, z, g, want)
