@@ -87,9 +87,11 @@ from .rounding import (
     RoundingPolicy,
     as_float64,
     default_rng,
+    float32_ok,
     listed,
     policy_of,
     round_flat,
+    round_float32,
     round_objects_with,
     round_with,
 )
@@ -192,6 +194,7 @@ class _Window:
 @dataclass(frozen=True)
 class _Plan:
     add_exact: bool  # a + b itself is exact in float64
+    fma_exact: bool  # a * b + c itself is exact in float64 (e4m3 and narrower ranges)
     add_fast: bool  # TwoSum on the operands cannot overflow
     mul_fast: bool  # a * b is exact in float64
     div_fast: bool  # q, the remainder and r / b neither overflow nor underflow
@@ -236,6 +239,8 @@ def plan_for(fmt: Format) -> _Plan:
         windows = tuple(wins)
     return _Plan(
         add_exact=(emax + 2) - elo <= 53,
+        # |a*b + c| < 2**(2 emax + 3), a multiple of 2**(2 elo) (elo <= 0: c's too)
+        fma_exact=elo <= 0 and (2 * emax + 3) - 2 * elo <= 53,
         add_fast=emax <= 1021,
         mul_fast=p <= _MAX_FMA_PRECISION and 2 * (emax + 1) <= 1022 and 2 * elo >= -1074,
         div_fast=(emax + 1 - elo <= 990 and 2 * elo - emax - 53 >= -1074
@@ -275,9 +280,27 @@ def _finite_or_zero(x):
     return np.where(np.isfinite(x), x, 0.0)
 
 
+_NEAREST = (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY)
+_INNOCUOUS_PRECISION = 25  # 53 >= 2p + 2
+
+
+def _float64_result_enough(c: OpContext) -> bool:
+    """May the float64 result of + - / sqrt (round to nearest even) be rounded to the format
+    without its error term? Yes for round to nearest (either tie rule) at p <= 25 without
+    flags: double rounding through 53 >= 2p + 2 bits is innocuous (Figueroa, 1995): the exact
+    result of an operation on p-bit numbers that is not itself a midpoint of the format lies
+    farther from one than float64's rounding error, so the float64 result is on the same side
+    of every midpoint (also at subnormal results, where the format's grid is coarser). The
+    directed modes and the flags need the error's sign (is the result exact?), and stochastic
+    rounding its size."""
+    return (not c.want and c.mode in _NEAREST
+            and c.fmt.precision_bits <= _INNOCUOUS_PRECISION)
+
+
 # -- operands ---------------------------------------------------------------------------------
 
 _OPERAND_NAMES = ("a", "b", "c")  # the parameter names of add, sub, mul, div, sqrt and fma
+_NARROW_FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
 
 @functools.cache
 def _snan_spec(dtype: np.dtype) -> tuple | None:
@@ -330,6 +353,10 @@ def _convert(x, c: OpContext, name: str) -> tuple[np.ndarray, np.ndarray | None]
     if isinstance(x, (Fraction, Decimal)):  # one exact number: rounded once, at any size
         snan = np.array(True) if isinstance(x, Decimal) and x.is_snan() else None
         return np.asarray(round_with(x, c.convert)[0], dtype=np.float64), snan
+    if arr is not None and arr.dtype in _NARROW_FLOATS and arr.ndim:
+        # rounded as it is (float32 in float32, no float64 copy first): the same values
+        snan = snan_mask(arr) if np.isnan(arr).any() else None
+        return round_with(arr, c.convert)[0], snan
     hi, lo, _ = as_float64(x if arr is None else arr, name)
     snan = None
     if hi.dtype.kind == "f" and np.isnan(hi).any():  # the sNaN bit as the input holds it
@@ -369,7 +396,8 @@ def _operands(args, c: OpContext, name: str):
 def round_result(hi, lo, c: OpContext, fmt: Format | None = None, *, two_sum: bool = False):
     """Round hi (+ lo, a pair round_pair accepts; None: hi alone) once to fmt (c's format by
     default) by c's result policy; returns (values, flags or None). ``two_sum``: the pair is
-    TwoSum's (hi = fl(x + y), lo its exact error), valid by construction, so not screened
+    valid by construction (TwoSum's: hi = fl(x + y), lo its exact error; or div's and sqrt's:
+    the float64 result and its rounded correction, whose sign is exact), so not screened
     again. Internal API."""
     pol = c.result
     if fmt is not None and fmt != pol.fmt:
@@ -440,7 +468,8 @@ def add_flat(a, b, c: OpContext, exact_operands: bool = True):
         s = a + b
         inv = (np.isnan(s) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
         if plan.add_fast and exact_operands and not _FORCE_GENERAL:
-            lo = None if plan.add_exact else _two_sum_err(a, b, s)
+            lo = (None if plan.add_exact or _float64_result_enough(c)
+                  else _two_sum_err(a, b, s))
             if lo is not None and not lo.any():
                 lo = None
             out, fl = round_result(_zero_sign(s, a, b, c.mode), lo, c, two_sum=True)
@@ -494,9 +523,14 @@ def _div_flat(a, b, c: OpContext, exact_operands: bool = True):
     plan = plan_for(c.fmt)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if plan.div_fast and exact_operands and not _FORCE_GENERAL:
+            if _float64_result_enough(c):
+                out, fl = round_result(a / b, None, c)
+                return out, fl, None
             q, lo = _div_pair(a, b)
             inv = (np.isnan(q) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
-            out, fl = round_result(q, _finite_or_zero(lo), c)
+            # (q, lo) is a pair by construction (q the float64 nearest to a / b, lo the
+            # rounded quotient of the exact remainder, its sign exact): not screened again
+            out, fl = round_result(q, _finite_or_zero(lo), c, two_sum=True)
             return out, fl, inv
         q = a / b
         inv = (np.isnan(q) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
@@ -522,9 +556,12 @@ def _sqrt_flat(a, c: OpContext, exact_operands: bool = True):
     plan = plan_for(c.fmt)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if plan.sqrt_fast and not _FORCE_GENERAL:
+            if _float64_result_enough(c):
+                out, fl = round_result(np.sqrt(a), None, c)
+                return out, fl, None
             s, lo = _sqrt_pair(a)
             inv = (np.isnan(s) & ~np.isnan(a)) if c.want else None
-            out, fl = round_result(s, _finite_or_zero(lo), c)
+            out, fl = round_result(s, _finite_or_zero(lo), c, two_sum=True)  # a pair, as div's
             return out, fl, inv
         s = np.sqrt(a)
         inv = (np.isnan(s) & ~np.isnan(a)) if c.want else None
@@ -545,7 +582,7 @@ def _fma_flat(a, b, d, c: OpContext, exact_operands: bool = True):
     plan = plan_for(c.fmt)
     with np.errstate(invalid="ignore", over="ignore"):
         prod = a * b
-        nan_in = np.isnan(a) | np.isnan(b) | np.isnan(d)
+        nan_in = (np.isnan(a) | np.isnan(b) | np.isnan(d)) if c.want else None
         inv = None
         if c.want:  # 0 * inf is invalid whatever c is (SoftFloat: even a quiet NaN c)
             inv = ((a == 0) & np.isinf(b)) | (np.isinf(a) & (b == 0))
@@ -553,8 +590,8 @@ def _fma_flat(a, b, d, c: OpContext, exact_operands: bool = True):
             s = prod + d
             if c.want:
                 inv |= np.isnan(s) & ~nan_in
-            lo = _two_sum_err(prod, d, s)
-            if not lo.any():
+            lo = None if plan.fma_exact else _two_sum_err(prod, d, s)
+            if lo is not None and not lo.any():
                 lo = None
             # (s, lo) is TwoSum's pair (prod is exact here), as in add: not screened again
             out, fl = round_result(_zero_sign(s, prod, d, c.mode), lo, c, two_sum=True)
@@ -694,19 +731,85 @@ def _native(name: str, args, c: OpContext):
             a = np.float64(a)
         if not isinstance(a, (np.ndarray, np.generic)):
             return None
-        if a.dtype != dt:
-            if a.dtype not in _NATIVE_INPUTS:
-                return None
-            with np.errstate(over="ignore", invalid="ignore"):
-                a = a.astype(dt)  # one rounding to nearest even (see above)
+        if a.dtype != dt and a.dtype not in _NATIVE_INPUTS:
+            return None
         ops.append(a)
+    shape = broadcast_shape(name, *(a.shape for a in ops))  # the error every path gives
+    views = [np.broadcast_to(a, shape) for a in ops]
+    out = np.empty(shape)
+    op = _NATIVE_OPS[name]
     with np.errstate(all="ignore"):
-        try:
-            r = _NATIVE_OPS[name](*ops)
-        except ValueError:  # shapes that do not broadcast: the error every path gives
-            broadcast_shape(name, *(a.shape for a in ops))
-            raise
-        return np.asarray(r).astype(np.float64)
+        for idx in _chunk_slices(shape):  # the peak memory: inputs, output and one chunk
+            # a conversion is one rounding to nearest even (see above)
+            out[idx] = op(*(v[idx] if v.dtype == dt else v[idx].astype(dt) for v in views))
+    return out
+
+
+# -- the float32 path -------------------------------------------------------------------------
+
+# float32 / float16 operand arrays in a format whose values are float32 numbers with room to
+# spare (fp16, fp8, e5m7, ...): each chunk's operands are rounded to the format as float32,
+# the operation runs in float32 and its result is rounded as float32 (half the bytes of the
+# float64 path, no error terms). Exact where float32 holds the exact result: a product of
+# two p <= 12 bit values whose range float32 covers (any deterministic mode). Otherwise round
+# to nearest (either tie rule) at p <= 11: float32's 24 >= 2p + 2 bits make the double
+# rounding innocuous (Figueroa; the native fp16 path's argument), the results staying normal
+# float32 numbers or exact. An inf or NaN result of finite operands (x / 0, 0 / 0, sqrt(-x))
+# is rounded as the general path rounds its float64 twin; a chunk with an inf or NaN operand
+# takes the general path. Equal to it and to MPFR: tests/test_arithmetic_fast.py.
+_F32_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+            "sqrt": np.sqrt}
+
+
+@functools.cache
+def _float32_exact_enough(name: str, fmt: Format, mode: Rounding) -> bool:
+    p, lo, hi = fmt.precision_bits, fmt.emin - fmt.mantissa_bits, fmt.emax + 1
+    # values of fmt: multiples of 2**lo below 2**hi
+    if name == "mul" and 2 * p <= 24 and 2 * lo >= -149 and 2 * hi <= 127:
+        return True  # the product is exact in float32, subnormal or not
+    if mode not in _NEAREST or p > 11:
+        return False
+    if name in ("add", "sub", "sqrt", "mul"):
+        return hi + 1 <= 127 and 2 * lo >= -149  # below 2**-126: exact (multiples of 2**lo)
+    return lo - hi >= -126 and hi - lo <= 127  # div: every nonzero quotient normal
+
+
+def _float32_path(name: str, args, c: OpContext):
+    """The operation by the float32 path (see above), or None where it does not apply."""
+    if c.want or name not in _F32_OPS:
+        return None
+    if not all(isinstance(a, np.ndarray) and a.dtype in _NARROW_FLOATS
+               and a.flags.c_contiguous for a in args):
+        return None
+    shape = args[0].shape
+    if any(a.shape != shape for a in args) or not (
+            float32_ok(c.result) and float32_ok(c.convert)
+            and _float32_exact_enough(name, c.fmt, c.mode)):
+        return None
+    flat = [a.reshape(-1) for a in args]
+    n = flat[0].size
+    out = np.empty(n)
+    op = _F32_OPS[name]
+    with np.errstate(all="ignore"), quiet_flags():
+        for lo in range(0, n, _CHUNK):
+            hi = min(n, lo + _CHUNK)
+            ops = []
+            for a in flat:
+                v, bad = round_float32(a[lo:hi].astype(np.float32, copy=False), c.convert)
+                if bad is not None:
+                    break
+                ops.append(v)
+            else:
+                r = op(*ops)
+                v, bad = round_float32(r, c.result)
+                out[lo:hi] = v
+                if bad is not None:  # x / 0, 0 / 0, sqrt(-x): inf or NaN, rounded alone
+                    out[lo + bad] = round_with(r[bad].astype(np.float64), c.result)[0]
+                continue
+            # an inf or NaN operand: this chunk by the general path
+            vals, snan, _, _ = _operands([a[lo:hi] for a in flat], c, name)
+            out[lo:hi] = compute(name, vals, c, snan)[0]
+    return out.reshape(shape)
 
 
 # -- chunks -----------------------------------------------------------------------------------
@@ -769,7 +872,9 @@ def _apply(name: str, kernel, args, fmt, rounding, overflow, subnormals, tinines
             f"fma supports formats of at most {_MAX_FMA_PRECISION} precision bits (the product "
             f"must be exact in float64), got {c.fmt.name} with {c.fmt.precision_bits}"
         )
-    out = _native(name, args, c)
+    out = _float32_path(name, args, c)  # (fp16: faster than NumPy's float16 loops)
+    if out is None:
+        out = _native(name, args, c)
     if out is not None:
         return out[()] if out.ndim == 0 else out
     chunked = _chunked(name, args, c)
