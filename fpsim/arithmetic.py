@@ -83,6 +83,7 @@ from .modes import (
     Subnormals,
     Tininess,
 )
+from .nativecast import cast as native_cast
 from .rounding import (
     RoundingPolicy,
     as_float64,
@@ -654,10 +655,11 @@ def compute(name: str, vals, c: OpContext, snan: np.ndarray | None = None, *,
 #   finite values: fp16 overflows inside float32's range, bf16's threshold (2 - 2**-8) *
 #   2**127 is a float32 number and float32 overflow rounds to inf as bf16 does).
 # - operands are first converted to the format, as fpsim does (nearest even, silently): a
-#   float16 / float32 / float64 array's native cast (NumPy's float64 -> float16 cast is one
-#   rounding, not via float32; ml_dtypes' float64 -> bfloat16 cast as well: checked against
-#   fpsim.round on midpoints in tests/test_edges_arith.py); other inputs (ints, lists, long
-#   double) take the general path.
+#   float16 / float32 / float64 array's native cast, fpsim.nativecast.cast (NumPy's float64 ->
+#   float16 cast is one rounding, not via float32; ml_dtypes' float64 -> bfloat16 cast was
+#   two roundings in ml_dtypes 0.5 (not in 0.7), so float64 goes to float32 rounded to odd
+#   first: checked against fpsim.round on midpoints in tests/test_edges_arith.py); other
+#   inputs (ints, lists, long double) take the general path.
 # - not native: any other mode or format, overflow="saturate", flush / DAZ, flags=True or an
 #   active flag context (the flags come from the general kernel), the stochastic generator.
 # Results are float64 (the API's contract); NaN results are quiet NaNs.
@@ -697,8 +699,7 @@ def _native(name: str, args, c: OpContext):
         if a.dtype != dt:
             if a.dtype not in _NATIVE_INPUTS:
                 return None
-            with np.errstate(over="ignore", invalid="ignore"):
-                a = a.astype(dt)  # one rounding to nearest even (see above)
+            a = native_cast(a, dt)  # one rounding to nearest even (see above)
         ops.append(a)
     with np.errstate(all="ignore"):
         try:

@@ -35,6 +35,7 @@ from ..formats import (
     get_float_format,
 )
 from ..modes import Overflow, Rounding, Subnormals, as_overflow, as_rounding, as_subnormals
+from ..nativecast import cast as native_cast
 from ..rounding import cast
 from .fastcast import f16_to_wide, f32_to_f16, f64_to_f16
 
@@ -58,8 +59,10 @@ __all__ = [
     "widen",
 ]
 
-# Formats whose native NumPy / ml_dtypes cast from float64 and float32 rounds to nearest even
-# exactly as fpsim.round does (overflow to inf / NaN, gradual underflow); proved by
+# Formats whose native cast (fpsim.nativecast.cast: NumPy's, or ml_dtypes' from float32, a
+# float64 source rounded to odd in float32 first, so one rounding in every ml_dtypes version)
+# from float64 and float32 rounds to nearest even exactly as fpsim.round does (overflow to
+# inf / NaN, gradual underflow); proved by
 # tests/test_autograd_formats.py::test_native_cast_equals_fpsim_round.
 NATIVE_RNE: frozenset[Format] = frozenset(
     {FP32, FP16, BF16, FP8_E4M3, FP8_E5M2, FP8_E4M3FNUZ, FP8_E5M2FNUZ})
@@ -385,9 +388,8 @@ def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.nda
         if plain:
             if fmt is FP16 or fmt == FP16:  # NumPy's cast is ~30x slower on fp16 subnormals
                 return f64_to_f16(x) if x.dtype == np.float64 else f32_to_f16(x)
-            if fmt in NATIVE_RNE:
-                with np.errstate(over="ignore", invalid="ignore"):
-                    return x.astype(sd)
+            if fmt in NATIVE_RNE:  # one rounding in every ml_dtypes version (nativecast)
+                return native_cast(x, sd)
             if fmt == FP64:
                 return x.astype(np.float64)
         if fmt == FP64 and x.dtype == np.float64 and s.subnormals is Subnormals.KEEP:
