@@ -55,9 +55,14 @@ def f64_to_f32_odd(x: np.ndarray) -> np.ndarray:
     bits = y.view(np.int32)  # sign-magnitude: +-1 on the pattern moves the magnitude
     moved &= (bits & 1) == 0  # already odd: nothing to do
     if moved.any():
-        away = np.abs(back) > np.abs(x)  # rounded away from zero: step the magnitude down
+        # rounded away from zero (above a positive x, below a negative one): step the
+        # magnitude down, else up (comparisons and xor: no abs, no masked assignment)
+        down = np.greater(back, x)
+        down ^= np.signbit(x)
+        down &= moved
         step = moved.astype(np.int32)
-        step[away & moved] = -1
+        step -= down
+        step -= down
         bits += step
     return y
 
