@@ -117,3 +117,20 @@ def test_arithmetic_native_path_takes_float64_operands_once():
         assert float(fpsim.add(np.array([v]), np.zeros(1), "bf16")[0]) == \
             round_exact(float(v), fpsim.BF16)[0], v
 
+
+
+@pytest.mark.parametrize("fmt", ML_FORMATS, ids=lambda f: f.name)
+def test_arrays_and_lists_of_ml_dtypes_values_in_every_version(fmt):
+    """Arrays of every ml_dtypes type, NaN included, and lists of its scalars go through
+    fpsim.round (float8_e5m2 is of NumPy kind "f", and NumPy's finfo knows it only from
+    ml_dtypes 0.7: fpsim asks ml_dtypes.finfo)."""
+    n = 1 << (8 * fmt.dtype.itemsize)
+    codes = np.arange(n, dtype=np.uint64).astype(f"u{fmt.dtype.itemsize}").view(fmt.dtype)
+    with np.errstate(invalid="ignore"):
+        wide = codes.astype(np.float64)
+    for target in ("fp32", "bf16", "fp8_e4m3"):
+        assert _same(fpsim.round(codes, target), fpsim.round(wide, target)).all()
+    some = list(codes[:: max(1, n // 50)])
+    with np.errstate(invalid="ignore"):
+        assert _same(fpsim.round(some, "fp16"), fpsim.round(np.array(some).astype(np.float64),
+                                                           "fp16")).all()
