@@ -80,6 +80,9 @@ def test_f64_to_f32_odd_is_round_to_odd():
     assert (exact | (finite & inside) | (np.abs(x) > np.finfo(np.float32).max)).all()
     assert (np.signbit(y) == np.signbit(x)).all()
     assert np.isnan(f64_to_f32_odd(np.array([np.nan]))).all()
+    for v in x[:50]:  # 0-d arrays (a Tensor of one value): the same, in place of scalars
+        assert f64_to_f32_odd(np.array(v)).view(np.uint32) == f64_to_f32_odd(
+            np.array([v])).view(np.uint32)[0]
 
 
 @pytest.mark.parametrize("name", ["bf16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz",
