@@ -83,6 +83,7 @@ from .modes import (
     Subnormals,
     Tininess,
 )
+from .nativecast import cast as native_cast
 from .rounding import (
     RoundingPolicy,
     as_float64,
@@ -691,10 +692,11 @@ def compute(name: str, vals, c: OpContext, snan: np.ndarray | None = None, *,
 #   finite values: fp16 overflows inside float32's range, bf16's threshold (2 - 2**-8) *
 #   2**127 is a float32 number and float32 overflow rounds to inf as bf16 does).
 # - operands are first converted to the format, as fpsim does (nearest even, silently): a
-#   float16 / float32 / float64 array's native cast (NumPy's float64 -> float16 cast is one
-#   rounding, not via float32; ml_dtypes' float64 -> bfloat16 cast as well: checked against
-#   fpsim.round on midpoints in tests/test_edges_arith.py); other inputs (ints, lists, long
-#   double) take the general path.
+#   float16 / float32 / float64 array's native cast, fpsim.nativecast.cast (NumPy's float64 ->
+#   float16 cast is one rounding, not via float32; ml_dtypes' float64 -> bfloat16 cast was
+#   two roundings in ml_dtypes 0.5 (not in 0.7), so float64 goes to float32 rounded to odd
+#   first: checked against fpsim.round on midpoints in tests/test_edges_arith.py); other
+#   inputs (ints, lists, long double) take the general path.
 # - not native: any other mode or format, overflow="saturate", flush / DAZ, flags=True or an
 #   active flag context (the flags come from the general kernel), the stochastic generator.
 # Results are float64 (the API's contract); NaN results are quiet NaNs.
@@ -741,7 +743,8 @@ def _native(name: str, args, c: OpContext):
     with np.errstate(all="ignore"):
         for idx in _chunk_slices(shape):  # the peak memory: inputs, output and one chunk
             # a conversion is one rounding to nearest even (see above)
-            out[idx] = op(*(v[idx] if v.dtype == dt else v[idx].astype(dt) for v in views))
+            out[idx] = op(*(v[idx] if v.dtype == dt else native_cast(v[idx], dt)
+                            for v in views))
     return out
 
 

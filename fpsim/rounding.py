@@ -787,7 +787,9 @@ def _widen(arr: np.ndarray) -> np.ndarray:
         return out
     nan = np.isnan(out)
     if nan.any():
-        info = np.finfo(arr.dtype) if arr.dtype.kind == "f" else ml_dtypes.finfo(arr.dtype)
+        # ml_dtypes.finfo for every type: float8_e5m2 is of kind "f", and ml_dtypes 0.5 gives
+        # np.finfo no entry for it (a ValueError)
+        info = ml_dtypes.finfo(arr.dtype)
         m = int(info.nmant)
         src = arr[nan].view(f"u{arr.dtype.itemsize}").astype(np.uint64)
         payload = src & _U((1 << m) - 1)
@@ -1229,9 +1231,9 @@ def listed(x):
             arr = np.asarray(x)
         except ValueError:
             return x
-        if arr.dtype.kind == "f" and arr.size and np.finfo(arr.dtype).nmant < 63:
-            with np.errstate(invalid="ignore"):
-                big = np.flatnonzero(np.abs(arr) >= 2.0 ** (np.finfo(arr.dtype).nmant + 1))
+        if arr.dtype.kind == "f" and arr.size and ml_dtypes.finfo(arr.dtype).nmant < 63:
+            with np.errstate(invalid="ignore"):  # (ml_dtypes.finfo: float8_e5m2 is "f" too)
+                big = np.flatnonzero(np.abs(arr) >= 2.0 ** (ml_dtypes.finfo(arr.dtype).nmant + 1))
             if big.size:  # rare: look at those elements only
                 obj = np.asarray(x, dtype=object)
                 held = arr.reshape(-1)[big]

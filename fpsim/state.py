@@ -1,36 +1,49 @@
 """fpsim's ambient state, in one place: what every operation reads without being passed it.
 
+Every piece is per thread (issue 32): two threads using :func:`fpsim.no_grad`, a rounding
+context, a seed or an autocast region at the same time never see each other's settings, and a
+new thread starts from the defaults (grad mode on, no observers, its own OS-seeded generators,
+the default autograd settings, no flag context, no autocast region). The plain pieces live in
+``local``, a :class:`threading.local`; ``flag_stack``, ``autocast_hook`` and
+``autocast_cache`` are ContextVars (per thread, and per asyncio task). ``state.grad_enabled``
+and the other plain pieces, read or set as module attributes, are the calling thread's.
+
 The pieces, by name (each is documented where it is set):
 
 - ``grad_enabled``: graph recording on or off (:func:`fpsim.no_grad`, ``enable_grad``,
   ``set_grad_enabled``); a plain bool.
 - ``observers``: the objects the autograd engine notifies of every op (active
-  :class:`~fpsim.autograd.memory_meter.MemoryMeter` s, checkpointing's observer); one list,
-  changed in place, so the engine may hold it under a local name.
+  :class:`~fpsim.autograd.memory_meter.MemoryMeter` s, checkpointing's observer); one list
+  per thread, changed in place, so the engine may hold it under a local name for a pass.
 - ``rounding_rng``: the generator stochastic rounding draws from when no ``rng`` is given
   (:func:`fpsim.seed`).
 - ``init_rng``: the generator of parameter initialisation and dropout
   (:func:`fpsim.autograd.manual_seed`).
 - ``autograd_settings``: the autograd engine's rounding mode, generator, overflow / subnormal
   policies and matmul accumulation (:func:`fpsim.autograd.rounding`,
-  :func:`~fpsim.autograd.matmul_accumulation`); an immutable object installed by
-  :mod:`fpsim.autograd.context` (None until that module is imported).
+  :func:`~fpsim.autograd.matmul_accumulation`); an immutable object whose default is installed
+  by :mod:`fpsim.autograd.context` (None until that module is imported).
+- ``autocast_overrides``: :func:`fpsim.amp.autocast_policy.set_autocast_policy`'s changes to
+  the autocast table (an immutable mapping).
 - ``flag_stack``: the active :func:`fpsim.flag_context` s, innermost last (a ContextVar).
 - ``autocast_hook``: the cast policy of the active :class:`fpsim.amp.autocast` region, or None
   (a ContextVar).
+- ``autocast_cache``: the weight-cast cache of the outermost autocast region (a ContextVar).
 - ``rng_states``: the bit-generator states of the generators above (``rounding_rng``,
   ``init_rng`` and the autograd settings' generator), so that a restore repeats their draws.
 
 :func:`snapshot` returns an immutable :class:`Snapshot` of all pieces (or of the named ones);
 :func:`restore` puts back exactly the pieces a snapshot holds; :class:`scoped` sets pieces for a
-block and restores them after (the flag and rounding contexts are built on it; gradient
-checkpointing recomputes a segment under the snapshot taken at its forward run).
+block and restores them after (the flag and rounding contexts and ``no_grad`` are built on it;
+gradient checkpointing recomputes a segment under the snapshot taken at its forward run). A
+scoped object keeps its entries' saved values per thread, so one object (a cached context) may
+be entered by several threads at once.
 
-Hot paths read the plain pieces as module attributes (``state.grad_enabled``) or, for the
-ContextVars, with ``.get()``; nothing here is called per operation. This module is the bottom
-layer of fpsim: it imports only NumPy. It also holds :func:`as_generator`, the one rule that
-turns an ``rng`` argument (a Generator, an int seed or None) into a generator, and
-:func:`as_seed`, the one check of an int seed.
+Hot paths read the plain pieces as attributes of ``local`` (``state.local.grad_enabled``: one
+thread-local lookup) or, for the ContextVars, with ``.get()``; nothing here is called per
+operation. This module is the bottom layer of fpsim: it imports only NumPy. It also holds
+:func:`as_generator`, the one rule that turns an ``rng`` argument (a Generator, an int seed or
+None) into a generator, and :func:`as_seed`, the one check of an int seed.
 
 >>> from fpsim import state
 >>> snap = state.snapshot()
@@ -43,32 +56,83 @@ True
 from __future__ import annotations
 
 import contextvars
+import sys
+import threading
 import types
 from typing import Any
 
 import numpy as np
 
-__all__ = ["PIECES", "Snapshot", "as_generator", "as_seed", "restore", "scoped", "snapshot"]
+__all__ = ["PIECES", "Snapshot", "as_generator", "as_seed", "local", "restore", "scoped",
+           "snapshot"]
 
 # ------------------------------------------------------------------------ the pieces
-grad_enabled: bool = True
-observers: list = []
-rounding_rng: np.random.Generator = np.random.default_rng()
-init_rng: np.random.Generator = np.random.default_rng()
-autograd_settings: Any = None
+class _Local(threading.local):
+    """The calling thread's plain pieces. A thread starts from the defaults: grad mode on, no
+    observers, its own OS-seeded generators and the default autograd settings (a class
+    attribute, installed once by :mod:`fpsim.autograd.context`: immutable, so shared)."""
+
+    autograd_settings: Any = None
+
+    def __init__(self) -> None:
+        self.grad_enabled = True
+        self.observers: list = []
+        self.rounding_rng = np.random.default_rng()
+        self.init_rng = np.random.default_rng()
+        self.autocast_overrides = _NO_OVERRIDES
+
+
+_NO_OVERRIDES: types.MappingProxyType = types.MappingProxyType({})
+local: _Local = _Local()  # hot paths read local.grad_enabled: one thread-local lookup
 flag_stack: contextvars.ContextVar[tuple] = contextvars.ContextVar("fpsim_flag_stack",
                                                                    default=())
 autocast_hook: contextvars.ContextVar = contextvars.ContextVar("fpsim_autocast_hook",
                                                               default=None)
+autocast_cache: contextvars.ContextVar = contextvars.ContextVar("fpsim_autocast_cache",
+                                                               default=None)
 
 # rng_states comes last: a restore sets the generator objects first, then their states
 PIECES: tuple[str, ...] = ("grad_enabled", "observers", "rounding_rng", "init_rng",
-                           "autograd_settings", "flag_stack", "autocast_hook", "rng_states")
+                           "autograd_settings", "autocast_overrides", "flag_stack",
+                           "autocast_hook", "autocast_cache", "rng_states")
 _PIECE_SET = frozenset(PIECES)
-_VARS = {"flag_stack": flag_stack, "autocast_hook": autocast_hook}
-# the pieces that are plain module globals, read and set as such (scoped's per-step path)
-_PLAIN = frozenset(("grad_enabled", "rounding_rng", "init_rng", "autograd_settings"))
-_GLOBALS = globals()
+_VARS = {"flag_stack": flag_stack, "autocast_hook": autocast_hook,
+         "autocast_cache": autocast_cache}
+# the pieces held by the thread-local, read and set as its attributes (scoped's per-step path)
+_PLAIN = frozenset(("grad_enabled", "rounding_rng", "init_rng", "autograd_settings",
+                    "autocast_overrides"))
+
+
+def set_default(name: str, value: Any) -> None:
+    """Make ``value`` the default of piece ``name`` for every thread that has not set its own
+    (internal: :mod:`fpsim.autograd.context` installs the default autograd settings). Only
+    ``autograd_settings`` takes one: its values are immutable, so threads may share it."""
+    if name != "autograd_settings":
+        raise ValueError(f"set_default takes 'autograd_settings' (an immutable value shared "
+                         f"by threads), got {name!r}")
+    _Local.autograd_settings = value
+
+
+class _Module(types.ModuleType):
+    """This module's class: ``state.grad_enabled`` (and the other plain pieces) read and set
+    the calling thread's value, as the module attributes they were before pieces became per
+    thread. Hot paths use ``state.local`` directly (no property call)."""
+
+
+def _thread_piece(name: str) -> property:
+    def get(_module):
+        return getattr(local, name)
+
+    def set_(_module, value) -> None:
+        setattr(local, name, value)
+
+    return property(get, set_, doc=f"The calling thread's {name} (see the module docstring).")
+
+
+for _name in (*_PLAIN, "observers"):
+    setattr(_Module, _name, _thread_piece(_name))
+del _name
+sys.modules[__name__].__class__ = _Module
 
 
 def as_seed(value: int, name: str = "seed") -> int:
@@ -161,7 +225,8 @@ def _same(a, b) -> bool:
 
 def _generators() -> list[np.random.Generator]:
     gens: list[np.random.Generator] = []
-    for g in (rounding_rng, init_rng, getattr(autograd_settings, "rng", None)):
+    loc = local
+    for g in (loc.rounding_rng, loc.init_rng, getattr(loc.autograd_settings, "rng", None)):
         if isinstance(g, np.random.Generator) and all(g is not h for h in gens):
             gens.append(g)
     return gens
@@ -173,10 +238,10 @@ def _get(name: str):
     if var is not None:
         return var.get()
     if name == "observers":
-        return tuple(observers)
+        return tuple(local.observers)
     if name == "rng_states":
         return tuple((g, _freeze(g.bit_generator.state)) for g in _generators())
-    return globals()[name]
+    return getattr(local, name)
 
 
 def _set(name: str, value) -> None:
@@ -184,12 +249,12 @@ def _set(name: str, value) -> None:
     if var is not None:
         var.set(value)
     elif name == "observers":
-        observers[:] = value  # in place: the engine holds this very list
+        local.observers[:] = value  # in place: a meter's or checkpoint's list stays this one
     elif name == "rng_states":
         for g, st in value:
             g.bit_generator.state = _thaw(st)
     else:
-        globals()[name] = value
+        setattr(local, name, value)
 
 
 def _check_names(names) -> None:
@@ -308,27 +373,44 @@ class scoped:  # noqa: N801 - a context manager, used like one
         if not _PIECE_SET.issuperset(values):
             _check_names(values)
         self._values = values
-        self._saved: list = []  # one record per active entry: the object may be re-entered
+        # the records of the active entries, per thread (a cached context object may be
+        # entered by several threads at once, and again inside its own block): thread id ->
+        # list, innermost last
+        self._saved: dict[int, list] = {}
 
     def __enter__(self) -> None:
+        loc = local
         saved = []
         for name, value in self._values.items():
             var = _VARS.get(name)
             if var is not None:
                 saved.append((var, var.set(value)))
             elif name in _PLAIN:
-                saved.append((name, _GLOBALS[name]))
-                _GLOBALS[name] = value
+                saved.append((name, getattr(loc, name)))
+                setattr(loc, name, value)
             else:
                 saved.append((name, _get(name)))
                 _set(name, value)
-        self._saved.append(saved)
+        records = self._saved.get(_ident())
+        if records is None:
+            self._saved[_ident()] = [saved]
+        else:
+            records.append(saved)
 
     def __exit__(self, *exc) -> None:
-        for key, old in reversed(self._saved.pop()):
+        ident = _ident()
+        records = self._saved[ident]
+        saved = records.pop()
+        if not records:
+            del self._saved[ident]
+        loc = local
+        for key, old in reversed(saved):
             if key in _PLAIN:  # (a ContextVar is never in it)
-                _GLOBALS[key] = old
+                setattr(loc, key, old)
             elif isinstance(key, str):
                 _set(key, old)
             else:
                 key.reset(old)
+
+
+_ident = threading.get_ident

@@ -14,3 +14,13 @@ def test_examples_run(name: str) -> None:
                               optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0
     assert result.failed == 0
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    """.ci/run's command is the README's test command (the suite, then the lowest declared
+    NumPy and ml_dtypes: tools/lowest_versions.py), character for character."""
+    ci = [line for line in (ROOT / ".ci/run").read_text().splitlines()
+          if line and not line.startswith(("#", "set ", "cd "))]
+    readme = (ROOT / "README.md").read_text()
+    assert len(ci) == 1 and "tools/lowest_versions.py" in ci[0]
+    assert f"\n    {ci[0]}\n" in readme

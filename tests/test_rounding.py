@@ -33,8 +33,21 @@ SMALL = [n for n in NATIVE if n not in ("fp16", "bf16")]
 NO_NAN = {"fp6_e2m3", "fp6_e3m2", "fp4_e2m1"}  # ml_dtypes casts NaN to an arbitrary pattern
 
 
+# ml_dtypes 0.5 rounded float64 inputs through float32 (two roundings; 0.7 rounds once, as
+# NumPy's float64 -> float16 always did): its float64 casts are a reference only where it
+# rounds them once; its float32 casts are one rounding in every version
+ML_DTYPES_ROUNDS_FLOAT64_ONCE = float(
+    np.float64(1 + 2.0**-8 + 2.0**-30).astype(ml_dtypes.bfloat16)) != 1.0
+
+
 def ref_cast(x: np.ndarray, name: str) -> np.ndarray:
-    """x rounded by NumPy / ml_dtypes (round to nearest even), back in float64."""
+    """x rounded by NumPy / ml_dtypes (round to nearest even), back in float64 (the test is
+    skipped for float64 inputs to an ml_dtypes type where ml_dtypes rounds those twice)."""
+    if x.dtype == np.float64 and NATIVE[name] is not np.float16 \
+            and not ML_DTYPES_ROUNDS_FLOAT64_ONCE:
+        pytest.skip(f"ml_dtypes {ml_dtypes.__version__} rounds float64 through float32 (two "
+                    f"roundings): no reference for float64 inputs (the exact Fraction tests "
+                    f"check fpsim.round on those)")
     with np.errstate(over="ignore", invalid="ignore"):
         return x.astype(NATIVE[name]).astype(np.float64)
 
@@ -113,10 +126,10 @@ def test_fp16_bf16_codes_and_midpoints_match(name):
     with np.errstate(over="ignore"):
         x = np.concatenate([base, np.nextafter(base, np.inf), np.nextafter(base, -np.inf)])
     x = np.concatenate([x, -x, [np.nan]])
-    assert_same_values(fpsim.round(x, fmt), ref_cast(x, name), x)
     with np.errstate(over="ignore"):
         x32 = x.astype(np.float32)  # midpoints are float32 numbers; +-1 float64 ulp are not
     assert_same_values(fpsim.round(x32, fmt), ref_cast(x32, name), x32)
+    assert_same_values(fpsim.round(x, fmt), ref_cast(x, name), x)
 
 
 # ---------------------------------------------------------------------------------------

@@ -43,11 +43,13 @@ installs a policy there.
 
 from __future__ import annotations
 
-import contextvars
 import functools
+import threading
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .. import state as _state
 from ..autograd import context as _ctx
 from ..autograd.functional import cast_to
 from ..autograd.tensor import Tensor, as_format, is_grad_enabled
@@ -107,7 +109,8 @@ _PYTORCH_LIST: dict[str, str] = {
     "mul": "(none: promotes natively)", "div": "(none: promotes natively)",
 }
 
-_GLOBAL_OVERRIDES: dict[str, str] = {}
+# set_autocast_policy's overrides are ambient state, per thread: state.local.autocast_overrides
+# (an immutable mapping, replaced on each change)
 
 
 def _check_entry(op: str, policy: str) -> None:
@@ -119,8 +122,8 @@ def _check_entry(op: str, policy: str) -> None:
 
 
 def set_autocast_policy(op: str, policy: str) -> None:
-    """Change the policy of ``op`` for every autocast region entered afterwards (until
-    :func:`reset_autocast_policy`).
+    """Change the policy of ``op`` for every autocast region the calling thread enters
+    afterwards (until :func:`reset_autocast_policy`; ambient state is per thread).
 
     >>> set_autocast_policy("softmax", "lower"); get_autocast_policy()["softmax"]
     'lower'
@@ -128,7 +131,8 @@ def set_autocast_policy(op: str, policy: str) -> None:
     'fp32'
     """
     _check_entry(op, policy)
-    _GLOBAL_OVERRIDES[op] = policy
+    _state.local.autocast_overrides = types.MappingProxyType(
+        {**_state.local.autocast_overrides, op: policy})
 
 
 def reset_autocast_policy(op: str | None = None) -> None:
@@ -137,15 +141,16 @@ def reset_autocast_policy(op: str | None = None) -> None:
     >>> reset_autocast_policy()
     """
     if op is None:
-        _GLOBAL_OVERRIDES.clear()
+        _state.local.autocast_overrides = types.MappingProxyType({})
         return
     if op not in AUTOCAST_POLICY:
         raise ValueError(f"autocast has no op {op!r}; valid: {', '.join(AUTOCAST_POLICY)}")
-    _GLOBAL_OVERRIDES.pop(op, None)
+    _state.local.autocast_overrides = types.MappingProxyType(
+        {k: v for k, v in _state.local.autocast_overrides.items() if k != op})
 
 
 def get_autocast_policy(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The effective table: :data:`AUTOCAST_POLICY`, then the module-level overrides, then
+    """The effective table: :data:`AUTOCAST_POLICY`, then the calling thread's overrides, then
     ``overrides``.
 
     >>> get_autocast_policy({"exp": "lower"})["exp"]
@@ -154,7 +159,7 @@ def get_autocast_policy(overrides: Mapping[str, str] | None = None) -> dict[str,
     if overrides is not None and not isinstance(overrides, Mapping):
         raise TypeError(f"get_autocast_policy: overrides must be a mapping of op names to "
                         f"policies (or None), got {type(overrides).__name__} {overrides!r}")
-    table = {**AUTOCAST_POLICY, **_GLOBAL_OVERRIDES}
+    table = {**AUTOCAST_POLICY, **_state.local.autocast_overrides}
     for op, policy in (overrides or {}).items():
         _check_entry(op, policy)
         table[op] = policy
@@ -182,9 +187,9 @@ def autocast_policy_table(dtype: Format | str = FP16,
 
 
 # The cast cache of the outermost autocast region (shared by nested regions, also across a
-# nested autocast(enabled=False)), dropped when that region exits.
-_CACHE: contextvars.ContextVar[dict | None] = contextvars.ContextVar("fpsim_autocast_cache",
-                                                                      default=None)
+# nested autocast(enabled=False)), dropped when that region exits: ambient state (a ContextVar,
+# so per thread), fpsim.state.autocast_cache.
+_CACHE = _state.autocast_cache
 
 
 class _Policy:
@@ -239,7 +244,7 @@ class autocast:  # noqa: N801 - PyTorch's name
       "lower" ops (``"fp16"``, the default, ``"bf16"`` or any :class:`~fpsim.Format`).
     - ``enabled=False``: a region where ops run as written (also inside another region).
     - ``overrides``: ``{op: policy}`` for this region, e.g. ``{"softmax": "lower"}``
-      (module-wide: :func:`set_autocast_policy`).
+      (for every region of the thread: :func:`set_autocast_policy`).
     - ``cache_enabled``: cache casts of fp32 weights for the region (default True).
 
     >>> import fpsim
@@ -265,7 +270,9 @@ class autocast:  # noqa: N801 - PyTorch's name
         self.overrides = dict(overrides or {})
         get_autocast_policy(self.overrides)  # validate now, not on entry
         self.cache_enabled = bool(cache_enabled)
-        self._tokens: list[tuple] = []
+        # the active entries' tokens per thread (one object may be entered by several threads
+        # at once, or again inside its own block): thread id -> list, innermost last
+        self._tokens: dict[int, list[tuple]] = {}
 
     def __enter__(self) -> autocast:
         cache = _CACHE.get()
@@ -275,11 +282,16 @@ class autocast:  # noqa: N801 - PyTorch's name
             cache_token = _CACHE.set(cache)
         policy = (_Policy(self.fmt, get_autocast_policy(self.overrides), cache,
                           self.cache_enabled) if self.enabled else None)
-        self._tokens.append((_ctx.set_autocast_hook(policy), cache_token, cache))
+        self._tokens.setdefault(threading.get_ident(), []).append(
+            (_ctx.set_autocast_hook(policy), cache_token, cache))
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        hook_token, cache_token, cache = self._tokens.pop()
+        ident = threading.get_ident()
+        tokens = self._tokens[ident]
+        hook_token, cache_token, cache = tokens.pop()
+        if not tokens:
+            del self._tokens[ident]
         _ctx.reset_autocast_hook(hook_token)
         if cache_token is not None:  # the outermost region: drop the cached casts
             cache.clear()

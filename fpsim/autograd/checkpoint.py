@@ -159,12 +159,12 @@ def checkpoint(fn: Callable, *inputs, rngs: Sequence[np.random.Generator] = ()):
     ctx = contextvars.copy_context()
     uses = _Uses(tensors)
     _meter.count_checkpointed_forward()
-    _state.observers.append(uses)
+    _state.local.observers.append(uses)
     try:
         with no_grad():
             out = fn(*inputs)
     finally:
-        _state.observers.remove(uses)
+        _state.local.observers.remove(uses)
     if not isinstance(out, Tensor):
         raise TypeError(f"checkpoint: fn must return one Tensor, got {type(out).__name__}")
     if uses.foreign:

@@ -35,6 +35,7 @@ from ..formats import (
     get_float_format,
 )
 from ..modes import Overflow, Rounding, Subnormals, as_overflow, as_rounding, as_subnormals
+from ..nativecast import cast as native_cast
 from ..rounding import cast
 from .fastcast import f16_to_wide, f32_to_f16, f64_to_f16
 
@@ -58,8 +59,10 @@ __all__ = [
     "widen",
 ]
 
-# Formats whose native NumPy / ml_dtypes cast from float64 and float32 rounds to nearest even
-# exactly as fpsim.round does (overflow to inf / NaN, gradual underflow); proved by
+# Formats whose native cast (fpsim.nativecast.cast: NumPy's, or ml_dtypes' from float32, a
+# float64 source rounded to odd in float32 first, so one rounding in every ml_dtypes version)
+# from float64 and float32 rounds to nearest even exactly as fpsim.round does (overflow to
+# inf / NaN, gradual underflow); proved by
 # tests/test_autograd_formats.py::test_native_cast_equals_fpsim_round.
 NATIVE_RNE: frozenset[Format] = frozenset(
     {FP32, FP16, BF16, FP8_E4M3, FP8_E5M2, FP8_E4M3FNUZ, FP8_E5M2FNUZ})
@@ -150,14 +153,16 @@ class _Settings:
                          get("accumulation", self.accumulation))
 
 
-# The active settings are ambient state (fpsim.state.autograd_settings); these are the defaults.
-_state.autograd_settings = _Settings(Rounding.NEAREST_EVEN, None, Overflow.INF, Subnormals.KEEP,
-                                     Accumulation("fp32"))
+# The active settings are ambient state, per thread (fpsim.state.local.autograd_settings);
+# these are every thread's defaults.
+_state.set_default("autograd_settings", _Settings(
+    Rounding.NEAREST_EVEN, None, Overflow.INF, Subnormals.KEEP, Accumulation("fp32")))
+_LOCAL = _state.local
 
 
 def settings() -> _Settings:
     """The active settings object (internal; read by the ops)."""
-    return _state.autograd_settings
+    return _LOCAL.autograd_settings
 
 
 class _use(_state.scoped):  # noqa: N801 - a context manager, used like one
@@ -205,7 +210,7 @@ def rounding_context(mode: Rounding | str = "nearest_even",
     True
     """
     rng = _state.as_generator(rng)
-    return _use(_state.autograd_settings.replace(mode=as_rounding(mode), rng=rng,
+    return _use(_LOCAL.autograd_settings.replace(mode=as_rounding(mode), rng=rng,
                                  overflow=as_overflow(overflow),
                                  subnormals=as_subnormals(subnormals)))
 
@@ -227,7 +232,7 @@ def matmul_accumulation(model: Accumulation | str | tuple):
     >>> float((a @ b).item())  # fp32 accumulation keeps both
     1.0009765625
     """
-    base = _state.autograd_settings
+    base = _LOCAL.autograd_settings
     try:
         key = (base, model)
         ctx = _ACCUMULATION_CONTEXTS.get(key)
@@ -244,8 +249,8 @@ def matmul_accumulation(model: Accumulation | str | tuple):
 
 # matmul_accumulation's contexts by (the settings active at the call, the model asked for): a
 # context object may be entered again (see _use), so a training loop's per-step
-# ``with matmul_accumulation(...)`` parses and builds nothing after its first step (as the
-# settings they set, these contexts are the process's, not a thread's)
+# ``with matmul_accumulation(...)`` parses and builds nothing after its first step. Shared by
+# threads: an entry is immutable once made, and scoped keeps each thread's entries apart
 _ACCUMULATION_CONTEXTS: dict = {}
 _CONTEXTS_MAX = 64
 
@@ -256,7 +261,7 @@ def get_rounding() -> Rounding:
     >>> get_rounding()
     <Rounding.NEAREST_EVEN: 'nearest_even'>
     """
-    return _state.autograd_settings.mode
+    return _LOCAL.autograd_settings.mode
 
 
 def get_accumulation() -> Accumulation:
@@ -265,7 +270,7 @@ def get_accumulation() -> Accumulation:
     >>> get_accumulation().kind
     'fp32'
     """
-    return _state.autograd_settings.accumulation
+    return _LOCAL.autograd_settings.accumulation
 
 
 # ---------------------------------------------------------------------------- promotion
@@ -342,7 +347,7 @@ def plain_rounding() -> bool:
     >>> plain_rounding()
     True
     """
-    return _state.autograd_settings.plain and not _FLAG_STACK.get()
+    return _LOCAL.autograd_settings.plain and not _FLAG_STACK.get()
 
 
 def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.ndarray:
@@ -361,7 +366,7 @@ def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.nda
     sd = fmt.storage_dtype
     if x.dtype == sd and fmt.dtype is not None:
         return x  # values already of the format
-    s = _state.autograd_settings
+    s = _LOCAL.autograd_settings
     flags = bool(_FLAG_STACK.get())  # flags_active(), read once (round_to is per op)
     if mode is None and fmt is FP16 and s.plain and not flags:
         # fp16 training's case, first: the plain path below, without its other tests
@@ -383,9 +388,8 @@ def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.nda
         if plain:
             if fmt is FP16 or fmt == FP16:  # NumPy's cast is ~30x slower on fp16 subnormals
                 return f64_to_f16(x) if x.dtype == np.float64 else f32_to_f16(x)
-            if fmt in NATIVE_RNE:
-                with np.errstate(over="ignore", invalid="ignore"):
-                    return x.astype(sd)
+            if fmt in NATIVE_RNE:  # one rounding in every ml_dtypes version (nativecast)
+                return native_cast(x, sd)
             if fmt == FP64:
                 return x.astype(np.float64)
         if fmt == FP64 and x.dtype == np.float64 and s.subnormals is Subnormals.KEEP:

@@ -101,6 +101,9 @@ def _plain(*args) -> bool:
 
 
 def _remember(cache: dict, key: tuple, plan: tuple) -> None:
+    for part in plan:  # a plan is shared by every later call, in any thread: read only
+        if isinstance(part, np.ndarray):
+            part.flags.writeable = False
     if len(cache) >= _PLANS_MAX:
         cache.clear()
     cache[key] = plan

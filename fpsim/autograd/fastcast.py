@@ -23,6 +23,8 @@ subnormals, overflow, infinities and NaN; arrays under 512 elements take NumPy's
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 __all__ = ["f32_to_f16", "f64_to_f16", "f64_to_f32_to_f16", "f16_to_wide"]
@@ -31,7 +33,8 @@ _U32 = np.uint32
 _U64 = np.uint64
 
 
-_SCRATCH: dict = {}
+# The work arrays, per thread: two threads casting at once must not share one (issue 32).
+_SCRATCH = threading.local()
 _SMALL = 512  # below this many elements NumPy's own (equally exact) cast is cheaper
 _SCRATCH_MAX = 1 << 20  # largest reused work array, in elements
 
@@ -40,15 +43,19 @@ def _scratch(slot: int, n: int, dtype) -> np.ndarray:
     """A reused work array of ``n`` elements: fresh temporaries of this size cost page faults
     and cache misses that dominate these few-cycle passes. Slots are shared by dtypes of one
     item size (float32 / uint32 views of the same memory: a smaller working set stays in
-    cache). Never returned to callers."""
+    cache). Each thread has its own. Never returned to callers."""
     dtype = np.dtype(dtype)
     if n > _SCRATCH_MAX:  # large arrays: fresh memory (keep no big buffers alive)
         return np.empty(n, dtype=dtype)
+    try:
+        bufs = _SCRATCH.bufs
+    except AttributeError:  # this thread's first call
+        bufs = _SCRATCH.bufs = {}
     key = (slot, dtype.itemsize)
-    buf = _SCRATCH.get(key)
+    buf = bufs.get(key)
     if buf is None or buf.size < n:
         buf = np.empty(n if n > 4096 else 4096, dtype=dtype)
-        _SCRATCH[key] = buf
+        bufs[key] = buf
     return buf[:n].view(dtype)
 
 
@@ -131,6 +138,9 @@ def f64_to_f16(x: np.ndarray) -> np.ndarray:
 _F16_TO_F64 = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)
 with np.errstate(invalid="ignore"):
     _F16_TO_F32 = _F16_TO_F64.astype(np.float32)
+for _table in (_F16_TO_F64, _F16_TO_F32):
+    _table.flags.writeable = False  # shared by every thread: read only
+del _table
 
 
 def f16_to_wide(x: np.ndarray, dtype=np.float64) -> np.ndarray:

@@ -103,6 +103,7 @@ import numpy as np
 
 from .. import arithmetic as _arithmetic
 from .. import flags as _flags
+from .. import state as _state
 from ..checks import as_array, as_int
 from ..formats import BF16, FP16, FP32, FP64, Format
 from ..modes import Rounding, Subnormals, as_rounding
@@ -1411,7 +1412,7 @@ def cross_entropy(input: Tensor, target, weight=None, ignore_index: int = -100,
     c = x._data.shape[cdim]
     plain_classes = weight is None and label_smoothing == 0 and type(target) is np.ndarray \
         and target.dtype.kind in "iu"  # class indices, nothing else: the loss is the nll
-    if plain_classes and not _tensor._observers and get_autocast_hook() is None \
+    if plain_classes and not _state.local.observers and get_autocast_hook() is None \
             and _unweighted_applies(x._data, target, ignore_index, reduction):
         return _cross_entropy_classes(x, target, reduction)
     logp = log_softmax(x, dim=cdim)

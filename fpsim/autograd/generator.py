@@ -14,7 +14,7 @@ from ..rounding import seed as _seed_rounding
 
 __all__ = ["manual_seed", "get_generator"]
 
-# the generator itself is ambient state: fpsim.state.init_rng
+# the generator itself is ambient state, per thread: fpsim.state.local.init_rng
 
 
 def manual_seed(seed: int) -> np.random.Generator:
@@ -26,7 +26,7 @@ def manual_seed(seed: int) -> np.random.Generator:
     True
     """
     seed = _state.as_seed(seed, "manual_seed: seed")
-    _state.init_rng = gen = np.random.default_rng(seed)
+    _state.local.init_rng = gen = np.random.default_rng(seed)
     _seed_rounding(seed)
     return gen
 
@@ -37,4 +37,4 @@ def get_generator(rng: np.random.Generator | int | None = None) -> np.random.Gen
     >>> isinstance(get_generator(3), np.random.Generator)
     True
     """
-    return _state.as_generator(rng, _state.init_rng)
+    return _state.as_generator(rng, _state.local.init_rng)

@@ -270,15 +270,15 @@ class MemoryMeter:
         if self._active:
             raise RuntimeError("this MemoryMeter is already active")
         self._active = True
-        _state.observers.append(self)
+        _state.local.observers.append(self)
         self.sample()
         return self
 
     def __exit__(self, *exc) -> None:
         self.sample()
         self._active = False
-        if self in _state.observers:
-            _state.observers.remove(self)
+        if self in _state.local.observers:
+            _state.local.observers.remove(self)
         for _keys, fin in self._nodes.values():
             fin.detach()
         self._nodes.clear()
@@ -296,14 +296,14 @@ class MemoryMeter:
         >>> m.ops
         0
         """
-        observing = self in _state.observers
+        observing = self in _state.local.observers
         if observing:
-            _state.observers.remove(self)
+            _state.local.observers.remove(self)
         try:
             yield
         finally:
             if observing:
-                _state.observers.append(self)
+                _state.local.observers.append(self)
 
     # ---------------------------------------------------------- engine callbacks
     def _is_param(self, t: Tensor) -> bool:
@@ -474,7 +474,7 @@ class MemoryMeter:
 # ----------------------------------------------------- hooks for gradient checkpointing
 # Internal API of fpsim.autograd.checkpoint (not in __all__).
 def _meters() -> list[MemoryMeter]:
-    return [o for o in _state.observers if isinstance(o, MemoryMeter)]
+    return [o for o in _state.local.observers if isinstance(o, MemoryMeter)]
 
 
 def count_checkpointed_forward() -> None:

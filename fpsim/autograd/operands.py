@@ -96,7 +96,8 @@ def accumulation_model(accumulation) -> Accumulation:
     ('fp32', 'exact')
     """
     if accumulation is None:
-        return _state.autograd_settings.accumulation  # settings(), without the call (per op)
+        # settings(), without the call (per op): the calling thread's
+        return _state.local.autograd_settings.accumulation
     return as_accumulation(accumulation)
 
 

@@ -35,11 +35,11 @@ __all__ = [
     "as_format",
 ]
 
-# Grad mode is ambient state: fpsim.state.grad_enabled.
+# Grad mode is ambient state, per thread: fpsim.state.local.grad_enabled.
 # Objects notified by the engine (the memory meter, checkpointing): ``on_op(out, parents, op)``
 # after every operation result (recorded or not), ``on_release(node)`` after a node's backward
-# has run and its closure was freed. The one list fpsim.state.observers, changed in place.
-_observers: list = _state.observers
+# has run and its closure was freed: the calling thread's list fpsim.state.local.observers.
+_LOCAL = _state.local
 
 
 def is_grad_enabled() -> bool:
@@ -48,7 +48,7 @@ def is_grad_enabled() -> bool:
     >>> is_grad_enabled()
     True
     """
-    return _state.grad_enabled
+    return _LOCAL.grad_enabled
 
 
 class set_grad_enabled:  # noqa: N801 - named as in PyTorch
@@ -61,17 +61,17 @@ class set_grad_enabled:  # noqa: N801 - named as in PyTorch
     """
 
     def __init__(self, mode: bool) -> None:
-        self.prev = _state.grad_enabled
-        _state.grad_enabled = bool(mode)
+        self.prev = _LOCAL.grad_enabled  # the calling thread's (exit restores it there)
+        _LOCAL.grad_enabled = bool(mode)
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, *exc) -> None:
-        _state.grad_enabled = self.prev
+        _LOCAL.grad_enabled = self.prev
 
 
-class no_grad:  # noqa: N801 - named as in PyTorch
+class no_grad(_state.scoped):  # noqa: N801 - named as in PyTorch
     """Context manager (or decorator): operations inside record no graph.
 
     >>> from fpsim.autograd import Tensor
@@ -82,14 +82,13 @@ class no_grad:  # noqa: N801 - named as in PyTorch
     False
     """
 
+    __slots__ = ()
     _mode = False
 
-    def __enter__(self) -> None:
-        self.prev = _state.grad_enabled
-        _state.grad_enabled = self._mode
-
-    def __exit__(self, *exc) -> None:
-        _state.grad_enabled = self.prev
+    def __init__(self) -> None:
+        # the calling thread's grad mode, restored per thread and per entry (one object may
+        # be shared by threads, or entered again inside its own block)
+        super().__init__(grad_enabled=self._mode)
 
     def __call__(self, fn: Callable) -> Callable:
         @functools.wraps(fn)
@@ -109,6 +108,7 @@ class enable_grad(no_grad):  # noqa: N801 - named as in PyTorch
     True
     """
 
+    __slots__ = ()
     _mode = True
 
 
@@ -788,7 +788,8 @@ def make_result(data: np.ndarray, fmt: Format, parents: Sequence[Tensor],
     if isinstance(data, np.generic):  # NumPy ops on 0-d arrays (neg, relu, casts) give scalars
         data = np.asarray(data)
     out = Tensor._wrap(data, fmt)
-    if _state.grad_enabled:
+    loc = _LOCAL
+    if loc.grad_enabled:
         for p in parents:
             if p._requires_grad:
                 out._requires_grad = True
@@ -797,8 +798,9 @@ def make_result(data: np.ndarray, fmt: Format, parents: Sequence[Tensor],
                 out._op = op
                 out._seq = _next_seq()
                 break
-    if _observers:
-        for o in tuple(_observers):
+    observers = loc.observers
+    if observers:
+        for o in tuple(observers):
             o.on_op(out, parents, op)
     return out
 
@@ -932,6 +934,7 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool,
     # the ops' backward arithmetic meets infinities and NaNs (an fp16 overflow's inf times
     # a zero weight): silent, as PyTorch, for every op's backward here (none needs its own
     # errstate); IEEE flags are fpsim's own (flag_context)
+    observers = _LOCAL.observers  # this thread's list (changed in place, never replaced)
     with np.errstate(all="ignore"):
         for node in order:
             g = grads.pop(id(node), None)
@@ -943,8 +946,8 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool,
             pgrads = node._backward(g)
             if not retain_graph:
                 node._backward = _freed
-                if _observers:
-                    for o in tuple(_observers):
+                if observers:
+                    for o in tuple(observers):
                         o.on_release(node)
             op, parents = node._op, node._parents
             if type(pgrads) is OrderedGrads:  # each as it arrives, amid the sub-graph's work

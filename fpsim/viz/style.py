@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -193,8 +194,14 @@ def context() -> Iterator[None]:
     >>> with context():
     ...     fig, ax = new_figure((3, 2))
     """
-    with mpl.rc_context(RC):
+    # rc_context changes matplotlib's process-wide rcParams and restores them on exit: two
+    # threads building figures at once would each restore the other's settings (one thread
+    # at a time; re-entrant, as styled functions call each other)
+    with _RC_LOCK, mpl.rc_context(RC):
         yield
+
+
+_RC_LOCK = threading.RLock()
 
 
 def styled(func: F) -> F:

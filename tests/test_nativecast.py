@@ -1,0 +1,139 @@
+"""fpsim.nativecast (issue 32 item 5): float64 values reach an ml_dtypes type with one rounding
+in every supported ml_dtypes version (0.5 rounded float64 casts twice, via float32), and the
+autograd's tensors and the arithmetic's native path with them. The references are
+fpsim.round's kernel (checked against MPFR and exact Fractions) and exact Fractions; these
+tests fail on the code before the fix under ml_dtypes 0.5 (the README's lowest-versions run)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fpsim
+from fpsim.autograd import Tensor
+from fpsim.nativecast import cast, f64_to_f32_odd
+from tests.exact import round_exact
+
+ML_FORMATS = sorted((f for f in fpsim.PRESETS.values()
+                     if f.dtype is not None and f.dtype.type.__module__.startswith("ml_dtypes")),
+                    key=lambda f: f.name)
+
+
+def _same(a, b) -> np.ndarray:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (a.view(np.uint64) == b.view(np.uint64)) | (np.isnan(a) & np.isnan(b))
+
+
+def near_ties(fmt) -> np.ndarray:
+    """Every finite value of ``fmt`` and every midpoint between neighbours (and beyond the
+    largest), each moved by one and by 2**-30 relative float64 steps both ways (float32
+    rounds those onto the midpoint), both signs, and values beyond float32's range."""
+    n = 1 << (8 * fmt.dtype.itemsize)
+    codes = np.arange(n, dtype=np.uint64).astype(f"u{fmt.dtype.itemsize}").view(fmt.dtype)
+    with np.errstate(invalid="ignore"):
+        v = codes.astype(np.float64)
+    v = np.unique(v[np.isfinite(v) & (v >= 0)])
+    top = v[-1] + (v[-1] - v[-2])
+    grid = np.append(v, top)
+    mids = (grid[:-1] + grid[1:]) / 2
+    base = np.concatenate([v, mids, [top, 1e39, 1e300, 1e-300, 2.0**-150, 0.0]])
+    x = np.concatenate([base, np.nextafter(base, np.inf), np.nextafter(base, -np.inf),
+                        base * (1 + 2.0**-30), base * (1 - 2.0**-30)])
+    return np.concatenate([x, -x, [np.inf, -np.inf, np.nan]])
+
+
+@pytest.mark.parametrize("fmt", ML_FORMATS, ids=lambda f: f.name)
+def test_cast_rounds_float64_once(fmt):
+    x = near_ties(fmt)
+    got = cast(x, fmt.dtype)
+    assert got.dtype == fmt.dtype
+    with np.errstate(invalid="ignore"):
+        got64 = got.astype(np.float64)
+    ref = fpsim.round(x, fmt)
+    if not fmt.has_nan:  # ml_dtypes' NaN in a format without one: whatever it casts to
+        keep = ~np.isnan(x)
+        got64, ref = got64[keep], ref[keep]
+        x = x[keep]
+    bad = ~_same(got64, ref)
+    assert not bad.any(), (x[bad][:4], got64[bad][:4], ref[bad][:4])
+
+
+def test_f64_to_f32_odd_is_round_to_odd():
+    """Exact values kept; otherwise the odd one of x's two float32 neighbours (float64
+    comparisons are exact); beyond float32: its largest."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(200_000) * 2.0 ** rng.integers(-160, 140, 200_000)
+    with np.errstate(over="ignore"):
+        x = np.concatenate([x, x.astype(np.float32).astype(np.float64),  # exact ones
+                            [0.0, -0.0, np.inf, -np.inf, 1e300, -1e300, 1e-300, -1e-300]])
+    y = f64_to_f32_odd(x)
+    assert y.dtype == np.float32
+    y64 = y.astype(np.float64)
+    exact = y64 == x
+    odd = (y.view(np.uint32) & 1) == 1
+    assert (exact | odd).all()
+    finite = np.isfinite(y64)
+    below = np.nextafter(y, np.float32(0)).astype(np.float64)  # one step toward zero
+    with np.errstate(over="ignore"):  # from float32's largest: infinity
+        above = np.nextafter(y, np.copysign(np.float32(np.inf), y)).astype(np.float64)
+    inside = (np.abs(below) < np.abs(x)) & (np.abs(x) < np.abs(above))
+    assert (exact | (finite & inside) | (np.abs(x) > np.finfo(np.float32).max)).all()
+    assert (np.signbit(y) == np.signbit(x)).all()
+    assert np.isnan(f64_to_f32_odd(np.array([np.nan]))).all()
+    for v in x[:50]:  # 0-d arrays (a Tensor of one value): the same, in place of scalars
+        assert f64_to_f32_odd(np.array(v)).view(np.uint32) == f64_to_f32_odd(
+            np.array([v])).view(np.uint32)[0]
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz",
+                                  "fp8_e5m2fnuz"])
+def test_tensors_of_float64_values_round_once(name):
+    """Tensor(x, fmt) of float64 values, and products and sums of such tensors, equal one
+    rounding of the exact values (issue 32: Tensor(x, "bf16") differed on 3,736 of 63,786
+    float64 values between ml_dtypes 0.5.4 and 0.7.0)."""
+    fmt = fpsim.get_format(name)
+    x = near_ties(fmt)
+    x = x[np.isfinite(x) & (np.abs(x) <= fmt.max)]
+    t = Tensor(x, fmt)
+    assert _same(t.numpy(np.float64), fpsim.round(x, fmt)).all()
+    a = Tensor(x[: x.size // 2], fmt)
+    b = Tensor(np.float64(1 + 2.0**-30) * np.ones(x.size // 2), "fp32")  # promotes to fp32
+    c = Tensor(fpsim.round(x[x.size // 2: 2 * (x.size // 2)] * 0.75, fmt), fmt)
+    av, cv = a.numpy(np.float64), c.numpy(np.float64)
+    assert _same((a * c).numpy(np.float64), fpsim.round(av * cv, fmt)).all()  # exact product
+    with np.errstate(over="ignore"):
+        s = av + cv  # exact: both are values of fmt within a few binades of each other
+    ok = np.isfinite(s) & (np.abs(s) < 2.0**60) & ((s == 0) | (np.abs(s) > 2.0**-60))
+    assert _same((a + c).numpy(np.float64)[ok], fpsim.round(s, fmt)[ok]).all()
+    assert (a * b).fmt.name == "fp32"
+
+
+def test_arithmetic_native_path_takes_float64_operands_once():
+    """fpsim.add / mul with float64 operands in bf16 (its native path converts the operands
+    first): each operand rounded once, as the exact model (Fractions) does."""
+    x = near_ties(fpsim.BF16)
+    x = x[np.isfinite(x) & (np.abs(x) < 2.0**100) & (np.abs(x) > 2.0**-100)]
+    xr = fpsim.round(x, "bf16")
+    assert _same(fpsim.mul(x, np.ones_like(x), "bf16"), xr).all()
+    assert _same(fpsim.add(x, np.zeros_like(x), "bf16"), xr).all()
+    for v in x[:: max(1, x.size // 200)]:  # the exact model (Fractions)
+        assert float(fpsim.add(np.array([v]), np.zeros(1), "bf16")[0]) == \
+            round_exact(float(v), fpsim.BF16)[0], v
+
+
+
+@pytest.mark.parametrize("fmt", ML_FORMATS, ids=lambda f: f.name)
+def test_arrays_and_lists_of_ml_dtypes_values_in_every_version(fmt):
+    """Arrays of every ml_dtypes type, NaN included, and lists of its scalars go through
+    fpsim.round (float8_e5m2 is of NumPy kind "f", and NumPy's finfo knows it only from
+    ml_dtypes 0.7: fpsim asks ml_dtypes.finfo)."""
+    n = 1 << (8 * fmt.dtype.itemsize)
+    codes = np.arange(n, dtype=np.uint64).astype(f"u{fmt.dtype.itemsize}").view(fmt.dtype)
+    with np.errstate(invalid="ignore"):
+        wide = codes.astype(np.float64)
+    for target in ("fp32", "bf16", "fp8_e4m3"):
+        assert _same(fpsim.round(codes, target), fpsim.round(wide, target)).all()
+    some = list(codes[:: max(1, n // 50)])
+    with np.errstate(invalid="ignore"):
+        assert _same(fpsim.round(some, "fp16"), fpsim.round(np.array(some).astype(np.float64),
+                                                           "fp16")).all()
