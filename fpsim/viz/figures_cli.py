@@ -66,7 +66,8 @@ def run_cli(args: argparse.Namespace) -> int:
               f"{', '.join(all_names)}", file=sys.stderr)
         return 2
     if not 1 <= args.dpi <= MAX_DPI:
-        print(f"fpsim figures: --dpi must be from 1 to {MAX_DPI} dots per inch, got "
+        print(f"fpsim figures: --dpi must be positive, got {args.dpi}" if args.dpi < 1 else
+              f"fpsim figures: --dpi must be from 1 to {MAX_DPI} dots per inch, got "
               f"{args.dpi}", file=sys.stderr)
         return 2
     try:
