@@ -64,3 +64,31 @@ def test_skipped_overflow_steps_are_not_a_nonfinite_run():
     r = _run(precision="mixed-fp16", loss_scale="dynamic")
     assert r.nonfinite_steps == r.skipped_steps
     assert not r.nonfinite_run
+
+
+# the same class one layer down: the amp instruments' fractions (fpsim.amp), which report
+# any training loop's steps
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16", "fp8_e4m3"])
+def test_amp_fractions_of_nonfinite_values_are_undefined(fmt):
+    import math
+
+    import numpy as np
+
+    from fpsim.amp import TrainingMonitor, lost_updates, underflow_stats
+
+    for bad in (np.nan, np.inf, -np.inf):
+        s = underflow_stats(np.full(5, bad), fmt)
+        assert math.isnan(s.fraction) and math.isnan(s.subnormal_fraction) and s.nonfinite == 5
+        r = lost_updates(np.ones(4), np.full(4, bad), fmt)
+        assert math.isnan(r.fraction) and r.nonfinite == 4
+    # defined where something finite was compared, and 0 of 0 finite zeros stays 0
+    assert underflow_stats(np.array([np.nan, 1e-300, 1.0]), fmt).fraction == 0.5
+    assert underflow_stats(np.zeros(3), fmt).fraction == 0.0
+    assert lost_updates(np.ones(2), np.array([np.nan, 1e-9]), fmt).fraction == 0.5
+    m = TrainingMonitor(fmt)
+    m.record(loss=float("nan"), grads={"fc": np.full(3, np.nan)},
+             updates={"fc": (np.ones(3), np.full(3, np.nan))})
+    summary = m.summary()
+    assert math.isnan(summary["underflow_mean"]["fc"])
