@@ -21,8 +21,9 @@ size-like arguments an absurd size (10**12) and scale-like ones a scale float32 
 minibatches, the layers' sizes, the rounding figures' n and Communicator's world_size
 allocating terabytes, and the quantizers' scales overflowing their float32 storage. The
 command line's plumbing (configure_parser, run_cli) takes its own parser's Namespace and is
-left out here (tests/test_cli_sweep.py sweeps it); so are calls that run as long as they were asked to (ASKED). Besides the arguments an example gives,
-each keyword it leaves at its default is also set to each bad value in turn."""
+left out here (tests/test_cli_sweep.py sweeps it); so are calls that run as long as they were
+asked to (ASKED). Besides the arguments an example gives, each keyword it leaves at its
+default is also set to each bad value in turn."""
 
 from __future__ import annotations
 
