@@ -19,6 +19,13 @@
   ValueError naming the argument (NumPy's own says "setting an array element with a
   sequence", from deep inside whatever function first touched the list).
 
+- :func:`as_stored_scale`: a scale (a quantizer's, NVFP4's per-tensor one) as the dtype it is
+  stored and used in: finite and positive there, with a finite reciprocal (the kernels
+  multiply by it); ``1e-50`` (0 in float32) or ``1e50`` (inf) is a ValueError naming the
+  argument and the valid range, not a silent 0.
+- :func:`check_allocation`: a size that implies more bytes than the machine has is a
+  ValueError naming the argument and the bytes, before NumPy tries to allocate them.
+
 This module sits in fpsim's bottom layer: it imports only NumPy, so every layer may use it.
 """
 
@@ -30,7 +37,70 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["as_array", "as_int", "as_int_in", "broadcast_shape", "ragged_error"]
+__all__ = ["as_array", "as_int", "as_int_in", "broadcast_shape", "ragged_error",
+           "as_stored_scale", "check_allocation"]
+
+
+def as_stored_scale(name: str, value: object, dtype: type = np.float32) -> np.ndarray:
+    """``value`` (real, finite, positive; scalar or array) as ``dtype``, where every element
+    and its reciprocal must be finite and positive; else a ValueError naming ``name``, what
+    the value becomes in ``dtype`` and the valid range.
+
+    >>> as_stored_scale("scale", 0.5)
+    array(0.5, dtype=float32)
+    >>> as_stored_scale("scale", 1e-50)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: scale 1e-50 becomes 0.0 in float32 (where it is stored); valid: ...
+    """
+    a = np.asarray(value)
+    if a.dtype.kind not in "iuf" or a.dtype == np.bool_:
+        raise TypeError(f"{name} must be a real number (or an array of them), got "
+                        f"{type(value).__name__} {value!r}")
+    a64 = a.astype(np.float64)
+    if not (np.isfinite(a64).all() and (a64 > 0).all()):
+        raise ValueError(f"{name} must be finite and positive, got {value!r}")
+    dt = np.dtype(dtype)
+    with np.errstate(over="ignore", divide="ignore", under="ignore"):
+        stored = a64.astype(dt)
+        inverse = dt.type(1) / stored
+    bad = ~(np.isfinite(stored) & (stored > 0) & np.isfinite(inverse))
+    if bad.any():
+        first = tuple(np.argwhere(bad)[0]) if bad.ndim else ()
+        v, sv, iv = a64[first], stored[first], inverse[first]
+        what = f"becomes {float(sv)!r}" if not 0 < sv < np.inf else \
+            f"has the reciprocal {float(iv)!r}"
+        info = np.finfo(dt)
+        lo = dt.type(1) / info.max
+        raise ValueError(f"{name} {float(v)!r} {what} in {dt.name} (where it is stored); "
+                         f"valid: {float(lo):.8g} .. {float(info.max):.8g}")
+    return stored
+
+
+def _physical_memory() -> int | None:
+    try:
+        import os
+
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not on this OS
+        return None
+
+
+def check_allocation(name: str, count: int, itemsize: int, what: str = "values") -> None:
+    """ValueError when ``count`` items of ``itemsize`` bytes (what the argument ``name``
+    asks for) exceed the machine's memory: said before NumPy tries to allocate them.
+
+    >>> check_allocation("n", 10**3, 8)
+    >>> check_allocation("n", 10**15, 8)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: n asks for 1000000000000000 values (8e+15 bytes), more than this machine's ...
+    """
+    total = _physical_memory()
+    need = int(count) * int(itemsize)
+    if total is not None and need > total:
+        raise ValueError(f"{name} asks for {int(count)} {what} ({need:.3g} bytes), more than "
+                         f"this machine's memory ({total:.3g} bytes)")
 
 
 def as_int(name: str, value: object, minimum: int | None, *,

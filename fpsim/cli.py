@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 import decimal
-import re
 import sys
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 
 import numpy as np
 
+from .cli_common import Output, OutputKind, accept_negative_values, check_outputs, error_line
 from .encoding import bit_string, classify, next_down, next_up
 from .flags import Flags
 from .formats import PRESETS, NaNEncoding, get_float_format
@@ -154,10 +154,14 @@ def _cmd_tour(args: argparse.Namespace) -> int:
 
 # name -> (help, configure parser, handler); other layers add their commands here lazily.
 _COMMANDS: dict[str, tuple[str, Callable, Callable]] = {}
+# name -> the options naming files or folders the command writes: checked before it runs
+_OUTPUTS: dict[str, tuple[Output, ...]] = {}
 
 
-def _register(name: str, help_text: str, configure: Callable, handler: Callable) -> None:
+def _register(name: str, help_text: str, configure: Callable, handler: Callable,
+              outputs: tuple[Output, ...] = ()) -> None:
     _COMMANDS[name] = (help_text, configure, handler)
+    _OUTPUTS[name] = outputs
 
 
 def _rounding_help() -> str:
@@ -173,8 +177,6 @@ def _configure_show(p: argparse.ArgumentParser) -> None:
                    help="format name (repeatable; default fp16): " + ", ".join(PRESETS)
                    + ", an alias (half, bfloat16, e4m3, ...) or eXmY (e3m4, e4m3fn, e5m2fnuz)")
     p.add_argument("--rounding", "-r", default="nearest_even", help=_rounding_help())
-    # read "-1e999" as a value, not an option (argparse's own pattern misses exponents)
-    p._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$", re.I)
 
 
 _register("formats", "table of the preset formats", lambda p: None, _cmd_formats)
@@ -196,28 +198,33 @@ def _lazy(module: str, attr: str) -> Callable:
 
 _register("demo", "the main job: FP32 / FP16 / mixed-precision training on the digits, measured",
           _lazy("fpsim.training.cli", "configure_demo_parser"),
-          _lazy("fpsim.training.cli", "run_demo_cli"))
+          _lazy("fpsim.training.cli", "run_demo_cli"),
+          (Output("out", OutputKind.DIR, unless="no_plots"),))
 _register("train", "train one precision recipe on the digits data",
           _lazy("fpsim.training.cli", "configure_train_parser"),
-          _lazy("fpsim.training.cli", "run_train_cli"))
+          _lazy("fpsim.training.cli", "run_train_cli"),
+          (Output("out", OutputKind.DIR, unless="no_plots"),))
 _register("lm", "a small GPT on Tiny Shakespeare under each precision recipe, measured",
           _lazy("fpsim.training.lm_cli", "configure_lm_parser"),
-          _lazy("fpsim.training.lm_cli", "run_lm_cli"))
+          _lazy("fpsim.training.lm_cli", "run_lm_cli"),
+          (Output("out", OutputKind.DIR, unless="no_plots"),))
 _register("check-hardware", "compare the tensor-core model with measured GPU results",
           _lazy("fpsim.tensorcore", "configure_parser"), _lazy("fpsim.tensorcore", "run_cli"))
 _register("figures", "render the README figures to PNG files",
           _lazy("fpsim.viz.figures_cli", "configure_parser"),
-          _lazy("fpsim.viz.figures_cli", "run_cli"))
+          _lazy("fpsim.viz.figures_cli", "run_cli"),
+          (Output("out", OutputKind.DIR, unless="list"),))
 _register("quant", "INT8 PTQ / QAT, LSQ, NF4 + LoRA and FP8 on the digits data: a table",
           _lazy("fpsim.quant.experiment", "configure_parser"),
-          _lazy("fpsim.quant.experiment", "run_cli"))
+          _lazy("fpsim.quant.experiment", "run_cli"), (Output("json", OutputKind.FILE),))
 _register("memory", "ZeRO model-state memory per rank, communication, fits-on-GPU",
           _lazy("fpsim.memory", "configure_parser"), _lazy("fpsim.memory", "run_cli"))
 _register("zero", "ZeRO stages 0-3 on N ranks: simulated, or MPI processes (fpsim[mpi])",
           _lazy("fpsim.cli_zero", "configure_parser"),
           _lazy("fpsim.cli_zero", "run_cli"))
 _register("notebooks", "write student editions of the course notebooks (solutions removed)",
-          _lazy("fpsim.course", "configure_parser"), _lazy("fpsim.course", "run_cli"))
+          _lazy("fpsim.course", "configure_parser"), _lazy("fpsim.course", "run_cli"),
+          (Output("student", OutputKind.DIR),))
 _register("probe", "reveal a sum's accumulation order, or fingerprint a GPU unit (black box)",
           _lazy("fpsim.probe.cli", "configure_parser"), _lazy("fpsim.probe.cli", "run_cli"))
 
@@ -232,12 +239,14 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (help_text, configure, _) in _COMMANDS.items():
-        configure(sub.add_parser(name, help=help_text))
+        configure(accept_negative_values(sub.add_parser(name, help=help_text)))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``fpsim`` console script.
+    """Entry point of the ``fpsim`` console script. Every error is one line on stderr and an
+    exit status (2: a bad argument, output paths included, checked before the command works;
+    1: the command failed), never a traceback (:mod:`fpsim.cli_common`).
 
     >>> main(["show", "1", "--format", "fp16"])  # doctest: +ELLIPSIS
     input ...
@@ -251,10 +260,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "format", "x") is None:
         args.format = ["fp16"]
     try:
+        check_outputs(args, _OUTPUTS.get(args.command, ()))
         return int(_COMMANDS[args.command][2](args) or 0)
-    except (ValueError, TypeError) as exc:
-        print(f"fpsim {args.command}: {exc}", file=sys.stderr)
-        return 2
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line, not a traceback
+        status, line = error_line(args.command, exc)
+        print(line, file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

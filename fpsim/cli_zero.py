@@ -32,7 +32,11 @@ here because it imports the demo model from :mod:`fpsim.training` when a command
 
 A rank that fails prints ``fpsim zero: rank R of N (pid P on HOST) failed at step K: why`` and
 calls ``MPI_Abort``, which ends the job; a rank that waits longer than ``--timeout`` seconds
-for a message fails the same way, naming the ranks it waited for.
+for a message fails the same way, naming the ranks it waited for. Under fpsim's own launch,
+each rank runs under a guard process that names the rank and the signal when one kills it
+(``fpsim zero: rank R of N (pid P on HOST) failed: killed by signal 9 (SIGKILL)``), and the
+command succeeds only when the launcher exits 0 and rank 0's result covers every rank: a
+``--mpiexec`` that runs nothing (``/bin/true``) is an error, not a silent success.
 
 >>> import argparse
 >>> p = argparse.ArgumentParser(); configure_parser(p)
@@ -49,6 +53,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -63,9 +68,12 @@ __all__ = ["ENGINES", "configure_parser", "run_cli", "run_zero", "demo_model",
            "validate_args", "launched_by_mpi", "find_mpiexec"]
 
 ENGINES = ("sim", "mpi")
-FAULT_MODES = ("raise", "hang", "exit")
+FAULT_MODES = ("raise", "hang", "exit", "kill")
 ABORT_GRACE_S = 0.5  # seconds a failing rank waits between its report and MPI_Abort
 _FAIL_LINE = re.compile(r"^fpsim zero: rank \d+ of \d+ .*failed.*$", re.M)
+# each launcher's name for "this process's rank" (MPICH / Hydra, Open MPI, PMIx)
+_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+PR_SET_PDEATHSIG = 1  # Linux prctl(2): the signal a process gets when its parent dies
 # the launchers' own environment: MPICH / Intel MPI (Hydra, PMI), Open MPI, PMIx (srun, prte)
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
 
@@ -104,6 +112,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help=argparse.SUPPRESS)
     p.add_argument("--fail-step", type=int, default=1, dest="fail_step", help=argparse.SUPPRESS)
     p.add_argument("--fail-mode", choices=FAULT_MODES, default="raise", dest="fail_mode",
+                   help=argparse.SUPPRESS)
+    # internal, set by fpsim's own launch: each rank runs under a guard process that names it
+    # and the signal that killed it (mpiexec reports only "exit code 9"), see _GUARD
+    p.add_argument("--guarded-by", type=int, default=None, dest="guarded_by",
                    help=argparse.SUPPRESS)
 
 
@@ -169,6 +181,8 @@ def _inject(args: argparse.Namespace, local_ranks, step: int) -> None:
                            f"{args.fail_rank} --fail-step {step})")
     if args.fail_mode == "exit":  # dies without a word, as a killed process does
         os._exit(3)
+    if args.fail_mode == "kill":  # killed by a signal, as by the OOM killer or a user
+        os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(10 * args.timeout + 60)  # "hang": the peers' deadlines must catch it
 
 
@@ -288,10 +302,13 @@ def find_mpiexec(explicit: str | None = None) -> str:
 
 
 def _worker_argv(args: argparse.Namespace) -> list[str]:
+    """The command line of each rank under fpsim's own launch (under :data:`_GUARD`, which
+    puts its pid for GUARD_PID). The ranks always print JSON: the launcher reads the result
+    (and prints it as asked)."""
     argv = ["zero", "--engine", "mpi", "--ranks", str(args.ranks), "--stage", str(args.stage),
             "--steps", str(args.steps), "--batch", str(args.batch), "--lr", repr(args.lr),
-            "--timeout", repr(args.timeout), "--no-launch"]
-    argv += ["--offload"] * args.offload + ["--json"] * args.json
+            "--timeout", repr(args.timeout), "--no-launch", "--json"]
+    argv += ["--offload"] * args.offload + ["--guarded-by", "GUARD_PID"]
     if args.fail_rank is not None:
         argv += ["--fail-rank", str(args.fail_rank), "--fail-step", str(args.fail_step),
                  "--fail-mode", args.fail_mode]
@@ -320,22 +337,106 @@ def _launch(args: argparse.Namespace) -> int:
         # Hydra kills every rank as soon as one exits without MPI_Abort, before anyone can
         # say which: let the survivors' deadlines name it, then MPI_Abort
         cmd.append("-disable-auto-cleanup")
-    cmd += [sys.executable, "-m", "fpsim.cli", *_worker_argv(args)]
+    cmd += [sys.executable, "-I", "-c", _GUARD, str(args.ranks), repr(ABORT_GRACE_S),
+            sys.executable, "-m", "fpsim.cli", *_worker_argv(args)]
     proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if proc.returncode == 0:
-        sys.stderr.write(proc.stderr)
-        sys.stdout.write(proc.stdout)
-        return 0
-    why = _FAIL_LINE.findall(proc.stderr)
-    if not why:  # a rank died without a word: keep what the launcher says about it
-        why = [ln for ln in proc.stderr.splitlines() if ln.strip()][-12:]
-    raise RankFailure(f"the MPI job failed (mpiexec exit code {proc.returncode}):\n"
-                      + "\n".join(why))
+    res = _job_result(proc, args, mpiexec)
+    sys.stderr.write(proc.stderr)
+    sys.stdout.write("".join(proc.stdout.splitlines(keepends=True)[:-1]))
+    _print_result(res, args.json)
+    return 0
+
+
+def _signal_name(number: int) -> str:
+    """``"signal 9 (SIGKILL)"``."""
+    try:
+        return f"signal {number} ({signal.Signals(number).name})"
+    except ValueError:
+        return f"signal {number}"
+
+
+def _job_result(proc: subprocess.CompletedProcess, args: argparse.Namespace,
+                mpiexec: str) -> dict:
+    """The result rank 0 printed, when the job succeeded and every rank reported in it (rank 0
+    prints it after gathering every rank's report); else :class:`RankFailure` saying what
+    happened: the ranks' own failure lines (a rank killed by a signal is named by its guard),
+    or the launcher's words. ``mpiexec /bin/true`` exits 0 having run nothing: a failure."""
+    if proc.returncode != 0:
+        how = (f"mpiexec was killed by {_signal_name(-proc.returncode)}" if proc.returncode < 0
+               else f"mpiexec exit code {proc.returncode}")
+        why = _FAIL_LINE.findall(proc.stderr)
+        if not why:  # no rank said a word: keep what the launcher says (Hydra: on stdout)
+            why = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()][-12:]
+        raise RankFailure(f"the MPI job failed ({how}):\n" + "\n".join(why))
+    lines = proc.stdout.strip().splitlines()
+    try:
+        res = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        res = None
+    n = args.ranks
+    if not (isinstance(res, dict) and res.get("ranks") == n and isinstance(res.get("pids"), list)
+            and len(res["pids"]) == n):
+        said = f"its last line was {lines[-1][:200]!r}" if lines else "it printed nothing"
+        raise RankFailure(f"{mpiexec} -n {n} exited 0, but no result of the {n} ranks came "
+                          f"back ({said}): the ranks did not run (is --mpiexec an MPI "
+                          "launcher?)")
+    return res
+
+
+# Each rank under fpsim's own launch runs under this guard (a bare Python: no fpsim, no NumPy,
+# ~30 ms), which starts the rank as its child and, when a signal kills it (the OOM killer, a
+# user's kill -9), says which rank, which process and which signal (mpiexec says only "exit
+# code 9"), then dies by the same signal, as the rank did, so that the launcher ends the job as
+# it would have. A signal sent to the guard (the launcher ending the job) goes on to the rank
+# and is not reported as the rank's failure. argv: ranks, grace seconds, the rank's command.
+_GUARD = r"""
+import os, signal, socket, subprocess, sys, time
+ranks, grace, cmd = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+cmd = [str(os.getpid()) if a == "GUARD_PID" else a for a in cmd]
+child = subprocess.Popen(cmd, close_fds=False)  # the launcher's PMI socket goes to the rank
+stopped = []
+def forward(signum, frame):
+    stopped.append(signum)
+    child.send_signal(signum)
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, forward)
+# Hydra tells the processes it started that a peer has ended with SIGUSR1, whose default
+# action ends the process: 1 run in 3 of a 2-rank job, the guard of the rank that finished
+# last died of it after a successful run (exit code 10)
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+rc = child.wait()
+if rc >= 0 or stopped:
+    sys.exit(rc if rc >= 0 else 128 - rc)
+rank = next((os.environ[v] for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+             if os.environ.get(v, "").isdigit()), "?")  # _RANK_VARS
+try:
+    name = f"signal {-rc} ({signal.Signals(-rc).name})"
+except ValueError:
+    name = f"signal {-rc}"
+print(f"fpsim zero: rank {rank} of {ranks} (pid {child.pid} on {socket.gethostname()}) "
+      f"failed: killed by {name}", file=sys.stderr, flush=True)
+time.sleep(grace)  # let the launcher forward the line before it ends the job
+if -rc in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(-rc, signal.SIG_DFL)
+os.kill(os.getpid(), -rc)
+"""
+
+
+def _die_with(guard: int) -> None:
+    """Under a guard: end with it (Linux), so that no rank outlives its guard."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    if os.getppid() != guard:  # the guard ended before the line above
+        os._exit(1)
 
 
 def _run_rank(args: argparse.Namespace) -> int:
     from .distributed.mpi import MPICommunicator
 
+    if args.guarded_by is not None:
+        _die_with(args.guarded_by)
     comm = MPICommunicator(timeout=args.timeout)
     where = f"rank {comm.rank} of {comm.world_size} (pid {os.getpid()} on " \
             f"{socket.gethostname()})"

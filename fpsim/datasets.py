@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .checks import as_int
+from .checks import as_int, check_allocation
 from .state import as_generator, as_seed
 
 __all__ = ["Split", "load_digits", "make_blobs", "minibatches", "shakespeare_chars",
@@ -105,6 +105,7 @@ def make_blobs(n_samples: int = 1000, n_features: int = 16, n_classes: int = 4,
     n_samples = as_int("n_samples", n_samples, 1)
     n_features = as_int("n_features", n_features, 1)
     n_classes = as_int("n_classes", n_classes, 1)
+    check_allocation("n_samples x n_features", max(n_samples, n_classes) * n_features, 8)
     if not (isinstance(spread, (int, float, np.integer, np.floating))
             and not isinstance(spread, bool) and 0 <= spread < np.inf):
         raise ValueError(f"spread must be a finite number >= 0, got {spread!r}")
@@ -136,6 +137,7 @@ def minibatches(n_samples: int, batch_size: int, epochs: int = 1,
     n = as_int("n_samples", n_samples, 1)
     size = as_int("batch_size", batch_size, 1)
     n_epochs = as_int("epochs", epochs, 0)
+    check_allocation("n_samples", n, 8, "indices")  # one permutation per epoch
     if not isinstance(drop_last, (bool, np.bool_)):
         raise TypeError(f"drop_last must be a bool, got {drop_last!r}")
     if drop_last and size > n:

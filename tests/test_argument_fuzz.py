@@ -15,10 +15,15 @@ layers, an axis beyond any array, a hang in optimal_checkpoint_segments, objects
 kind (a model, a mapping, histograms, batch_norm's running statistics, an MX format, a ZeRO
 engine, an observer, an experiment's config or result, a hardware file, double_quantize's
 result, the ranks' arrays), unchecked counts in make_blobs, and complex values cut silently
-(fp8_dequantize's q, a zero point, adam_step_flat's hyperparameters). The command line's
-plumbing (configure_parser, run_cli) takes its own parser's Namespace and is left out; so are
-calls that run as long as they were asked to (ASKED). Besides the arguments an example gives,
-each keyword it leaves at its default is also set to each bad value in turn."""
+(fp8_dequantize's q, a zero point, adam_step_flat's hyperparameters). A second sweep gives
+size-like arguments an absurd size (10**12) and scale-like ones a scale float32 cannot store
+(1e-50, 1e50): it found mx.quantize's block_size and per_tensor_scale, make_blobs,
+minibatches, the layers' sizes, the rounding figures' n and Communicator's world_size
+allocating terabytes, and the quantizers' scales overflowing their float32 storage. The
+command line's plumbing (configure_parser, run_cli) takes its own parser's Namespace and is
+left out here (tests/test_cli_sweep.py sweeps it); so are calls that run as long as they were
+asked to (ASKED). Besides the arguments an example gives, each keyword it leaves at its
+default is also set to each bad value in turn."""
 
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ import doctest
 import importlib
 import inspect
 import os
+import re
 import signal
 import traceback
 from pathlib import Path
@@ -35,6 +41,11 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 import pytest
+
+try:
+    import resource
+except ImportError:  # not on Windows
+    resource = None
 
 MODULES = ["fpsim.rounding", "fpsim.arithmetic", "fpsim.encoding", "fpsim.integer",
            "fpsim.reductions", "fpsim.formats", "fpsim.modes", "fpsim.flags", "fpsim.datasets",
@@ -90,7 +101,7 @@ def _examples():
                     pass
 
 
-def _swapped(tree: ast.Module, name: str, obj: object):
+def _swapped(tree: ast.Module, name: str, obj: object, bad_values=BAD, only=None):
     """The example with one argument of its first call of ``name`` swapped for a bad value, or
     with one more keyword argument (one the example leaves at its default) set to a bad value.
     Bool flags are left out: fpsim takes their truth value (flags="no" is True), where NumPy
@@ -103,6 +114,7 @@ def _swapped(tree: ast.Module, name: str, obj: object):
         sig = inspect.signature(obj)
     except (TypeError, ValueError):
         sig = None
+    names = list(sig.parameters) if sig is not None else []
     given = {k.arg for k in call.keywords}
     if sig is not None:
         for i, (pn, p) in enumerate(sig.parameters.items()):
@@ -114,7 +126,10 @@ def _swapped(tree: ast.Module, name: str, obj: object):
                 continue
             slots.append(("add", pn))
     for kind, key in slots:
-        for bad in BAD:
+        pname = names[key] if kind == "pos" and key < len(names) else key
+        if only is not None and not (isinstance(pname, str) and only(pname)):
+            continue
+        for bad in bad_values:
             t = copy.deepcopy(tree)
             c = next(n for n in ast.walk(t) if _is_call_of(n, name))
             value = ast.parse(bad, mode="eval").body
@@ -171,4 +186,63 @@ def test_bad_arguments_get_fpsim_errors_that_name_the_problem(tmp_path, monkeypa
     finally:
         signal.signal(signal.SIGALRM, old)
     assert calls > 1000  # the sweep ran over the modules' examples
+    assert not failures, "\n".join(failures)
+
+
+# Values that look harmless and are not: a size that implies an absurd allocation (10**12
+# values: mx.quantize(block_size=10**12) tried to allocate 3.6 TiB), and a scale that
+# underflows or overflows in the format it is stored in (per_tensor_scale=1e-50 became 0 in
+# float32 and dequantize() returned zeros). Each goes to the arguments its name says it is;
+# the address space is capped meanwhile, so an allocation that is tried fails at once
+# (MemoryError: a failure here) instead of swapping. The command line's negative-looking
+# values (-inf, -1e-5) are swept by tests/test_cli_sweep.py, every option of every command.
+SIZE_LIKE = re.compile(r"(^|_)(size|sizes|n|num|length|width|block|rank|dim|chunk)(_|$)")
+SCALE_LIKE = re.compile(r"scale")
+ABSURD = {"size": (["10**12"], SIZE_LIKE.search), "scale": (["1e-50", "1e50"],
+                                                          SCALE_LIKE.search)}
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGALRM") or resource is None,
+                    reason="needs SIGALRM and an address-space limit")
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("kind", sorted(ABSURD))
+def test_absurd_sizes_and_unstorable_scales_are_refused(tmp_path, monkeypatch, kind):
+    import matplotlib.pyplot as plt
+    monkeypatch.chdir(tmp_path)
+    values, only = ABSURD[kind]
+    failures, calls = [], 0
+    old = signal.signal(signal.SIGALRM, _timeout)
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as fh:
+        used = int(fh.read().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (used + 4 * 2**30, hard))
+    try:
+        for mod_name, name, ns, tree, obj in _examples():
+            for label, swapped in _swapped(tree, name, obj, values, only):
+                call = f"{mod_name}.{name}({label})"
+                if call in ASKED:
+                    continue
+                calls += 1
+                signal.alarm(10)
+                try:
+                    exec(compile(swapped, "<example>", "exec"), dict(ns))
+                except TimeoutError:
+                    failures.append(f"{call}: hung")
+                except MemoryError:
+                    failures.append(f"{call}: tried to allocate it (MemoryError)")
+                except Exception as e:  # noqa: BLE001 - classified below
+                    where = traceback.extract_tb(e.__traceback__)[-1].filename
+                    clear = isinstance(e, CLEAR) and where.startswith(FPSIM)
+                    theirs = isinstance(e, (TypeError, ValueError)) and any(
+                        w in str(e) for w in THEIRS)
+                    if where != "<example>" and not (clear or theirs):
+                        failures.append(f"{call}: {type(e).__name__} in {Path(where).name}: "
+                                        f"{str(e)[:80]}")
+                finally:
+                    signal.alarm(0)
+                    plt.close("all")
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        signal.signal(signal.SIGALRM, old)
+    assert calls > 20  # the sweep found arguments of that kind
     assert not failures, "\n".join(failures)

@@ -286,3 +286,60 @@ def _worker(n: int) -> None:
 
 if __name__ == "__main__":
     _worker(int(sys.argv[1]))
+
+
+# -- the launcher's result: every rank reported, or a clear error (issue 32 item 7) -----------
+
+needs_mpi4py = pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None,
+                                  reason="--engine mpi refuses to start without mpi4py")
+
+
+def _fake_mpiexec(tmp_path, body: str) -> str:
+    path = tmp_path / "fake-mpiexec"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@needs_mpi4py
+@pytest.mark.parametrize("body,words", [
+    ("exit 0", "it printed nothing"),  # /bin/true: ran nothing, said nothing
+    ("echo hello; exit 0", "its last line was 'hello'"),
+    ('echo \'{"ranks": 1, "pids": [1]}\'; exit 0', "no result of the 2 ranks"),
+    ('echo \'{"ranks": 2, "pids": [1]}\'; exit 0', "no result of the 2 ranks"),
+    ("kill -9 $$", "mpiexec was killed by signal 9 (SIGKILL)"),
+    ("echo 'EXIT STRING: Killed (signal 9)'; exit 9", "mpiexec exit code 9"),
+])
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_a_launcher_that_ran_no_rank_is_an_error(tmp_path, capsys, body, words, json_flag):
+    fake = _fake_mpiexec(tmp_path, body)
+    for mpiexec in ([fake, "/bin/true"] if body == "exit 0" else [fake]):
+        rc = main(["zero", "--engine", "mpi", "--ranks", "2", "--stage", "1", "--mpiexec",
+                   mpiexec, *json_flag])
+        out, err = capsys.readouterr()
+        assert rc == 1 and out == "" and words in err, err
+        assert "Traceback" not in err
+    if "EXIT STRING" in body:  # what the launcher said is kept (Hydra says it on stdout)
+        assert "Killed (signal 9)" in err
+
+
+@needs_mpi
+def test_a_rank_killed_by_a_signal_is_named_with_the_signal():
+    proc = _run([sys.executable, "-m", "fpsim.cli", "zero", "--engine", "mpi", "--ranks", "2",
+                 "--stage", "1", "--steps", "2", "--batch", "8", "--fail-rank", "1",
+                 "--fail-mode", "kill", "--timeout", "60", "--json"], timeout=200)
+    assert proc.returncode == 1, proc.stderr
+    assert "rank 1 of 2 (pid " in proc.stderr
+    assert "failed: killed by signal 9 (SIGKILL)" in proc.stderr
+    assert "rank 0 of 2" not in proc.stderr  # the launcher's ending of rank 0 is not a failure
+    assert "{" not in proc.stdout
+
+
+@needs_mpi
+def test_launched_ranks_leave_no_process_behind():
+    proc = _run([sys.executable, "-m", "fpsim.cli", "zero", "--engine", "mpi", "--ranks", "2",
+                 "--stage", "1", "--steps", "1", "--batch", "8", "--json"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for pid in _last_json(proc.stdout)["pids"]:  # the ranks ended with the job
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

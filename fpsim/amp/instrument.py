@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
@@ -62,16 +63,22 @@ class UnderflowStats:
     zeroed: int  # ... and zero after rounding (flushed away)
     subnormal: int  # ... and subnormal after rounding (precision partly lost)
     overflowed: int  # finite in exact arithmetic, inf/NaN after rounding
+    nonfinite: int = 0  # inf / NaN in exact arithmetic: not compared
 
     @property
     def fraction(self) -> float:
-        """zeroed / nonzero: the share of the non-zero values lost to underflow."""
-        return _frac(self.zeroed, self.nonzero)
+        """zeroed / nonzero: the share of the non-zero values lost to underflow; NaN
+        (undefined) when no value was finite and non-zero but some were inf / NaN (an all-NaN
+        gradient underflows 0 of 0 values: not "0%")."""
+        return self._undefined() or _frac(self.zeroed, self.nonzero)
 
     @property
     def subnormal_fraction(self) -> float:
-        """subnormal / nonzero."""
-        return _frac(self.subnormal, self.nonzero)
+        """subnormal / nonzero (NaN as :attr:`fraction`)."""
+        return self._undefined() or _frac(self.subnormal, self.nonzero)
+
+    def _undefined(self) -> float:
+        return math.nan if self.nonzero == 0 and self.nonfinite else 0.0
 
     @property
     def overflow_fraction(self) -> float:
@@ -111,6 +118,7 @@ def underflow_stats(
         zeroed=int(np.count_nonzero(nonzero & (r == 0))),
         subnormal=int(np.count_nonzero(nonzero & (ar > 0) & (ar < fmt.smallest_normal))),
         overflowed=int(np.count_nonzero(finite & ~np.isfinite(r))),
+        nonfinite=int(x.size - np.count_nonzero(finite)),
     )
 
 
@@ -143,10 +151,14 @@ class LostUpdates:
     total: int
     nonzero: int  # updates that are non-zero
     lost: int  # ... but leave the weight unchanged after rounding
+    nonfinite: int = 0  # ... and inf / NaN (never lost: NaN != weight)
 
     @property
     def fraction(self) -> float:
-        """lost / nonzero."""
+        """lost / nonzero; NaN (undefined) when every non-zero update is inf / NaN (an
+        all-NaN step loses 0 of its updates only because none can be compared)."""
+        if self.nonzero and self.nonfinite == self.nonzero:
+            return math.nan
         return _frac(self.lost, self.nonzero)
 
     def as_dict(self) -> dict[str, float]:
@@ -197,7 +209,8 @@ def lost_updates(
     nonzero = u != 0  # NaN updates count as non-zero and are never "lost" (NaN != weight)
     lost = nonzero & (new == w)
     return LostUpdates(total=int(w.size), nonzero=int(np.count_nonzero(nonzero)),
-                       lost=int(np.count_nonzero(lost)))
+                       lost=int(np.count_nonzero(lost)),
+                       nonfinite=int(np.count_nonzero(~np.isfinite(u))))
 
 
 @dataclass(frozen=True)

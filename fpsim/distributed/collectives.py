@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..checks import as_int
+from ..checks import as_int, check_allocation
 from ..formats import get_float_format
 from ..rounding import cast
 
@@ -145,6 +145,7 @@ class Communicator:
 
     def __init__(self, world_size: int) -> None:
         self.world_size = as_int("world_size", world_size, 1)
+        check_allocation("world_size", self.world_size, 64, "ranks' counters")
         self.stats = [CommStats(r) for r in range(self.world_size)]
         self.log: list[tuple[str, int, str]] = []
 

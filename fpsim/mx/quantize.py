@@ -32,6 +32,21 @@ Contract of :func:`quantize` (``x`` real values, ``axis`` the blocked axis):
    ``(1 / per_tensor_scale) / s``) in fp32, clamped to [-6, 6] and rounded to fp4 e2m1.
    :meth:`MXArray.dequantize` returns ``P * (per_tensor_scale * s)`` in fp32.
 
+6. ``flags=True`` also returns the IEEE flags (:class:`fpsim.Flags`, one uint8 per element of
+   ``x``) of each value against what :meth:`MXArray.dequantize` gives back: INEXACT where it
+   differs; UNDERFLOW too where a non-zero finite value comes back 0 (flushed: an inf or a
+   large value in its block); OVERFLOW too where a finite value was saturated at the element
+   max or comes back infinite; INVALID where an infinity comes back finite or NaN (NVFP4 turns
+   +-inf into +-2688, torchao's result, kept: no rounding gives it, so it is an invalid
+   operation rather than an overflow, as IEEE 754 says of an infinity converted to an integer
+   format) or a finite value comes back NaN (an E8M0 scale overflow). Inside
+   :func:`fpsim.flag_context` the flags are recorded whether or not ``flags=True`` is passed.
+7. Bad sizes and scales are refused before any work: a ``block_size`` larger than both the
+   axis and the format's block (its padding would allocate ``block_size`` values per row for
+   nothing: ``block_size=10**12`` asked for 3.6 TiB), and a ``per_tensor_scale`` that
+   float32 (where it is stored) turns into 0 or inf, or whose reciprocal does (``1e-50``
+   became 0 and :meth:`MXArray.dequantize` returned zeros).
+
 Every step is vectorised (no loop over blocks); the default round-to-nearest-even path on
 float32 input uses ml_dtypes' compiled casts after an exact power-of-two scaling and a clamp.
 """
@@ -45,6 +60,7 @@ import ml_dtypes
 import numpy as np
 
 from ..checks import as_int
+from ..flags import Flags, flags_active, record
 from ..integer import round_to_integral
 from ..modes import Rounding, as_rounding
 from ..rounding import round as fp_round
@@ -70,6 +86,9 @@ _ABS_MASK = {4: np.int32(0x7FFFFFFF), 8: np.int64(0x7FFFFFFFFFFFFFFF)}  # clears
 _UINT_VIEW = {4: np.int32, 8: np.int64}
 _ROUNDINGS: dict[str, Rounding] = {}  # names already looked up (the call's fixed cost)
 _IGNORE = dict(invalid="ignore", divide="ignore", over="ignore")
+# the per-tensor scales float32 stores as a positive finite value with a finite reciprocal
+_PTS_MIN = np.float32(1) / np.finfo(np.float32).max  # 2**-128 + a bit: a normal float32
+_PTS_MAX = np.finfo(np.float32).max
 
 # Clamps are ndarray.clip (NumPy's clip ufunc; a NaN passes through) with the bounds as 0-d
 # arrays of the clamped array's dtype, made once: np.clip's Python wrapper costs more than
@@ -373,14 +392,16 @@ def quantize(
     *,
     per_tensor_scale: float | None = None,
     rng: np.random.Generator | int | None = None,
-) -> MXArray:
+    flags: bool = False,
+) -> MXArray | tuple[MXArray, np.ndarray]:
     """Quantize ``x`` to the block-scaled format ``fmt`` along ``axis``.
 
     ``fmt``: "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "mxint8" (block
     size 32 by default) or "nvfp4" (block size 16, optional fp32 ``per_tensor_scale``).
     ``scale_mode`` ("floor" (the spec), "ceil", "even", "rceil"; MX formats only) chooses the
     shared exponent; ``rounding`` rounds the elements (``"stochastic"`` draws from ``rng``). See
-    the module docstring for the exact rules (padding, zeros, NaN and inf).
+    the module docstring for the exact rules (padding, zeros, NaN and inf). ``flags=True``
+    returns ``(MXArray, flags)``, the IEEE flags of each value (module docstring, rule 6).
 
     >>> import numpy as np, fpsim.mx as mx
     >>> x = np.array([0.5, -1.75, 3.0, 7.5], np.float32)
@@ -391,6 +412,9 @@ def quantize(
     [0.5, -1.75, 3.0, 7.0]
     >>> mx.quantize(x, "mxfp8_e4m3", block_size=4, scale_mode="ceil").dequantize().tolist()
     [0.5, -1.75, 3.0, 7.5]
+    >>> q, fl = mx.quantize(np.array([np.inf, 1.0], np.float32), "nvfp4", flags=True)
+    >>> q.dequantize().tolist(), [Flags(int(f)) for f in fl]  # torchao's 2688, flagged
+    ([2688.0, 0.0], [<Flags.INVALID: 16>, <Flags.INEXACT|UNDERFLOW: 3>])
     """
     f = _FORMATS.get(fmt) if isinstance(fmt, str) else None
     if f is None:
@@ -417,7 +441,16 @@ def quantize(
             if not (math.isfinite(per_tensor_scale) and per_tensor_scale > 0):
                 raise ValueError(f"per_tensor_scale must be a finite positive float, got "
                                  f"{per_tensor_scale!r}")
-            per_tensor_scale = float(np.float32(per_tensor_scale))
+            with np.errstate(**_IGNORE):
+                stored = np.float32(per_tensor_scale)  # the recipe keeps and uses it in fp32
+                inverse = np.float32(1) / stored
+            if not (0 < stored < np.inf and 0 < inverse < np.inf):
+                raise ValueError(f"per_tensor_scale {per_tensor_scale!r} is not a usable "
+                                 f"float32 scale: it or its reciprocal becomes "
+                                 f"{float(stored) if not 0 < stored < np.inf else float(inverse)}"
+                                 f" in float32 (valid: {float(_PTS_MIN)!r} .. "
+                                 f"{float(_PTS_MAX)!r})")
+            per_tensor_scale = float(stored)
     else:
         smode = _SCALE_MODES.get(scale_mode) if isinstance(scale_mode, str) else None
         if smode is None:
@@ -437,6 +470,10 @@ def quantize(
     ax = int(axis) % arr.ndim
     shape = arr.shape
     n = shape[ax]
+    if bs > max(n, f.block_size):
+        raise ValueError(f"block_size {bs} is larger than the blocked axis ({n} values) and "
+                         f"{f.name}'s block ({f.block_size}): one block padded with "
+                         f"{bs - n} zeros per row; valid: 1 .. {max(n, f.block_size)}")
     nb = -(-n // bs)
     v = _move(arr, ax, -1)
     if nb * bs != n:
@@ -476,7 +513,7 @@ def quantize(
     # a NaN scale (a NaN in the block, or an E8M0 overflow) makes the block's P NaN
     elems = _round_elements(y, f, mode, rng, nan_blocks)
     elems = elems.reshape(elems.shape[:-2] + (nb * bs,))
-    return MXArray(
+    q = MXArray(
         fmt=f,
         scales=np.ascontiguousarray(_move(scales, -1, ax)),
         elements=np.ascontiguousarray(_move(elems, -1, ax)),
@@ -486,4 +523,28 @@ def quantize(
         scale_mode=smode,
         per_tensor_scale=per_tensor_scale,
     )
+    if not (flags or flags_active()):
+        return q
+    fl = _quantize_flags(arr, q)
+    record(fl, f"mx.quantize({f.name})")
+    return (q, fl) if flags else q
+
+
+def _quantize_flags(x: np.ndarray, q: MXArray) -> np.ndarray:
+    """The IEEE flags of each value of ``x`` against ``q.dequantize()`` (module docstring,
+    rule 6), uint8 of ``x``'s shape."""
+    d = q.dequantize().astype(np.float64)
+    x = x.astype(np.float64)
+    fin = np.isfinite(x)
+    emax = q.fmt.elem_max if not q.fmt.is_int else 127 * 2.0**-MXINT8_FRACTION_BITS
+    p = _move(q.element_values(), q.axis, -1)[..., : q.shape[q.axis]]
+    at_max = np.abs(_move(p, -1, q.axis)) == np.float32(emax)
+    with np.errstate(invalid="ignore"):
+        changed = fin & ~(d == x)
+        fl = np.where(changed, np.uint8(Flags.INEXACT), np.uint8(0))
+        fl[changed & (x != 0) & (d == 0)] |= np.uint8(Flags.UNDERFLOW)
+        fl[changed & ((at_max & (np.abs(d) < np.abs(x))) | np.isinf(d))] |= \
+            np.uint8(Flags.OVERFLOW | Flags.INEXACT)
+        fl[(np.isinf(x) & ~np.isinf(d)) | (fin & np.isnan(d))] = np.uint8(Flags.INVALID)
+    return fl
 

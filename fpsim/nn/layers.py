@@ -17,7 +17,7 @@ from ..autograd.operands import check_padding_string as _check_padding_string
 from ..autograd.operands import ints as _ints
 from ..autograd.operands import pair as _pair
 from ..autograd.tensor import Tensor, as_format
-from ..checks import as_int
+from ..checks import as_int, check_allocation
 from ..formats import FP32, FP64, Format
 from . import init
 from .module import Module, Parameter
@@ -36,6 +36,7 @@ def _size(value, name: str, op: str) -> int:
                         f"{type(value).__name__} {value!r}") from None
     if n < 1:
         raise ValueError(f"{op}: {name} must be a positive integer (>= 1), got {value!r}")
+    check_allocation(f"{op}: {name}", n, 8, "parameters")  # a layer holds >= n float64s
     return n
 
 

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..checks import as_int
+from ..checks import as_int, check_allocation
 from ..formats import Format, get_float_format
 from ..modes import Rounding
 from ..rounding import round as fp_round
@@ -224,6 +224,7 @@ def reveal_order(fn: Callable[[np.ndarray], object], n: int, *,
     n = as_int("n", n, 1)
     fmt = get_float_format(fmt)
     store = fmt.storage_dtype
+    check_allocation("n", n, np.dtype(store).itemsize)  # a clear error before NumPy's
     problem = ""
     for subnormal in (True, False):  # the widest M / u first; a normal u if fn flushes
         big, unit = mask_values(fmt, n, subnormal=subnormal)

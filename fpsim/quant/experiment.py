@@ -635,6 +635,9 @@ def format_result(result: ExperimentResult) -> str:
     return "\n".join(out)
 
 
+MAX_SEEDS = 1000  # --seeds: the experiment runs once per seed (a quick one takes ~30 s)
+
+
 def configure_parser(p: argparse.ArgumentParser) -> None:
     """Options of ``fpsim quant``."""
     p.add_argument("--quick", action="store_true",
@@ -654,8 +657,9 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.bits is not None:
         cfg = replace(cfg, sensitive_bits=check_bits(args.bits))
     if args.seeds is not None:
-        if args.seeds < 1:
-            raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
+        if not 1 <= args.seeds <= MAX_SEEDS:  # 10**30 seeds made range() overflow
+            raise ValueError(f"--seeds must be from 1 to {MAX_SEEDS} (each seed trains every "
+                             f"configuration again), got {args.seeds}")
         cfg = replace(cfg, seeds=tuple(range(args.seeds)))
     if args.lora_rank is not None:
         if args.lora_rank < 1:

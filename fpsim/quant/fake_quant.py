@@ -56,7 +56,7 @@ import math
 
 import numpy as np
 
-from ..checks import as_int
+from ..checks import as_int, as_stored_scale
 from ..formats import IntFormat
 from .qparams import as_qdtype, quant_range, real_array
 
@@ -94,13 +94,8 @@ def _float_input(x) -> tuple[np.ndarray, type, np.dtype]:
 
 
 def _scale32(scale, name: str = "scale") -> np.ndarray:
-    s = real_array(scale, name)
-    if not np.isfinite(s).all() or (s <= 0).any():
-        raise ValueError(f"{name} must be finite and positive, got {scale!r}")
-    s32 = s.astype(np.float32)  # the kernels take `float sc`
-    if (s32 == 0).any():
-        raise ValueError(f"{name} {scale!r} underflows to 0 in float32")
-    return s32
+    # the kernels take `float sc` and multiply by 1.0f / sc: both finite (fpsim.checks)
+    return as_stored_scale(name, real_array(scale, name), np.float32)
 
 
 def _check_range(quant_min, quant_max) -> tuple[int, int]:

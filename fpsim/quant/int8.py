@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import broadcast_shape
+from ..checks import as_stored_scale, broadcast_shape
 from .qparams import as_qdtype, real_array
 
 __all__ = [
@@ -138,10 +138,7 @@ def multiply_by_quantized_multiplier(x, quantized_multiplier, shift) -> np.ndarr
 
 
 def _scale32(v, name):
-    a = np.asarray(v, dtype=np.float64)
-    if not np.isfinite(a).all() or (a <= 0).any():
-        raise ValueError(f"{name} must be finite and positive, got {v!r}")
-    return a.astype(np.float32)
+    return as_stored_scale(name, np.asarray(v, dtype=np.float64), np.float32)
 
 
 def _zero_points(v, name: str, dtype) -> np.ndarray:

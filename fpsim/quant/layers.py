@@ -48,7 +48,7 @@ from ..autograd.accumulate import gemm_acc
 from ..autograd.context import as_accumulation, get_accumulation, round_to, widen
 from ..autograd.operands import ints as _ints
 from ..autograd.tensor import Tensor, as_format, make_result
-from ..checks import as_int, as_int_in
+from ..checks import as_int, as_int_in, as_stored_scale
 from ..formats import BF16, FP16, FP32, Format
 from ..nn import init
 from ..nn.module import Module, Parameter, as_module
@@ -63,6 +63,7 @@ from .nf4 import (
     pack_4bit,
     unpack_4bit,
 )
+from .qparams import real_array
 
 __all__ = [
     "QParams",
@@ -106,7 +107,7 @@ class QParams:
     axis: int | None = None
 
     def __post_init__(self) -> None:
-        s = np.atleast_1d(np.asarray(self.scale, dtype=np.float32))
+        s = np.atleast_1d(as_stored_scale("scales", real_array(self.scale, "scales")))
         z = np.atleast_1d(np.asarray(self.zero_point))
         if z.dtype.kind not in "iuf" or (z.dtype.kind == "f" and not (
                 np.isfinite(z).all() and (z == np.round(z)).all())):

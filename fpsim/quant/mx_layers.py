@@ -113,9 +113,13 @@ def fake_quantize_nbytes(w: np.ndarray, fmt: str, tensor_scale: bool = True) -> 
 
 
 def _tensor_scale(x: np.ndarray) -> float | None:
-    """NVFP4's per-tensor scale of ``x``, None where it is 0 or not finite (no scale)."""
+    """NVFP4's per-tensor scale of ``x``, None where it is 0 or not finite, or its float32
+    reciprocal is not (a tensor of values below ~1e-35: mx.quantize refuses such a scale)."""
     pts = mx.nvfp4_per_tensor_scale(x)
-    return pts if pts > 0 and math.isfinite(pts) else None
+    if not (pts > 0 and math.isfinite(pts)):
+        return None
+    with np.errstate(over="ignore"):
+        return pts if np.isfinite(np.float32(1) / np.float32(pts)) else None
 
 
 def _quantize_weight_2d(w: np.ndarray, rounding: str, rng,

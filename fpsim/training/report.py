@@ -43,7 +43,12 @@ def memory_cell(by_format: dict[str, int]) -> str:
     return " + ".join(f"{k} {format_bytes(v)}" for k, v in sorted(by_format.items()))
 
 
-def _pct(v: float) -> str:
+UNDEFINED = "undefined"  # a fraction of a run that went non-finite (RunResult.nonfinite_run)
+
+
+def _pct(v: float | None) -> str:
+    if v is None or math.isnan(v):
+        return UNDEFINED
     if v == 0:
         return "0"
     if v < 1e-4:
@@ -62,7 +67,8 @@ def _rows(runs: Sequence[Any]) -> list[list[str]]:
     for r in runs:
         s = r.summary()
         rows.append([
-            s["precision"], s["loss_scale"], f"{s['final_loss']:.4f}",
+            s["precision"], s["loss_scale"],
+            f"{s['final_loss']:.4f}" if s["final_loss"] is not None else "nan",
             f"{100 * s['test_accuracy']:.2f}%", _pct(s["grad_underflow_fraction"]),
             _pct(s["grad_subnormal_fraction"]), str(s["skipped_steps"]),
             _scale(s["final_loss_scale"]), _pct(s["lost_update_fraction"]),
@@ -88,7 +94,8 @@ def _table(head: list[str], rows: list[list[str]], right: set[int]) -> str:
 def results_table(runs: Sequence[Any]) -> str:
     """One row per run: final training loss, test accuracy, share of the gradient values lost
     to underflow (and rounded to subnormals), skipped steps, final loss scale, share of
-    weight updates lost to rounding, wall time (instrumentation included).
+    weight updates lost to rounding, wall time (instrumentation included). The fractions of a
+    run that went non-finite (``RunResult.nonfinite_run``) read "undefined".
 
     >>> from fpsim.training import train
     >>> run = train(precision="fp16", steps=2, sizes=(64, 8, 10), eval_every=2)

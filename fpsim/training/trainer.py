@@ -186,7 +186,17 @@ class RunResult:
         """The recipe's name."""
         return self.config.precision
 
+    @property
+    def nonfinite_run(self) -> bool:
+        """Whether the run went non-finite: inf / NaN gradients reached the weights (steps with
+        them that the scaler did not skip) or the final loss is inf / NaN. Its fractions
+        (underflow, subnormal, lost updates) are then undefined: NaN here, null in
+        :meth:`summary` (they counted 0 of the values an all-NaN run never compared)."""
+        return self.nonfinite_steps > self.skipped_steps or not math.isfinite(self.final_loss)
+
     def _frac(self, key: str, part: str = "zeroed") -> float:
+        if self.nonfinite_run:
+            return math.nan
         c = self.grad.get(key, {})
         return c.get(part, 0) / c["nonzero"] if c.get("nonzero") else 0.0
 
@@ -198,15 +208,18 @@ class RunResult:
 
     @property
     def lost_update_fraction(self) -> float:
-        """Share of the non-zero weight updates lost to rounding (all steps)."""
+        """Share of the non-zero weight updates lost to rounding (all steps); NaN for a
+        non-finite run."""
+        if self.nonfinite_run:
+            return math.nan
         n = self.updates.get("nonzero", 0)
         return self.updates.get("lost", 0) / n if n else 0.0
 
     def summary(self) -> dict[str, Any]:
         """The run's numbers as a JSON-ready dict."""
-        layers = {k: round(self._frac(k), 6) for k in self.grad
+        layers = {k: _defined(round(self._frac(k), 6)) for k in self.grad
                   if k not in ("all", "weights", "activations")}
-        return {
+        out = {
             "precision": self.precision,
             "loss_scale": self.loss_scale,
             "final_loss": self.final_loss,
@@ -233,7 +246,16 @@ class RunResult:
             "cpu_time_s": {k: round(v, 3) for k, v in self.cpu_time_s.items()},
             "config": {k: (list(v) if isinstance(v, tuple) else v)
                        for k, v in asdict(self.config).items()},
+            "nonfinite_run": self.nonfinite_run,
         }
+        # JSON has no NaN (json.dumps wrote a bare NaN, which JSON readers refuse): an
+        # undefined figure is null
+        return {k: _defined(v) for k, v in out.items()}
+
+
+def _defined(v: Any) -> Any:
+    """None for a float NaN (an undefined figure), else ``v``."""
+    return None if isinstance(v, float) and math.isnan(v) else v
 
 
 def _changes(scales: np.ndarray) -> list[list[float]]:

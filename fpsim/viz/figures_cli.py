@@ -13,7 +13,10 @@ from ..training.experiment import check_out_dir
 from .gallery import DEFAULT_OUT, README_FIGURES, description, names, render
 from .training import prime_demo_runs
 
-__all__ = ["configure_parser", "run_cli", "DEMO_OUT"]
+__all__ = ["configure_parser", "run_cli", "DEMO_OUT", "MAX_DPI"]
+# a print shop's resolution: 100000 dpi made a 1.2-gigapixel-per-inch bitmap per figure, and
+# matplotlib died allocating it (std::bad_alloc, a traceback)
+MAX_DPI = 1200
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +34,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "unless --demo-cache holds its runs)")
     parser.add_argument("--out", default=str(DEFAULT_OUT),
                         help=f"output folder (default {DEFAULT_OUT})")
-    parser.add_argument("--dpi", type=int, default=100, help="resolution (default 100)")
+    parser.add_argument("--dpi", type=int, default=100,
+                        help=f"resolution, 1 to {MAX_DPI} (default 100)")
     parser.add_argument("--list", action="store_true", help="list the figures and exit")
     parser.add_argument("--demo-cache", default=str(DEMO_OUT), metavar="DIR",
                         help="folder where `fpsim demo` saved its runs (demo_runs.pickle), "
@@ -41,8 +45,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def run_cli(args: argparse.Namespace) -> int:
     """Run ``fpsim figures``: list or render the gallery, one line per figure as it goes
     (the list, the progress and the written paths on stdout); 2 for an unknown figure name, a
-    ``--dpi`` below 1 or an unwritable ``--out`` (one line on stderr, no traceback), as the
-    other ``fpsim`` commands.
+    ``--dpi`` outside 1..MAX_DPI or an unwritable ``--out`` (one line on stderr, no
+    traceback), as the other ``fpsim`` commands.
 
     >>> import argparse, tempfile
     >>> p = argparse.ArgumentParser(); configure_parser(p)
@@ -61,8 +65,10 @@ def run_cli(args: argparse.Namespace) -> int:
         print(f"fpsim figures: unknown figure(s) {', '.join(unknown)}; valid: "
               f"{', '.join(all_names)}", file=sys.stderr)
         return 2
-    if args.dpi <= 0:
-        print(f"fpsim figures: --dpi must be positive, got {args.dpi}", file=sys.stderr)
+    if not 1 <= args.dpi <= MAX_DPI:
+        print(f"fpsim figures: --dpi must be positive, got {args.dpi}" if args.dpi < 1 else
+              f"fpsim figures: --dpi must be from 1 to {MAX_DPI} dots per inch, got "
+              f"{args.dpi}", file=sys.stderr)
         return 2
     try:
         out = check_out_dir(args.out)

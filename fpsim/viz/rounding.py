@@ -17,7 +17,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from ..checks import as_int
+from ..checks import as_int, check_allocation
 from ..formats import Format
 from ..modes import Rounding, as_rounding
 from ..rounding import default_rng
@@ -78,6 +78,7 @@ def rounding_modes(
     if not lo < hi:
         raise ValueError(f"need lo < hi, got lo={lo!r}, hi={hi!r}")
     n = as_int("n", n, 2)
+    check_allocation("n", n, 8, "points")
     ms = _modes(modes)
     rng = default_rng(seed, name="seed")  # checked even where no stochastic panel draws
     vals = values_between(f, lo, hi)
@@ -165,6 +166,7 @@ def stochastic_rounding(
     if abs(x) > f.max:
         raise ValueError(f"x={x!r} lies beyond the largest value of {f.name} ({f.max:g})")
     n = as_int("n", n, 1)
+    check_allocation("n", n, 8, "points")
     rng = default_rng(seed, name="seed")
     samples = np.asarray(fp_round(np.full(n, x), f, "stochastic", rng=rng))
     down = float(fp_round(x, f, "down"))
@@ -249,6 +251,7 @@ def relative_error(
     if not 0 < lo < hi:
         raise ValueError(f"need 0 < lo < hi, got lo={lo!r}, hi={hi!r}")
     n = as_int("n", n, 2)
+    check_allocation("n", n, 8, "points")
     mode = as_rounding(rounding).value
     x = np.geomspace(lo, hi, n)
     fig, ax = style.new_figure((10, 4.2), ax)
