@@ -213,7 +213,7 @@ _register("memory", "ZeRO model-state memory per rank, communication, fits-on-GP
 _register("zero", "ZeRO stages 0-3 on N ranks: simulated, or MPI processes (fpsim[mpi])",
           _lazy("fpsim.cli_zero", "configure_parser"),
           _lazy("fpsim.cli_zero", "run_cli"))
-_register("notebooks", "write student editions of the course notebooks (solutions removed)",
+_register("notebooks", "write the course notebooks into a folder (--student: solutions removed)",
           _lazy("fpsim.course", "configure_parser"), _lazy("fpsim.course", "run_cli"))
 
 
