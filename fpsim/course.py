@@ -211,6 +211,18 @@ QUESTIONS: dict[str, dict[str, Question]] = {
             'one tile per SM at a time; A100 has 108 SMs and a partial wave costs a whole one',
             'waves'),
     },
+    "11": {
+        'smallest n with n u >= 1 in fp16': _q(
+            ("4bb663378b3602e36caa65b4498bae320dc0e759eb57f2713fa97010d617971e",
+             "f35fc922ab9fd1e9d256b0bcbe926497ecd96c33c3cc83f3a301f94a38da4175"),
+            'u = 2**-(mantissa bits + 1)',
+            'a count of addends'),
+        'sqrt(n) u for n = 4096, in units of u': _q(
+            ("c1f1eeea0b08cc70afecd0ffa8433f6fb5b3e597b1ae1dc6f0f81c43f6825c70",
+             "4e1909b6cea21d3413cb2c2c00e2466e296341941aed071e6f6380fe60f20c86"),
+            'the square root of the number of addends',
+            'units of u'),
+    },
 }
 @dataclass(frozen=True)
 class Verdict:
@@ -263,7 +275,7 @@ class _Checker:
 
 
 def checker(notebook: str) -> _Checker:
-    """The ``check(question, answer)`` of notebook ``notebook`` ("01" ... "09").
+    """The ``check(question, answer)`` of notebook ``notebook`` ("01" ... "11").
 
     >>> checker("02")("fp16(2**-25)", 1)  # doctest: +ELLIPSIS
     not right yet: fp16(2**-25): 2**-25 is exactly half the smallest subnormal: a tie ...

@@ -67,6 +67,9 @@ REFERENCES = {
     "smallest integer outlier that flushes 1/16 in per-tensor E4M3":
         _smallest_outlier_flushing_a_sixteenth,
     "fp16(1e-8)": lambda: float(np.float16(1e-8)),
+    # fp16's unit roundoff is 2**-11 (IEEE 754 binary16: 11 significand bits)
+    "smallest n with n u >= 1 in fp16": lambda: float(Fraction(1) / Fraction(1, 2**11)),
+    "sqrt(n) u for n = 4096, in units of u": lambda: math.isqrt(4096),
     "largest integer x with exp(x) finite in fp16": lambda: float(
         max(x for x in range(30) if np.isfinite(np.float16(math.exp(x))))),
 }
