@@ -1,5 +1,5 @@
 """Underflow and overflow experiments after Micikevicius et al. (2018): the plain-script
-version of notebooks/02_underflow_and_overflow.ipynb.
+version of fpsim/course_notebooks/02_underflow_and_overflow.ipynb.
 
 1. fp16's limits (2**-24, 65504, 65520) rounded exactly, with their IEEE flags.
 2. The 2048 rule: w + u in fp16 loses the update u when it is at most half an ulp of w

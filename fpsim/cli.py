@@ -222,9 +222,9 @@ _register("memory", "ZeRO model-state memory per rank, communication, fits-on-GP
 _register("zero", "ZeRO stages 0-3 on N ranks: simulated, or MPI processes (fpsim[mpi])",
           _lazy("fpsim.cli_zero", "configure_parser"),
           _lazy("fpsim.cli_zero", "run_cli"))
-_register("notebooks", "write student editions of the course notebooks (solutions removed)",
+_register("notebooks", "write the course notebooks into a folder (--student: solutions removed)",
           _lazy("fpsim.course", "configure_parser"), _lazy("fpsim.course", "run_cli"),
-          (Output("student", OutputKind.DIR),))
+          (Output("out", OutputKind.DIR, metavar="DIR"),))
 _register("probe", "reveal a sum's accumulation order, or fingerprint a GPU unit (black box)",
           _lazy("fpsim.probe.cli", "configure_parser"), _lazy("fpsim.probe.cli", "run_cli"))
 

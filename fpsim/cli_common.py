@@ -51,16 +51,23 @@ class OutputKind(enum.Enum):
 @dataclass(frozen=True)
 class Output:
     """An output option of a command: its ``dest`` in the parsed arguments, what it names,
-    and the ``dest`` of a flag that turns the writing off (``--no-plots``, ``--list``)."""
+    the ``dest`` of a flag that turns the writing off (``--no-plots``, ``--list``), and for a
+    positional argument its ``metavar`` (``DIR``), the name its messages use."""
 
     dest: str
     kind: OutputKind
     unless: str | None = None
+    metavar: str | None = None
+
+    @property
+    def positional(self) -> bool:
+        """True for a positional argument (it has a metavar, not an option string)."""
+        return self.metavar is not None
 
     @property
     def option(self) -> str:
-        """The option as the user types it."""
-        return "--" + self.dest.replace("_", "-")
+        """The option as the user types it (a positional argument's metavar)."""
+        return self.metavar if self.positional else "--" + self.dest.replace("_", "-")
 
 
 def _probe_dir(folder: Path) -> None:

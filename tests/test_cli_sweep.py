@@ -1,7 +1,7 @@
 """The command line's plumbing, as a class (issue 32): every subcommand's every option given a
 bad, negative-looking or absurd value must end in a clear one-line error (exit status 2 or 1),
 or be taken as a value; never a traceback, a hang, or "expected one argument" for a value
-such as ``-inf``. Output paths (``--json PATH``, ``--out DIR``, ``--student DIR``) are checked
+such as ``-inf``. Output paths (``--json PATH``, ``--out DIR``, ``fpsim notebooks DIR``) are checked
 before a command works, by the one helper of :mod:`fpsim.cli_common`.
 
 The sweep replaces the work each command does once its arguments are read (training,
@@ -29,17 +29,19 @@ HARDWARE_FILE = str(ROOT / "tests" / "data" / "tensorcore" / "V100_fp16_to_fp16.
 BASE = {"show": ["1"], "formats": [], "tour": [], "demo": ["--quick", "--no-plots"],
         "train": ["--precision", "fp16", "--no-plots"], "check-hardware": [HARDWARE_FILE],
         "figures": [], "quant": ["--quick"], "memory": ["--params", "1e9", "--gpus", "8"],
-        "zero": ["--ranks", "2", "--stage", "1"], "notebooks": ["--student", "out"],
+        "zero": ["--ranks", "2", "--stage", "1"], "notebooks": ["out", "--student"],
         "lm": ["--quick", "--no-plots"], "probe": ["--order", "numpy.sum"]}
 BAD = ["abc", "-1", "-inf", "-nan", "-1e-5", "nan", "inf", "0", "1" + "0" * 30, "", "-",
        "1e999", "-0", "1.5", "-.5"]
 NEGATIVE_LOOKING = ["-1", "-inf", "-nan", "-1e-5", "-0", "-.5", "-Infinity", "-1E+3"]
 # what each command does once its arguments are read: replaced by a stop in the sweep
-WORK = [("fpsim.training.cli", "run_demo"), ("fpsim.training.cli", "train"),
+WORK = [("fpsim.training.cli", "run_demo"), ("fpsim.training.cli", "run_demo_and_control"),
+        ("fpsim.training.cli", "train"),
         ("fpsim.quant.experiment", "run_experiment"), ("fpsim.cli_zero", "run_zero"),
         ("fpsim.cli_zero", "_launch"), ("fpsim.cli_zero", "_run_rank"),
         ("fpsim.viz.figures_cli", "render"), ("fpsim.viz.figures_cli", "prime_demo_runs"),
-        ("fpsim.course", "write_student_editions"), ("fpsim.training.lm_cli", "run_lm"),
+        ("fpsim.course", "write_student_editions"),
+        ("fpsim.course", "write_teacher_editions"), ("fpsim.training.lm_cli", "run_lm"),
         ("fpsim.probe.cli", "reveal_order"), ("fpsim.probe.cli", "fingerprint")]
 
 
@@ -95,7 +97,7 @@ def _options():
 def _argv(command: str, option: str | None, value: str) -> list[str]:
     base = list(BASE[command])
     if option is None:  # the (first) positional argument takes the value
-        pos = 0 if command != "notebooks" else None
+        pos = 0
         return [command, value, *base[1:]] if pos == 0 and base else [command, value, *base]
     if option in base:
         base[base.index(option) + 1] = value
@@ -172,10 +174,10 @@ WRITERS = {name: outs for name, outs in cli._OUTPUTS.items() if outs}
 
 def test_every_command_that_writes_files_declares_its_outputs():
     """The commands with an option naming a file or folder to write (their parsers' --out,
-    --json PATH, --student) are the ones whose outputs are checked."""
+    --json PATH, the notebooks DIR) are the ones whose outputs are checked."""
     assert {(n, o.dest) for n, outs in WRITERS.items() for o in outs} == {
         ("demo", "out"), ("train", "out"), ("figures", "out"), ("quant", "json"),
-        ("notebooks", "student"), ("lm", "out")}
+        ("notebooks", "out"), ("lm", "out")}
 
 
 def _bad_paths(tmp: Path, kind: OutputKind) -> dict[str, str]:
@@ -194,7 +196,8 @@ def _bad_paths(tmp: Path, kind: OutputKind) -> dict[str, str]:
                          ids=lambda v: v if isinstance(v, str) else v.dest)
 def test_output_paths_are_checked_before_the_command_works(stopped, tmp_path, command, out):
     def argv(path: str) -> list[str]:  # the writing on (demo's BASE turns the plots off)
-        return [a for a in _argv(command, out.option, path) if a != "--no-plots"]
+        opt = None if out.positional else out.option
+        return [a for a in _argv(command, opt, path) if a != "--no-plots"]
 
     for why, path in _bad_paths(tmp_path, out.kind).items():
         before = sorted(tmp_path.rglob("*"))
@@ -206,7 +209,8 @@ def test_output_paths_are_checked_before_the_command_works(stopped, tmp_path, co
     good = tmp_path / "new" / "deeper" if out.kind is OutputKind.DIR else tmp_path / "r.json"
     assert _main(argv(str(good)))[0] == "worked"
     if out.unless:  # the flag that turns the writing off also turns the check off
-        argv = _argv(command, out.option, str(tmp_path / "a_file" / "x"))
+        opt = None if out.positional else out.option
+        argv = _argv(command, opt, str(tmp_path / "a_file" / "x"))
         argv += [] if f"--{out.unless.replace('_', '-')}" in argv else \
             [f"--{out.unless.replace('_', '-')}"]
         assert _main(argv)[0] in ("worked", 0)

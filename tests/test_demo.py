@@ -155,6 +155,31 @@ def test_tables(demo, capsys):
 
 
 @slow
+def test_text_output_names_the_control_and_the_choices(demo, capsys, monkeypatch):
+    """Under its table `fpsim demo` prints the control run (fp16-master with --grad-shift 0,
+    trained here for real on the quick configuration: level with fp32) and one line naming
+    the deliberate choices, each number from the configuration and fpsim's GradScaler."""
+    from fpsim.training.experiment import CONTROL, demo_config
+
+    name, changes = CONTROL
+    control = run_demo(quick=True, precisions=[name], progress=False, **changes)[0]
+    monkeypatch.setattr(cli, "run_demo_and_control", lambda **kw: (demo["runs"], control))
+    assert cli.run_demo_cli(_demo_args("--quick", "--no-plots", "--no-progress")) == 0
+    text = capsys.readouterr().out
+    table = text.index("What the runs show")
+    line = next(ln for ln in text.splitlines() if "with --grad-shift 0" in ln)
+    assert text.index(line) > table and line.startswith("  [yes] fp16-master")
+    fp32 = by_name(demo)["fp32"]["test_accuracy"] if demo["objs"] else None
+    assert abs(100 * (control.test_accuracy - fp32)) <= 1
+    cfg = demo_config(quick=True)
+    chosen = next(ln for ln in text.splitlines() if ln.startswith("Chosen on purpose"))
+    for part in (f"2^-{cfg.grad_shift}", f"every {cfg.scale_window} good steps",
+                 "PyTorch's default: 2000", f"scaled by {cfg.out_init_scale:g}"):
+        assert part in chosen, part
+    assert "do not fix underflow" in text and "the master-weight lesson" in text
+
+
+@slow
 def test_gallery_figures_from_the_runs(demo):
     from fpsim.viz import gallery
 

@@ -1,13 +1,18 @@
-"""The course notebooks: each notebooks/NN_name.ipynb is paired (jupytext, percent format) with
-notebooks/NN_name.py, the source people edit; the two must hold the same cells, and every
+"""The course notebooks: each fpsim/course_notebooks/NN_name.ipynb (shipped inside the package,
+so any install can write them out) is paired (jupytext, percent format) with NN_name.py beside
+it, the source people edit; the two must hold the same cells, and every
 notebook runs top to bottom on a fresh install (a broken cell fails CI) and prints what its
 stored outputs show, numbers aside (durations, process ids, and last digits that another
 machine's BLAS may change): outputs that predate what the code prints fail CI. The
-stored outputs stay as committed; the run happens on a copy in memory.
+stored outputs stay as committed; the run happens on a copy in memory, in a scratch folder: a
+notebook writes nothing beside itself (what it saves goes to a folder of the student's, the
+working directory).
 
-After editing a .py source: ``jupytext --sync notebooks/NN_name.py`` (or ``--to ipynb``), then
-execute the notebook (``jupyter nbconvert --to notebook --execute --inplace
-notebooks/NN_name.ipynb``) so its stored outputs are real, and commit both files."""
+After editing a .py source: ``jupytext --sync fpsim/course_notebooks/NN_name.py``, then execute
+the notebook so its stored outputs are real, from a scratch working directory (``cd $(mktemp -d)
+&& jupyter nbconvert --to notebook --execute --inplace
+$REPO/fpsim/course_notebooks/NN_name.ipynb --ExecutePreprocessor.cwd=.``), and commit both
+files."""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOKS_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS_DIR = Path(__file__).resolve().parents[1] / "fpsim" / "course_notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 SOURCES = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py"))
 PAIRED_FORMATS = "ipynb,py:percent"
@@ -49,15 +54,30 @@ def test_pair_in_sync(path: Path) -> None:
     assert not drift, f"{path.name}: cells {drift} differ from {path.with_suffix('.py').name}"
 
 
+@pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])
+def test_notebook_writes_only_into_the_working_directory(path: Path) -> None:
+    """A notebook saves into a folder of the student's (the working directory), never into the
+    repository or the package: no path that climbs out of it, none built from fpsim's own
+    location (reading shipped data from there is fine)."""
+    code = "\n".join(line for line in path.read_text().splitlines()
+                     if not line.startswith("#"))
+    assert not re.search(r"""["']\.\./|Path\(["']\.\.["']\)""", code), path.name
+    for call in re.findall(r"(?:savefig|save_figure|write_text|write_bytes|open)\(([^)]*)\)",
+                           code):
+        assert "__file__" not in call and "docs" not in call, (path.name, call)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(path, as_version=4)
+    beside = sorted(NOTEBOOKS_DIR.rglob("*"))
     client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()  # raises CellExecutionError, naming the cell, on the first failure
+    assert sorted(NOTEBOOKS_DIR.rglob("*")) == beside  # nothing written into the package
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors

@@ -246,8 +246,16 @@ class _OutOfPlaceSGD(optim.SGD):
             g = g + group["weight_decay"] * w
         if mom != 0:
             buf = self._state_get(state, "momentum_buffer", dtype)
-            buf = np.array(g, copy=True) if buf is None else mom * buf + (1 - damp) * g
-            self._state_set(state, "momentum_buffer", buf)
+            fmt = self._step_state_fmt
+            if fmt.storage_dtype == dtype:
+                buf = np.array(g, copy=True) if buf is None else mom * buf + (1 - damp) * g
+                self._state_set(state, "momentum_buffer", buf)
+            else:  # a narrower state: each op of the buffer rounds to it (fpsim.round here),
+                # and the step goes on from the stored buffer, as PyTorch's fp16 buffer
+                def rnd(x):
+                    return fpsim.round(np.asarray(x, dtype=np.float64), fmt).astype(dtype)
+                buf = rnd(g) if buf is None else rnd(rnd(mom * buf) + (1 - damp) * g)
+                self._state_set(state, "momentum_buffer", buf)
             g = g + mom * buf if group["nesterov"] else buf
         return w - lr * g
 

@@ -74,5 +74,5 @@ def test_printed_lines_carry_the_measured_numbers():
                         "skipped on overflow) cuts the underflow to 0.06%; test accuracy within "
                         "0.45 points of fp32 (claim: <= 1)")
     assert lines[1].startswith("  [yes] bf16: pure bf16 (no master copy) loses 92.18% of its")
-    assert lines[1].endswith("stagnates 12.2 points below fp32 (claim: >= 5)")
+    assert "stagnates 12.2 points below fp32 (claim: >= 5); with fp32 master" in lines[1]
     assert findings_text([run("fp32", 0.0), run("bf16-sr", 3.0)]).startswith("  [NO] bf16-sr")

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ..autograd.context import round_to, widen
 from ..formats import Format
 from .optimizer import Optimizer
 
@@ -23,6 +24,15 @@ class Adam(Optimizer):
 
     Defaults lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0 (AdamW: 1e-2).
     ``master_weights`` and ``state_fmt``: see :mod:`fpsim.optim.optimizer`.
+
+    With ``state_fmt`` narrower than the compute dtype (e.g. ``"fp16"``), the moments and the
+    denominator are tensors of that format, as in PyTorch where they have the parameter's dtype:
+    each of their ops (``m``'s update, ``v * beta2``, ``+ (1 - beta2) g*g``, ``sqrt``,
+    ``/ sqrt(1 - beta2**t)``, ``+ eps``) rounds to ``state_fmt``, and the step is computed from
+    the stored (rounded) moments. With fp16 state, a ``g*g`` below fp16's smallest subnormal
+    leaves ``v`` at 0, ``eps = 1e-8`` rounds away in ``+ eps``, and the step is infinite, as
+    PyTorch's pure-fp16 Adam gives (tests/test_optim_adam_fp16.py, recorded with PyTorch
+    2.13).
 
     >>> from fpsim.nn import Parameter
     >>> w = Parameter([1.0]); w.grad = [0.5]
@@ -67,21 +77,32 @@ class Adam(Optimizer):
         if m is None:
             m = np.zeros_like(w)
             v = np.zeros_like(w)
-        m = m + (g - m) * (1 - beta1)
-        v = v * beta2 + (1 - beta2) * (g * g)
-        self._state_set(state, "exp_avg", m)
-        self._state_set(state, "exp_avg_sq", v)
+        fmt = self._step_state_fmt
+        if fmt.storage_dtype == dtype and fmt.dtype is not None:
+            def stored(key, x):  # the compute dtype is the state's: each op already rounded
+                if key:
+                    self._state_set(state, key, x)
+                return x
+        else:
+            def stored(key, x):
+                """``x`` rounded to the state format, as a state tensor's op rounds to its
+                dtype in PyTorch; the step goes on from the rounded (stored) values."""
+                r = round_to(np.asarray(x), fmt)
+                if key:
+                    state[key] = r
+                return widen(r, dtype)
+        m = stored("exp_avg", m + (g - m) * (1 - beta1))
+        v = stored("exp_avg_sq", stored(None, v * beta2) + (1 - beta2) * (g * g))
         bias_correction1 = 1 - beta1 ** step
         bias_correction2 = 1 - beta2 ** step
         step_size = lr / bias_correction1
         bc2_sqrt = math.sqrt(bias_correction2)
         if group["amsgrad"]:
             vmax = self._state_get(state, "max_exp_avg_sq", dtype)
-            vmax = v if vmax is None else np.maximum(vmax, v)
-            self._state_set(state, "max_exp_avg_sq", vmax)
-            denom = np.sqrt(vmax) / bc2_sqrt + eps
-        else:
-            denom = np.sqrt(v) / bc2_sqrt + eps
+            v = stored("max_exp_avg_sq", v if vmax is None else np.maximum(vmax, v))
+        # denom = (sqrt(v) / sqrt(bc2)).add_(eps): a tensor of the state's format in PyTorch,
+        # so with fp16 state an eps below fp16's smallest subnormal adds nothing
+        denom = stored(None, stored(None, stored(None, np.sqrt(v)) / bc2_sqrt) + eps)
         return w - step_size * (m / denom)
 
 

@@ -105,14 +105,26 @@ class SGD(Optimizer):
             g = g + wd * w
         if mom != 0:
             buf = self._state_get(state, "momentum_buffer", dtype)
-            if buf is None:
-                buf = np.array(g, copy=True)
-            else:  # in place, as PyTorch's buf.mul_(momentum).add_(g, alpha=1 - dampening):
-                # the buffer is the optimizer's own (state_dict and load_state_dict copy), and
-                # the roundings are those of mom * buf + (1 - damp) * g
-                np.multiply(buf, mom, out=buf)
-                np.add(buf, g if damp == 0 else (1 - damp) * g, out=buf)  # 1 * g is g exactly
-            self._state_set(state, "momentum_buffer", buf)
+            fmt = self._step_state_fmt
+            if fmt.storage_dtype == dtype and fmt.dtype is not None:  # each op rounds to it
+                if buf is None:
+                    buf = np.array(g, copy=True)
+                else:  # in place, as PyTorch's buf.mul_(momentum).add_(g, alpha=1 - dampening):
+                    # the buffer is the optimizer's own (state_dict and load_state_dict copy),
+                    # and the roundings are those of mom * buf + (1 - damp) * g
+                    np.multiply(buf, mom, out=buf)
+                    np.add(buf, g if damp == 0 else (1 - damp) * g, out=buf)  # 1 * g is g
+                self._state_set(state, "momentum_buffer", buf)
+            else:
+                # a state format narrower than the compute dtype (e.g. fp16): each op of the
+                # buffer rounds to it, as PyTorch's fp16 buffer does, and the step uses the
+                # stored (rounded) buffer (tests/test_optim_adam_fp16.py)
+                if buf is not None:
+                    buf = widen(round_to(buf * mom, fmt), dtype)
+                    buf = buf + (g if damp == 0 else (1 - damp) * g)
+                buf = round_to(np.asarray(g if buf is None else buf), fmt)
+                state["momentum_buffer"] = buf
+                buf = widen(buf, dtype)
             g = g + mom * buf if group["nesterov"] else buf
         step = lr * g  # a fresh array: w - step lands in it (one allocation less a step)
         if isinstance(step, np.ndarray) and step.dtype == w.dtype:  # (0-d: a NumPy scalar)

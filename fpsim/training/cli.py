@@ -2,7 +2,9 @@
 
 - ``fpsim demo [--quick] [--seed N] [--json] [--out DIR] [--no-plots] [--jobs N]``: the seven
   precision recipes on the digits (in N processes, default one per available CPU), a results
-  table, the findings they support and a memory table (or JSON lines), plots in DIR. tqdm
+  table, the findings they support, the control run (fp16-master without the gradient
+  scale-down) and the configuration's deliberate choices, and a memory table (or JSON lines,
+  without the control), plots in DIR. tqdm
   progress on a terminal only (not with ``--json``): a bar per recipe, or one counting
   recipes with ``--jobs`` > 1.
 - ``fpsim train --precision NAME [--loss-scale none|dynamic|N] [...]``: one recipe, the same
@@ -12,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from pathlib import Path
 
@@ -22,9 +25,17 @@ from .experiment import (
     default_workers,
     demo_config,
     run_demo,
+    run_demo_and_control,
 )
 from .recipes import PRECISIONS, parse_loss_scale
-from .report import findings_text, json_lines, memory_table, results_table
+from .report import (
+    choices_text,
+    control_text,
+    findings_text,
+    json_lines,
+    memory_table,
+    results_table,
+)
 from .trainer import SCHEDULES, train
 
 __all__ = ["configure_demo_parser", "run_demo_cli", "configure_train_parser", "run_train_cli"]
@@ -73,7 +84,8 @@ def configure_demo_parser(parser: argparse.ArgumentParser) -> None:
                              "on it)")
 
 
-def _print_results(runs: list, args: argparse.Namespace, paths: list[Path]) -> None:
+def _print_results(runs: list, args: argparse.Namespace, paths: list[Path],
+                   control=None) -> None:
     if args.json:
         print(json_lines(runs))
         for p in paths:
@@ -86,6 +98,13 @@ def _print_results(runs: list, args: argparse.Namespace, paths: list[Path]) -> N
         print()
         print("What the runs show (each statement checked on these runs):")
         print(found)
+    if control is not None and control_text(control, runs):
+        print(control_text(control, runs))
+    if control is not None:
+        from ..amp import GradScaler  # the scaler's default window is PyTorch's
+
+        default = inspect.signature(GradScaler).parameters["growth_interval"].default
+        print(choices_text(runs[0].config, default))  # the tables' runs, not the control
     print()
     print("Memory by format (bytes of the arrays, from their dtypes):")
     print(memory_table(runs))
@@ -116,13 +135,13 @@ def _check_out(args: argparse.Namespace, command: str) -> bool:
     return True
 
 
-def _finish(runs: list, args: argparse.Namespace) -> int:
+def _finish(runs: list, args: argparse.Namespace, control=None) -> int:
     if args.no_plots:
         paths = []
     else:
         from ..viz.training import save_plots  # plotting lives above training
         paths = save_plots(runs, args.out)
-    _print_results(runs, args, paths)
+    _print_results(runs, args, paths, control)
     return 0
 
 
@@ -142,11 +161,16 @@ def run_demo_cli(args: argparse.Namespace) -> int:
         return 2
     if not _check_out(args, "demo"):
         return 2
-    if not args.json:
-        cfg = demo_config(args.quick)
-        print(_intro(f"{len(PRECISIONS)} precision recipes", cfg.grad_shift))
-    runs = run_demo(quick=args.quick, seed=args.seed, progress=_progress(args), workers=jobs)
-    return _finish(runs, args)
+    if args.json:
+        runs = run_demo(quick=args.quick, seed=args.seed, progress=_progress(args),
+                        workers=jobs)
+        return _finish(runs, args)
+    cfg = demo_config(args.quick)
+    print(_intro(f"{len(PRECISIONS)} precision recipes", cfg.grad_shift))
+    # the tables' runs and, in the same processes, the control printed under them
+    runs, control = run_demo_and_control(quick=args.quick, seed=args.seed,
+                                         progress=_progress(args), workers=jobs)
+    return _finish(runs, args, control)
 
 
 def configure_train_parser(parser: argparse.ArgumentParser) -> None:

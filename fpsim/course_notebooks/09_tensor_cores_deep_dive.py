@@ -228,10 +228,18 @@ for name, (a, b, c) in cases.items():
 # ### fp8 on AMD: the fnuz formats and odd/even groups
 #
 # CDNA 3 takes fp8 in the **fnuz** encodings (`fp8_e4m3fnuz`, `fp8_e5m2fnuz`): no infinity, a
-# single NaN, no negative zero, and the exponent bias one larger, so the range moves down by
-# one binade. The same real values convert differently:
+# single NaN, no negative zero, and the exponent bias one larger. The larger bias moves the
+# *bottom* of the range down by one binade; the top moves only where the NaN encoding took
+# values: e4m3fnuz tops at 240 (e4m3's 448 lived in the binade the bias gives up), while
+# e5m2fnuz keeps e5m2's largest finite value, 57,344, because its top exponent field, which
+# e5m2 reserves for infinities and NaNs, holds finite values in fnuz (the table below prints
+# both). The same real values convert differently:
 
 # %%
+for f in ("fp8_e4m3", "fp8_e4m3fnuz", "fp8_e5m2", "fp8_e5m2fnuz"):
+    fmt = fpsim.get_format(f)
+    tiny = np.log2(fmt.smallest_subnormal)
+    print(f"{f:13s} largest {fmt.max:8g}, smallest subnormal 2**{tiny:g}")
 print(f"{'value':>12s}" + "".join(f"{f:>15s}" for f in ("fp8_e4m3", "fp8_e4m3fnuz")))
 for v in (448.0, 300.0, 240.0, 2.0**-9, 2.0**-10, 0.1):
     print(f"{v:12.6g}" + "".join(f"{float(tc.convert_input(v, f)):15.6g}"
@@ -303,6 +311,11 @@ for g in ("H100", "MI300X"):
 #   costs a whole one;
 # - **wave quantization**: tiles run in waves of (SMs × blocks per SM): 108 on A100, 132 on
 #   H100; a nearly empty last wave costs a full wave.
+#
+# The model prices tiles and waves only. A misaligned dimension is *flagged* (the `note` line
+# below) but not priced: N = 4095 prints the same time as 4096, though cuBLAS then runs slower
+# kernels (before cuBLAS 11, none on tensor cores). Measure such shapes; do not read their
+# times from the model.
 
 # %%
 for shape in [(4096, 4096, 4096), (4096, 4224, 4096), (4096, 4095, 4096)]:

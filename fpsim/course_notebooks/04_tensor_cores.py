@@ -38,6 +38,9 @@
 # %%
 import fpsim.tensorcore as tc
 from fpsim import viz
+from fpsim.course import checker
+
+check = checker("04")  # check("question", answer) says right or wrong, never the answer
 
 # %% [markdown]
 # ## 1 · The block FMA model
@@ -58,6 +61,14 @@ from fpsim import viz
 for g in ("V100", "A100", "Ada", "H100", "B200"):
     unit = tc.get_gpu(g).unit_for("fp16", "fp32")
     print(f"{g:5s} fp16->fp32: {unit.describe()}")
+
+# %% [markdown]
+# **Read the table.** How many fraction bits $F = 23 + \text{neab}$ below $2^{\text{maxE}}$
+# does an A100 keep of every term, for fp16 inputs and fp32 output?
+# `check("A100 fraction bits F", ...)`
+
+# %% tags=["solution"]
+check("A100 fraction bits F", 23 + tc.get_gpu("A100").unit_for("fp16", "fp32").extra_bits)
 
 # %% [markdown]
 # ## 2 · Step by step: `explain=True`

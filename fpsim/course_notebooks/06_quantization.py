@@ -75,7 +75,10 @@ print(f"FP32 test accuracy: {acc(net):.3f}")
 # float32 reciprocal of `s`. Where `x / s` lands on a tie the order of rounding and adding `z`
 # matters: PyTorch's `quantize_per_tensor` adds the zero point first (59 + 195.5 = 254.5 → 254,
 # ties to even), rounding first gives 196 + 59 = 255. The cell compares fpsim's `quantize` with
-# results recorded from PyTorch and prints how many agree.
+# results recorded from PyTorch and prints how many agree. *Fake* quantization (below, and
+# PyTorch's `fake_quantize_per_tensor_affine`) does it the other way round: it rounds `x / s`
+# first and then adds `z`, so at a tie its code can differ by one from `quantize_per_tensor`'s
+# (the last column; tests/data/torch/quant_ties.md has both recorded from PyTorch).
 
 # %%
 obs = q.MinMaxObserver(dtype="quint8")     # PyTorch's activation observer: affine, [0, 255]
@@ -92,12 +95,17 @@ fpsim_q = q.quantize(xs, scale[0], zp[0], dtype="uint8")
 same = float(scale[0]) == torch_scale and zp[0] == torch_zp
 print(f"same scale and zero point as PyTorch: {same}")
 x_over_s = xs * (np.float32(1) / np.float32(scale[0]))  # float32, as PyTorch computes it
-print("    x   x/s (fp32)  fpsim  PyTorch")
-for x, t, a, b in zip(xs, x_over_s, fpsim_q, torch_q, strict=True):
-    print(f"{x:5.2f}  {t:10.4f}  {a:5d}  {b:7d}  {'tie' if t % 1 == 0.5 else '   '}"
+# the code fake quantization rounds to: round(x / s) + z, recovered from its output
+fake_q = np.rint(q.fake_quantize(xs, scale[0], zp[0], 0, 255) / scale[0]).astype(int) + zp[0]
+print("    x   x/s (fp32)  fpsim  PyTorch  fake-quant code")
+for x, t, a, b, f in zip(xs, x_over_s, fpsim_q, torch_q, fake_q, strict=True):
+    print(f"{x:5.2f}  {t:10.4f}  {a:5d}  {b:7d}  {f:15d}  {'tie' if t % 1 == 0.5 else '   '}"
           f"{'' if a == b else '  differ'}")
 print(f"fpsim agrees with PyTorch on {np.sum(fpsim_q == torch_q)} of {xs.size} values; "
       "0.0 -> the zero point exactly")
+print(f"quantize and fake quantization give different codes for {np.sum(fake_q != torch_q)} "
+      f"of {xs.size} values: {torch_q[fake_q != torch_q].tolist()} vs "
+      f"{fake_q[fake_q != torch_q].tolist()}")
 
 # %% [markdown]
 # *Fake* quantization rounds to the grid and maps back to floats, so a float network sees the
@@ -153,12 +161,20 @@ print(check("quint8 scale for [-1, 3]", s[0]), check("quint8 zero point for [-1,
 # %% [markdown]
 # ## 2. Post-training quantization to integer-only layers
 #
-# PyTorch's eager recipe: `prepare` puts observers on the inputs and outputs of each Linear
-# (a ReLU right after a Linear is fused into it), a few *calibration* batches run through the
-# model, and `convert` replaces each layer by an integer one: the input quantized to uint8, the
-# weights to int8, products summed exactly in an int32 accumulator (what IMMA tensor cores and
-# DP4A do), an int32 bias added, and the accumulator requantized to the output's uint8 grid with
-# TensorFlow Lite's fixed-point multiplier.
+# The steps are PyTorch's eager-mode workflow: `prepare` puts observers on the inputs and
+# outputs of each Linear (a ReLU right after a Linear is fused into it), a few *calibration*
+# batches run through the model, and `convert` replaces each layer by an integer one. The
+# integer layers, though, follow **TensorFlow Lite's** integer-only arithmetic, not PyTorch's
+# quantized kernels: the input quantized to uint8, the weights to int8, products summed exactly
+# in an int32 accumulator (what IMMA tensor cores and DP4A do), an int32 bias added, and the
+# accumulator requantized to the output's uint8 grid with TFLite's fixed-point multiplier.
+# PyTorch's own quantized `LinearReLU` requantizes in floating point, so a few of its output
+# codes differ from these by one.
+#
+# `q.get_default_qconfig` borrows PyTorch's name but not its choices: fpsim's observes
+# activations with a `MinMaxObserver` over the full [0, 255], where PyTorch's default for the
+# x86 and fbgemm engines uses a `HistogramObserver` (which clips outliers to minimise the
+# quantization error) with `reduce_range=True` (activations on [0, 127]).
 
 # %%
 def ptq(model, qconfig, batches=8):

@@ -30,8 +30,9 @@
 # 4. find out *when* underflow starts to matter, by moving the gradients down exactly;
 # 5. count the bytes per parameter a recipe keeps.
 #
-# Exercises are marked **Exercise**; each has a hidden solution below it (click to expand).
-# The student edition (`fpsim notebooks --student OUT/`) has a cell for your code instead.
+# Exercises are marked **Exercise**. In the instructor edition (`fpsim notebooks DIR`) a
+# solution follows each, hidden (click to expand); in the student edition
+# (`fpsim notebooks --student DIR`) a cell for your code stands in its place.
 
 # %%
 import time
@@ -213,9 +214,12 @@ fig = underflow_shift_figure(sweep, shifts, demo_run["fp32"], cfg.grad_shift)
 training_plots.add_caption(fig, "As every gradient is shifted down, fp16 with master weights "
                            "alone loses more of them to underflow and, once most are lost, stops "
                            "learning; with the dynamic loss scaler the underflow stays small.")
-readme_figures = Path("../docs/demo")  # run from notebooks/ in the repository: the README's
-if readme_figures.is_dir():
-    style.save_figure(fig, readme_figures / "underflow_shift.png")
+# saved into a folder of yours, beside the notebook (the README's docs/demo/underflow_shift.png
+# is this figure, copied there by hand when it changes)
+figures = Path("course_output")
+figures.mkdir(exist_ok=True)
+style.save_figure(fig, figures / "underflow_shift.png")
+print("saved", figures / "underflow_shift.png")
 fig
 
 # %% [markdown]
@@ -259,10 +263,11 @@ for j in (4, 40):
 # %% [markdown]
 # ## 6 · Memory: bytes per parameter
 #
-# With SGD and momentum a mixed-precision model keeps as many bytes of model state as fp32
-# (the table of section 3): an fp16 weight and gradient, an fp32 master copy and an fp32
-# momentum buffer. What it halves are the saved activations (and the traffic and time of
-# every matrix product, which fpsim does not model).
+# With SGD and momentum a mixed-precision model keeps *more* bytes of model state than fp32
+# (the table of section 3): an fp16 weight and gradient, plus an fp32 master copy, an fp32
+# master gradient and an fp32 momentum buffer, 2 + 2 + 4 + 4 + 4 = 16 bytes per parameter
+# against fp32's 4 + 4 + 4 = 12. What it halves are the saved activations (and the traffic and
+# time of every matrix product, which fpsim does not model).
 #
 # ### Exercise 2
 #

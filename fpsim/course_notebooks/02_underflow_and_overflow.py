@@ -35,8 +35,9 @@
 #    overflows;
 # 5. follow what PyTorch's dynamic `GradScaler` does: growth, backoff and skipped steps.
 #
-# Exercises are marked **Exercise**; each has a hidden solution below it (click to expand).
-# The student edition (`fpsim notebooks --student OUT/`) has a cell for your code instead.
+# Exercises are marked **Exercise**. In the instructor edition (`fpsim notebooks DIR`) a
+# solution follows each, hidden (click to expand); in the student edition
+# (`fpsim notebooks --student DIR`) a cell for your code stands in its place.
 
 # %%
 import time
@@ -67,7 +68,7 @@ print("fpsim", fpsim.__version__)
 # $2^{-25}$, exactly half of it, to fp16 give? Enter your prediction, then read on.
 
 # %% tags=["solution"]
-check("fp16(2**-25)", 0.0)
+check("fp16(2**-25)", float(fpsim.round(2**-25, "fp16")))
 
 # %% [markdown]
 # ## 1 · fp16's limits, exactly
@@ -75,8 +76,10 @@ check("fp16(2**-25)", 0.0)
 # fp16 has 5 exponent bits and 10 mantissa bits: normal numbers from $2^{-14}$ to
 # $65504 = (2 - 2^{-10}) \cdot 2^{15}$, subnormals down to $2^{-24}$. Rounding to nearest even
 # decides the borderline cases: $2^{-25}$ lies exactly half way between 0 and $2^{-24}$ and
-# goes to the even neighbour, 0; $65520$ lies half way between 65504 and the next binade's first
-# value $2^{16}$, which does not exist, so it overflows to infinity.
+# goes to the even neighbour, 0; $65520$ lies half way between 65504 (significand
+# $1.1111111111_2$, odd) and $2^{16}$ (significand $1.0$, even, in the next binade), so ties to
+# even picks $2^{16}$; that value is beyond fp16's range, so the result overflows to infinity.
+# (Were 65504's significand the even one, 65520 would round down to it.)
 
 # %%
 f16 = fpsim.FP16

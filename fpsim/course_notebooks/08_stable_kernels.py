@@ -31,8 +31,9 @@
 # 4. keep small weight updates alive in pure bf16 with Kahan summation or stochastic rounding;
 # 5. see that an fp16 all-reduce depends on the order of the ranks, and remove the dependence.
 #
-# Exercises are marked **Exercise**; each has a hidden solution below it (click to expand).
-# The student edition (`fpsim notebooks --student OUT/`) has a cell for your code instead.
+# Exercises are marked **Exercise**. In the instructor edition (`fpsim notebooks DIR`) a
+# solution follows each, hidden (click to expand); in the student edition
+# (`fpsim notebooks --student DIR`) a cell for your code stands in its place.
 # `check("question", answer)` says whether a numeric answer is right, without giving it away.
 
 # %%
@@ -114,7 +115,11 @@ print("shifted:", (s2 / s2.sum(dim=1, keepdim=True)).numpy())
 # %% [markdown]
 # ## 2 · Attention logits and the $1/\sqrt{d}$ scale
 #
-# Attention computes $QK^\top/\sqrt{d}$. Without the scale, a query that matches its key
+# Attention computes $QK^\top/\sqrt{d}$. The scale exists for the softmax: for queries and keys
+# of unit-variance entries, $q \cdot k$ is a sum of $d$ products and its variance grows as $d$;
+# dividing by $\sqrt{d}$ keeps the logits' variance independent of $d$, so the softmax does not
+# saturate into a one-hot (with vanishing gradients) as $d$ grows (Vaswani et al. 2017). In fp16
+# it has a second role. Without the scale, a query that matches its key
 # gives $q \cdot q = \sum_i q_i^2$, which grows with the dimension $d$: with $d = 1024$ and
 # activations of standard deviation 8 it is about $1024 \cdot 64 = 65536$, beyond fp16's
 # maximum. The product is accumulated in fp32 (fpsim's default, as on tensor cores) but its
@@ -254,7 +259,7 @@ for mu, w in zip(mus32, worst, strict=True):
 # **Predict, then run.** What is $10^{-8}$ in fp16?
 
 # %% tags=["solution"]
-check("fp16(1e-8)", 0.0)
+check("fp16(1e-8)", float(fpsim.round(1e-8, "fp16")))
 
 # %%
 print("fp16(1e-8) =", float(fpsim.round(1e-8, "fp16")), "| smallest subnormal", 2.0**-24)
@@ -271,12 +276,20 @@ for state_fmt, eps in (("fp16", 1e-8), ("fp16", 1e-4), (None, 1e-8)):
           f"{1 - w.numpy(np.float64)}, v {np.asarray(state['exp_avg_sq'], dtype=np.float64)}")
 
 # %% [markdown]
-# With fp16 state, $g^2$ underflows to 0 for the gradients of $10^{-4}$ and below, so
-# $\hat v = 0$ and the denominator $\sqrt{\hat v} + \epsilon$ is $\epsilon$ alone (computed in
-# fp16 it would be 0 as well, and the step infinite). The step of those weights is then set by
-# $\epsilon$, not by the gradient: compare the distances moved above. A larger $\epsilon$
-# such as $10^{-4}$ damps them; moments kept in fp32 (fpsim's default; PyTorch 2.13 keeps them
-# in the parameter's dtype) hold $g^2$ and give every weight Adam's intended step of about lr.
+# With fp16 state, $g^2$ underflows to 0 for the gradients of $10^{-4}$ and below, so $v = 0$.
+# fpsim's `state_fmt="fp16"` computes as PyTorch does with fp16 parameters, whose moments are
+# fp16 tensors: each op of the moments and of the denominator $\sqrt{\hat v} + \epsilon$ rounds
+# to fp16, and the step uses the stored moments. With $\epsilon = 10^{-8}$ the denominator is
+# $0 + 10^{-8}$ rounded to fp16, which is 0: the step $m / 0$ is infinite and those weights go
+# to $-\infty$ at the first step, as PyTorch 2.13's pure-fp16 Adam does (recorded in
+# tests/data/torch/adam_fp16.npz). $\epsilon = 10^{-4}$ keeps the denominator finite, but it
+# does not damp the small updates, it **loses** them: with $v = 0$ the denominator is
+# $\epsilon$, so a weight moves by about $\text{lr} \cdot \hat m / \epsilon$, which for the
+# gradients of $10^{-5}$ and $10^{-6}$ is below half the fp16 spacing just below 1: the rounded
+# weight does not move at all (the distances above), where Adam's step is about lr for every
+# weight.
+# Moments kept in fp32 (fpsim's default; PyTorch keeps them in the parameter's dtype, so an fp32
+# master copy does that there) hold $g^2$ and give every weight Adam's step of about lr.
 #
 # ### Exercise 4
 #

@@ -47,11 +47,13 @@ from matplotlib.patches import Rectangle
 import fpsim
 import fpsim.mx as mx
 from fpsim import nn
+from fpsim.course import checker
 from fpsim.datasets import load_digits
 from fpsim.quant import MXLinear
 from fpsim.quant import experiment as ex
 from fpsim.viz import style
 
+check = checker("07")  # check("question", answer) says right or wrong, never the answer
 rng = np.random.default_rng(0)
 print(f"{'format':11s} {'element':9s} {'block':>5s} {'scale':>5s} {'elem max':>9s} "
       f"{'bits/value':>10s}")
@@ -340,7 +342,9 @@ print(models["NVFP4 recipe"])
 
 # %% [markdown]
 # On a network this small every recipe trains (`fpsim quant` prints the full table with model
-# and training bytes). The NVFP4 recipe's fixes matter at scale: in NVIDIA's ablations on a
+# and training bytes). Each accuracy above is one run of one seed: another seed moves each by
+# about as much as the gaps between the rows, so their order here (NVFP4's above BF16's, say)
+# is noise, not a ranking; docs/mx.md averages over seeds. The NVFP4 recipe's fixes matter at scale: in NVIDIA's ablations on a
 # 12B-parameter model (arXiv:2509.25149), leaving out the Hadamard transforms, the stochastic
 # rounding of gradients or the BF16 last layers makes the loss worse than the full recipe's.
 #
@@ -420,7 +424,8 @@ for fmt in ("mxfp8_e4m3", "mxfp4"):
 # ### Exercise 2
 #
 # A 4096 × 4096 weight matrix: predict its bytes in bf16, MXFP8, MXFP4 and NVFP4 (with the
-# per-tensor scale), then check with `nbytes`.
+# per-tensor scale), then check with `nbytes`, and your MXFP4 count with
+# `check("bytes of a 4096 x 4096 MXFP4 matrix", ...)`.
 
 # %% [markdown] tags=["solution"]
 # #### Solution
@@ -435,13 +440,17 @@ for fmt, predicted in (("mxfp8_e4m3", n + n // 32), ("mxfp4", n // 2 + n // 32),
     got = mx.quantize(W, fmt, axis=1, per_tensor_scale=pts).nbytes
     print(fmt, predicted, got, predicted == got)
 
+# %% tags=["solution"]
+check("bytes of a 4096 x 4096 MXFP4 matrix", mx.quantize(W, "mxfp4", axis=1).nbytes)
+
 # %% [markdown]
 # ### Exercise 3
 #
 # Digit pixels are multiples of 1/16 up to 1. How large may an outlier be before per-tensor
 # E4M3 (scale 448 / amax) flushes the smallest nonzero pixel, 1/16, to zero? Predict from
 # e4m3's smallest subnormal 2**-9 (a value rounds to 0 below half of it), then find it by
-# bisection over powers of two with `fp8_per_tensor`.
+# bisection over powers of two with `fp8_per_tensor`, and the smallest integer outlier that
+# flushes it: `check("smallest integer outlier that flushes 1/16 in per-tensor E4M3", ...)`.
 
 # %% [markdown] tags=["solution"]
 # #### Solution
@@ -455,3 +464,8 @@ for k in range(12, 18):
 for big in (28671.0, 28672.0):  # just below the limit, and at it (a tie: rounds to 0)
     v = np.array([1 / 16, big], np.float32)
     print(f"outlier {big:g}: 1/16 -> {fp8_per_tensor(v)[0]:.5f}")
+
+# %% tags=["solution"]
+flushing = [big for big in range(2**14, 2**15)
+            if fp8_per_tensor(np.array([1 / 16, big], np.float32))[0] == 0]
+check("smallest integer outlier that flushes 1/16 in per-tensor E4M3", flushing[0])

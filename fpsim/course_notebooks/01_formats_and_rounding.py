@@ -32,8 +32,9 @@
 # 5. explain *double rounding* and why `fpsim.add` / `fpsim.fma` round once;
 # 6. see why summing in bf16 stagnates, and how pairwise and Kahan summation fix it.
 #
-# Exercises are marked **Exercise**; each has a hidden solution below it (click to expand).
-# The student edition (`fpsim notebooks --student OUT/`) has a cell for your code instead.
+# Exercises are marked **Exercise**. In the instructor edition (`fpsim notebooks DIR`) a
+# solution follows each, hidden (click to expand); in the student edition
+# (`fpsim notebooks --student DIR`) a cell for your code stands in its place.
 
 # %%
 import math
@@ -85,11 +86,17 @@ viz.bit_layouts(0.1)
 viz.number_line("fp8_e4m3")
 
 # %% [markdown]
-# *What to see:* every binade holds the same 8 values, so the spacing doubles from one binade to
-# the next; the 7 subnormals below 2^-6 are evenly spaced, and 448 is the end: e4m3 has no
-# infinity.
+# *What to see:* a binade holds 8 values (3 mantissa bits), so the spacing doubles from one
+# binade to the next; the 7 subnormals below 2^-6 are evenly spaced, and 448 is the end: e4m3 has
+# no infinity. The top binade is the exception: the pattern that would be 480 is e4m3fn's NaN, so
+# [256, 448] holds only 7 values (counted below).
 
 # %%
+e4m3 = fpsim.all_values("fp8_e4m3")
+e4m3 = e4m3[e4m3 >= fpsim.get_format("fp8_e4m3").smallest_normal]
+binades, counts = np.unique(np.floor(np.log2(e4m3)), return_counts=True)
+print("e4m3 values per binade:", dict(zip(binades.astype(int).tolist(), counts.tolist(),
+                                          strict=True)))
 # fp16 near 2048: the spacing is 1 below 2048 and 2 above, so 2049 is not representable
 print([float(fpsim.round(v, "fp16")) for v in (2047, 2048, 2049, 2050, 2051)])
 viz.number_line("fp16", xmin=2036, xmax=2060, scale="linear")
@@ -203,15 +210,17 @@ viz.relative_error(["fp16", "bf16"], 2.0**-28, 2.0**4)
 # zero stays at max. fp8 e4m3 (OCP "fn") has **no infinity**: overflow gives NaN, and training
 # code therefore *saturates* (clamps to ±448).
 #
-# **Predict, then run.** `fpsim.add(65519, 1, "fp16")` rounds the exact sum, 65520, once: is the
-# result 65504, 65520 or infinity? Enter your prediction in the next cell, then run the one after
-# it.
+# **Predict, then run.** `fpsim.add(65519, 1, "fp16")` computes in fp16: its operands are fp16
+# numbers (65519 is rounded to fp16 first), and then the exact sum is rounded once. Is the result
+# 65504, 65520 or infinity? Enter your prediction in the next cell, then run the one after it.
+# (The exact 65520 itself, rounded once, is the tie between 65504 and $2^{16}$: see below.)
 
 # %% tags=["solution"]
-check("fp16 add(65519, 1)", math.inf)
+check("fp16 add(65519, 1)", float(fpsim.add(65519, 1, "fp16")))
 
 # %%
-print("fpsim.add(65519, 1, 'fp16') ->", float(fpsim.add(65519.0, 1.0, "fp16")))
+print("fpsim.round(65519, 'fp16') ->", float(fpsim.round(65519, "fp16")),
+      "| fpsim.add(65519, 1, 'fp16') ->", float(fpsim.add(65519, 1, "fp16")))
 for x in (65519.0, 65520.0, 70000.0):
     print(x, "->", float(fpsim.round(x, "fp16")), "| toward_zero:",
           float(fpsim.round(x, "fp16", "toward_zero")))
@@ -284,9 +293,13 @@ print("toward_zero       ", fpsim.to_int(x, "int8", "toward_zero").tolist())
 # shortcut computes in float64 and rounds the float64 result to the target format: that rounds
 # **twice**. For round-to-nearest and a single `+ - * / sqrt` of fp32 operands the shortcut is
 # safe (float64 has $53 \ge 2 \cdot 24 + 2$ bits), but not for directed rounding, nor for an fma.
+# Directed roundings themselves compose (rounding up to float64, then up to fp32, is rounding up
+# to fp32 once); what fails below is the shortcut's first step, float64's round-to-nearest,
+# followed by a directed rounding.
 
 # %%
-# directed rounding: 1 + 2**-60 rounded up in fp32 is 1 + 2**-23; float64 first loses the 2**-60
+# directed rounding: 1 + 2**-60 rounded up in fp32 is 1 + 2**-23; float64's round-to-nearest sum
+# first loses the 2**-60
 exact_up = fpsim.add(1.0, 2.0**-60, "fp32", "up")
 naive_up = fpsim.round(1.0 + 2.0**-60, "fp32", "up")  # the float64 sum is already 1.0
 print("fpsim.add up:", float(exact_up).hex(), "  float64 then up:", float(naive_up).hex())
