@@ -37,7 +37,10 @@ Conventions:
   like any array; an element that is not a real number (None, a string, a complex number) is
   a TypeError naming the operand (``a``, ``b``, ``c``) and the element.
 - results are float64 arrays (np.float64 for scalar operands) holding values of ``fmt``
-  exactly, as :func:`fpsim.round` returns; NaN results are quiet NaNs.
+  exactly, as :func:`fpsim.round` returns. A NaN result of a NaN operand or of an invalid
+  operation is the canonical quiet NaN, positive with payload 0 (``np.nan``) on every path,
+  CPU and NumPy version (float64 NaN propagation differs between them); an overflow to NaN
+  (a format without inf) keeps the sign of the result, as :func:`fpsim.round` does.
 - IEEE 754 special cases: ``x + (-x)`` is +0 in every mode but ``down`` (-0); products and
   quotients take the XOR of the signs; ``sqrt(-0) = -0``. INVALID: a signalling NaN operand,
   inf - inf, 0 * inf, 0 / 0, inf / inf, sqrt of a negative number, fma(0, inf, c) (even for a
@@ -644,6 +647,25 @@ def daz_operand(v: np.ndarray, c: OpContext) -> np.ndarray:
     return np.where(np.abs(v) < c.fmt.smallest_normal, np.copysign(0.0, v), v)
 
 
+def _canonical_nans(name: str, out: np.ndarray, vals) -> None:
+    """Make each NaN of ``out`` that a NaN operand or an invalid operation gave the canonical
+    quiet NaN (+, payload 0: ``np.nan``), in place. Which operand's sign and payload a float64
+    NaN carries differs between NumPy's loops, its versions and CPUs (x86's default NaN is
+    negative, ARM's positive), so a result must not take it from there. A NaN that stands
+    for an overflow (a format without inf, finite operands) keeps the sign of its result."""
+    nan = np.isnan(out)
+    if not nan.any():
+        return
+    valid = np.ones(out.shape, bool)
+    for v in vals:
+        valid &= np.isfinite(v)
+    if name == "div":
+        valid &= (vals[0] != 0) | (vals[1] != 0)  # 0 / 0
+    elif name == "sqrt":
+        valid &= ~(vals[0] < 0)
+    out[nan & ~valid] = np.nan
+
+
 def compute(name: str, vals, c: OpContext, snan: np.ndarray | None = None, *,
             exact_operands: bool = True):
     """The one rounded-arithmetic kernel of fpsim, shared by the array functions below and by
@@ -663,6 +685,7 @@ def compute(name: str, vals, c: OpContext, snan: np.ndarray | None = None, *,
         if name not in ("add", "sub", "mul", "div"):
             raise ValueError(f"{name} needs operands that are values of the format")
         out, fl, inv = kernel(*vals, c, exact_operands=False)
+    _canonical_nans(name, out, vals)
     if c.want:
         if inv is not None and inv.any():
             fl[inv] = np.uint8(Flags.INVALID)
@@ -699,7 +722,7 @@ def compute(name: str, vals, c: OpContext, snan: np.ndarray | None = None, *,
 #   inputs (ints, lists, long double) take the general path.
 # - not native: any other mode or format, overflow="saturate", flush / DAZ, flags=True or an
 #   active flag context (the flags come from the general kernel), the stochastic generator.
-# Results are float64 (the API's contract); NaN results are quiet NaNs.
+# Results are float64 (the API's contract); NaN results are the canonical quiet NaN.
 _NATIVE_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
                "sqrt": np.sqrt}
 _NATIVE_FORMATS = (FP16, BF16, FP32)
@@ -745,6 +768,8 @@ def _native(name: str, args, c: OpContext):
             # a conversion is one rounding to nearest even (see above)
             out[idx] = op(*(v[idx] if v.dtype == dt else native_cast(v[idx], dt)
                             for v in views))
+            o = out[idx] if idx else out  # a view (out[()] of a 0-d array is a scalar)
+            np.copyto(o, np.nan, where=np.isnan(o))  # the canonical NaN (_canonical_nans)
     return out
 
 
@@ -807,7 +832,8 @@ def _float32_path(name: str, args, c: OpContext):
                 v, bad = round_float32(r, c.result)
                 out[lo:hi] = v
                 if bad is not None:  # x / 0, 0 / 0, sqrt(-x): inf or NaN, rounded alone
-                    out[lo + bad] = round_with(r[bad].astype(np.float64), c.result)[0]
+                    w = round_with(r[bad].astype(np.float64), c.result)[0]
+                    out[lo + bad] = np.where(np.isnan(r[bad]), np.nan, w)  # _canonical_nans
                 continue
             # an inf or NaN operand: this chunk by the general path
             vals, snan, _, _ = _operands([a[lo:hi] for a in flat], c, name)

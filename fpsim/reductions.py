@@ -14,7 +14,9 @@ Orders (the accumulation model; ``x`` the values along the reduced axis, convert
   combined as ``((r0+r1) + (r2+r3)) + ((r4+r5) + (r6+r7))``, then the ``n % 8`` leftover values
   are added one by one; ``n > 128`` splits at ``n2 = n//2 - (n//2) % 8`` and adds the sums of
   the two halves. (NumPy starts a run shorter than 8 from +0.0, which differs only in the sign
-  of a zero sum.)
+  of a zero sum. NumPy before 2.3 reduced a contiguous axis longer than its buffer, 8192
+  values, buffer by buffer, adding the buffers' trees in order; fpsim's tree is the one of
+  NumPy 2.3 on, under every NumPy.)
 - ``"kahan"``: compensated summation, ``y = x[k] - c; t = s + y; c = (t - s) - y; s = t``, every
   operation rounded in fmt.
 - ``"wide"``: a wider accumulator: each value (for :func:`dot` the *exact* product) is added

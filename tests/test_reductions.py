@@ -58,17 +58,42 @@ def test_empty_and_single():
 # -- NumPy's own rounding sums as references ---------------------------------------------------
 
 
-@pytest.mark.parametrize("n", [8, 9, 15, 16, 127, 128, 129, 200, 1000, 4099, 10007])
+_NUMPY_BLOCKS_REDUCTIONS = tuple(int(v) for v in np.__version__.split(".")[:2]) < (2, 3)
+
+
+@pytest.mark.parametrize("n", [8, 9, 15, 16, 127, 128, 129, 200, 1000, 4099, 8192])
 def test_pairwise_is_numpys_float32_tree(n):
     rng = np.random.default_rng(n)
     x = _wide_range(rng, n).astype(np.float32)
-    want = np.sum(x)  # NumPy's blocked pairwise sum, every add rounded to float32
+    # NumPy's blocked pairwise sum, every add rounded to float32: one tree up to 8192 values
+    # under every NumPy (beyond: test_pairwise_beyond_numpys_buffer)
+    want = np.sum(x)
     got = fsum(x, "fp32", order="pairwise")
     assert got == float(want)
     X = np.stack([x, x[::-1], -x])  # rows: vectorised over the kept axis
     np.testing.assert_array_equal(fsum(X, "fp32", axis=1, order="pairwise"), X.sum(axis=1))
     np.testing.assert_array_equal(fsum(X.T, "fp32", axis=0, order="pairwise"),
                                   X.sum(axis=1))
+
+
+@pytest.mark.parametrize("n", [8193, 10007, 20011])
+def test_pairwise_beyond_numpys_buffer(n):
+    """Beyond 8192 values fpsim's pairwise stays one tree (its result is the same under every
+    NumPy). NumPy >= 2.3 sums the same tree; NumPy < 2.3 sums each 8192-value buffer by that
+    tree and adds the buffers' sums in order: both checked against the NumPy installed."""
+    rng = np.random.default_rng(n)
+    x = _wide_range(rng, n).astype(np.float32)
+    got = fsum(x, "fp32", order="pairwise")
+    if not _NUMPY_BLOCKS_REDUCTIONS:
+        assert got == float(np.sum(x))
+        return
+    b = np.getbufsize()
+    parts = [fsum(x[i:i + b], "fp32", order="pairwise") for i in range(0, n, b)]
+    assert all(p == float(np.sum(x[i:i + b])) for p, i in zip(parts, range(0, n, b), strict=True))
+    acc = np.float32(parts[0])
+    for p in parts[1:]:
+        acc = np.float32(acc + np.float32(p))
+    assert acc == np.sum(x)  # the buffered form, rebuilt from fpsim's trees
 
 
 @pytest.mark.parametrize("dtype,fmt", [(np.float32, "fp32"), (np.float16, "fp16"),

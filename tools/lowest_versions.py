@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-lowest"
 PINNED = ("numpy", "ml_dtypes")  # the numerical dependencies whose floors are tested
-TEST_TOOLS = ("pytest>=7", "hypothesis>=6", "gmpy2>=2.1")
+TEST_TOOLS = ("pytest>=7", "hypothesis>=6", "gmpy2>=2.1", "nbformat>=5", "nbconvert>=7")
 
 
 def floors() -> dict[str, str]:
