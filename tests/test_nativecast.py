@@ -11,7 +11,7 @@ import pytest
 
 import fpsim
 from fpsim.autograd import Tensor
-from fpsim.nativecast import cast, f64_to_f32_odd
+from fpsim.nativecast import cast, f64_to_f32_odd, narrow_to_byte, table_cast_ok, widen_byte
 from tests.exact import round_exact
 
 ML_FORMATS = sorted((f for f in fpsim.PRESETS.values()
@@ -137,3 +137,69 @@ def test_arrays_and_lists_of_ml_dtypes_values_in_every_version(fmt):
     with np.errstate(invalid="ignore"):
         assert _same(fpsim.round(some, "fp16"), fpsim.round(np.array(some).astype(np.float64),
                                                            "fp16")).all()
+
+
+# -- the table casts of one-byte types --------------------------------------------------------
+
+def _byte_types() -> list:
+    import ml_dtypes
+
+    names = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+             "float8_e4m3", "float8_e3m4", "float8_e4m3b11fnuz", "float6_e2m3fn",
+             "float6_e3m2fn", "float4_e2m1fn"]
+    return [np.dtype(getattr(ml_dtypes, n)) for n in names if hasattr(ml_dtypes, n)]
+
+
+def test_table_cast_takes_the_one_byte_floats_only():
+    import ml_dtypes
+
+    assert all(table_cast_ok(t) for t in _byte_types())
+    for t in (ml_dtypes.float8_e8m0fnu, ml_dtypes.bfloat16, np.float16, np.float32, np.int8,
+              np.uint8, np.bool_):
+        assert not table_cast_ok(t), t
+
+
+@pytest.mark.parametrize("dtype", _byte_types(), ids=str)
+def test_widen_byte_is_ml_dtypes_cast_bit_for_bit(dtype):
+    b = np.tile(np.arange(256, dtype=np.uint8), 16).view(dtype)  # above the table threshold
+    for wide, u in ((np.float32, np.uint32), (np.float64, np.uint64)):
+        with np.errstate(invalid="ignore"):
+            want = b.astype(wide)
+        got = widen_byte(b, wide)
+        assert got.dtype == wide
+        np.testing.assert_array_equal(got.view(u), want.view(u))  # NaN payloads too
+
+
+@pytest.mark.parametrize("dtype", _byte_types(), ids=str)
+def test_narrow_to_byte_is_ml_dtypes_cast_bit_for_bit(dtype):
+    """Every high half (sign, exponent, 7 fraction bits) with low halves that probe the
+    sticky bit and every rounding decision below it: 0, 1, the midpoint of the low half and
+    its neighbours, all ones, and random ones."""
+    rng = np.random.default_rng(3)
+    lows = np.concatenate([[0, 1, 2, 0x7FFF, 0x8000, 0x8001, 0xFFFE, 0xFFFF],
+                           rng.integers(0, 1 << 16, 6)]).astype(np.uint32)
+    hi = np.arange(1 << 16, dtype=np.uint32) << np.uint32(16)
+    x = (hi[:, None] | lows[None, :]).reshape(-1).view(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = x.astype(dtype)
+    got = narrow_to_byte(x, dtype)
+    assert got.dtype == dtype
+    bad = np.flatnonzero(got.view(np.uint8) != want.view(np.uint8))
+    assert bad.size == 0, [hex(v) for v in x.view(np.uint32)[bad[:5]]]
+    # and through cast(), from float32 and (to odd first) from float64
+    np.testing.assert_array_equal(cast(x, dtype).view(np.uint8), want.view(np.uint8))
+    with np.errstate(invalid="ignore"):  # signalling NaNs quieted, as cast() does
+        x64 = x.astype(np.float64)
+    np.testing.assert_array_equal(cast(x64, dtype).view(np.uint8),
+                                  f64_to_f32_odd(x64).astype(dtype).view(np.uint8))
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("dtype", _byte_types(), ids=str)
+def test_narrow_to_byte_every_float32_pattern(dtype):
+    step = 1 << 26
+    for start in range(0, 1 << 32, step):
+        x = np.arange(start, start + step, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            want = x.astype(dtype).view(np.uint8)
+        assert np.array_equal(narrow_to_byte(x, dtype).view(np.uint8), want), hex(start)

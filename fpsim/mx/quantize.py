@@ -63,6 +63,7 @@ from ..checks import as_int
 from ..flags import Flags, flags_active, record
 from ..integer import round_to_integral
 from ..modes import Rounding, as_rounding
+from ..nativecast import narrow_to_byte, table_cast_ok, widen_byte
 from ..rounding import round as fp_round
 from .formats import (
     E8M0_BIAS,
@@ -155,6 +156,8 @@ class MXArray:
         """The elements as float32 values (MXINT8: k * 2**-6), padded shape."""
         if self.fmt.is_int:
             return self.elements.astype(np.float32) * np.float32(2.0**-MXINT8_FRACTION_BITS)
+        if table_cast_ok(self.elements.dtype):
+            return widen_byte(self.elements)  # ml_dtypes' values, from a table
         return self.elements.astype(np.float32)
 
     def dequantize(self) -> np.ndarray:
@@ -377,6 +380,8 @@ def _round_elements(y: np.ndarray, fmt: MXFormat, mode: Rounding, rng,
     if mode is Rounding.NEAREST_EVEN and y.dtype == _F32:
         if fmt.element.bits == 4 and y.size >= _FP4_COMPARE_MIN:
             return _fp4_rne(y)
+        if table_cast_ok(fmt.storage_dtype):  # ml_dtypes' rounding, read from a table
+            return narrow_to_byte(y, fmt.storage_dtype)
         return y.astype(fmt.storage_dtype)  # ml_dtypes: one correct rounding from fp32
     r = fp_round(y, fmt.element, mode, overflow="saturate", rng=rng)
     return np.asarray(r).astype(fmt.storage_dtype)
