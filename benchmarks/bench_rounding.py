@@ -1,4 +1,5 @@
-"""Benchmark: fpsim.round to fp16 and bf16 in every mode against NumPy / ml_dtypes casts.
+"""Benchmark: fpsim.round to fp16, bf16, e4m3 and e5m2 in every mode against NumPy /
+ml_dtypes casts.
 
 Times, in one run, on float32 data (10**7 values by default):
 - normal-range data: N(0, 1);
@@ -36,10 +37,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--n", type=int, default=10**7)
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args(argv)
-    natives = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16}
+    natives = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16,
+               "fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2}
     print(f"fpsim.round vs native casts, {args.n:.0e} float32 values, best of {args.repeat}; "
           "speed vs reference = native cast time / fpsim time (1.0 = as fast, < 1 slower)")
-    print(f"{'data':18s} {'format':6s} {'mode':14s} {'fpsim ms':>9s} {'native ms':>9s} "
+    print(f"{'data':18s} {'format':8s} {'mode':14s} {'fpsim ms':>9s} {'native ms':>9s} "
           f"{'speed':>6s}")
     with np.errstate(over="ignore"):
         for label, x in make_data(args.n).items():
@@ -48,20 +50,20 @@ def main(argv: list[str] | None = None) -> None:
                 for mode in fpsim.Rounding:
                     kw = {"rng": 0} if mode is fpsim.Rounding.STOCHASTIC else {}
                     t = best_time(lambda: fpsim.round(x, fname, mode, **kw), args.repeat)  # noqa: B023
-                    print(f"{label:18s} {fname:6s} {mode.value:14s} {t * 1e3:9.1f} "
+                    print(f"{label:18s} {fname:8s} {mode.value:14s} {t * 1e3:9.1f} "
                           f"{t_native * 1e3:9.1f} {t_native / t:6.2f}")
                 t = best_time(lambda: fpsim.cast(x, fname), args.repeat)  # noqa: B023
-                print(f"{label:18s} {fname:6s} {'cast (storage)':14s} {t * 1e3:9.1f} "
+                print(f"{label:18s} {fname:8s} {'cast (storage)':14s} {t * 1e3:9.1f} "
                       f"{t_native * 1e3:9.1f} {t_native / t:6.2f}")
                 # round returns float64: against the native cast followed by its widening,
                 # the same output (the 8-byte write alone costs about as much as the cast)
                 t_wide = best_time(lambda: x.astype(dt).astype(np.float64), args.repeat)  # noqa: B023
                 t = best_time(lambda: fpsim.round(x, fname), args.repeat)  # noqa: B023
-                print(f"{label:18s} {fname:6s} {'round vs wide':14s} {t * 1e3:9.1f} "
+                print(f"{label:18s} {fname:8s} {'round vs wide':14s} {t * 1e3:9.1f} "
                       f"{t_wide * 1e3:9.1f} {t_wide / t:6.2f}")
                 kw = {"rng": 0, "random_bits": 8}
                 t = best_time(lambda: fpsim.round(x, fname, "stochastic", **kw), args.repeat)  # noqa: B023
-                print(f"{label:18s} {fname:6s} {'sr 8 bits':14s} {t * 1e3:9.1f} "
+                print(f"{label:18s} {fname:8s} {'sr 8 bits':14s} {t * 1e3:9.1f} "
                       f"{t_native * 1e3:9.1f} {t_native / t:6.2f}")
 
 

@@ -49,6 +49,7 @@ from .modes import (
     as_subnormals,
     as_tininess,
 )
+from .nativecast import narrow_to_byte, table_cast_ok
 
 __all__ = ["round", "round_rational", "as_rational", "round_pair", "cast", "seed", "default_rng",
            "as_float64", "RoundingPolicy"]
@@ -62,6 +63,7 @@ QUIET = _U(1 << 51)
 ONE = _U(1)
 ZERO = _U(0)
 CHUNK = 1 << 16  # elements per block: keeps the temporaries in cache, memory bounded
+_BYTE_TABLE_MIN = 4096  # float32 elements from which the one-byte table path pays
 
 
 def seed(value: int | None) -> None:
@@ -1380,6 +1382,36 @@ def _bf16_nearest_even(x: np.ndarray, store: np.dtype | None) -> np.ndarray:
     return out.reshape(x.shape)
 
 
+def _byte_nearest_even_ok(x, pol: RoundingPolicy, want: bool, store) -> bool:
+    """May :func:`cast` take :func:`_byte_nearest_even`? The default policy (nearest even,
+    subnormals kept, the format's overflow value, no flags) of an fp8 / fp6 / fp4 format with
+    its own ml_dtypes type, a large float32 array. (:func:`round` keeps the kernel, which
+    writes float64 values as fast or faster; measured in benchmarks/bench_rounding.py.)"""
+    if not (store is not None and isinstance(x, np.ndarray) and x.dtype == np.float32
+            and x.size >= _BYTE_TABLE_MIN and pol.rounding is Rounding.NEAREST_EVEN
+            and pol.overflow is Overflow.INF and not pol.flush and not pol.daz and not want):
+        return False
+    dtype = pol.fmt.dtype
+    return dtype is not None and table_cast_ok(dtype)
+
+
+def _byte_nearest_even(x: np.ndarray, fmt: Format) -> np.ndarray | None:
+    """:func:`cast` of float32 ``x`` to a one-byte format by
+    :func:`fpsim.nativecast.narrow_to_byte`'s table (ml_dtypes' own rounding: nearest even,
+    the kernel's overflow value, fnuz's one NaN), chunk by chunk, into the format's dtype.
+    None when ``x`` holds a NaN (its payload, and fp6 / fp4's missing NaN, are the kernel's).
+    Equal to the kernel on every high half of the float32 patterns with probing low halves
+    (tests/test_native_round.py)."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty(flat.size, fmt.dtype)
+    for lo in range(0, flat.size, CHUNK):
+        c = flat[lo:lo + CHUNK]
+        if np.isnan(c.max()):  # NaN propagates through the max: one cheap pass
+            return None
+        out[lo:lo + CHUNK] = narrow_to_byte(c, fmt.dtype)
+    return out.reshape(x.shape)
+
+
 def _round_core(x, pol: RoundingPolicy, want: bool, store):
     """:func:`round` by a parsed policy: (patterns, flags or None, shape, scalar) for
     :func:`_finish`; with a ``store`` dtype, the common path writes its values straight into
@@ -1389,6 +1421,10 @@ def _round_core(x, pol: RoundingPolicy, want: bool, store):
             and mode is Rounding.NEAREST_EVEN and pol.overflow is Overflow.INF
             and not pol.flush and not pol.daz and not want):
         return _bf16_nearest_even(x, store), None, x.shape, False
+    if x.__class__ is np.ndarray and x.ndim > 0 and _byte_nearest_even_ok(x, pol, want, store):
+        out = _byte_nearest_even(x, fmt)
+        if out is not None:
+            return out, None, x.shape, False
     if isinstance(x, np.ndarray) and x.dtype in (np.float32, np.float16):
         hi, lo, scalar = x, None, x.ndim == 0  # widened to float64 chunk by chunk in run_chunks
     elif isinstance(x, (Fraction, Decimal)) or (
