@@ -223,6 +223,25 @@ QUESTIONS: dict[str, dict[str, Question]] = {
             'the square root of the number of addends',
             'units of u'),
     },
+    "12": {
+        'bytes of an 8192 x 8192 NVFP4 matrix, tensor scale included': _q(
+            ("9e1b1d2539401faf8e623819e367a487b66b482db7de270bcf9cba45312d03d1",
+             "161b0f3d57579acae8c2caf6a5b65bc32140dac81b995b9d960e5a61c35f470a"),
+            '4 bits per element, one 1-byte E4M3 scale per block of 16, and one 4-byte fp32 '
+            'scale for the whole tensor',
+            'bytes'),
+        'arithmetic intensity of a square 4096 bf16 GEMM': _q(
+            ("4cc9ce9936bff801b4034e57b6a88ff87b8dc764d63648c929ce8dba704bd48d",
+             "31ac91fd1bafe6952878de8900f15a86881526f1445f594aa63d17ac3374aa19"),
+            '2 n^3 operations over the bytes of three n x n matrices of 2-byte values',
+            'operations per byte', 6),
+        'bandwidth an H100 needs for a square 4096 fp8 GEMM at peak': _q(
+            ("88d842de4da537034fbebbb884cd0bce9eb7b9b3e38263eb66a08bc8f8de1e0b",
+             "c84259eb6aec507fbe93542c9e28dfb49ad06185d4aafef37e7da1ad51fce7ae"),
+            "the peak rate divided by the arithmetic intensity; H100's fp8 peak is in "
+            "perf.peak_tflops, and an fp8 value is one byte",
+            'TB/s (10**12 bytes per second)', 5),
+    },
 }
 @dataclass(frozen=True)
 class Verdict:
@@ -275,7 +294,7 @@ class _Checker:
 
 
 def checker(notebook: str) -> _Checker:
-    """The ``check(question, answer)`` of notebook ``notebook`` ("01" ... "11").
+    """The ``check(question, answer)`` of notebook ``notebook`` ("01" ... "12").
 
     >>> checker("02")("fp16(2**-25)", 1)  # doctest: +ELLIPSIS
     not right yet: fp16(2**-25): 2**-25 is exactly half the smallest subnormal: a tie ...

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 from .checks import as_int
 from .formats import Format, IntFormat, get_format
+from .mx.formats import MX_FORMATS, MXFormat
 from .zero_stages import STAGE_NAMES, ZERO_STAGES, as_zero_stage
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "zero_communication_bytes",
     "fits_on_gpu",
     "activation_bytes",
+    "tensor_bytes",
     "checkpoint_peak_activations",
     "optimal_checkpoint_segments",
     "memory_report",
@@ -215,6 +217,64 @@ def activation_bytes(shapes: Iterable[Sequence[int]], fmt: Format | IntFormat | 
         n = math.prod(dims)
         total += (n * bits + 7) // 8 if packed else n * ((bits + 7) // 8)
     return total
+
+
+def _dims(shape: Sequence[int]) -> tuple[int, ...]:
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
+        raise TypeError(f"shape must be a sequence of non-negative ints, got {shape!r}")
+    try:  # each dimension: what range() takes, >= 0
+        return tuple(as_int("a dimension", d, 0) for d in shape)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"shape must be a sequence of non-negative ints, got "
+                        f"{shape!r}") from None
+
+
+def tensor_bytes(shape: Sequence[int], fmt: Format | IntFormat | MXFormat | str, *,
+                 packed: bool = True, block_size: int | None = None,
+                 per_tensor_scale: bool = False) -> int:
+    """Bytes of one tensor of ``shape`` stored in ``fmt``, what moving it through memory costs.
+
+    - A plain format ("fp32", "bf16", "fp8_e4m3", "fp4_e2m1", "int8", ...): its ``bits`` per
+      element, packed and rounded up to a whole byte for the tensor; ``packed=False``: whole
+      bytes per element, as NumPy and ml_dtypes arrays hold them (an fp4 or fp6 value takes a
+      byte). tf32 is stored as fp32 (32 bits): it is the form in which tensor cores read fp32
+      data, not a storage format.
+    - A block-scaled format (:data:`fpsim.mx.MX_FORMATS`: "mxfp8_e4m3", "mxfp4", "nvfp4", ...,
+      or an :class:`~fpsim.mx.MXFormat`): blocks of ``block_size`` (the format's, 32 or 16, by
+      default) along the last axis, the last block of each row padded with zeros; the elements
+      (padding included) packed as above, one byte per block scale (E8M0 or E4M3), and 4 bytes
+      for NVFP4's fp32 per-tensor scale with ``per_tensor_scale=True``. This is
+      :attr:`fpsim.mx.MXArray.nbytes` of the quantized tensor, without quantizing it.
+
+    >>> tensor_bytes((4096, 4096), "bf16"), tensor_bytes((4096, 4096), "mxfp8_e4m3")
+    (33554432, 17301504)
+    >>> tensor_bytes((3, 40), "mxfp4")  # two blocks a row, the second padded: 3 * (32 + 2)
+    102
+    >>> tensor_bytes((16,), "nvfp4", per_tensor_scale=True), tensor_bytes((8,), "fp4_e2m1",
+    ...                                                                  packed=False)
+    (13, 8)
+    """
+    dims = _dims(shape)
+    n = math.prod(dims)
+    mxf = fmt if isinstance(fmt, MXFormat) else (
+        MX_FORMATS.get(fmt.strip().lower()) if isinstance(fmt, str) else None)
+    if mxf is None:
+        if block_size is not None or per_tensor_scale:
+            raise ValueError(f"block_size and per_tensor_scale apply to the block-scaled "
+                             f"formats ({', '.join(MX_FORMATS)}), not to {fmt!r}")
+        f = get_format(fmt)
+        bits = 32 if f.name == "tf32" else f.bits
+        return (n * bits + 7) // 8 if packed else n * ((bits + 7) // 8)
+    if not dims:
+        raise ValueError("a block-scaled tensor needs at least one axis (its blocks run along "
+                         "the last one), got shape ()")
+    bs = mxf.block_size if block_size is None else as_int("block_size", block_size, 1)
+    if per_tensor_scale and mxf.scale != "e4m3":
+        raise ValueError(f"per_tensor_scale is NVFP4's fp32 global scale; {mxf.name} has none")
+    blocks = (n // dims[-1] if dims[-1] else 0) * -(-dims[-1] // bs)
+    elems = blocks * bs
+    stored = (elems * mxf.elem_bits + 7) // 8 if packed else elems
+    return stored + blocks + (4 if per_tensor_scale else 0)
 
 
 def checkpoint_peak_activations(n_layers: int, segments: int) -> int:

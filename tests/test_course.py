@@ -72,6 +72,17 @@ REFERENCES = {
     "sqrt(n) u for n = 4096, in units of u": lambda: math.isqrt(4096),
     "largest integer x with exp(x) finite in fp16": lambda: float(
         max(x for x in range(30) if np.isfinite(np.float16(math.exp(x))))),
+    # NVFP4 (NVIDIA): 4-bit e2m1 elements, a 1-byte E4M3 scale per block of 16, a 4-byte fp32
+    # tensor scale
+    "bytes of an 8192 x 8192 NVFP4 matrix, tensor scale included":
+        lambda: 8192 * 8192 * 4 // 8 + 8192 * 8192 // 16 + 4,
+    # 2 n^3 operations over three n x n bf16 matrices (2 bytes a value), read or written once
+    "arithmetic intensity of a square 4096 bf16 GEMM":
+        lambda: float(Fraction(2 * 4096**3, 3 * 4096**2 * 2)),
+    # H100 SXM dense fp8 peak 1979 TFLOPS (NVIDIA's Matrix Multiplication Background guide,
+    # docs/facts.md) over the intensity 2 n^3 / (3 n^2 * 1 byte): TB/s
+    "bandwidth an H100 needs for a square 4096 fp8 GEMM at peak":
+        lambda: float(Fraction(1979) / Fraction(2 * 4096**3, 3 * 4096**2 * 1)),
 }
 
 

@@ -20,20 +20,38 @@ fraction of peak (``utilisation``) is ``tile_efficiency x wave_efficiency``. Mem
 K-tiling and kernel launch costs are left out: the numbers are an upper bound on speed that
 shows *why* some shapes are slower, not a benchmark.
 
+The **roofline** adds the memory side: a GEMM moves at least ``(M K + K N) * in_bits / 8``
+bytes in and ``M N * out_bits / 8`` out (:func:`gemm_bytes`; each matrix once), so its
+arithmetic intensity is ``2 M N K`` operations over those bytes (:func:`arithmetic_intensity`).
+A GPU with peak rate ``P`` and memory bandwidth ``B`` runs it at no more than
+``min(P, B x intensity)`` (:func:`roofline_tflops`): memory-bound below the **ridge point**
+``P / B`` operations per byte (:func:`ridge_point`), compute-bound above; :func:`gemm_roofline`
+puts it together. fpsim holds **no memory bandwidths** (the reference facts in docs/facts.md
+list none), so every roofline function takes ``bandwidth_tbps`` from the caller (the
+datasheet value of the GPU in question). Bits, not bytes, so that block-scaled formats fit:
+MXFP8 stores 8 + 8 / 32 = 8.25 bits per value, NVFP4 4 + 8 / 16 = 4.5.
+
 >>> from fpsim.tensorcore.perf import gemm_time_estimate
 >>> r = gemm_time_estimate(4096, 4096, 4096, "A100", "fp16")
 >>> r.tiles, r.waves, round(r.utilisation, 4)
 (1024, 10, 0.9481)
+>>> from fpsim.tensorcore.perf import arithmetic_intensity, ridge_point
+>>> round(arithmetic_intensity(4096, 4096, 4096, in_bits=16), 2)  # 4096 / 3 operations per byte
+1365.33
+>>> ridge_point(989.0, 2.0)  # 989 TFLOPS fed by an (assumed) 2 TB/s: 494.5 operations per byte
+494.5
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..checks import as_int
 
 __all__ = ["GpuPerf", "PERF_GPUS", "GemmEstimate", "gemm_time_estimate", "peak_tflops",
-           "alignment", "get_perf_gpu", "DTYPE_BYTES"]
+           "alignment", "get_perf_gpu", "DTYPE_BYTES", "gemm_bytes", "arithmetic_intensity",
+           "ridge_point", "roofline_tflops", "GemmRoofline", "gemm_roofline"]
 
 #: Bytes per element of each dtype the model knows.
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "int8": 1, "fp8": 1}
@@ -239,3 +257,143 @@ def gemm_time_estimate(M: int, N: int, K: int, gpu: str | GpuPerf = "A100",
         tile_eff, wave_eff, tile_eff * wave_eff, peak, flops, flops / (peak * 1e12), time_s,
         flops / time_s / 1e12, flops / ((M * K + K * N + M * N) * nbytes), need, best,
         aligned, best_aligned, notes)
+
+
+# -- the roofline: bytes moved, arithmetic intensity, ridge point -------------------------------
+
+def _positive(name: str, v: float) -> float:
+    """``v`` as a float, checked finite and > 0 (TypeError for what is not a real number)."""
+    if isinstance(v, (bool, str, bytes)) or not isinstance(v, (int, float)) and not hasattr(
+            v, "__float__"):
+        raise TypeError(f"{name} must be a number, got {v!r}")
+    f = float(v)
+    if not (math.isfinite(f) and f > 0):
+        raise ValueError(f"{name} must be positive and finite, got {v!r}")
+    return f
+
+
+def gemm_bytes(M: int, N: int, K: int, in_bits: float = 16, out_bits: float | None = None
+               ) -> float:
+    """The fewest bytes a GEMM ``C (M x N) = A (M x K) @ B (K x N)`` moves to and from memory:
+    A and B read once at ``in_bits`` per element, C written once at ``out_bits`` (default
+    ``in_bits``). Bits may be fractional: a block-scaled format's scales are spread over its
+    values (MXFP8 8.25 bits, NVFP4 4.5; see :mod:`fpsim.mx`). A kernel that re-reads its
+    operands, or reads a C to add, moves more.
+
+    >>> gemm_bytes(4096, 4096, 4096, 16)  # three 4096 x 4096 bf16 matrices
+    100663296.0
+    >>> gemm_bytes(4096, 4096, 4096, 8, out_bits=16)  # fp8 in, bf16 out
+    67108864.0
+    """
+    M, N, K = as_int("M", M, 1), as_int("N", N, 1), as_int("K", K, 1)
+    bi = _positive("in_bits", in_bits)
+    bo = bi if out_bits is None else _positive("out_bits", out_bits)
+    return ((M * K + K * N) * bi + M * N * bo) / 8
+
+
+def arithmetic_intensity(M: int, N: int, K: int, in_bits: float = 16,
+                         out_bits: float | None = None) -> float:
+    """Operations per byte moved of a GEMM: ``2 M N K / gemm_bytes(M, N, K, in_bits,
+    out_bits)``. A square ``n`` GEMM with one format of ``b`` bytes throughout reaches
+    ``2 n / (3 b)``; a matrix-vector product (``M = 1``) about ``2 / b`` whatever its size.
+
+    >>> round(arithmetic_intensity(1, 4096, 4096, 16), 4)  # one token through a bf16 layer
+    0.9995
+    >>> arithmetic_intensity(4096, 4096, 4096, 8) / arithmetic_intensity(4096, 4096, 4096, 16)
+    2.0
+    """
+    M, N, K = as_int("M", M, 1), as_int("N", N, 1), as_int("K", K, 1)
+    return 2 * M * N * K / gemm_bytes(M, N, K, in_bits, out_bits)
+
+
+def ridge_point(peak_tflops: float, bandwidth_tbps: float) -> float:
+    """The arithmetic intensity (operations per byte) at which a GPU's memory, delivering
+    ``bandwidth_tbps`` (10**12 bytes per second), just keeps its ``peak_tflops`` busy: ``peak /
+    bandwidth``. Below it a kernel is memory-bound, above it compute-bound.
+
+    >>> ridge_point(312.0, 1.5)  # A100 bf16 peak, with an assumed 1.5 TB/s
+    208.0
+    """
+    return _positive("peak_tflops", peak_tflops) / _positive("bandwidth_tbps", bandwidth_tbps)
+
+
+def roofline_tflops(intensity: float, peak_tflops: float, bandwidth_tbps: float) -> float:
+    """The roofline: the most TFLOPS a kernel of ``intensity`` operations per byte reaches,
+    ``min(peak_tflops, bandwidth_tbps x intensity)``.
+
+    >>> roofline_tflops(100.0, 989.0, 2.0), roofline_tflops(1000.0, 989.0, 2.0)
+    (200.0, 989.0)
+    """
+    ai = _positive("intensity", intensity)
+    return min(_positive("peak_tflops", peak_tflops),
+               _positive("bandwidth_tbps", bandwidth_tbps) * ai)
+
+
+@dataclass(frozen=True)
+class GemmRoofline:
+    """The roofline estimate of one GEMM (:func:`gemm_roofline`): its ``flops`` and the
+    ``bytes`` it moves at least, their ratio ``intensity``, the GPU's ``peak_tflops`` and
+    ``ridge`` (operations per byte at ``bandwidth_tbps``), the time at peak ``compute_s``, the
+    time to move the bytes ``memory_s``, the larger of the two ``time_s``, which side binds
+    (``bound``: "compute" or "memory"; "compute" on a tie) and the rate reached
+    (``attainable_tflops``)."""
+
+    M: int
+    N: int
+    K: int
+    gpu: str
+    dtype: str
+    in_bits: float
+    out_bits: float
+    flops: int
+    bytes: float
+    intensity: float
+    peak_tflops: float
+    bandwidth_tbps: float
+    ridge: float
+    compute_s: float
+    memory_s: float
+    time_s: float
+    bound: str
+    attainable_tflops: float
+
+    def __str__(self) -> str:
+        return (f"GEMM {self.M} x {self.N} x {self.K} ({self.dtype}, {self.in_bits:g} bits in, "
+                f"{self.out_bits:g} out) on {self.gpu} at {self.bandwidth_tbps:g} TB/s: "
+                f"{self.intensity:.4g} operations per byte, ridge {self.ridge:.4g}: "
+                f"{self.bound}-bound, {self.time_s * 1e6:.4g} us "
+                f"({self.attainable_tflops:.4g} of {self.peak_tflops:g} TFLOPS)")
+
+
+def gemm_roofline(M: int, N: int, K: int, gpu: str | GpuPerf = "H100", dtype: str = "bf16",
+                  *, bandwidth_tbps: float, in_bits: float | None = None,
+                  out_bits: float | None = None) -> GemmRoofline:
+    """The roofline of a GEMM on ``gpu``'s tensor cores for ``dtype`` (its dense peak,
+    :func:`peak_tflops`) fed by ``bandwidth_tbps`` TB/s of memory, which the caller gives:
+    fpsim holds no bandwidths. ``in_bits`` defaults to the dtype's storage (tf32 is read as
+    fp32, 32 bits), ``out_bits`` to ``in_bits``; a block-scaled input passes its bits per value
+    (``dtype="fp8", in_bits=8.25`` for MXFP8 at the fp8 rate). Tile and wave quantization are
+    :func:`gemm_time_estimate`'s; here the compute side runs at peak.
+
+    >>> r = gemm_roofline(4096, 4096, 4096, "H100", "fp8", bandwidth_tbps=2.0, out_bits=16)
+    >>> r.bound, round(r.intensity, 1), round(r.ridge, 1)
+    ('compute', 2048.0, 989.5)
+    >>> gemm_roofline(16, 4096, 4096, "H100", "fp8", bandwidth_tbps=2.0).bound  # decode
+    'memory'
+    """
+    M, N, K = as_int("M", M, 1), as_int("N", N, 1), as_int("K", K, 1)
+    g = get_perf_gpu(gpu)
+    d = _dtype(dtype)
+    peak = peak_tflops(g, d)
+    bw = _positive("bandwidth_tbps", bandwidth_tbps)
+    bi = 8.0 * DTYPE_BYTES[d] if in_bits is None else _positive("in_bits", in_bits)
+    bo = bi if out_bits is None else _positive("out_bits", out_bits)
+    flops = 2 * M * N * K
+    nbytes = gemm_bytes(M, N, K, bi, bo)
+    compute_s = flops / (peak * 1e12)
+    memory_s = nbytes / (bw * 1e12)
+    time_s = max(compute_s, memory_s)
+    return GemmRoofline(M, N, K, g.name, d, bi, bo, flops, nbytes, flops / nbytes, peak, bw,
+                        ridge_point(peak, bw), compute_s, memory_s, time_s,
+                        "compute" if compute_s >= memory_s else "memory",
+                        flops / time_s / 1e12)
