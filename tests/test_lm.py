@@ -289,3 +289,17 @@ def test_underflow_at_init_grows_with_tokens_per_batch():
     many = underflow_at_init(d_model=32, n_heads=4, batch_size=32, context=32)
     assert many["tokens"] == 16 * few["tokens"]
     assert many["activation_underflow"] > few["activation_underflow"]
+
+
+def test_val_loss_figure_tells_twelve_recipes_apart():
+    """The colour cycle has 10 colours: the 11th and 12th recipe get another line style and
+    marker, so no two of the twelve default recipes' lines look alike."""
+    from types import SimpleNamespace as NS
+
+    from fpsim.viz.lm import val_loss_figure
+
+    runs = [NS(recipe=n, eval_steps=np.array([50, 100]), eval_val_loss=np.array([3.0, 2.5]))
+            for n in LM_RECIPES]
+    lines = val_loss_figure(runs).axes[0].lines
+    looks = {(ln.get_color(), ln.get_linestyle(), ln.get_marker()) for ln in lines}
+    assert len(lines) == len(runs) == len(looks)

@@ -26,14 +26,16 @@ from . import style
 
 __all__ = ["val_loss_figure", "histogram_figure", "save_lm_figures"]
 
+_MARKERS, _LINES = (".", "s", "^"), ("-", "--", ":")  # per group of 10 (the colour cycle)
 _HIST_LO = -80  # fpsim.training.lm.HIST_BINS starts here (viz does not import it: no cycle)
 
 
 def val_loss_figure(runs: Sequence[Any]) -> style.Figure:
     """Validation loss against the step, one line per recipe."""
     fig, ax = style.new_figure((7.5, 4.5))
-    for r in runs:
-        ax.plot(r.eval_steps, r.eval_val_loss, marker=".", label=r.recipe)
+    for i, r in enumerate(runs):
+        ax.plot(r.eval_steps, r.eval_val_loss, marker=_MARKERS[i // 10 % len(_MARKERS)],
+                ls=_LINES[i // 10 % len(_LINES)], label=r.recipe)  # colours repeat after 10
     ax.set_xlabel("step")
     ax.set_ylabel("validation loss (nats / char)")
     ax.legend(fontsize="small", ncol=2)
