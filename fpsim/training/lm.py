@@ -327,8 +327,9 @@ class _UpdateRecorder:
         self.optimizer = optimizer
         self.records: list[tuple[np.ndarray, np.ndarray, dict]] = []
         self.active = False
-        # AdamW entries whose stored second moment is 0 while the first is not (then the
-        # update is m / eps: the second moment underflowed in its storage format)
+        # AdamW entries whose stored second moment is 0 while the first is not (the second
+        # moment underflowed in its storage format; in fp16, eps = 1e-8 rounds away in
+        # sqrt(v) + eps, so the update is m / 0)
         self.v_zero = 0
         self.entries = 0
         optimizer.register_update_hook(self)

@@ -140,7 +140,8 @@ def f_pure_fp16(runs: Sequence[LMRunResult]) -> str | None:
     if p.adam_v_underflow > 0:
         cause = (f"; on the sampled steps {_pct(p.adam_v_underflow)} of its AdamW entries "
                  "held a second moment that had underflowed to 0 in fp16 beside a non-zero "
-                 "first moment, so their update was m / eps with eps = 1e-8")
+                 "first moment; eps = 1e-8 rounds away in fp16's sqrt(v) + eps (below half its "
+                 "smallest subnormal), so their update was m / 0, infinite")
     return (f"Pure fp16 (Apex O3) broke down: its gradients held inf/NaN first at step "
             f"{p.first_nonfinite_step} and on {p.nonfinite_steps} of {p.config.steps} "
             f"steps{cause}.")
