@@ -27,7 +27,8 @@ def test_import_linter_contracts_kept():
     assert "0 broken" in proc.stdout, proc.stdout[-4000:]
 
 
-HEAVY = ("matplotlib", "tqdm", "fpsim.training", "fpsim.viz")
+HEAVY = ("matplotlib", "tqdm", "fpsim.training", "fpsim.viz", "fpsim.autograd", "fpsim.nn",
+         "fpsim.optim", "fpsim.functional")
 
 _PROBE = """
 import json, sys, time
@@ -47,6 +48,24 @@ def test_import_fpsim_is_light():
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"import fpsim: {result['seconds'] * 1e3:.0f} ms (fresh interpreter)")
     assert result["loaded"] == [], f"import fpsim loaded {result['loaded']}"
+
+
+def test_lazy_names_load_on_first_use():
+    """The autograd names of ``fpsim`` (issue 35 item 5: loaded on first use) are the objects
+    of their home modules, listed by dir(), and reached by ``from fpsim import *``."""
+    import fpsim
+    import fpsim.autograd as ag
+    from fpsim.autograd.checkpoint import checkpoint
+
+    assert fpsim.Tensor is ag.Tensor and fpsim.no_grad is ag.no_grad
+    assert fpsim.checkpoint is checkpoint
+    assert fpsim.nn.Linear.__module__ == "fpsim.nn.layers"
+    assert {"Tensor", "nn", "optim", "checkpoint"} <= set(dir(fpsim))
+    space: dict = {}
+    exec("from fpsim import *", space)
+    assert all(name in space for name in fpsim.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'Tensr'"):
+        fpsim.Tensr  # noqa: B018
 
 
 def _tensorcore_graph():
