@@ -32,11 +32,59 @@ def test_integer_indefinite_is_not_called_ieee():
 
 
 def test_ieee_means_ieee_754_elsewhere():
-    # the tensor-core unit's overflow="ieee": IEEE 754's rule (toward zero stops at max finite)
-    from fpsim.tensorcore import BlockFMA
-
-    assert BlockFMA(8, overflow="ieee").overflow == "ieee"
     assert fpsim.NaNEncoding.IEEE.value == "ieee"
+
+
+def test_block_fma_takes_the_core_policy_values():
+    """Issue 35 item 1: BlockFMA's overflow and subnormal fields take the core's Overflow and
+    Subnormals values with the core's meaning; the published model's always-inf rule has its
+    own name, and the old spelling "ieee" is refused with the new names."""
+    from fpsim.tensorcore import BlockFMA, BlockOverflow
+
+    assert BlockFMA(8).overflow is BlockOverflow.ALWAYS_INF
+    for v in ("inf", fpsim.Overflow.INF, BlockOverflow.INF):
+        assert BlockFMA(8, overflow=v).overflow is BlockOverflow.INF
+    assert BlockFMA(8, overflow=fpsim.Overflow.SATURATE).overflow is BlockOverflow.SATURATE
+    with pytest.raises(ValueError, match="'ieee' is now 'inf'.*'always_inf'"):
+        BlockFMA(8, overflow="ieee")
+    u = BlockFMA(4, 0, "rne", summation="pairwise", input_subnormals=fpsim.Subnormals.DAZ,
+                 output_subnormals="flush")
+    assert u.input_subnormals is fpsim.Subnormals.DAZ
+    assert u.output_subnormals is fpsim.Subnormals.FLUSH
+    for kw in (dict(input_subnormals="flush"), dict(output_subnormals="daz")):
+        with pytest.raises(ValueError, match="must be one of .* \\(fpsim.Subnormals\\)"):
+            BlockFMA(8, **kw)
+
+
+@pytest.mark.parametrize("mode", ["toward_zero", "nearest_even", "up", "down"])
+@pytest.mark.parametrize("overflow", ["always_inf", "inf", "saturate"])
+def test_block_fma_overflow_policies(mode, overflow):
+    """A block whose exact sum leaves fp32's range: "inf" and "saturate" give what the core's
+    rounding of that exact sum gives under the same policy (fpsim.round, checked by TestFloat
+    and MPFR); "always_inf" gives +-inf in every mode (the published model)."""
+    from fractions import Fraction
+
+    from fpsim.tensorcore import BlockFMA, dot
+
+    unit = BlockFMA(8, 1, mode, None, overflow=overflow)
+    big = float(np.float32(2.0**127))
+    # exact sums 2**128 (past the range), 2**128 - 2**103 (the tie above the largest value)
+    # and 1.5 * 2**127 (inside)
+    cases = [([big, big], [1.0, 1.0]), ([big, big * (1 - 2.0**-24)], [1.0, 1.0]),
+             ([big, big / 2], [1.0, 1.0])]
+    for sign in (1.0, -1.0):
+        for a, b in cases:
+            a32 = np.array(a, np.float32) * np.float32(sign)
+            b32 = np.array(b, np.float32)
+            got = float(dot(a32, b32, gpu=unit, input_format="fp32", output_format="fp32"))
+            exact = sum(Fraction(float(x)) * Fraction(float(y))
+                        for x, y in zip(a32, b32, strict=True))
+            if overflow == "always_inf" and abs(exact) >= 2**128:
+                want = sign * np.inf
+            else:
+                want = float(fpsim.round(float(exact), "fp32", mode, overflow=(
+                    "saturate" if overflow == "saturate" else "inf")))
+            assert got == want, (sign, a, got, want)
 
 
 def test_dead_helper_removed():

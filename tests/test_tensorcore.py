@@ -288,10 +288,10 @@ def test_overflow_gives_infinity():
                                 float(fpsim.round(c, "fp32")), u)
         assert tc.dot([big, big], [1.0, 1.0], gpu=gpu, input_format="bf16") == np.inf
         assert tc.dot([big], [-2.0], gpu=gpu, input_format="bf16") == -np.inf
-    # RZ below 2**128 keeps the largest finite value; overflow="ieee" never makes inf
+    # RZ below 2**128 keeps the largest finite value; overflow="inf" (IEEE) never makes inf
     fmax = float(np.finfo(np.float32).max)
     assert tc.dot([1.0], [1.0], fmax, gpu="A100") == fmax
-    ieee = tc.BlockFMA(8, 1, "rz", -132, overflow="ieee")
+    ieee = tc.BlockFMA(8, 1, "rz", -132, overflow="inf")
     assert tc.dot([big, big], [1.0, 1.0], gpu=ieee, input_format="bf16") == fmax
 
 

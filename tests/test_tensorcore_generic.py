@@ -141,7 +141,7 @@ def test_pairwise_summation_is_float32_tree():
 
 
 def test_flushing_and_product_limit():
-    unit = tc.BlockFMA(4, 0, "rne", summation="pairwise", input_subnormals="flush",
+    unit = tc.BlockFMA(4, 0, "rne", summation="pairwise", input_subnormals="daz",
                        output_subnormals="flush", product_limit=True)
     tiny16 = 2.0**-20  # an fp16 subnormal input: flushed to +0
     assert float(tc.dot([tiny16, 1.0], [1.0, 1.0], 0.0, gpu=unit)) == 1.0

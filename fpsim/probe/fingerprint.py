@@ -551,7 +551,8 @@ def _refine(probe: _Probe, base: BlockFMA, fi: Format, fo: Format, rng) -> Block
         cands = _vary([unit], c_far_truncation=(None, *range(13, 48)))
         unit = probe.keep(cands, _late_rows(fi, fo, n, rng, 48), "far c")[0]
     # 5. subnormal inputs and results, overflow, product limit
-    cands = _vary([unit], input_subnormals=("keep", "flush"), overflow=("inf", "ieee"),
+    cands = _vary([unit], input_subnormals=("keep", "daz"),
+                  overflow=("always_inf", "inf", "saturate"),
                   product_limit=(False, True), output_subnormals=("keep", "flush"))
     cands = probe.keep(cands, _special_rows(fi, fo, n, rng), "special values")
     wide = _wide_rows(fi, fo, 3 * n + 1, rng, 64)

@@ -26,6 +26,7 @@ from .explain import BlockStep, DotExplanation, TermStep
 from .gpus import (
     GPUS,
     BlockFMA,
+    BlockOverflow,
     GpuModel,
     get_gpu,
     list_gpus,
@@ -49,7 +50,8 @@ from .model import CHUNK_ELEMENTS, convert_input, dot, matmul
 from .promotion import PromotionResult, promotion_experiment
 
 __all__ = [
-    "matmul", "dot", "convert_input", "BlockFMA", "GpuModel", "GPUS", "get_gpu", "list_gpus",
+    "matmul", "dot", "convert_input", "BlockFMA", "BlockOverflow", "GpuModel", "GPUS", "get_gpu",
+    "list_gpus",
     "resolve_unit", "support_matrix", "DotExplanation", "BlockStep", "TermStep",
     "error_vs_k", "ErrorVsK", "HardwareFile", "load_hardware_file", "write_hardware_file",
     "parse_file_name", "model_results", "check_hardware", "HardwareReport", "FileReport",

@@ -17,6 +17,7 @@ BlockFMA(block_size=8, extra_bits=1, output_rounding='toward_zero', min_exponent
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -34,10 +35,11 @@ from ..formats import (
     Format,
     get_float_format,
 )
-from ..modes import Rounding, as_rounding
+from ..modes import Overflow, Rounding, Subnormals, as_rounding
 
 __all__ = [
     "BlockFMA",
+    "BlockOverflow",
     "GpuModel",
     "GPUS",
     "get_gpu",
@@ -58,16 +60,36 @@ C_MIN_EXPONENT = -126
 #: sum (integers carried in float64) exact.
 MAX_INT_BITS = 53
 
-_OVERFLOW_POLICIES = ("inf", "ieee")
+class BlockOverflow(str, enum.Enum):
+    """What a block result beyond the output format's range becomes. ``"inf"`` and
+    ``"saturate"`` are the core's :class:`fpsim.Overflow` values, with the core's meaning;
+    the published tensor-core model's rule has its own name."""
+
+    ALWAYS_INF = "always_inf"  # the published model: +-inf, also under round toward zero
+    INF = Overflow.INF.value  # IEEE 754: +-inf or +-max by the rounding mode (Overflow.INF)
+    SATURATE = Overflow.SATURATE.value  # +-max (Overflow.SATURATE)
+
+
+def _as_block_overflow(v) -> BlockOverflow:
+    try:
+        return BlockOverflow(v.value if isinstance(v, Overflow) else v)
+    except ValueError:
+        valid = ", ".join(repr(o.value) for o in BlockOverflow)
+        hint = (" ('ieee' is now 'inf', the core's Overflow.INF; the published model's "
+                "always-inf rule is 'always_inf')" if v == "ieee" else "")
+        raise ValueError(f"BlockFMA.overflow must be one of {valid}, got {v!r}{hint}") from None
+
+
 #: The named choices of the generic block-FMA parameters (first: the default).
 _CHOICES = {
     "summation": ("aligned", "exact", "pairwise"),
     "grouping": ("none", "odd_even"),
     "c_addition": ("joined", "late"),
     "products": ("unnormalised", "normalised"),
-    "input_subnormals": ("keep", "flush"),
-    "output_subnormals": ("keep", "flush"),
 }
+#: The core's Subnormals values each side takes: inputs read as zero (DAZ), results flushed.
+_SUBNORMAL_CHOICES = {"input_subnormals": (Subnormals.KEEP, Subnormals.DAZ),
+                      "output_subnormals": (Subnormals.KEEP, Subnormals.FLUSH)}
 _ALIGNMENT_ROUNDINGS = (Rounding.TOWARD_ZERO, Rounding.DOWN, Rounding.UP, Rounding.NEAREST_EVEN)
 
 
@@ -87,9 +109,10 @@ class BlockFMA:
     - ``min_exponent`` (mel): a floor for the alignment exponent, or None for no floor.
     - ``output_fraction_bits``: fraction bits the result keeps; None means the output format's,
       less ``-extra_bits`` when ``extra_bits`` is negative.
-    - ``overflow``: ``"inf"`` (the published model: an exact sum whose exponent exceeds the
-      output format's emax gives +-inf even when rounding toward zero) or ``"ieee"``
-      (round-toward-zero overflows to the largest finite value).
+    - ``overflow`` (:class:`BlockOverflow`): ``"always_inf"`` (the published model: an exact
+      sum whose exponent exceeds the output format's emax gives +-inf even when rounding
+      toward zero), or the core's :class:`fpsim.Overflow` values ``"inf"`` (IEEE 754: round
+      toward zero overflows to the largest finite value) and ``"saturate"`` (+-max).
     - ``name``: a label for reports.
 
     The generic block-FMA parameters of the published models (each independent of the others;
@@ -124,9 +147,10 @@ class BlockFMA:
     - ``product_limit``: when True, a block with a product of magnitude at least
       2**(emax_out + 1) gives +-inf (the product's sign; NaN when both signs overflow),
       whatever the other terms are.
-    - ``input_subnormals`` / ``output_subnormals``: ``"keep"`` or ``"flush"``: subnormal
-      inputs become +0; a subnormal c, and subnormal block results, become zero (+0; in the
-      pairwise tree a flushed partial sum keeps its sign, as the IEEE product by 0 does).
+    - ``input_subnormals``: the core's :class:`fpsim.Subnormals` ``"keep"`` or ``"daz"``
+      (subnormal inputs read as +0); ``output_subnormals``: ``"keep"`` or ``"flush"`` (a
+      subnormal c, and subnormal block results, become zero: +0; in the pairwise tree a
+      flushed partial sum keeps its sign, as the IEEE product by 0 does).
 
     >>> u = BlockFMA(block_size=16, extra_bits=3, output_rounding="rz", min_exponent=-133)
     >>> u.output_rounding, u.fraction_bits
@@ -138,7 +162,7 @@ class BlockFMA:
     output_rounding: Rounding | str = Rounding.TOWARD_ZERO
     min_exponent: int | None = None
     output_fraction_bits: int | None = None
-    overflow: str = "inf"
+    overflow: BlockOverflow | Overflow | str = BlockOverflow.ALWAYS_INF
     name: str = field(default="custom", compare=False)
     summation: str = "aligned"
     grouping: str = "none"
@@ -149,8 +173,8 @@ class BlockFMA:
     sticky_bit: bool = False
     products: str = "unnormalised"
     product_limit: bool = False
-    input_subnormals: str = "keep"
-    output_subnormals: str = "keep"
+    input_subnormals: Subnormals | str = Subnormals.KEEP
+    output_subnormals: Subnormals | str = Subnormals.KEEP
 
     def __post_init__(self) -> None:
         # the integer fields: what range() takes (fpsim.checks.as_int), stored as ints
@@ -184,13 +208,18 @@ class BlockFMA:
                 raise ValueError(f"BlockFMA.{fname} must be None or an int in [{lo}, {hi}], "
                                  f"got {v!r}")
             put(fname, n)
-        if self.overflow not in _OVERFLOW_POLICIES:
-            raise ValueError(f"BlockFMA.overflow must be one of {_OVERFLOW_POLICIES}, "
-                             f"got {self.overflow!r}")
+        put("overflow", _as_block_overflow(self.overflow))
         for fname, choices in _CHOICES.items():
             v = getattr(self, fname)
             if v not in choices:
                 raise ValueError(f"BlockFMA.{fname} must be one of {choices}, got {v!r}")
+        for fname, choices in _SUBNORMAL_CHOICES.items():
+            v = getattr(self, fname)
+            if not (isinstance(v, str) and v in choices):
+                valid = ", ".join(repr(c.value) for c in choices)
+                raise ValueError(f"BlockFMA.{fname} must be one of {valid} (fpsim.Subnormals), "
+                                 f"got {v!r}")
+            put(fname, Subnormals(v))
         object.__setattr__(self, "alignment_rounding", as_rounding(self.alignment_rounding))
         if self.alignment_rounding not in _ALIGNMENT_ROUNDINGS:
             raise ValueError(f"BlockFMA.alignment_rounding must be one of "
@@ -291,9 +320,9 @@ class BlockFMA:
         out = ""
         if self.product_limit:
             out += ", product limit"
-        if self.input_subnormals == "flush":
-            out += ", subnormal inputs flushed"
-        if self.output_subnormals == "flush":
+        if self.input_subnormals is Subnormals.DAZ:
+            out += ", subnormal inputs read as zero"
+        if self.output_subnormals is Subnormals.FLUSH:
             out += ", subnormal results flushed"
         return out
 
@@ -301,12 +330,12 @@ class BlockFMA:
         extra = ""
         if self.output_fraction_bits is not None:
             extra += f", output_fraction_bits={self.output_fraction_bits}"
-        if self.overflow != "inf":
-            extra += f", overflow={self.overflow!r}"
+        if self.overflow is not BlockOverflow.ALWAYS_INF:
+            extra += f", overflow={self.overflow.value!r}"
         for fname, default in _GENERIC_DEFAULTS.items():
             v = getattr(self, fname)
             if v != default:
-                extra += f", {fname}={(v.value if isinstance(v, Rounding) else v)!r}"
+                extra += f", {fname}={(v.value if isinstance(v, enum.Enum) else v)!r}"
         return (f"BlockFMA(block_size={self.block_size}, extra_bits={self.extra_bits}, "
                 f"output_rounding={self.output_rounding.value!r}, "
                 f"min_exponent={self.min_exponent}{extra})")
@@ -438,7 +467,7 @@ _CDNA1 = {("fp16", "fp32"): BlockFMA(4, 0, _RNE, summation="exact", name="CDNA1 
 #: CDNA 2 (MI210, MI250): products rounded to fp32 and added pairwise in fp32, then c; blocks
 #: of 4; subnormal inputs and results flushed to zero; overflowing products give inf.
 _CDNA2 = {(f, "fp32"): BlockFMA(4, 0, _RNE, summation="pairwise", product_limit=True,
-                                input_subnormals="flush", output_subnormals="flush",
+                                input_subnormals="daz", output_subnormals="flush",
                                 name=f"CDNA2 {f}->fp32")
           for f in ("fp16", "bf16")}
 

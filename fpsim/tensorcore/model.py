@@ -47,11 +47,11 @@ import numpy.typing as npt
 
 from ..checks import as_int
 from ..formats import FP32, TF32, Format
-from ..modes import Rounding
+from ..modes import Overflow, Rounding, Subnormals
 from ..rounding import SIGN, as_float64
 from ..rounding import round as fp_round
 from .explain import build_explanation
-from .gpus import C_MIN_EXPONENT, MAX_INT_BITS, BlockFMA, GpuModel, resolve_unit
+from .gpus import C_MIN_EXPONENT, MAX_INT_BITS, BlockFMA, BlockOverflow, GpuModel, resolve_unit
 
 __all__ = ["matmul", "dot", "convert_input", "CHUNK_ELEMENTS"]
 
@@ -132,7 +132,13 @@ def _out_params(fmt: Format) -> _OutParams:
                       np.array(ovf_value).view(_U)[()], ovf_value)
 
 
-def _round_out(v: np.ndarray, fmt: Format, mode: Rounding, overflow: str,
+def _core_overflow(overflow: BlockOverflow) -> Overflow:
+    """The core rounding's overflow policy under a unit's (always-inf is IEEE's rule plus a
+    fix-up of the values at and past 2**(emax + 1))."""
+    return Overflow.SATURATE if overflow is BlockOverflow.SATURATE else Overflow.INF
+
+
+def _round_out(v: np.ndarray, fmt: Format, mode: Rounding, overflow: BlockOverflow,
                out: np.ndarray) -> np.ndarray:
     """Round exact float64 block values into ``out`` (float64, same shape), overflow per the
     unit's policy; returns the magnitude bit patterns of the results."""
@@ -150,8 +156,8 @@ def _round_out(v: np.ndarray, fmt: Format, mode: Rounding, overflow: str,
             if r.max() < p.ovf:
                 np.bitwise_or(r, b & SIGN, out=ob)
                 return r
-    r = np.asarray(fp_round(v, fmt, mode), dtype=np.float64)
-    if overflow == "inf":
+    r = np.asarray(fp_round(v, fmt, mode, overflow=_core_overflow(overflow)), dtype=np.float64)
+    if overflow is BlockOverflow.ALWAYS_INF:
         big = np.abs(v) >= p.ovf_value
         if big.any():
             r = np.where(big, np.copysign(np.inf, v), r)
@@ -292,7 +298,7 @@ def _flush(x: np.ndarray, fmt: Format, signed: bool = False) -> np.ndarray:
 
 
 def _exact_round(terms: np.ndarray, rfmt: Format, mode: Rounding,
-                 overflow: str = "inf") -> np.ndarray:
+                 overflow: BlockOverflow = BlockOverflow.ALWAYS_INF) -> np.ndarray:
     """Round the exact sum of the float64 terms over axis 0 once to rfmt: an error-free
     expansion (two-sum), a faithful float64 approximation, then round to odd at 53 bits
     (safe before rounding to rfmt's at most 24 bits)."""
@@ -329,14 +335,15 @@ def _exact_round(terms: np.ndarray, rfmt: Format, mode: Rounding,
         sign = np.where(h != 0, np.sign(h), sign)
     odd = (s.view(_U) & _U(1)) == 1
     s_odd = np.where((sign == 0) | odd, s, np.nextafter(s, np.where(sign > 0, np.inf, -np.inf)))
-    r = np.asarray(fp_round(s_odd + 0.0, rfmt, mode), dtype=np.float64)
-    if overflow == "inf":  # the model's overflow rule: an exact sum past the range is +-inf
+    r = np.asarray(fp_round(s_odd + 0.0, rfmt, mode, overflow=_core_overflow(overflow)),
+                   dtype=np.float64)
+    if overflow is BlockOverflow.ALWAYS_INF:  # an exact sum past the range is +-inf
         big = np.abs(s_odd) >= _out_params(rfmt).ovf_value
         r = np.where(big, np.copysign(np.inf, s_odd), r)
     return r
 
 
-def _exact_sum(T: np.ndarray, rfmt: Format, mode: Rounding, overflow: str,
+def _exact_sum(T: np.ndarray, rfmt: Format, mode: Rounding, overflow: BlockOverflow,
                prod_bits: int) -> np.ndarray:
     """The exact sum of the terms T over axis 0, rounded once. Where every term is a multiple
     of 2**q and below 2**top with top - q + log2(terms) <= 53, the float64 sum is exact (any
@@ -398,7 +405,7 @@ def _block_general(P, E, c, unit: BlockFMA, rfmt: Format, n: int, prod_bits: int
     F = unit.fraction_bits
     floor = _NO_FLOOR if unit.min_exponent is None else unit.min_exponent
     mode, overflow = unit.output_rounding, unit.overflow
-    flush_out = unit.output_subnormals == "flush"
+    flush_out = unit.output_subnormals is Subnormals.FLUSH
     c_inf = ~np.isfinite(c)
     cf = np.where(c_inf, 0.0, c)
     if flush_out:
@@ -507,7 +514,8 @@ def _fast_kind(unit: BlockFMA) -> str | None:
     if unit.summation == "pairwise":
         return "pairwise"
     if (unit.sticky_bit or unit.products != "unnormalised"
-            or unit.input_subnormals != "keep" or unit.output_subnormals != "keep"):
+            or unit.input_subnormals is not Subnormals.KEEP
+            or unit.output_subnormals is not Subnormals.KEEP):
         return None
     if unit.summation == "exact":
         return "exact"
@@ -516,11 +524,13 @@ def _fast_kind(unit: BlockFMA) -> str | None:
     return None
 
 
-def _rounder(rfmt: Format, mode: Rounding, overflow: str):
+def _rounder(rfmt: Format, mode: Rounding, overflow: BlockOverflow):
     """The output rounding of a block as a function (v, out): float64 -> float32 -> float64
     casts where that is the unit's rounding (fp32, nearest even, overflow to inf: IEEE's
-    conversion, subnormals included), :func:`_round_out` otherwise."""
-    if rfmt == FP32 and mode is Rounding.NEAREST_EVEN and overflow == "inf":
+    conversion, subnormals included; to nearest, the always-inf rule is IEEE's),
+    :func:`_round_out` otherwise."""
+    if (rfmt == FP32 and mode is Rounding.NEAREST_EVEN
+            and overflow is not BlockOverflow.SATURATE):
         def cast(v, out):
             with np.errstate(over="ignore"):
                 out[...] = v.astype(np.float32)
@@ -675,7 +685,7 @@ def _chain_pairwise(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: 
     is -0 either, as with the flushed (+0) zero products)."""
     K = av.shape[0]
     n = unit.block_size
-    flush_out = unit.output_subnormals == "flush"
+    flush_out = unit.output_subnormals is Subnormals.FLUSH
     grid = 2 * (fi.emin - fi.mantissa_bits)
     flush = flush_out and grid - 24 < FP32.emin
     a32 = av.astype(np.float32)
@@ -721,7 +731,7 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
     ``fo`` is the format c is given in (default ``rfmt``)."""
     K = aT_raw.shape[0]
     n = unit.block_size
-    if unit.input_subnormals == "flush":  # subnormal inputs become +0 (specials unchanged)
+    if unit.input_subnormals is Subnormals.DAZ:  # subnormal inputs read as +0 (specials kept)
         aT_raw = np.where(np.abs(aT_raw) < fi.smallest_normal, 0.0, aT_raw)
         b_raw = np.where(np.abs(b_raw) < fi.smallest_normal, 0.0, b_raw)
     av, ae = _split(aT_raw, fi, 1023)
