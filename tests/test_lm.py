@@ -289,6 +289,38 @@ def test_underflow_at_init_grows_with_tokens_per_batch():
     many = underflow_at_init(d_model=32, n_heads=4, batch_size=32, context=32)
     assert many["tokens"] == 16 * few["tokens"]
     assert many["activation_underflow"] > few["activation_underflow"]
+    assert many["activation_norm_lost"] > few["activation_norm_lost"]
+
+
+def test_underflow_norm_share_against_a_direct_count(monkeypatch):
+    """The norm share lost equals ||g[underflow]|| / ||g|| computed here from the exact
+    gradients with NumPy's float16 cast (not fpsim's rounding): a gradient value is lost
+    when float16 makes a non-zero value zero."""
+    from fpsim.training import lm_sweep
+
+    seen = {"arrays": []}
+    real = lm_sweep.fp_round
+
+    def spy(g, fmt):  # record each gradient the sweep rounds
+        seen["arrays"].append(np.array(g, np.float64))
+        return real(g, fmt)
+
+    monkeypatch.setattr(lm_sweep, "fp_round", spy)
+    cfg = dict(d_model=16, n_layers=1, n_heads=2, context=16, batch_size=8)
+    r = lm_sweep.underflow_at_init(**cfg)
+    g = np.concatenate([a.ravel() for a in seen["arrays"]])
+    lost = (g != 0) & (g.astype(np.float16) == 0)
+    assert lost.any()
+    vocab = len(lm_sweep.load_text()[2])
+    n_weights = sum(p.numpy().size for p in lm_sweep.build_gpt(lm_sweep.LMConfig(**cfg),
+                                                       vocab).parameters())
+    w, a = g[:n_weights], g[n_weights:]
+    lw, la = lost[:n_weights], lost[n_weights:]
+    assert r["weight_norm_lost"] == pytest.approx(np.linalg.norm(w[lw]) / np.linalg.norm(w),
+                                                  rel=1e-12)
+    assert r["activation_norm_lost"] == pytest.approx(np.linalg.norm(a[la]) / np.linalg.norm(a),
+                                                      rel=1e-12)
+    assert 0 < r["activation_norm_lost"] < r["activation_underflow"]
 
 
 def test_val_loss_figure_tells_twelve_recipes_apart():
