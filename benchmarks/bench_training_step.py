@@ -298,7 +298,7 @@ class NumpyCNNHalfGraph(NumpyCNNHalf):
 
         t_z = make_result(acc16(flat @ w.T + b), FP16, (t_pool, tw, tb), linear_back, "linear")
         loss, logp = _cross_entropy16(wide(t_z.data), y)
-        top = make_result(loss, FP16, (t_z,), lambda g: (_cross_entropy16_grad(logp, y),),
+        top = make_result(loss, FP16, (t_z,), lambda _g: (_cross_entropy16_grad(logp, y),),
                           "cross_entropy")
         return float(loss), [top, t_z, t_pool, t_act, t_conv]
 

@@ -556,7 +556,7 @@ def _sqrt_pair(a):
     return s, r / (2.0 * s)
 
 
-def _sqrt_flat(a, c: OpContext, exact_operands: bool = True):
+def _sqrt_flat(a, c: OpContext, exact_operands: bool = True):  # noqa: ARG001 - kernels' signature
     plan = plan_for(c.fmt)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if plan.sqrt_fast and not _FORCE_GENERAL:
@@ -582,7 +582,7 @@ def _sqrt_flat(a, c: OpContext, exact_operands: bool = True):
     return out, fl, inv
 
 
-def _fma_flat(a, b, d, c: OpContext, exact_operands: bool = True):
+def _fma_flat(a, b, d, c: OpContext, exact_operands: bool = True):  # noqa: ARG001 - as above
     plan = plan_for(c.fmt)
     with np.errstate(invalid="ignore", over="ignore"):
         prod = a * b
@@ -892,7 +892,7 @@ def _chunked(name: str, args, c: OpContext):
 
 # -- public functions -------------------------------------------------------------------------
 
-def _apply(name: str, kernel, args, fmt, rounding, overflow, subnormals, tininess, rng,
+def _apply(name: str, args, fmt, rounding, overflow, subnormals, tininess, rng,
            random_bits, flags, policy):
     c = _context(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
                  what=name, policy=policy)
@@ -952,7 +952,7 @@ def add(
     >>> float(add(1.0, -1.0, "fp16", "down"))
     -0.0
     """
-    return _apply("add", add_flat, (a, b), fmt, rounding, overflow, subnormals, tininess,
+    return _apply("add", (a, b), fmt, rounding, overflow, subnormals, tininess,
                   rng, random_bits, flags, policy)
 
 
@@ -980,7 +980,7 @@ def sub(
     >>> float(sub(1.0, 2.0**-25, "fp32", "toward_zero"))
     0.9999999403953552
     """
-    return _apply("sub", _sub_flat, (a, b), fmt, rounding, overflow, subnormals, tininess,
+    return _apply("sub", (a, b), fmt, rounding, overflow, subnormals, tininess,
                   rng, random_bits, flags, policy)
 
 
@@ -1008,7 +1008,7 @@ def mul(
     >>> float(mul(300.0, 300.0, "fp16", overflow="saturate"))
     65504.0
     """
-    return _apply("mul", mul_flat, (a, b), fmt, rounding, overflow, subnormals, tininess,
+    return _apply("mul", (a, b), fmt, rounding, overflow, subnormals, tininess,
                   rng, random_bits, flags, policy)
 
 
@@ -1037,7 +1037,7 @@ def div(
     >>> float(div(1.0, 3.0, "bf16", "down"))
     0.33203125
     """
-    return _apply("div", _div_flat, (a, b), fmt, rounding, overflow, subnormals, tininess,
+    return _apply("div", (a, b), fmt, rounding, overflow, subnormals, tininess,
                   rng, random_bits, flags, policy)
 
 
@@ -1061,7 +1061,7 @@ def sqrt(
     >>> float(sqrt(2.0, "fp16")), float(sqrt(-0.0, "fp16"))
     (1.4140625, -0.0)
     """
-    return _apply("sqrt", _sqrt_flat, (a,), fmt, rounding, overflow, subnormals, tininess,
+    return _apply("sqrt", (a,), fmt, rounding, overflow, subnormals, tininess,
                   rng, random_bits, flags, policy)
 
 
@@ -1088,7 +1088,7 @@ def fma(
     >>> float(fma(x, x, -1.0, "fp16")), float(sub(mul(x, x, "fp16"), 1.0, "fp16"))
     (0.00586700439453125, 0.005859375)
     """
-    return _apply("fma", _fma_flat, (a, b, c), fmt, rounding, overflow, subnormals,
+    return _apply("fma", (a, b, c), fmt, rounding, overflow, subnormals,
                   tininess, rng, random_bits, flags, policy)
 
 

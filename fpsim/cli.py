@@ -129,7 +129,7 @@ def demo_tour() -> str:
     return "\n".join(out)
 
 
-def _cmd_formats(args: argparse.Namespace) -> int:
+def _cmd_formats(_args: argparse.Namespace) -> int:
     print(formats_table())
     return 0
 
@@ -147,7 +147,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_tour(args: argparse.Namespace) -> int:
+def _cmd_tour(_args: argparse.Namespace) -> int:
     print(demo_tour())
     return 0
 
@@ -179,10 +179,10 @@ def _configure_show(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounding", "-r", default="nearest_even", help=_rounding_help())
 
 
-_register("formats", "table of the preset formats", lambda p: None, _cmd_formats)
+_register("formats", "table of the preset formats", lambda _p: None, _cmd_formats)
 _register("show", "show a value rounded to a format, bit by bit", _configure_show, _cmd_show)
 _register("tour", "a short tour of the formats and one rounding example per mode",
-          lambda p: None, _cmd_tour)
+          lambda _p: None, _cmd_tour)
 
 
 def _lazy(module: str, attr: str) -> Callable:

@@ -358,7 +358,7 @@ def _sequential_runs(add, fl: list[int], c: OpContext):
     inline steps between them (see above); ``add`` is the Python-float adder of ``c``."""
     mode = c.mode
 
-    def increments(neg: bool, r, f, frac):
+    def increments(neg: bool, _r, f, frac):
         if mode is Rounding.NEAREST_EVEN:
             return f + (frac > 0.5), frac != 0.5  # a tie: the parity of s decides
         if mode is Rounding.NEAREST_AWAY:
@@ -982,7 +982,7 @@ def _stochastic_runs(st: _StochasticAdder, c: OpContext):
     carry = np.uint64(1 << cb)
     scale = 2.0**cb
 
-    def increments(neg: bool, r, f, frac):
+    def increments(_neg: bool, r, f, frac):
         u = st.take(r.size)
         low = frac * scale
         if rb is None:

@@ -88,7 +88,7 @@ def _big(fin: str) -> float:
 
 # -- case groups -----------------------------------------------------------------------------
 
-def negative_c(rng, fin, fout, rows, k) -> Case:
+def negative_c(rng, fin, _fout, rows, k) -> Case:
     a = _inputs(rng.standard_normal((rows, k)), fin)
     b = _inputs(rng.standard_normal((rows, k)), fin)
     exact = (a * b).sum(axis=1)
@@ -98,7 +98,7 @@ def negative_c(rng, fin, fout, rows, k) -> Case:
     return a, b, c
 
 
-def overflow(rng, fin, fout, rows, k) -> Case:
+def overflow(_rng, fin, fout, rows, k) -> Case:
     a = np.zeros((rows, k))
     b = np.zeros((rows, k))
     c = np.zeros(rows)
@@ -123,7 +123,7 @@ def overflow(rng, fin, fout, rows, k) -> Case:
     return _inputs(a, fin), _inputs(b, fin), _c(c)
 
 
-def specials(rng, fin, fout, rows, k) -> Case:
+def specials(rng, fin, _fout, rows, k) -> Case:
     fmt = _fmt(fin)
     a = _inputs(rng.standard_normal((rows, k)), fin)
     b = _inputs(rng.standard_normal((rows, k)), fin)
@@ -152,7 +152,7 @@ def specials(rng, fin, fout, rows, k) -> Case:
     return a, b, c
 
 
-def signed_zero(rng, fin, fout, rows, k) -> Case:
+def signed_zero(rng, fin, _fout, rows, k) -> Case:
     a = np.zeros((rows, k))
     b = np.zeros((rows, k))
     c = np.zeros(rows)
@@ -196,7 +196,7 @@ def subnormal(rng, fin, fout, rows, k) -> Case:
     return a, b, c
 
 
-def extra_bits(rng, fin, fout, rows, k) -> Case:
+def extra_bits(_rng, fin, fout, rows, k) -> Case:
     """A large term L plus a term at the output precision plus one tiny term t = 2**-j below
     it, j = 1..40 (rows cycle through j in groups of 40):
 
@@ -230,7 +230,7 @@ def extra_bits(rng, fin, fout, rows, k) -> Case:
     return a, b, c
 
 
-def c_late(rng, fin, fout, rows, k) -> Case:
+def c_late(_rng, fin, _fout, rows, k) -> Case:
     """Does c join the products' alignment, or is it added after the block's products are
     summed (and at what width)? The B200 fp8 rows fit both (docs/tensorcore-model.md).
 
@@ -263,7 +263,7 @@ def c_late(rng, fin, fout, rows, k) -> Case:
     return a, b, _c(c)
 
 
-def wide_products(rng, fin, fout, rows, k) -> Case:
+def wide_products(_rng, fin, _fout, rows, k) -> Case:
     """How wide is the products' accumulator? A largest product P = 2**top (as large as the
     inputs allow, at most 2**30), a product half an fp32 ulp below it (a tie), and one tiny
     product 2**(top - 24 - j), j = 1, 2, ... as far as the format reaches; c = 0 (or -P with
@@ -293,7 +293,7 @@ def wide_products(rng, fin, fout, rows, k) -> Case:
     return _inputs(a, fin), _inputs(b, fin), _c(c)
 
 
-def exceptional(rng, fin, fout, rows, k) -> Case:
+def exceptional(_rng, fin, fout, rows, k) -> Case:
     """The exceptional cases of the published model_validation/ExceptionalCasesTest.m, for
     every pair: c near FLT_MAX (2**127) plus a product of the same size (+inf, or the
     largest finite value under round toward zero?); +inf x -inf (-inf); +inf + -inf (NaN);
@@ -689,7 +689,7 @@ def _build_rows(fmt_name: str, rows_terms: list[list[tuple[int, int, int, int]]]
     return a, b, sa, sb
 
 
-def _bs_in_block(fmt_name: str) -> list:
+def _bs_in_block(_fmt_name: str) -> list:
     rows = []
     for kind in range(4):  # tie + tiny, ulp - tiny; each with both signs
         sign = -1 if kind % 2 else 1
@@ -715,7 +715,7 @@ def _bs_across_blocks(fmt_name: str) -> list:
     return rows
 
 
-def _bs_scale_range(fmt_name: str) -> list:
+def _bs_scale_range(_fmt_name: str) -> list:
     rows = []
     for sign in (1, -1):
         # products past fp32's range once scaled, cancelling inside block 0; block 1 holds 1

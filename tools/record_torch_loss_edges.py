@@ -43,7 +43,7 @@ def main() -> int:
 
     c = 4
     targets = {  # name -> targets of a batch of n (None: the empty batch)
-        "empty": lambda n: np.zeros(0, np.int64),
+        "empty": lambda _n: np.zeros(0, np.int64),
         "all_ignored": lambda n: np.full(n, IGNORE),
         "some_ignored": lambda n: np.where(np.arange(n) % 2 == 0, IGNORE,
                                            rng.integers(0, c, n)),

@@ -511,7 +511,7 @@ class StaticLossScaler(ScalerBase):
     def _should_skip(self, found_inf: bool) -> bool:
         return found_inf and self.skip_on_overflow
 
-    def _apply_update(self, found_inf: bool) -> dict[str, Any]:
+    def _apply_update(self, _found_inf: bool) -> dict[str, Any]:
         return {}
 
     def state_dict(self) -> dict[str, Any]:

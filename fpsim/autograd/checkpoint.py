@@ -74,7 +74,7 @@ class _Uses:
         self.leaves: dict[int, Tensor] = {}
         self.foreign: list[Tensor] = []
 
-    def on_op(self, out: Tensor, parents, op: str) -> None:
+    def on_op(self, out: Tensor, parents, _op: str) -> None:
         self.inside.add(id(out))
         for p in parents:
             if not isinstance(p, Tensor) or not p._requires_grad or id(p) in self.known:

@@ -870,7 +870,7 @@ def embedding_grad(g: np.ndarray, idx: np.ndarray, num: int, fmt: Format,
 
 
 def embedding(input, weight: Tensor, padding_idx: int | None = None,
-              max_norm: float | None = None, norm_type: float = 2.0,
+              max_norm: float | None = None, norm_type: float = 2.0,  # noqa: ARG001 - PyTorch's signature
               scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:
     """Rows of ``weight`` (num_embeddings, embedding_dim) picked by the integer ``input``
     (any shape): output ``input.shape + (embedding_dim,)`` in the weight's format, exact (a
@@ -1004,7 +1004,7 @@ def exp(input: Tensor) -> Tensor:
     1.0
     """
     input = autocast_args("exp", input)
-    return _unary(as_tensor(input), np.exp, lambda x, o, g: g * widen(o), "exp")
+    return _unary(as_tensor(input), np.exp, lambda _x, o, g: g * widen(o), "exp")
 
 
 def log(input: Tensor) -> Tensor:
@@ -1014,7 +1014,7 @@ def log(input: Tensor) -> Tensor:
     0.0
     """
     input = autocast_args("log", input)
-    return _unary(as_tensor(input), np.log, lambda x, o, g: g / x, "log")
+    return _unary(as_tensor(input), np.log, lambda x, _o, g: g / x, "log")
 
 
 def sqrt(input: Tensor) -> Tensor:
@@ -1039,7 +1039,7 @@ def tanh(input: Tensor) -> Tensor:
     >>> tanh(Tensor([0.0])).item()
     0.0
     """
-    def grad(x, o, g):
+    def grad(_x, o, g):
         o = widen(o)
         return g * (1.0 - o * o)
 
@@ -1057,7 +1057,7 @@ def sigmoid(input: Tensor) -> Tensor:
     >>> sigmoid(Tensor([0.0])).item()
     0.5
     """
-    def grad(x, o, g):
+    def grad(_x, o, g):
         o = widen(o)
         return g * o * (1.0 - o)
 
@@ -1129,7 +1129,7 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
         def fwd(v):
             return v * (0.5 * erfc(-v * _SQRT1_2))
 
-        def grad(v, o, g):
+        def grad(v, _o, g):
             cdf = 0.5 * erfc(-v * _SQRT1_2)
             return g * (cdf + v * _INV_SQRT_2PI * np.exp(-0.5 * v * v))
     elif approximate == "tanh":
@@ -1149,7 +1149,7 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
             return r
 
         # g (0.5 (1 + t) + 0.5 v (1 - t^2) c (1 + 3 * 0.044715 v^2)), the same order
-        def grad(v, o, g):
+        def grad(v, _o, g):
             t = saved["t"]  # kept (not changed): a second backward reads it again
             dt = t * t
             np.subtract(1.0, dt, out=dt)
@@ -1514,7 +1514,7 @@ def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:
 
 
 # ------------------------------------------------------------------- regularisation
-def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False, *,
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False, *,  # noqa: ARG001
             rng: np.random.Generator | int | None = None) -> Tensor:
     """Zero each element with probability ``p`` and scale the rest by 1 / (1 - p) (float64, one
     rounding); identity when not training. ``rng``: a Generator or seed, else the generator of

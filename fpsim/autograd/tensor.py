@@ -124,7 +124,7 @@ def as_format(fmt: Format | str) -> Format:
     return get_float_format(fmt)
 
 
-def _freed(g):
+def _freed(_g):
     raise RuntimeError(
         "Trying to backward through the graph a second time (or directly access saved tensors "
         "after they have already been freed). Specify retain_graph=True if you need to "

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -403,7 +403,7 @@ def sum_in_order(order_of):
     return out
 
 
-rank_order = sum_in_order(lambda c: list(range(ranks)))
+rank_order = sum_in_order(lambda _c: list(range(ranks)))
 ring = sum_in_order(lambda c: [(c + 1 + i) % ranks for i in range(ranks)])
 level = g.copy()
 while level.shape[0] > 1:                            # a binary tree over the ranks

@@ -107,7 +107,7 @@ class Embedding(Module):
 
     def __init__(self, num_embeddings: int, embedding_dim: int,
                  padding_idx: int | None = None, max_norm: float | None = None,
-                 norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                 norm_type: float = 2.0, scale_grad_by_freq: bool = False,  # noqa: ARG002
                  sparse: bool = False, *, fmt: Format | str = FP32,
                  rng: np.random.Generator | int | None = None) -> None:
         super().__init__()
@@ -382,7 +382,7 @@ class Dropout(Module):
     [1.0, 2.0]
     """
 
-    def __init__(self, p: float = 0.5, inplace: bool = False, *,
+    def __init__(self, p: float = 0.5, inplace: bool = False, *,  # noqa: ARG002
                  rng: np.random.Generator | int | None = None) -> None:
         super().__init__()
         if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)):

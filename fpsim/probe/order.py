@@ -278,7 +278,7 @@ def reveal_order(fn: Callable[[np.ndarray], object], n: int, *,
     return tree
 
 
-def lca_size_table(tree: Tree, n: int) -> Callable[[int, int], int]:
+def lca_size_table(tree: Tree) -> Callable[[int, int], int]:
     """``size(i, j)``: the number of leaves under ``lca(i, j)`` in ``tree``."""
     depth_path: dict[int, list[tuple]] = {}
     sizes: dict[int, int] = {}
@@ -300,7 +300,7 @@ def lca_size_table(tree: Tree, n: int) -> Callable[[int, int], int]:
 
 def _cross_check(tree: Tree, n: int, lca_sizes: Callable) -> None:
     """Pairs FPRev did not measure must meet where the tree says (one call per leaf)."""
-    size = lca_size_table(tree, n)
+    size = lca_size_table(tree)
     rng = np.random.default_rng(n)
     for i in range(n):
         j = int(rng.integers(n - 1))

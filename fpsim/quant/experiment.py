@@ -386,7 +386,7 @@ def run_experiment(config: ExperimentConfig | None = None, *, quick: bool = Fals
     for i, s in enumerate(cfg.seeds):  # at the start, not after the first seed's training
         as_seed(s, f"seeds[{i}]")
     t0 = time.perf_counter()
-    say = progress or (lambda msg: None)
+    say = progress or (lambda _msg: None)
     s = load_digits()
     dx, dy = cfg.shift
     xs_train, xs_test = shift_images(s.x_train, dx, dy), shift_images(s.x_test, dx, dy)

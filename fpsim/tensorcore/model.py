@@ -673,7 +673,7 @@ def _chain_late(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format,
     return d
 
 
-def _chain_pairwise(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple, *,
+def _chain_pairwise(av, _ae, bv, _be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple, *,
                     fi: Format = FP32) -> np.ndarray:
     """Chained pairwise block sums with fp32 results: :func:`_pairwise` in float32 throughout.
     A float32 product of two inputs (exact in float32: at most 24-bit significands within

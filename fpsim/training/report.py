@@ -185,32 +185,32 @@ def _mixed_fp16_check(r: Any, gap: float, by: dict[str, Any]) -> bool:
 # issue's, in points of test accuracy against fp32.
 CLAIMS: tuple[_Claim, ...] = (
     _Claim("fp16",
-           lambda r, gap, by: (
+           lambda r, gap, _by: (
                f"pure fp16 (Apex O3, no scaling) fails: {_pct(r.grad_underflow_fraction)} of "
                f"the gradient values underflow to zero and {_pct(r.lost_update_fraction)} of "
                f"the weight updates are lost; test accuracy {gap:.1f} points below fp32"),
-           lambda r, gap, by: r.grad_underflow_fraction > 0.5 and gap >= 10),
+           lambda r, gap, _by: r.grad_underflow_fraction > 0.5 and gap >= 10),
     _Claim("fp16-master",
-           lambda r, gap, by: (
+           lambda r, gap, _by: (
                f"fp32 master weights alone do not fix underflow: without loss scaling "
                f"{_pct(r.grad_underflow_fraction)} of the gradient values underflow in fp16; "
                f"test accuracy {gap:.1f} points below fp32 (claim: >= 10)"),
-           lambda r, gap, by: r.grad_underflow_fraction > 0.5 and gap >= 10),
+           lambda r, gap, _by: r.grad_underflow_fraction > 0.5 and gap >= 10),
     _Claim("mixed-fp16",
-           lambda r, gap, by: (
+           lambda r, gap, _by: (
                f"dynamic loss scaling (final scale {_scale(r.final_loss_scale)}, "
                f"{r.skipped_steps} steps skipped on overflow) cuts the underflow to "
                f"{_pct(r.grad_underflow_fraction)}; test accuracy within {abs(gap):.2f} points "
                f"of fp32 (claim: <= 1)"),
            _mixed_fp16_check),
     _Claim("mixed-bf16",
-           lambda r, gap, by: (
+           lambda r, gap, _by: (
                f"bf16 with master weights needs no scaling (fp32's exponent range: "
                f"{_pct(r.grad_underflow_fraction)} underflow); test accuracy within "
                f"{abs(gap):.2f} points of fp32 (claim: <= 1)"),
-           lambda r, gap, by: abs(gap) <= 1 and r.grad_underflow_fraction < 1e-4),
+           lambda r, gap, _by: abs(gap) <= 1 and r.grad_underflow_fraction < 1e-4),
     _Claim("bf16",
-           lambda r, gap, by: (
+           lambda r, gap, _by: (
                f"pure bf16 (no master copy) loses {_pct(r.lost_update_fraction)} of its weight "
                f"updates to rounding (8 significant bits: an update below 1/512 of the weight "
                f"vanishes) and stagnates {gap:.1f} points below fp32 (claim: >= 5); with fp32 "
@@ -222,11 +222,11 @@ CLAIMS: tuple[_Claim, ...] = (
                                    by["fp32"].test_accuracy,
                                    by["mixed-bf16"].test_accuracy)) <= 1))),
     _Claim("bf16-sr",
-           lambda r, gap, by: (
+           lambda r, gap, _by: (
                f"stochastic rounding of the update keeps them in expectation: pure bf16 with "
                f"SR ends within {abs(gap):.2f} points of fp32 (claim: <= 2), although "
                f"{_pct(r.lost_update_fraction)} of the single updates still round away"),
-           lambda r, gap, by: abs(gap) <= 2),
+           lambda _r, gap, _by: abs(gap) <= 2),
 )
 
 
