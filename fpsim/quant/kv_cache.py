@@ -33,7 +33,7 @@ from ..models import GPT
 from ..nn import Linear, Module
 from .fake_quant import tensorrt_fake_quantize
 from .fp8_scaling import as_fp8_format, fp8_dequantize, fp8_quantize, fp8_scale
-from .w8a8 import _finite32
+from .w8a8 import finite_float32
 
 __all__ = ["KV_GRANULARITIES", "kv_fake_quantize", "quantize_kv_cache", "attention_error"]
 
@@ -82,7 +82,7 @@ def kv_fake_quantize(x, fmt: str = "int8", granularity: str = "per_token",
     """
     f = _fmt(fmt)
     g = _granularity(granularity)
-    arr = _finite32(x, "x")
+    arr = finite_float32(x, "x")
     d = arr.shape[-1]
     nh = _heads(n_heads, d)
     if g == "per_head":

@@ -39,7 +39,14 @@ def _granularity(granularity) -> str:
     return granularity
 
 
-def _finite32(x, what: str) -> np.ndarray:
+def finite_float32(x, what: str) -> np.ndarray:
+    """``x`` as a float32 array with at least one axis, checked non-empty and finite (after the
+    cast); ``what`` names it in errors (TypeError for non-real values, ValueError otherwise).
+    The input check of the int8 / KV-cache quantizers; not exported.
+
+    >>> finite_float32([1.5, 2], "x")
+    array([1.5, 2. ], dtype=float32)
+    """
     arr = np.asarray(x)
     if arr.dtype.kind not in "iuf" or arr.dtype == np.bool_:
         raise TypeError(f"{what} must be a real array, got dtype {arr.dtype}")
@@ -67,7 +74,7 @@ def int8_fake_quantize(x, granularity: str = "per_tensor") -> np.ndarray:
     [[1.0, 0.00787, -0.02362], [0.5, 0.25197, 0.0]]
     """
     g = _granularity(granularity)
-    arr = _finite32(x, "x")
+    arr = finite_float32(x, "x")
     if g == "per_tensor":
         amax = np.abs(arr).max()
     else:
@@ -92,7 +99,7 @@ class W8A8Linear(Module):
         if g == "per_channel":
             raise ValueError("act_granularity must be 'per_tensor' or 'per_token' (an "
                              "activation's rows are tokens)")
-        w = _finite32(weight, "weight")
+        w = finite_float32(weight, "weight")
         if w.ndim != 2:
             raise ValueError(f"weight must be (out_features, in_features), got shape {w.shape}")
         self.act_granularity = g
@@ -101,7 +108,7 @@ class W8A8Linear(Module):
         if bias is None:
             self.register_buffer("bias", None)
         else:
-            b = _finite32(bias, "bias").reshape(-1)
+            b = finite_float32(bias, "bias").reshape(-1)
             if b.shape != (self.out_features,):
                 raise ValueError(f"bias has shape {b.shape}, expected ({self.out_features},)")
             self.register_buffer("bias", Tensor(b, fmt))
