@@ -242,6 +242,25 @@ QUESTIONS: dict[str, dict[str, Question]] = {
             "perf.peak_tflops, and an fp8 value is one byte",
             'TB/s (10**12 bytes per second)', 5),
     },
+    "13": {
+        'bytes per parameter of INT4 group 128 with fp16 scales': _q(
+            ("802c4f01a70dd4e1184a72a8878280c4ce2041e6d2c17532e32591f79801efc9",
+             "be835fba97c08f12e5aabe7b1ce0651ca989169270e31daa6d74b8c2f723234e"),
+            'a 4-bit code per weight, plus one 2-byte fp16 scale shared by the 128 weights of '
+            'its group',
+            'bytes per parameter'),
+        'NF4 value of 0.3 in a group of absmax 1': _q(
+            ("9ea063ab3a7d55bdd455b7edf873fbd26044d44ed99ae0419d89c4dd70efc568",
+             "17156e5e8f075f06eca70b678c08d671c840d172a54274a209fe764f551bf673"),
+            'the NF4 code value (q.NF4_VALUES) nearest to 0.3 / absmax, times absmax; give '
+            'it as the float32 value fpsim returns',
+            'the weight\'s units'),
+        'SmoothQuant factor for max|X| = 16, max|W| = 0.25, alpha = 0.5': _q(
+            ("1c98ce40cd0ca76a3d82d0faf0f6e8ce995b672ce47e082a35bb825b8a6c7f49",
+             "d8ef6953066670e5113786275f59909463cf904c29fa1b0f89a8f97ff3a00e9c"),
+            's = max|X|**alpha / max|W|**(1 - alpha)',
+            'a pure number (a factor)'),
+    },
 }
 @dataclass(frozen=True)
 class Verdict:

@@ -48,6 +48,14 @@ def _smallest_outlier_flushing_a_sixteenth() -> float:
     return float(amax[np.argmax(scaled.astype(np.float64) == 0)])
 
 
+# docs/facts.md, "QLoRA NF4 code values (bitsandbytes)"
+NF4_PUBLISHED = [-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+                 -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+                 0.07958029955625534, 0.16093020141124725, 0.24611230194568634,
+                 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+                 0.7229568362236023, 1.0]
+
+
 # question -> its answer from an independent reference: NumPy's IEEE fp16 casts of exact values,
 # ml_dtypes' casts, or exact arithmetic on published constants.
 REFERENCES = {
@@ -83,6 +91,17 @@ REFERENCES = {
     # docs/facts.md) over the intensity 2 n^3 / (3 n^2 * 1 byte): TB/s
     "bandwidth an H100 needs for a square 4096 fp8 GEMM at peak":
         lambda: float(Fraction(1979) / Fraction(2 * 4096**3, 3 * 4096**2 * 1)),
+    # 4-bit codes (half a byte) and one 2-byte fp16 scale per group of 128 weights (AWQ / GPTQ
+    # checkpoints)
+    "bytes per parameter of INT4 group 128 with fp16 scales":
+        lambda: float(Fraction(4, 8) + Fraction(2, 128)),
+    # the published NF4 table (QLoRA / bitsandbytes, docs/facts.md) as float32: the value
+    # nearest 0.3 / 1
+    "NF4 value of 0.3 in a group of absmax 1":
+        lambda: float(min((np.float32(v) for v in NF4_PUBLISHED), key=lambda v: abs(v - 0.3))),
+    # SmoothQuant (Xiao et al. 2023): s = max|X|**alpha / max|W|**(1 - alpha) = 4 / (1/2)
+    "SmoothQuant factor for max|X| = 16, max|W| = 0.25, alpha = 0.5":
+        lambda: float(Fraction(math.isqrt(16)) / Fraction(1, 2)),  # sqrt(16) / sqrt(1/4)
 }
 
 

@@ -9,6 +9,11 @@ block-scaled training with MXLinear (MXFP8 / NVFP4 recipes, :mod:`fpsim.quant.mx
 LoRA / QLoRA with memory accounting (:mod:`fpsim.quant.lora`) and the experiment behind
 ``fpsim quant`` (:mod:`fpsim.quant.experiment`).
 
+Quantizing a language model (:class:`fpsim.models.GPT`): group-wise weight-only INT4 / NF4
+(:mod:`fpsim.quant.groupwise`), SmoothQuant (:mod:`fpsim.quant.smoothquant`) and W8A8
+(:mod:`fpsim.quant.w8a8`), KV-cache int8 / fp8 (:mod:`fpsim.quant.kv_cache`), measured by
+:mod:`fpsim.quant.lm_eval`.
+
 >>> import numpy as np
 >>> import fpsim.quant as q
 >>> obs = q.MinMaxObserver(dtype="quint8")
@@ -33,6 +38,14 @@ from .fake_quant import (
     tensorrt_scale,
 )
 from .fp8_scaling import DelayedScaling, fp8_dequantize, fp8_quantize, fp8_scale
+from .groupwise import (
+    GROUPWISE_MODES,
+    GroupQuantized,
+    groupwise_dequantize,
+    groupwise_fake_quantize,
+    groupwise_quantize,
+    quantize_model_weights,
+)
 from .int8 import (
     int8_linear,
     multiply_by_quantized_multiplier,
@@ -40,6 +53,7 @@ from .int8 import (
     rounding_divide_by_pot,
     saturating_rounding_doubling_high_mul,
 )
+from .kv_cache import KV_GRANULARITIES, attention_error, kv_fake_quantize, quantize_kv_cache
 from .layers import (
     FP8Linear,
     Int8Conv2d,
@@ -48,6 +62,7 @@ from .layers import (
     QParams,
     model_size_bytes,
 )
+from .lm_eval import lm_loss, logits_difference
 from .lora import (
     LoRALinear,
     TrainingMemory,
@@ -104,6 +119,8 @@ from .qparams import (
     calculate_qparams,
     quant_range,
 )
+from .smoothquant import calibrate_activation_max, smooth_gpt, smoothing_factors
+from .w8a8 import INT8_GRANULARITIES, W8A8Linear, int8_fake_quantize, quantize_w8a8
 
 __all__ = [
     "DelayedScaling", "DoubleQuantized", "FLOAT32_EPS", "MinMaxObserver",
@@ -125,4 +142,10 @@ __all__ = [
     "format_result", "full_finetune_memory", "get_default_qat_qconfig", "get_default_qconfig",
     "lora_parameters", "lsq_fake_quantize", "model_size_bytes", "prepare", "prepare_qat",
     "prepare_qlora", "quantize_ptq", "run_experiment", "training_memory",
+    # quantizing a language model (course notebook 13)
+    "GROUPWISE_MODES", "GroupQuantized", "INT8_GRANULARITIES", "KV_GRANULARITIES",
+    "W8A8Linear", "attention_error", "calibrate_activation_max", "groupwise_dequantize",
+    "groupwise_fake_quantize", "groupwise_quantize", "int8_fake_quantize", "kv_fake_quantize",
+    "lm_loss", "logits_difference", "quantize_kv_cache", "quantize_model_weights",
+    "quantize_w8a8", "smooth_gpt", "smoothing_factors",
 ]
