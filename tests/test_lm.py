@@ -335,3 +335,18 @@ def test_val_loss_figure_tells_twelve_recipes_apart():
     lines = val_loss_figure(runs).axes[0].lines
     looks = {(ln.get_color(), ln.get_linestyle(), ln.get_marker()) for ln in lines}
     assert len(lines) == len(runs) == len(looks)
+
+
+def test_seed_table_means_and_targets():
+    """The seed table's mean, largest gap and seeds within the issue's target, computed here
+    from the rows (a NaN run counts as outside)."""
+    rows = [{"recipe": "fp32", "seed": s, "val_loss": v} for s, v in enumerate((2.0, 2.5, 2.2))]
+    rows += [{"recipe": "mixed-bf16", "seed": s, "val_loss": v}
+             for s, v in enumerate((2.04, 2.4, 2.26))]
+    rows += [{"recipe": "fp16", "seed": s, "val_loss": None} for s in range(3)]
+    lines = {ln.split()[0]: ln for ln in lm_report.seed_table(rows).splitlines()[2:]}
+    bf = lines["mixed-bf16"].split()
+    gaps = [2.04 - 2.0, 2.4 - 2.5, 2.26 - 2.2]
+    assert bf[5:10] == [f"{g:+.3f}" for g in gaps] + [f"{sum(gaps) / 3:+.3f}", "-0.100"]
+    assert lines["mixed-bf16"].endswith("1 of 3 (0.05)")  # +0.04 only
+    assert "nan" in lines["fp16"] and "of" not in lines["fp16"]

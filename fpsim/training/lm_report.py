@@ -20,6 +20,9 @@ __all__ = ["lm_table", "lm_findings", "lm_json_lines", "strict_json", "FINDINGS"
 MIXED_TOL = 0.05  # nats: mixed-fp16 / mixed-bf16 against fp32 (issue 31)
 FP8_TOL = 0.1  # nats: fp8-delayed / fp8-blockwise / mxfp8 against fp32
 NOISE = 0.02  # nats: a gap smaller than this is not called a difference between recipes
+# the issue's targets per recipe (nats from fp32 at the end of training)
+_TARGETS = {"mixed-fp16": MIXED_TOL, "mixed-bf16": MIXED_TOL, "fp8-delayed": FP8_TOL,
+            "fp8-blockwise": FP8_TOL, "mxfp8": FP8_TOL}
 
 
 def strict_json(v: Any) -> Any:
@@ -204,26 +207,41 @@ def f_fp8(runs: Sequence[LMRunResult]) -> str | None:
 
 def seed_table(summaries: Sequence[dict[str, Any]]) -> str:
     """Per recipe over seeds (``summary()`` dicts or ``--json`` lines of several runs): the
-    validation loss of each seed, its difference from fp32 of the same seed, and the range.
+    validation loss of each seed, its difference from fp32 of the same seed, their mean and
+    the largest difference (by magnitude), and the seeds on which the recipe is within
+    ``MIXED_TOL`` (mixed-fp16 / mixed-bf16) or ``FP8_TOL`` (fp8-delayed, fp8-blockwise,
+    mxfp8) of fp32: the issue's targets, seed by seed.
 
     >>> print(seed_table([{"recipe": "fp32", "seed": 0, "val_loss": 2.5},
-    ...                   {"recipe": "bf16", "seed": 0, "val_loss": 2.6}]))
-    recipe  seeds  val loss by seed  vs fp32 by seed
-    ------  -----  ----------------  ---------------
+    ...                   {"recipe": "mxfp8", "seed": 0, "val_loss": 2.6}]))
+    recipe  seeds  val loss by seed  vs fp32 by seed  mean vs fp32  largest  within target
+    ------  -----  ----------------  ---------------  ------------  -------  -------------
     fp32    0      2.500
-    bf16    0      2.600             +0.100
+    mxfp8   0      2.600             +0.100           +0.100        +0.100   0 of 1 (0.1)
     """
     base = {d["seed"]: d["val_loss"] for d in summaries if d["recipe"] == "fp32"}
     names = list(dict.fromkeys(d["recipe"] for d in summaries))
-    head = ("recipe", "seeds", "val loss by seed", "vs fp32 by seed")
+    head = ("recipe", "seeds", "val loss by seed", "vs fp32 by seed", "mean vs fp32",
+            "largest", "within target")
     rows = []
     for n in names:
         ds = sorted((d for d in summaries if d["recipe"] == n), key=lambda d: d["seed"])
         vals = " ".join("nan" if d["val_loss"] is None else f"{d['val_loss']:.3f}" for d in ds)
-        diffs = "" if n == "fp32" else " ".join(
-            f"{d['val_loss'] - base[d['seed']]:+.3f}" if d["val_loss"] is not None
-            and d["seed"] in base else "nan" for d in ds)
-        rows.append((n, ",".join(str(d["seed"]) for d in ds), vals, diffs))
+        diffs = [float("nan") if d["val_loss"] is None or d["seed"] not in base
+                 else d["val_loss"] - base[d["seed"]] for d in ds]
+        mean = largest = within = ""
+        if n != "fp32" and diffs:
+            finite = all(math.isfinite(x) for x in diffs)
+            mean = f"{sum(diffs) / len(diffs):+.3f}" if finite else "nan"
+            largest = f"{max(diffs, key=abs):+.3f}" if finite else "nan"
+            tol = _TARGETS.get(n)
+            if tol is not None:
+                ok = sum(1 for x in diffs if abs(x) <= tol)
+                within = f"{ok} of {len(diffs)} ({tol:g})"
+        rows.append((n, ",".join(str(d["seed"]) for d in ds), vals,
+                     "" if n == "fp32" else " ".join(f"{x:+.3f}" if math.isfinite(x) else "nan"
+                                                     for x in diffs),
+                     mean, largest, within))
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip(),
              "  ".join("-" * w for w in widths)]
