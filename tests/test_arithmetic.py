@@ -20,9 +20,9 @@ import fpsim
 from fpsim import Flags, arithmetic
 from fpsim.arithmetic import add, div, fma, mul, sqrt, sub
 from fpsim.flags import FloatingPointTrap
+from tests.dtypes import dtypes
 
-NATIVE = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16,
-          "fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2}
+NATIVE = dtypes("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
 UINT = {1: np.uint8, 2: np.uint16}
 
 

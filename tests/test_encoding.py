@@ -3,24 +3,15 @@ helpers built on them (fields, classify, next_up / next_down, ulp, all_values)."
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 import fpsim
 from fpsim.encoding import uint_dtype
+from tests.dtypes import DTYPES
 
-SMALL = {  # formats of at most 16 bits with a native dtype
-    "fp16": np.float16,
-    "bf16": ml_dtypes.bfloat16,
-    "fp8_e4m3": ml_dtypes.float8_e4m3fn,
-    "fp8_e5m2": ml_dtypes.float8_e5m2,
-    "fp8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
-    "fp8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
-    "fp6_e2m3": ml_dtypes.float6_e2m3fn,
-    "fp6_e3m2": ml_dtypes.float6_e3m2fn,
-    "fp4_e2m1": ml_dtypes.float4_e2m1fn,
-}
+SMALL = {n: d for n, d in DTYPES.items()  # formats of at most 16 bits with a native dtype
+         if n not in ("fp64", "fp32")}
 
 
 def all_patterns(fmt):

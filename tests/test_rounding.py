@@ -16,19 +16,11 @@ from hypothesis import strategies as st
 
 import fpsim
 from fpsim.flags import Flags
+from tests.dtypes import DTYPES
 from tests.exact import MODES, Spec, round_exact, same, stochastic_neighbours
 
-NATIVE = {  # preset -> the dtype whose casts are the reference
-    "fp16": np.float16,
-    "bf16": ml_dtypes.bfloat16,
-    "fp8_e4m3": ml_dtypes.float8_e4m3fn,
-    "fp8_e5m2": ml_dtypes.float8_e5m2,
-    "fp8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
-    "fp8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
-    "fp6_e2m3": ml_dtypes.float6_e2m3fn,
-    "fp6_e3m2": ml_dtypes.float6_e3m2fn,
-    "fp4_e2m1": ml_dtypes.float4_e2m1fn,
-}
+NATIVE = {n: d for n, d in DTYPES.items()  # preset -> the dtype whose casts are the reference
+          if n not in ("fp64", "fp32")}
 SMALL = [n for n in NATIVE if n not in ("fp16", "bf16")]
 NO_NAN = {"fp6_e2m3", "fp6_e3m2", "fp4_e2m1"}  # ml_dtypes casts NaN to an arbitrary pattern
 

@@ -1,4 +1,4 @@
-"""Review of object-array operands (a9203a1, 871329c): what the first tests did not cover.
+"""Object-array operands at their edges (beside tests/test_object_operands.py).
 
 - A Decimal far beyond every format (``Decimal('1e-999999999')``) rounds at once, alone, in an
   object array and in arithmetic, as a Decimal just past 10**+-1000 does (exact path), in every

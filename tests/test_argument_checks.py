@@ -1,4 +1,5 @@
-"""Review of the issue-20 refactors (this session): inputs whose handling changed by mistake."""
+"""Argument checks across modules (counts, empty data, layer sizes, far decimals): inputs
+whose handling the issue-20 refactors changed by mistake."""
 
 import numpy as np
 import pytest

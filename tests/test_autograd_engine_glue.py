@@ -1,4 +1,5 @@
-"""Review of the engine-glue speed-ups (issue #20): behaviour the faster code must keep.
+"""The autograd engine's glue (fpsim.autograd.context, nn.Module attributes, linear and
+cross-entropy edges, IEEE flags of GEMM ops): behaviour its speed-ups (issue 20) must keep.
 
 - ``rounding_context`` / ``matmul_accumulation`` became a scoped class instead of a
   ``contextlib.contextmanager``: they must still work as decorators (a contextmanager is a
