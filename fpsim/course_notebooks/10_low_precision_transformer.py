@@ -70,7 +70,7 @@ print(f"Tiny Shakespeare: {len(train_ids):,} training and {len(val_ids):,} valid
 #
 # The configuration of this notebook, against `fpsim lm --quick` (docs/lm.md): the same
 # hyper-parameters (AdamW, warm-up, cosine decay), a model half as wide on windows half as
-# long, and a fifth of the steps.
+# long in batches half as large, and a fifth of the steps.
 
 # %%
 cfg = lm.LMConfig(d_model=32, n_layers=2, n_heads=4, context=32, batch_size=8, steps=80,
@@ -262,8 +262,9 @@ for loss in (largest, above, float(fpsim.round(math.log(65), "fp16"))):
     # the product with 2**16 is exact in float64; fp16 rounds it once (2**16 itself is not an
     # fp16 number, so fpsim.mul, which rounds its operands to fp16 first, would overflow)
     print(f"L = {loss!r:14}: L * 2**16 in fp16 = {float(fpsim.round(loss * 2**16, 'fp16'))}")
-# Any loss of 1 nat or more overflows: a GradScaler on an fp16 loss would skip step after
-# step. Autocast computes the loss in fp32, where S * L is finite for any loss below 2**112.
+# Any loss of 1 nat or more overflows: with an fp16 loss the GradScaler's first steps would
+# hold inf gradients and be skipped, S halving each time until S * L fits. Autocast computes
+# the loss in fp32, where S * L is finite for any loss below about 2**112.
 
 # %% tags=["solution"]
 check("largest fp16 loss whose product with 2**16 is finite in fp16", largest)
@@ -321,8 +322,8 @@ print(f"unigram {unigram:.3f} nats/char, bigram {bigram:.3f} nats/char")
 # below half of fp16's smallest subnormal, so it rounds away). Are the differences between the
 # other curves real? One way to tell: another seed (other initial weights, other batches).
 # Below, fp32 and every recipe that ended more than `lm_report.NOISE` nats from fp32 are run
-# again with seed 1 (without the fp64 shadow, which only measures, and with one evaluation),
-# and `lm_report.seed_table` lays the losses out by seed:
+# again with seed 1 (without the fp64 shadow, which only measures, and evaluated at the end
+# only), and `lm_report.seed_table` lays the losses out by seed:
 
 # %%
 again = ["fp32"] + [r.recipe for r in runs[1:] if math.isfinite(r.val_loss)
@@ -369,7 +370,7 @@ print(lm_report.f_fp8([probe, *low]))
 # The block linears' output gradients are quantized by the layer's own gradient quantizer
 # (e5m2 with a delayed per-tensor scale; NVFP4's e2m1 blocks with their scales): a share of
 # them rounds to zero there, while the weights' gradients leave the GEMMs in fp32. Before
-# reading anything into their losses, compare them with the seed spread above.
+# reading anything into their losses, compare them with the seed table above.
 
 # %% [markdown]
 # ## 4 · Per-layer gradient histograms against fp16's range
@@ -430,8 +431,9 @@ print(f"{'all':28s} {by['fp16-master'].grad_underflow:12.2%} "
 # `c_attn.bias`, the far-left group of its histogram. A third of it is the key's bias, and the
 # key's bias has no gradient at all: adding
 # $b_k$ to every key adds $q \cdot b_k$ to a whole row of logits, which the softmax ignores.
-# Its exact gradient is 0; the fp64 shadow returns rounding noise instead, which no loss scale
-# lifts into fp16's range. The q, k and v thirds of that gradient in one exact fp64 step:
+# Its exact gradient is 0; the fp64 shadow returns rounding noise instead, which the
+# GradScaler's $2^{16}$ does not lift into fp16's range. The q, k and v thirds of that
+# gradient in one exact fp64 step:
 
 # %%
 exact = GPT(len(vocab), cfg.context, cfg.d_model, cfg.n_layers, cfg.n_heads,
@@ -469,10 +471,10 @@ for b in (2, 8, 32, 128):
 # *What to see:* the activation share grows with the tokens per batch; the weights' share
 # barely moves (a weight's gradient sums over the batch what each token's activation gradient
 # divides by it), and most of it is the key biases' noise: compare it with their share of the
-# parameters, printed above. Production runs use millions of tokens per batch: along this trend most
-# activation gradients would be zero in unscaled fp16. That is where loss scaling becomes
-# necessary. Whether it matters at this notebook's batch, the seed table of section 3 says for
-# fp16-master (fp16 without loss scaling): compare its gap from fp32 seed by seed.
+# parameters, printed above. Production runs use millions of tokens per batch: along this
+# trend most activation gradients would be zero in unscaled fp16. That is where loss scaling
+# becomes necessary. Whether it matters at this notebook's batch, the seed table of section 3
+# says for fp16-master (fp16 without loss scaling): compare its gap from fp32 seed by seed.
 #
 # ## 5 · Lost weight updates: pure bf16 and stochastic rounding
 #
@@ -491,10 +493,11 @@ check("largest update to a bf16 weight of 1.0 that rounds away",
 
 # %% [markdown]
 # AdamW's first step moves every weight by exactly the learning rate, $\pm$lr (the
-# bias-corrected $m / \sqrt{v}$ is $g / |g|$, up to $\epsilon$), and later steps by about lr
-# or less. So what a format loses depends on the weights' sizes against the schedule's
-# learning rates, lr at its peak and at the end. With the GPT's initial weights, an update of
-# $\pm$lr on each (`fpsim.amp.lost_updates`, which adds exactly and rounds once):
+# bias-corrected $m / \sqrt{v}$ is $g / |g|$, up to $\epsilon$; the decoupled weight decay
+# adds $\mathrm{lr} \cdot 0.1 \cdot w$), and later steps by about lr at most (Kingma & Ba
+# 2015, section 2.1). So what a format loses depends on the weights' sizes against the
+# schedule's learning rates, lr at its peak and at the end. With the GPT's initial weights, an
+# update of $\pm$lr on each (`fpsim.amp.lost_updates`, which adds exactly and rounds once):
 
 # %%
 params = dict(model.named_parameters())
@@ -519,10 +522,12 @@ for kind, ps in kinds.items():
 # training, where Adam's steps vary and the weights move, is measured below.
 #
 # Stochastic rounding (`bf16-sr`: the optimizer's writes round up with probability equal to
-# the distance to the lower neighbour over the spacing) does not lose fewer updates on a given
-# step. It makes the rounding unbiased: an update of a fraction of the spacing moves a weight
-# by one whole spacing with that fraction's probability, so on average the weight moves by
-# the update. One step of 100,000 gains at 1.0 by the final learning rate:
+# the distance to the lower neighbour over the spacing) does not promise fewer lost updates on
+# a given step: it keeps some that round to nearest loses, and loses some that round to
+# nearest keeps. What it does is make the rounding unbiased: an update of a fraction of the
+# spacing moves a weight by one whole spacing with that fraction's probability, so on average
+# the weight moves by the update. One step of 100,000 gains at 1.0 by the final learning
+# rate:
 
 # %%
 gains = np.ones(100_000)
@@ -547,15 +552,17 @@ for name in ("mixed-bf16", "bf16", "bf16-sr"):
 
 # %% [markdown]
 # *What to see:* mixed-bf16 runs the same bf16 matrix products with fp32 weights and loses no
-# update; the two pure-bf16 runs lose a comparable share of updates per step, rounded to
-# nearest in one and stochastically in the other. Whether that shows in the loss at this
-# length is a question for the seed table of section 3, not for one run.
+# update; both pure-bf16 runs lose a large share of their updates on the sampled steps,
+# rounded to nearest in one and stochastically (and so unbiased) in the other. Whether that
+# shows in the loss at this length is a question for the seed table of section 3, not for one
+# run.
 #
 # ### Exercise 4
 #
-# In `fpsim lm --quick` (400 steps, `lm.lm_config(quick=True)`), from which step on is the
-# learning rate at most $2^{-8}$, so that even AdamW's first-step-sized update $\pm$lr is lost
-# on a bf16 gain at 1.0? How many of the 400 steps is that?
+# In `fpsim lm --quick` (`quick = lm.lm_config(quick=True)`, its schedule `quick.lr_at(step)`,
+# steps counted from 0), from which step on is the learning rate at most the largest lost
+# update you found above, so that even an update of the full $\pm$lr is lost on a bf16 gain at
+# 1.0? How many of its steps is that?
 
 # %%
 # your code here
@@ -566,12 +573,13 @@ for name in ("mixed-bf16", "bf16", "bf16-sr"):
 # *(Expand the hidden cell below to see one solution.)*
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
-first = next(s for s in range(quick.steps) if s >= quick.warmup and quick.lr_at(s) <= 2**-8)
+half_spacing = 2.0 ** -(fpsim.BF16.mantissa_bits + 1)  # at 1.0, a tie goes to 1.0
+first = next(s for s in range(quick.warmup, quick.steps) if quick.lr_at(s) <= half_spacing)
 print(f"from step {first} (lr {quick.lr_at(first):.5f}): the last {quick.steps - first} of "
       f"{quick.steps} steps")
-# After that step the cosine decay keeps lr below half of bf16's spacing at 1.0: in pure bf16
-# with round to nearest the layer-norm gains near 1 stop moving by any update of size lr or
-# less; fp32 master weights (mixed-bf16) or stochastic rounding keep them moving.
+# From that step on the cosine decay keeps lr at most half of bf16's spacing in [1, 2): in
+# pure bf16 with round to nearest a gain there no longer moves by an update of size lr or
+# less; fp32 master weights (mixed-bf16) or stochastic rounding keep it moving.
 
 # %% [markdown]
 # ## 6 · What this run shows, and what it cannot
