@@ -211,6 +211,26 @@ QUESTIONS: dict[str, dict[str, Question]] = {
             'one tile per SM at a time; A100 has 108 SMs and a partial wave costs a whole one',
             'waves'),
     },
+    "10": {
+        'smallest integer deviation whose fp16 square is inf': _q(
+            ("61f20950d6598f5912e3528da3caf7bf633353c9b04e1823cd401e6bbaf6644e",
+             "421a53dcc01de5bf993474dd7f847d75f6786c06356205a120997f6a7f128dd3"),
+            "a square rounds to inf in fp16 from 65520 on (halfway between fp16's largest value "
+            'and 2**16)',
+            'the deviation itself (a plain number)'),
+        'largest fp16 loss whose product with 2**16 is finite in fp16': _q(
+            ("351f8a754e04655127e54c541d47ac08285985d76ed8d344df820b4db2efd8a2",
+             "a20243912248e8e78f63066aa9773ea3e99980c2a4c3a50e41136e8efeefa0c0"),
+            "the product must stay at most fp16's largest finite value (fpsim.FP16.max); "
+            'multiplying by 2**16 is exact, so divide',
+            'nats (the loss itself)'),
+        'largest update to a bf16 weight of 1.0 that rounds away': _q(
+            ("dbd52a735063ca3b599a2d855c56c3f632e835d80d5a1055ee5fbaedb70785c7",
+             "459bcb16e8f04d77a31265df5aa2c91b30818de72488b0534cc1bb1b093fdf9d"),
+            "bf16's spacing at 1.0 is 2**-7; round to nearest keeps the old weight up to half "
+            'of it, and a tie goes to the even neighbour (1.0)',
+            'the update itself (a plain number)'),
+    },
     "11": {
         'smallest n with n u >= 1 in fp16': _q(
             ("4bb663378b3602e36caa65b4498bae320dc0e759eb57f2713fa97010d617971e",
@@ -313,7 +333,7 @@ class _Checker:
 
 
 def checker(notebook: str) -> _Checker:
-    """The ``check(question, answer)`` of notebook ``notebook`` ("01" ... "12").
+    """The ``check(question, answer)`` of notebook ``notebook`` ("01" ... "13").
 
     >>> checker("02")("fp16(2**-25)", 1)  # doctest: +ELLIPSIS
     not right yet: fp16(2**-25): 2**-25 is exactly half the smallest subnormal: a tie ...

@@ -56,6 +56,22 @@ NF4_PUBLISHED = [-1.0, -0.6961928009986877, -0.5250730514526367, -0.394917488098
                  0.7229568362236023, 1.0]
 
 
+def _largest_fp16_loss_under_2_16() -> float:
+    # every positive finite fp16 value L, the product L * 2**16 exact in float64, then cast to
+    # fp16 (NumPy: IEEE round to nearest even, inf past 65520)
+    values = np.arange(1, 0x7C00, dtype=np.uint16).view(np.float16).astype(np.float64)
+    finite = np.isfinite((values * 2.0**16).astype(np.float16))
+    return float(values[finite].max())
+
+
+def _largest_lost_bf16_update_at_1() -> float:
+    # updates u on a grid of 2**-20 (exact in float32 and float64 beside 1.0): the largest with
+    # bfloat16(1 + u) == 1 (ml_dtypes: round to nearest even)
+    u = np.arange(1, 2**14) * 2.0**-20
+    lost = (1.0 + u).astype(ml_dtypes.bfloat16).astype(np.float64) == 1.0
+    return float(u[lost].max())
+
+
 # question -> its answer from an independent reference: NumPy's IEEE fp16 casts of exact values,
 # ml_dtypes' casts, or exact arithmetic on published constants.
 REFERENCES = {
@@ -80,6 +96,11 @@ REFERENCES = {
     "sqrt(n) u for n = 4096, in units of u": lambda: math.isqrt(4096),
     "largest integer x with exp(x) finite in fp16": lambda: float(
         max(x for x in range(30) if np.isfinite(np.float16(math.exp(x))))),
+    # notebook 10: NumPy's IEEE fp16 casts of exact products, ml_dtypes' bfloat16 casts
+    "smallest integer deviation whose fp16 square is inf": lambda: float(
+        next(d for d in range(1, 1000) if np.isinf(np.float16(d * d)))),
+    "largest fp16 loss whose product with 2**16 is finite in fp16": _largest_fp16_loss_under_2_16,
+    "largest update to a bf16 weight of 1.0 that rounds away": _largest_lost_bf16_update_at_1,
     # NVFP4 (NVIDIA): 4-bit e2m1 elements, a 1-byte E4M3 scale per block of 16, a 4-byte fp32
     # tensor scale
     "bytes of an 8192 x 8192 NVFP4 matrix, tensor scale included":
