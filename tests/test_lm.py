@@ -350,3 +350,30 @@ def test_seed_table_means_and_targets():
     assert bf[5:10] == [f"{g:+.3f}" for g in gaps] + [f"{sum(gaps) / 3:+.3f}", "-0.100"]
     assert lines["mixed-bf16"].endswith("1 of 3 (0.05)")  # +0.04 only
     assert "nan" in lines["fp16"] and "of" not in lines["fp16"]
+
+
+def test_key_bias_gradient_is_noise_and_not_counted():
+    """The key third of c_attn.bias has an exact gradient of 0 (softmax ignores a constant
+    added to a row of logits); fp64 leaves only rounding noise there, so the underflow counts
+    read it as 0 (without_key_bias_noise) rather than as values fp16 flushes."""
+    from fpsim.formats import FP64
+    from fpsim.training.lm import build_gpt, load_text, without_key_bias_noise
+
+    cfg = LMConfig(d_model=16, n_layers=1, n_heads=2, context=16, batch_size=4)
+    train_ids, _, vocab = load_text()
+    model = build_gpt(cfg, len(vocab)).to(FP64)
+    pos = np.arange(4)[:, None] * 97 + np.arange(16)
+    from fpsim.autograd import functional as F
+
+    logits = model(train_ids[pos])
+    F.cross_entropy(logits.reshape(-1, logits.shape[-1]), train_ids[pos + 1].reshape(-1)
+                    ).backward()
+    g = np.asarray(model.h[0].attn.c_attn.bias.grad, np.float64)
+    q, k, v = np.split(g, 3)
+    assert np.abs(k).max() < 1e-12 * min(np.abs(q).max(), np.abs(v).max())
+    before = g.copy()
+    kept = without_key_bias_noise("h.0.attn.c_attn.bias", g)
+    assert np.array_equal(kept[:16], q) and np.array_equal(kept[32:], v)
+    assert not kept[16:32].any() and np.array_equal(g, before)  # the input is not changed
+    w = np.asarray(model.h[0].attn.c_attn.weight.grad, np.float64)
+    assert without_key_bias_noise("h.0.attn.c_attn.weight", w) is w

@@ -409,9 +409,8 @@ fig
 # %% [markdown]
 # *What to see:* each layer's gradients span many binades, and the layers sit at different
 # exponents. Where a histogram reaches left of the dotted line ($2^{-24}$), those values are
-# zero in fp16; the GradScaler's $2^{16}$ moves every histogram 16 binades right. In the
-# `c_attn.bias` panel a small group of values lies far left of everything else, with or
-# without the scale (below). The measured share per layer, over the sampled steps, is in
+# zero in fp16; the GradScaler's $2^{16}$ moves every histogram 16 binades right. The
+# measured share per layer, over the sampled steps, is in
 # `r.summary()["grad_underflow_by_layer"]`:
 
 # %%
@@ -426,14 +425,14 @@ print(f"{'all':28s} {by['fp16-master'].grad_underflow:12.2%} "
       f"{by['mixed-fp16'].grad_underflow:12.2%}")
 
 # %% [markdown]
-# *What to see:* the outputs of `c_attn` (the gradients of $q$, $k$ and $v$) underflow more
-# than the other linear outputs. And one row keeps its underflow under the GradScaler:
-# `c_attn.bias`, the far-left group of its histogram. A third of it is the key's bias, and the
-# key's bias has no gradient at all: adding
-# $b_k$ to every key adds $q \cdot b_k$ to a whole row of logits, which the softmax ignores.
-# Its exact gradient is 0; the fp64 shadow returns rounding noise instead, which the
-# GradScaler's $2^{16}$ does not lift into fp16's range. The q, k and v thirds of that
-# gradient in one exact fp64 step:
+# *What to see:* compare the outputs of `c_attn` (the gradients of $q$, $k$ and $v$) with the
+# other linear outputs, and each row with and without the GradScaler. One gradient is left out
+# of these counts on purpose: the key's third of `c_attn.bias`. The key's bias has no gradient
+# at all: adding $b_k$ to every key adds $q \cdot b_k$ to a whole row of logits, which the
+# softmax ignores. Its exact gradient is 0, but the fp64 shadow that `fpsim lm` measures
+# against returns rounding noise there, which no loss scale lifts into fp16's range: counted,
+# it would look like underflow under every recipe. The q, k and v thirds of that gradient in
+# one exact fp64 step:
 
 # %%
 exact = GPT(len(vocab), cfg.context, cfg.d_model, cfg.n_layers, cfg.n_heads,
@@ -450,8 +449,9 @@ print(f"key biases: {cfg.n_layers} x {d} of the {n_params:,} parameters, "
       f"{cfg.n_layers * d / n_params:.2%}")
 
 # %% [markdown]
-# So the "underflow" of the key bias is not a lost gradient (nothing was there to lose), and
-# it counts in the weights' share of `fpsim lm`'s underflow measurement.
+# So the key bias's tiny values are not a gradient that fp16 loses (nothing was there to
+# lose): `fpsim.training.lm.without_key_bias_noise` sets them to their exact 0 before
+# `fpsim lm` and `lm_sweep` count.
 #
 # Why do transformers, and not the digits MLP, reach fp16's floor on their own? The loss is a
 # mean over the batch's tokens, so every activation gradient carries a factor
@@ -470,8 +470,7 @@ for b in (2, 8, 32, 128):
 # %% [markdown]
 # *What to see:* the activation share grows with the tokens per batch; the weights' share
 # barely moves (a weight's gradient sums over the batch what each token's activation gradient
-# divides by it), and most of it is the key biases' noise: compare it with their share of the
-# parameters, printed above. Production runs use millions of tokens per batch: along this
+# divides by it). Production runs use millions of tokens per batch: along this
 # trend most activation gradients would be zero in unscaled fp16. That is where loss scaling
 # becomes necessary. Whether it matters at this notebook's batch, the seed table of section 3
 # says for fp16-master (fp16 without loss scaling): compare its gap from fp32 seed by seed.

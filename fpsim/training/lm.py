@@ -59,6 +59,7 @@ from ..state import as_seed
 from .lm_recipes import LMRecipe, get_lm_recipe
 
 __all__ = ["LMConfig", "LMRunResult", "LM_QUICK", "LM_FULL", "lm_config", "train_lm",
+           "without_key_bias_noise",
            "run_lm", "batch_offsets", "attention_logits", "HIST_BINS"]
 
 HIST_BINS = range(-80, 21)  # exponents of the histograms (others counted below / above)
@@ -358,6 +359,23 @@ class _UpdateRecorder:
         return out
 
 
+def without_key_bias_noise(name: str, exact: np.ndarray) -> np.ndarray:
+    """``exact`` (a parameter's fp64 gradient) with the key third of an attention's
+    ``c_attn.bias`` set to 0, its exact value: adding b_k to every key adds q . b_k to a whole
+    row of logits, which the softmax ignores. fp64 leaves rounding noise there (~1e-21), which
+    would count as gradient underflow in every format and under any loss scale.
+
+    >>> without_key_bias_noise("h.0.attn.c_attn.bias", np.array([1.0, 1e-21, 2.0])).tolist()
+    [1.0, 0.0, 2.0]
+    """
+    if not name.endswith("attn.c_attn.bias"):
+        return exact
+    d = exact.shape[-1] // 3
+    out = np.array(exact, dtype=np.float64, copy=True)
+    out[..., d:2 * d] = 0.0
+    return out
+
+
 def _count(exact: np.ndarray, fmt: Any) -> tuple[int, int, int]:
     """(zeroed, overflowed, non-zero) of the exact values rounded to ``fmt`` (a Format, or a
     :class:`_Quantizer` of a scaled format: overflow there is saturation)."""
@@ -646,7 +664,8 @@ def _measure(recipe: LMRecipe, rec: OutputRecorder, srec: OutputRecorder, shadow
                                               and not name.startswith("ln_"))
         fmt = recipe.autocast if recipe.autocast is not None and lowered \
             and owner not in swapped else params[name].grad_fmt
-        pairs.append(("weights", name, shadow_params[name].grad, fmt))
+        exact = np.asarray(shadow_params[name].grad, np.float64)
+        pairs.append(("weights", name, without_key_bias_noise(name, exact), fmt))
     for name, out in rec.outputs.items():
         s = srec.outputs.get(name)
         if out.grad is not None and s is not None and s.grad is not None:

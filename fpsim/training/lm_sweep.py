@@ -25,7 +25,7 @@ import numpy as np
 from ..autograd import functional as F
 from ..formats import FP16, FP64
 from ..rounding import round as fp_round
-from .lm import LMConfig, OutputRecorder, build_gpt, load_text
+from .lm import LMConfig, OutputRecorder, build_gpt, load_text, without_key_bias_noise
 
 __all__ = ["underflow_at_init", "underflow_sweep", "SWEEP"]
 
@@ -58,7 +58,8 @@ def underflow_at_init(seed: int = 0, data: Any = None, **settings: Any) -> dict[
     F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).backward()
     counts = {"weights": [0, 0], "activations": [0, 0]}
     sq = {"weights": [0.0, 0.0], "activations": [0.0, 0.0]}  # lost, all: sums of squares
-    arrays = [("weights", p.grad) for p in model.parameters()] + \
+    arrays = [("weights", without_key_bias_noise(n, np.asarray(p.grad, np.float64)))
+              for n, p in model.named_parameters()] + \
         [("activations", t.grad) for t in rec.outputs.values()]
     for kind, g in arrays:
         g = np.asarray(g, np.float64)
