@@ -210,6 +210,12 @@ QUESTIONS: dict[str, dict[str, Question]] = {
              "95e16de18b56ae0c61336a84296ad4a6906be482590137d21068fa5cca10fdbc"),
             'one tile per SM at a time; A100 has 108 SMs and a partial wave costs a whole one',
             'waves'),
+        'H100 fp8 accumulator fraction bits': _q(
+            ("f18edabf40a35998875e59e58ca18656323b644fbc5ca34daf9a5e0d7a4e7397",
+             "70a779cbb0fbac80fc1f38d27bc323d6e154f3ef25e7f1984e471d91a2663429"),
+            "fp32 keeps 23 fraction bits; the unit's extra_bits, negative for fp8, says how many "
+            'more (or fewer) its alignment keeps',
+            'bits (a count, no scaling)'),
     },
     "10": {
         'smallest integer deviation whose fp16 square is inf': _q(

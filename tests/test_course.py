@@ -83,6 +83,9 @@ REFERENCES = {
     "bytes per parameter, Adam + master": lambda: 2 + 2 + 3 * 4,  # ZeRO's 2 + 2 + K, K = 12
     "A100 fraction bits F": lambda: 23 + 1,  # Khattak & Mikaitis 2025: A100's neab is 1
     "A100 waves for 2560 tiles": lambda: math.ceil(2560 / 108),  # A100: 108 SMs
+    # Khattak & Mikaitis 2025: H100's fp8 neab is -10; DeepSeek-V3 (section 3.5.2) says "around
+    # 14 bits", the leading bit counted
+    "H100 fp8 accumulator fraction bits": lambda: 23 - 10,
     "parameters on 80 GB with offload": lambda: 80e9 / 2,  # fp16 parameters only
     "quint8 scale for [-1, 3]": lambda: float(_quint8_qparams(-1, 3)[0]),
     "quint8 zero point for [-1, 3]": lambda: _quint8_qparams(-1, 3)[1],

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -28,9 +28,13 @@
 # 3. say where NVIDIA's tensor cores and AMD's matrix cores give different results for the
 #    same dot product, and why (output rounding, a late-added c, subnormal flushing, exact and
 #    pairwise sums, odd/even groups, the fnuz fp8 formats);
-# 4. estimate GEMM efficiency from tile and wave quantization and the alignment rules.
+# 4. fingerprint a unit you are not told from black-box calls, and recognise it in the GPU
+#    table (and read a summation's order);
+# 5. rerun DeepSeek-V3's fp8 accumulation experiment, and see what promotion to fp32 fixes;
+# 6. estimate GEMM efficiency from tile and wave quantization and the alignment rules.
 
 # %%
+from dataclasses import fields
 from fractions import Fraction
 from pathlib import Path
 
@@ -40,6 +44,7 @@ import fpsim
 import fpsim.tensorcore as tc
 from fpsim import viz
 from fpsim.course import checker
+from fpsim.probe import OrderError, fingerprint, reveal_order
 from fpsim.tensorcore import perf
 from fpsim.viz import style
 
@@ -300,7 +305,269 @@ for g in ("H100", "MI300X"):
 # exactly halfway between 1 + 2**-23 and 1 + 2**-22: the tie goes to the even one, 1 + 2**-22.
 
 # %% [markdown]
-# ## 5 · Performance: alignment, tiles and waves
+# ## 5 · Fingerprinting a mystery unit
+#
+# Sections 1 to 3 started from a model and asked whether the hardware agrees. Turn it around:
+# you are handed a matrix unit, a function `D = A @ B + C` and nothing else, and you want the
+# `BlockFMA` that computes what it computes. `fpsim.probe.fingerprint(fn, input_format)` finds
+# it from designed queries only (docs/probe.md): each query is a batch of dot products built so
+# that one question decides it. Fasi et al.'s probe (c = $2^s$, products $-2^s$ and
+# $2^{s-t}$: the last $t$ whose term survives gives the extra bits), FPRev's masks ($+M$ and
+# $-M$ among small units: where they cancel tells which terms share a block and where c joins),
+# then ties and near-ties for the rounding, subnormals and overflows for the special rules. The
+# candidates are run through fpsim's model and kept only where they give the black box's
+# results bit for bit.
+#
+# The cell below hides one of fpsim's GPUs (fp16 inputs, fp32 output) behind such a function.
+# Which one is drawn from the list of GPUs and not shown: no peeking.
+
+# %%
+POOL = [g for g in tc.list_gpus() if "-fp8-" not in g]  # B200's fp8 variants: same fp16 unit
+
+
+def hidden_unit(seed: int):
+    """A @ B + C on one GPU of POOL, drawn by ``seed``: fp16 inputs, fp32 output."""
+    secret = str(np.random.default_rng(seed).choice(POOL))
+
+    def fn(A, B, C):
+        fn.calls += 1
+        return tc.matmul(A, B, C, gpu=secret, input_format="fp16", output_format="fp32")
+
+    fn.calls = 0
+    fn.reveal = lambda: secret  # for the reveal below
+    return fn
+
+
+mystery = hidden_unit(seed=0)
+print(f"one of {len(POOL)} GPUs: {', '.join(POOL)}")
+
+# %% [markdown]
+# **Predict first.** The fingerprint returns a `BlockFMA`. Will it equal the mystery GPU's entry
+# in fpsim's table field for field? *Hint:* an fp16 product lies between $2^{-48}$ and $2^{32}$
+# in magnitude; can any fp16 query reach a floor of the alignment near $2^{-132}$, or a product
+# limit at $2^{128}$?
+
+# %%
+found = fingerprint(mystery, "fp16")
+print(f"{mystery.calls} calls to the black box")
+print(repr(found))
+print(found.describe())
+
+# %% [markdown]
+# A fingerprint that fits its own queries could still be wrong elsewhere. Check it on inputs it
+# never saw: random fp16 values with random signs over 25 binades, C random fp32 values, K = 256
+# (several blocks for any block size). For contrast, an ordinary float32 GEMM (NumPy's BLAS) on
+# the same inputs:
+
+# %%
+rng = np.random.default_rng(9)
+
+
+def random_fp16(shape):
+    """Random significands and signs, exponents from -12 to 12, rounded to fp16."""
+    x = rng.uniform(1, 2, shape) * rng.choice([-1.0, 1.0], shape)
+    return tc.convert_input(x * 2.0 ** rng.integers(-12, 13, shape), "fp16")
+
+
+A, B = random_fp16((64, 256)), random_fp16((256, 64))
+C = rng.standard_normal((64, 64)).astype(np.float32).astype(np.float64)
+D = mystery(A, B, C)
+same = tc.matmul(A, B, C, gpu=found, input_format="fp16") == D
+blas = (A.astype(np.float32) @ B.astype(np.float32) + C.astype(np.float32)) == D
+print(f"the fingerprint gives the black box's result in {same.sum()} of {D.size} outputs")
+print(f"a float32 GEMM gives it in {blas.sum()} of {D.size}")
+
+# %% [markdown]
+# Now the reveal. Run every GPU's table entry on the same inputs and keep those that give the
+# black box's results; then compare the fingerprint with the table's unit field by field.
+
+# %%
+FIELDS = [f.name for f in fields(tc.BlockFMA) if f.compare]  # every parameter, not the name
+
+
+def value(unit, field):
+    x = getattr(unit, field)
+    return getattr(x, "value", x)  # an enum's value: 'flush', not <Subnormals.FLUSH: 'flush'>
+
+
+matches = [g for g in POOL
+           if np.array_equal(tc.matmul(A, B, C, gpu=g, input_format="fp16"), D)]
+print("GPUs whose fp16->fp32 model gives the same results:", ", ".join(matches))
+for g in matches:
+    table = tc.get_gpu(g).unit_for("fp16", "fp32")
+    differ = [f"{f}: table {value(table, f)!r}, found {value(found, f)!r}"
+              for f in FIELDS if value(table, f) != value(found, f)]
+    print(f"  {g:6s} {table.describe()}")
+    print(f"         fields that differ: {'; '.join(differ) or 'none'}")
+print(f"the mystery GPU was: {mystery.reveal()}")
+
+# %% [markdown]
+# Two lessons, both in the output above:
+#
+# - **A fingerprint identifies a unit, not a chip.** Every GPU in the list of matches has the
+#   same fp16 unit in fpsim's table (GPUs of one architecture share their tensor cores), so no
+#   dot product can tell them apart; the draw picked one of them.
+# - **A field the queries cannot see is left at its default.** Where the found unit differs
+#   from the table, the difference is in a rule that fp16 inputs never trigger (the hint of the
+#   prediction): an fp16 product lies between $2^{-48}$ and $2^{32}$, so no such sum reaches an
+#   alignment floor near $2^{-132}$, a product limit at $2^{128}$, or an fp32 subnormal result.
+#   Both units give the same results on every fp16 input; with bf16 inputs (fp32's exponent
+#   range) the same rules become visible.
+#
+# ### The order of a sum
+#
+# `fpsim.probe.reveal_order(fn, n)` asks a narrower question of any summation: in which tree
+# does it add? It plants $+M$ and $-M$ among small units; where they meet, they cancel and the
+# units added after survive (FPRev, Xie et al. 2025). A tuple is one node: two leaves for an
+# ordinary addition, more for a multi-term fused adder. NumPy's `sum` first, then the mystery
+# unit's dot product with a vector of ones (`OrderError` if the function is no fixed tree, as an
+# exact sum is not):
+
+# %%
+print("np.sum, 10 float32 values:", reveal_order(np.sum, 10))
+try:
+    tree = reveal_order(lambda x: mystery(x[None, :], np.ones((len(x), 1)),
+                                          np.zeros((1, 1)))[0, 0], 12, fmt="fp16")
+    print("mystery unit, 12 fp16 products:", tree)
+except OrderError as e:
+    print("mystery unit: no fixed tree:", e)
+
+# %% [markdown]
+# An aligned block-FMA shows each block as one node: its products, and in every block after the
+# first the running sum too (c joins the alignment); a pairwise unit shows a binary tree of each
+# block's products, to which the running sum is then added. Compare the tree with the
+# `block_size` and `summation` the fingerprint printed.
+#
+# ### Exercise 3
+#
+# Make a unit of your own, `mine = tc.BlockFMA(...)` (say blocks of 8, 4 extra bits, rounding to
+# nearest even, an alignment floor `min_exponent=-130`), hide it behind a function as above, and
+# fingerprint it with fp16 inputs, then with bf16 inputs. Which fields come back different from
+# yours, with which input format, and why? Then draw another mystery GPU (`hidden_unit(seed=1)`,
+# ...) and fingerprint it.
+
+# %%
+# your code here
+
+# %% [markdown] tags=["solution"]
+# #### Solution
+#
+# *(Expand the hidden cell below to see one solution.)*
+
+# %% jupyter={"source_hidden": true} tags=["solution"]
+mine = tc.BlockFMA(8, 4, "nearest_even", -130, name="mine")
+for fin in ("fp16", "bf16"):
+    got = fingerprint(lambda A, B, C, fin=fin: tc.matmul(A, B, C, gpu=mine, input_format=fin),
+                      fin)
+    differ = [f for f in FIELDS if getattr(got, f) != getattr(mine, f)]
+    print(f"{fin}: {got!r}")
+    print(f"      fields that differ: {', '.join(differ) or 'none'}")
+# With fp16 inputs the floor at 2**-130 is out of reach (every product is at least 2**-48 in
+# magnitude, and the floor only cuts terms aligned below it): the fingerprint leaves it at None,
+# which gives the same results on every fp16 input. bf16 has fp32's exponent range: products
+# and sums reach the floor, and the fingerprint finds it.
+other = hidden_unit(seed=1)
+print(f"seed 1: {fingerprint(other, 'fp16').describe()} ({other.calls} calls)")
+print(f"        it was {other.reveal()}; its table entry: "
+      f"{tc.get_gpu(other.reveal()).unit_for('fp16', 'fp32').describe()}")
+
+# %% [markdown]
+# ## 6 · DeepSeek-V3's accumulation experiment
+#
+# DeepSeek-V3 trained in fp8 on Hopper GPUs and reports (technical report, section 3.5.2) that
+# the fp8 GEMM of the tensor cores keeps only about 14 bits when accumulating; for K = 4096 with
+# random matrices they measured a maximum relative error of nearly 2%. Their remedy: every
+# $N_C = 128$ products, the tensor cores' partial sum is copied to CUDA cores and added to an
+# fp32 accumulator ("promotion").
+#
+# In fpsim's model of H100's fp8 unit, products are aligned in blocks of 32 and kept to
+# `23 + extra_bits` fraction bits (`extra_bits` is negative for fp8), and each block's result
+# is c of the next block: as the running sum grows, each new product loses more of its bits.
+#
+# **Predict first.** How many fraction bits does fpsim's H100 fp8 unit keep when it accumulates
+# (the report's "about 14 bits" counts the leading bit too)? Read it from
+# `tc.get_gpu("H100").unit_for("fp8_e4m3", "fp32")`.
+# `check("H100 fp8 accumulator fraction bits", ...)`
+
+# %% tags=["solution"]
+check("H100 fp8 accumulator fraction bits",
+      23 + tc.get_gpu("H100").unit_for("fp8_e4m3", "fp32").extra_bits)
+
+# %% [markdown]
+# `tc.matmul(..., promote_every=N_C)` starts a fresh partial sum every $N_C$ products and adds
+# it to an fp32 accumulator (rounded to nearest even), and `tc.promotion_experiment` runs the
+# experiment: A and B uniform in [0, 1) rounded to e4m3 (the paper states no inputs), per K
+# the maximum relative error over 8 x 8 outputs, with the tensor cores' own accumulation and
+# with promotion every $N_C$.
+#
+# **Predict first.** At K = 128, which promoted columns must equal the tensor-core column
+# exactly? And which of $N_C$ = 32, 128, 256 will have the smallest error at large K?
+
+# %%
+print(tc.get_gpu("H100").unit_for("fp8_e4m3", "fp32").describe())
+promo = tc.promotion_experiment(ks=(128, 256, 512, 1024, 2048, 4096, 8192, 16384),
+                                every=(32, 128, 256), outputs=8)
+print(promo)
+
+# %%
+fig, ax = style.new_figure((8, 3.6))
+ax.loglog(promo.ks, promo.plain, "o-", color="black", label="tensor cores only")
+for n, err in promo.promoted.items():
+    ax.loglog(promo.ks, err, "o-", label=f"promoted every $N_C$ = {n}")
+ax.axhline(0.02, color="grey", ls=":", label="DeepSeek-V3: about 2% at K = 4096")
+ax.axvline(4096, color="grey", ls=":", lw=0.8)
+ax.set_xlabel("K (products per output)")
+ax.set_ylabel("max relative error")
+ax.legend(loc="upper left", fontsize=8)
+ax.set_title("H100 fp8 GEMM: the tensor cores' accumulation against promotion to fp32",
+             loc="left")
+display(fig)
+
+# %% [markdown]
+# *What to see* (the table and plot above):
+#
+# - **Without promotion** the error grows with K, about doubling each time K doubles: every
+#   block truncates toward zero, and the larger the running sum, the more of each new product
+#   is cut. At K = 4096 it is of the same order as the paper's figure of about 2%, and larger.
+#   The inputs are not the paper's (it states none; here all positive, so the sum grows with K
+#   and nothing cancels), so agreement in size, not in digits, is what the model can claim.
+# - **With promotion** the error stops growing: each partial sum of $N_C$ products starts from
+#   zero and never meets a large running sum, and each fp32 addition adds at most $2^{-24}$
+#   relative. The smaller $N_C$, the smaller the error; at the paper's $N_C = 128$ it stays
+#   flat, far below the unpromoted error at large K.
+# - At K = 128 (and up to K = $N_C$) promotion changes nothing: one partial sum from zero,
+#   added once to an fp32 zero, is the tensor cores' own result (the prediction above).
+#
+# The cost of promotion is not modelled here: the copies to CUDA cores and the extra fp32
+# additions (the report overlaps one warpgroup's promotion with another's MMA).
+
+# %% [markdown]
+# ### Exercise 4
+#
+# B200's fp8 unit in fpsim sums each block of 32 products exactly (section 3). Does it need
+# promotion? Run `tc.promotion_experiment(..., gpu="B200")` and compare with the H100 table.
+# Then try `input_format="fp8_e5m2"` on H100.
+
+# %%
+# your code here
+
+# %% [markdown] tags=["solution"]
+# #### Solution
+#
+# *(Expand the hidden cell below to see one solution.)*
+
+# %% jupyter={"source_hidden": true} tags=["solution"]
+print(tc.promotion_experiment(ks=(128, 1024, 4096, 16384), every=(128,), gpu="B200"))
+print(tc.promotion_experiment(ks=(128, 1024, 4096, 16384), every=(128,),
+                              input_format="fp8_e5m2"))
+# B200's block of 32 is summed exactly and rounded once to fp32 (to nearest): its error stays
+# at the level of fp32's rounding (2**-24 is about 6e-8), orders of magnitude below H100's.
+# It still grows slowly with K (one rounding per block, each relative to a growing sum), and
+# promotion trims that at the largest K, but there is no narrow accumulator to rescue. H100
+# with e5m2 inputs shows the same growth as e4m3 without promotion, and the same cure with it.
+
+# %% [markdown]
+# ## 7 · Performance: alignment, tiles and waves
 #
 # Accuracy is one side; speed the other. NVIDIA's *Matrix Multiplication Background* guide
 # gives the rules `fpsim.tensorcore.perf` models:
@@ -332,7 +599,7 @@ viz.gemm_efficiency(range(256, 4097, 32), gpu="A100", dtype="fp16", K=4096)
 # time the tile count passes a multiple of 108 (a partial wave); the sawtooth flattens as N grows.
 
 # %% [markdown]
-# ### Exercise 3
+# ### Exercise 5
 #
 # A layer computes an fp16 GEMM with $M = 8192$ tokens, $K = 4096$ and $N$ output features on an
 # A100. Among $N = 5000, \dots, 6000$, which multiples of 64 reach at least 98% utilisation? How
@@ -373,4 +640,9 @@ check("A100 waves for 2560 tiles", perf.gemm_time_estimate(8192, 5120, 4096, "A1
 # - NVIDIA and AMD units differ in the output rounding, where c is added, how subnormals and
 #   tiny terms are treated, and how the products are grouped; the same dot product can give
 #   different fp32 results, and the fnuz fp8 formats convert the same values differently.
+# - A unit can be read from outside: `fingerprint` finds a `BlockFMA` that gives a black box's
+#   results bit for bit from designed queries; it names a unit (GPUs sharing one cannot be told
+#   apart) and leaves at their defaults the rules the input format never triggers.
+# - H100's fp8 accumulation keeps few bits, and its error grows with K; adding partial sums to
+#   fp32 every $N_C$ products (DeepSeek-V3) stops the growth.
 # - Performance depends on shapes: alignment, tile quantization and wave quantization.
