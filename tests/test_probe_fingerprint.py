@@ -158,6 +158,47 @@ def test_custom_unit_round_trip():
     assert got == unit
 
 
+def _random_products(fi: str, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Dot products over the input format's whole exponent range, tiny ones included."""
+    fmt = fpsim.get_format(fi)
+    e0 = int(rng.integers(2 * fmt.emin - 14, 20))
+
+    def side(shape):
+        v = rng.uniform(1, 2, shape) * rng.choice([-1.0, 1.0], shape)
+        return np.asarray(fpsim.round(np.ldexp(v, rng.integers(e0 // 2 - 6, e0 // 2 + 6,
+                                                                 shape)), fi))
+
+    return side((8, 32)), side((32, 8))
+
+
+@pytest.mark.parametrize("unit, fi", [
+    (tc.BlockFMA(8, 4, "nearest_even", -130, sticky_bit=True), "fp16"),
+    (tc.BlockFMA(4, 0, "rz", None, sticky_bit=True), "fp16"),
+    (tc.BlockFMA(8, 1, "rz", None, sticky_bit=True), "bf16"),
+    (tc.BlockFMA(16, 2, "nearest_even", None, sticky_bit=True), "bf16"),
+])
+def test_sticky_bit_units_are_found(unit, fi):
+    """A sticky bit changes where FPRev's masks cancel: the structure stage tries it (units
+    with one were refused before). The unit found equals the unit under test on dot products
+    over the whole input range (an fp16 input never reaches the -130 floor)."""
+    got = fingerprint(lambda A, B, C: tc.matmul(A, B, C, gpu=unit, input_format=fi), fi)
+    assert got.sticky_bit and got.block_size == unit.block_size
+    assert got.extra_bits == unit.extra_bits
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        A, B = _random_products(fi, rng)
+        want = tc.matmul(A, B, 0.0, gpu=unit, input_format=fi)
+        np.testing.assert_array_equal(tc.matmul(A, B, 0.0, gpu=got, input_format=fi), want)
+
+
+def test_sticky_bit_with_a_reachable_floor_is_refused():
+    """The floor of a sticky unit cannot be placed by the cancellation rows (the sticky bit
+    keeps the far term alive): refused clearly, not given a floor its answers do not fix."""
+    unit = tc.BlockFMA(16, 2, "nearest_even", -133, sticky_bit=True)
+    with pytest.raises(FingerprintError, match="alignment floor"):
+        fingerprint(lambda A, B, C: tc.matmul(A, B, C, gpu=unit, input_format="bf16"), "bf16")
+
+
 @pytest.mark.parametrize("fn", [
     lambda A, B, C: (A.astype(np.float32) @ B.astype(np.float32) + C).astype(np.float64),
     lambda A, B, C: A @ B + C,

@@ -12,20 +12,24 @@ question is answered by running the candidate units through fpsim's model and ke
 whose results equal ``fn``'s bit for bit, stage by stage, each stage's queries built so that
 the parameters of later stages do not change them:
 
-1. structure (block size, c joined or added late, odd/even product groups, aligned, exact or
-   pairwise summation): FPRev's masks on products (+M and -M, units elsewhere, c masked too):
-   where M and -M cancel tells which terms share a block and where c joins;
-2. alignment width (``extra_bits``): c = 2**s, a product -2**s and a product 2**(s - t), for
-   t = 1, 2, ...: the small one survives the alignment while t <= 23 + extra_bits (Fasi et
-   al. 2021's probe, scanned);
+1. alignment width (``extra_bits``), read first: c = 2**s, a product -2**s and a product
+   2**(s - t), for t = 1, 2, ...: the small one survives the alignment while t <= 23 +
+   extra_bits (Fasi et al. 2021's probe, scanned);
+2. structure (block size, c joined or added late, odd/even product groups, aligned, exact or
+   pairwise summation, a sticky bit): FPRev's masks on products (+M and -M, units elsewhere,
+   c masked too): where M and -M cancel tells which terms share a block and where c joins;
+   then the width again, per structure, from the width read and its neighbours;
 3. output rounding, normalised products and the sticky bit: dot products of random
    significands over a few binades, with sums that need rounding;
-4. the alignment floor (``min_exponent``) and subnormal results: the same cancellation as 2
-   at exponents scanned down to the inputs' smallest, where the floor starts to cut;
+4. for a late c: the two-operand alignment's rounding, its extra bits and the far-c rule, with
+   c and product sums at random exponent gaps;
 5. subnormal inputs, the overflow rule and the product limit: subnormal operands, sums past
    the output's largest value, overflowing products that cancel;
-6. for a late c: the two-operand alignment's rounding, its extra bits and the far-c rule, with
-   c and product sums at random exponent gaps.
+6. the alignment floor (``min_exponent``) and subnormal results: the cancellation of 1 at
+   exponents scanned down to the inputs' smallest, where the floor starts to cut. A unit with
+   a sticky bit keeps the far term alive below its floor, so these rows cannot place the
+   floor: where the inputs reach it (bf16, not fp16) such a unit is refused with
+   :class:`FingerprintError` rather than given a floor its answers do not fix.
 
 The unit found is finally checked against ``fn`` on every query above plus random and
 adversarial ones (mixed exponents, ties, cancellations, several blocks); a mismatch raises
@@ -240,6 +244,8 @@ def _structures(fi: Format, fo: Format, width: int | None) -> list[BlockFMA]:
     out = []
     for n in _BLOCKS:
         out.append(_valid(block_size=n, extra_bits=x))
+        # a sticky bit changes where the masks cancel, and adds one bit to the width read
+        out += [_valid(block_size=n, extra_bits=y, sticky_bit=True) for y in (x, x - 1)]
         out.append(_valid(block_size=n, extra_bits=min(x, 1), c_addition="late",
                           alignment_rounding=Rounding.DOWN))
         out.append(_valid(block_size=n, extra_bits=min(x, 1), c_addition="late",
