@@ -159,6 +159,22 @@ def as_int_in(name: str, value: object, valid: Sequence[int], problem: str,
     return n
 
 
+def as_choice(what: str, value: object, valid: Sequence[str]) -> str:
+    """``value`` if it is one of the named choices ``valid``, else a ValueError "unknown
+    ``what`` ...; valid: ..." naming them.
+
+    >>> as_choice("mode", "sym", ("sym", "asym"))
+    'sym'
+    >>> as_choice("mode", "rtn", ("sym", "asym"))
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown mode 'rtn'; valid: 'sym', 'asym'
+    """
+    if not isinstance(value, str) or value not in valid:
+        raise ValueError(f"unknown {what} {value!r}; valid: {', '.join(map(repr, valid))}")
+    return value
+
+
 def as_array(x: object, name: str) -> np.ndarray:
     """``np.asarray(x)``, or, for ragged nested lists, a ValueError naming the argument
     ``name`` (with NumPy's reason).

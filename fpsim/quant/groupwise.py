@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import as_int
+from ..checks import as_choice, as_int
 from ..nn import Linear, Module
 from .nf4 import NF4_VALUES, VALID_BLOCK_SIZES, nf4_quantize
 
@@ -78,13 +78,6 @@ class GroupQuantized:
     def bytes_per_parameter(self) -> float:
         """:meth:`nbytes` over the number of weights."""
         return self.nbytes() / self.codes.size
-
-
-def _mode(mode) -> str:
-    if not isinstance(mode, str) or mode not in GROUPWISE_MODES:
-        raise ValueError(f"unknown group-wise quantization mode {mode!r}; valid: "
-                         f"{', '.join(map(repr, GROUPWISE_MODES))}")
-    return mode
 
 
 def _bits(bits, mode: str) -> int:
@@ -152,7 +145,7 @@ def groupwise_quantize(w, group_size: int | None = 128, mode: str = "sym", bits:
     >>> q.codes.tolist(), q.scales.tolist(), q.bytes_per_parameter()
     ([[7, -4, 7, 0]], [[0.0999755859375, 0.0142822265625]], 1.5)
     """
-    mode = _mode(mode)
+    mode = as_choice("group-wise quantization mode", mode, GROUPWISE_MODES)
     b = _bits(bits, mode)
     sd = _scale_dtype(scale_dtype)
     arr = _weight(w)
@@ -236,7 +229,7 @@ def quantize_model_weights(model: Module, group_size: int | None = 128, mode: st
     """
     if not isinstance(model, Module):
         raise TypeError(f"model must be an fpsim Module, got {type(model).__name__}")
-    mode = _mode(mode)
+    mode = as_choice("group-wise quantization mode", mode, GROUPWISE_MODES)
     _bits(bits, mode)
     _scale_dtype(scale_dtype)
     out = copy.deepcopy(model)

@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 from ..autograd.tensor import Tensor, no_grad
+from ..checks import as_choice
 from ..models import GPT
 from ..nn import Linear, Module
 from .fake_quant import tensorrt_fake_quantize
@@ -48,13 +49,6 @@ def _fmt(fmt):
     except (TypeError, ValueError, KeyError):
         raise ValueError(f"unknown KV-cache format {fmt!r}; valid: 'int8', or an 8-bit float "
                          f"format ('e4m3', 'e5m2')") from None
-
-
-def _granularity(granularity) -> str:
-    if not isinstance(granularity, str) or granularity not in KV_GRANULARITIES:
-        raise ValueError(f"unknown granularity {granularity!r}; valid: "
-                         f"{', '.join(map(repr, KV_GRANULARITIES))}")
-    return granularity
 
 
 def _heads(n_heads, d: int) -> int:
@@ -81,7 +75,7 @@ def kv_fake_quantize(x, fmt: str = "int8", granularity: str = "per_token",
     [[1.0, 0.09821, 0.02009, -0.01004]]
     """
     f = _fmt(fmt)
-    g = _granularity(granularity)
+    g = as_choice("granularity", granularity, KV_GRANULARITIES)
     arr = finite_float32(x, "x")
     d = arr.shape[-1]
     nh = _heads(n_heads, d)
@@ -136,7 +130,7 @@ def quantize_kv_cache(model: GPT, fmt: str = "int8", granularity: str = "per_tok
     """
     _check_gpt(model)
     f = _fmt(fmt)
-    g = _granularity(granularity)
+    g = as_choice("granularity", granularity, KV_GRANULARITIES)
     out = copy.deepcopy(model)
     for block in out.h:
         block.attn.add_module("c_attn", _KVQuantizedQKV(block.attn.c_attn, out.n_heads, f, g))
@@ -169,7 +163,7 @@ def attention_error(model: GPT, idx, fmt: str = "int8", granularity: str = "per_
     """
     _check_gpt(model)
     f = _fmt(fmt)
-    g = _granularity(granularity)
+    g = as_choice("granularity", granularity, KV_GRANULARITIES)
     net = copy.deepcopy(model)
     seen: dict[str, np.ndarray] = {}
     for i, block in enumerate(net.h):
