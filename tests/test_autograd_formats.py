@@ -556,3 +556,24 @@ def test_fp16_kernels_on_every_float32_pattern():
             bits = got.view(np.uint16)
             assert np.array_equal(bits[~nan], ref[~nan]), start
             assert np.isnan(got[nan]).all(), start
+
+
+@pytest.mark.parametrize("share", [0.0, 1 / 1000, 1 / 20, 1 / 2, 1.0])
+@pytest.mark.parametrize("source", [np.float64, np.float32])
+def test_fp16_kernels_patch_sparse_and_dense_specials(share, source):
+    """The out-of-range patch of the fp16 kernels takes two routes (by index where few values
+    overflow, blended where many do: a diverged run's all-NaN tensors); both give fpsim.round's
+    patterns: +-inf with x's sign, the quiet NaN 0x7E00 for NaN of either sign."""
+    rng = np.random.default_rng(int(share * 1000))
+    n = 4096
+    x = rng.standard_normal(n) * 100.0
+    special = rng.random(n) < share
+    x[special] = rng.choice([np.inf, -np.inf, np.nan, -np.nan, 65520.0, -1e300, 7e4, 65519.0],
+                            size=int(special.sum()))
+    with np.errstate(over="ignore", invalid="ignore"):
+        xs = x.astype(source)
+    ref = fpsim.round(xs.astype(np.float64), FP16)
+    got = (f64_to_f16 if source == np.float64 else f32_to_f16)(xs)
+    assert same_bits(got, ref).all()
+    nan = np.isnan(xs)
+    assert (got.view(np.uint16)[nan] == 0x7E00).all()
