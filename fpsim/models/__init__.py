@@ -1,5 +1,6 @@
 """Models built from :mod:`fpsim.nn` layers, for the experiments: a small GPT
-(:class:`fpsim.models.GPT`, nanoGPT's layout).
+(:class:`fpsim.models.GPT`, nanoGPT's layout), and how a language model is scored on a text
+(:mod:`fpsim.models.text_eval`: fixed windows, float64 cross-entropy).
 
 This layer sits above ``nn : optim : functional`` and below ``amp : quant : memory :
 distributed`` (the import contracts in pyproject.toml): a model uses layers and ops, and the
@@ -11,6 +12,7 @@ precision machinery (autocast, quantization, ZeRO) may take a model.
 (2, 5, 11)
 """
 
+from . import text_eval
 from .gpt import GPT
 
-__all__ = ["GPT"]
+__all__ = ["GPT", "text_eval"]

@@ -10,6 +10,7 @@ import numpy as np
 from ..autograd.tensor import no_grad
 from ..checks import as_int
 from ..models import GPT
+from ..models.text_eval import mean_loss, spread_starts
 
 __all__ = ["lm_loss", "logits_difference"]
 
@@ -32,7 +33,8 @@ def _logits64(model: GPT, x: np.ndarray) -> np.ndarray:
 def lm_loss(model: GPT, ids, windows: int = 32, batch_size: int = 16) -> float:
     """Mean cross-entropy (nats per token, float64) of the GPT ``model`` predicting each next
     token of ``windows`` windows of ``model.context`` tokens spread evenly over ``ids`` (the
-    same windows for every model of that context).
+    same windows for every model of that context): the rule of ``fpsim lm``'s validation loss
+    (:mod:`fpsim.models.text_eval`).
 
     >>> gpt = GPT(vocab_size=11, context=8, d_model=16, n_layers=1, n_heads=2, rng=0)
     >>> round(lm_loss(gpt, np.arange(40) % 11, windows=4), 2)  # about log(11) untrained
@@ -47,15 +49,7 @@ def lm_loss(model: GPT, ids, windows: int = 32, batch_size: int = 16) -> float:
     if n > arr.size - t:
         raise ValueError(f"windows ({n}) must be at most the {arr.size - t} windows of "
                          f"{t} tokens the {arr.size} ids hold")
-    starts = np.linspace(0, arr.size - t - 1, n).astype(np.int64)
-    total = 0.0
-    for i in range(0, n, bs):
-        pos = starts[i:i + bs, None] + np.arange(t)
-        z = _logits64(model, arr[pos])
-        z = z - z.max(axis=-1, keepdims=True)
-        logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
-        total -= np.take_along_axis(logp, arr[pos + 1][..., None], axis=-1).sum()
-    return float(total / (n * t))
+    return mean_loss(lambda x: _logits64(model, x), arr, spread_starts(arr.size, n, t), t, bs)
 
 
 def logits_difference(model: GPT, reference: GPT, idx) -> dict[str, float]:

@@ -53,6 +53,7 @@ from ..autograd.context import rounding as autograd_rounding
 from ..autograd.tensor import Tensor, no_grad
 from ..checks import as_int
 from ..formats import FP32, FP64, Format
+from ..models.text_eval import mean_loss, spread_starts, windows
 from ..optim import AdamW
 from ..rounding import round as fp_round
 from ..state import as_seed
@@ -156,24 +157,6 @@ def batch_offsets(n_tokens: int, cfg: LMConfig) -> np.ndarray:
     """
     rng = np.random.default_rng([as_seed(cfg.seed), 7])
     return rng.integers(0, n_tokens - cfg.context - 1, size=(cfg.steps, cfg.batch_size))
-
-
-def _windows(ids: np.ndarray, starts: np.ndarray, context: int) -> tuple[np.ndarray, np.ndarray]:
-    pos = starts[..., None] + np.arange(context)
-    return ids[pos], ids[pos + 1]
-
-
-def _eval_starts(n_tokens: int, count: int, context: int) -> np.ndarray:
-    """``count`` window starts spread evenly over the text (the same for every run)."""
-    return np.linspace(0, n_tokens - context - 1, count).astype(np.int64)
-
-
-def _ce64(logits: np.ndarray, targets: np.ndarray) -> float:
-    """Mean cross-entropy (nats) of float64 logits: log-sum-exp with the max subtracted."""
-    z = logits.reshape(-1, logits.shape[-1]).astype(np.float64)
-    m = z.max(axis=1, keepdims=True)
-    lse = np.log(np.exp(z - m).sum(axis=1)) + m[:, 0]
-    return float(np.mean(lse - z[np.arange(len(z)), targets.reshape(-1)]))
 
 
 @dataclass
@@ -521,7 +504,7 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
     shadow_params = dict(shadow.named_parameters()) if shadow is not None else {}
 
     starts = batch_offsets(len(train_ids), cfg)
-    val_starts = _eval_starts(len(val_ids), cfg.eval_batches * cfg.batch_size, cfg.context)
+    val_starts = spread_starts(len(val_ids), cfg.eval_batches * cfg.batch_size, cfg.context)
     counts: dict[str, _Counts] = {"all": _Counts(), "weights": _Counts(),
                                   "activations": _Counts()}
     updates = {"lost": 0, "nonzero": 0}
@@ -538,20 +521,18 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
         measured_steps.append(cfg.steps - 1)
 
     def evaluate(ids: np.ndarray, st: np.ndarray) -> float:
-        losses = []
         model.eval()  # FP8Linear records no amax outside training
         with no_grad(), fwd_ctx():
-            for i in range(0, len(st), cfg.batch_size):
-                x, y = _windows(ids, st[i:i + cfg.batch_size], cfg.context)
-                losses.append(_ce64(model(x).numpy(np.float64), y) * len(x))
+            loss = mean_loss(lambda x: model(x).numpy(np.float64), ids, st, cfg.context,
+                             cfg.batch_size)
         model.train()
-        return float(np.sum(losses) / len(st))
+        return loss
 
     for step in range(cfg.steps):
         lr = cfg.lr_at(step)
         for group in adamw.param_groups:
             group["lr"] = lr
-        x, y = _windows(train_ids, starts[step], cfg.context)
+        x, y = windows(train_ids, starts[step], cfg.context)
         measured = cfg.instrument and step in measured_steps
         rec.active = measured
         if upd is not None:
@@ -617,8 +598,8 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
             evals.append((step + 1, evaluate(val_ids, val_starts)))
 
     n_final = cfg.final_eval_batches * cfg.batch_size
-    val_loss = evaluate(val_ids, _eval_starts(len(val_ids), n_final, cfg.context))
-    train_loss = evaluate(train_ids, _eval_starts(len(train_ids), n_final, cfg.context))
+    val_loss = evaluate(val_ids, spread_starts(len(val_ids), n_final, cfg.context))
+    train_loss = evaluate(train_ids, spread_starts(len(train_ids), n_final, cfg.context))
     final_scale = scaler.get_scale() if scaler is not None else (
         amp_opt.scaler.get_scale() if amp_opt is not None else 1.0)
     return LMRunResult(
