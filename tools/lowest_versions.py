@@ -5,13 +5,14 @@ fpsim's results must not depend on which version of a dependency inside its decl
 installed; the main run tests the newest versions pip picks, this one the floors. It reads the
 floors (``numpy>=X``, ``ml_dtypes>=Y``) from ``pyproject.toml`` (one place to change them),
 makes the virtual environment ``.venv-lowest`` next to it (kept for the next run), installs
-fpsim there with exactly those two versions as wheels plus pytest, hypothesis and gmpy2, and
-runs ``python -m pytest -q -n 2 -m "not slow and not exhaustive"`` there (two workers), less the test files that
-exercise no numerics a NumPy or ml_dtypes version could change (:data:`NOT_NUMERICS`: the
-command-line plumbing, figures, course and docs checks, the probe's searches, MPI launches;
-the main run has them all), to keep CI within its time (tests that need packages of the
-``test`` extra not installed there, the notebooks', skip themselves). Its exit status
-is pytest's; a floor without a wheel for this Python is a clear error naming both.
+fpsim there with exactly those two versions as wheels plus pytest, pytest-xdist, hypothesis and
+gmpy2, and runs ``python -m pytest -q -n 2 -m "not slow and not exhaustive"`` there (two
+workers), less the test files that exercise no numerics a NumPy or ml_dtypes version could
+change (:data:`NOT_NUMERICS`: the command-line plumbing, figures, course and docs checks, the
+probe's searches, MPI launches; the main run has them all), to keep CI within its time (tests
+that need packages of the ``test`` extra not installed there, the notebooks', skip themselves).
+Its exit status is pytest's; a floor without a wheel for this Python is a clear error naming
+both.
 
     python tools/lowest_versions.py [pytest arguments ...]
 """
@@ -26,7 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-lowest"
 PINNED = ("numpy", "ml_dtypes")  # the numerical dependencies whose floors are tested
-TEST_TOOLS = ("pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "gmpy2>=2.1", "nbformat>=5", "nbconvert>=7")
+TEST_TOOLS = ("pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "gmpy2>=2.1", "nbformat>=5",
+              "nbconvert>=7")
 #: test files (glob patterns under tests/) left to the main run: no version-sensitive numerics
 NOT_NUMERICS = ("test_cli*.py", "test_viz*.py", "test_demo.py", "test_examples.py",
                 "test_course.py", "test_readme.py", "test_notebooks.py", "test_layers.py",
