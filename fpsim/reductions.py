@@ -38,8 +38,11 @@ Long sequential sums on those few outputs go faster still: while the exact sum o
 running total and the next value stays in one binade, every add has the same quantum and is
 the running total plus the value rounded to that quantum, so such runs are summed vectorised
 (directed and nearest modes; stochastic rounding on one output, with the same draws), and the
-common case of each remaining add is inline Python-float arithmetic (Kahan's four operations
-too). The element-by-element loop, vectorised across independent rows, runs everywhere else.
+common case of each remaining add is inline Python-float arithmetic. Kahan's four operations
+run inline in one loop too, the running sum's binade cached (its quantum known, ``t - s``
+exact by Sterbenz's lemma), in every mode; with stochastic rounding on one output, the same
+raw draw per operation as the loop takes (drawn in blocks). The element-by-element loop,
+vectorised across independent rows, runs everywhere else.
 
 The rounding mode and policies apply to every operation (the accumulator's adds too), on every
 path: each add is :func:`fpsim.add` with the same options, so ``subnormals="daz"`` reads a
