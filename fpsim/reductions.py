@@ -38,8 +38,11 @@ Long sequential sums on those few outputs go faster still: while the exact sum o
 running total and the next value stays in one binade, every add has the same quantum and is
 the running total plus the value rounded to that quantum, so such runs are summed vectorised
 (directed and nearest modes; stochastic rounding on one output, with the same draws), and the
-common case of each remaining add is inline Python-float arithmetic (Kahan's four operations
-too). The element-by-element loop, vectorised across independent rows, runs everywhere else.
+common case of each remaining add is inline Python-float arithmetic. Kahan's four operations
+run inline in one loop too, the running sum's binade cached (its quantum known, ``t - s``
+exact by Sterbenz's lemma), in every mode; with stochastic rounding on one output, the same
+raw draw per operation as the loop takes (drawn in blocks). The element-by-element loop,
+vectorised across independent rows, runs everywhere else.
 
 The rounding mode and policies apply to every operation (the accumulator's adds too), on every
 path: each add is :func:`fpsim.add` with the same options, so ``subnormals="daz"`` reads a
@@ -281,73 +284,123 @@ def _sequential_steps(add, fl: list[int], c: OpContext):
     return steps
 
 
-def _fast_adder(add, fl: list[int], c: OpContext):
-    """The Python-float adder ``add`` with the common case inline, as in
-    :func:`_sequential_steps` (one rounded add per call), or None where that does not
-    apply (DAZ, stochastic rounding, ties or round-to-odd in a format with no mantissa bit)."""
-    fmt, mode, want = c.fmt, c.mode, c.want
-    m = fmt.mantissa_bits
-    if (c.daz or mode not in _STEP_MODES
-            or (m == 0 and mode in (Rounding.NEAREST_EVEN, Rounding.ODD))):
+# -- long Kahan sums on few outputs: the four operations inline, s's binade cached ---------------
+#
+# Kahan's step is y = fl(x - c), t = fl(s + y), d = fl(t - s), c = fl(d - y). y is rounded
+# inline as in _sequential_steps (v % q: v's bits below its quantum q1, v - rem its floor).
+# While s lies in a normal binade [2**e, 2**(e+1)) below the top one (quantum Q = 2**(e - m))
+# and s + y lands in it too, t is s + y rounded to a multiple of Q (no ulp call), d = t - s is
+# exact (Sterbenz; t == s: the exact zero, -0 when rounding down), and d - y, a multiple of
+# min(Q, q1), is exact when it is below min(Q, q1) * 2**(m+1) in magnitude (at most p bits).
+# Anything else (the sum near zero, leaving the binade or overflowing, an inexact float64 sum,
+# zero or special operands) is the exact adder's, and then s's binade is found again. The
+# stochastic variant rounds by the kernel's carry: the draw's increment inc (c = 52 - m bits)
+# carries a magnitude with r = |v| % q up when r >= q * (1 - inc / 2**c).
+
+def _binade(s: float, fmt: Format):
+    """(sign, 2**e, 2**(e+1), 2**(e - m)) of s's binade [2**e, 2**(e+1)), or None where the
+    cached steps do not apply (zero, subnormal, not finite, top binade: overflow)."""
+    a = -s if s < 0 else s
+    if not fmt.smallest_normal <= a < 2.0 ** fmt.emax:
         return None
-    K = 2.0 ** (52 - m)
-    qlo, qhi = 2.0 ** (fmt.emin - m), 2.0 ** (fmt.emax - m)
-    two_sum = not plan_for(fmt).add_exact
-    ulp, fmod = math.ulp, math.fmod
-    inexact_f = int(Flags.INEXACT)
-    up, down = mode is Rounding.UP, mode is Rounding.DOWN
-    nearest = mode in (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY)
-    away, odd = mode is Rounding.NEAREST_AWAY, mode is Rounding.ODD
-
-    def fast_add(a: float, b: float) -> float:
-        v = a + b
-        q = ulp(v) * K
-        if not qlo <= q < qhi or (two_sum and (a - (v - (bb := v - a))) + (b - bb)):
-            return add(a, b)
-        rem = fmod(v, q)
-        if not rem:
-            return v
-        r = v - rem
-        if up:
-            if r < v:
-                r += q
-        elif down:
-            if r > v:
-                r -= q
-        elif nearest:
-            h = rem + rem
-            if h > q or h < -q or ((h == q or h == -q) and (away or (r / q) % 2.0 == 1.0)):
-                r += q if v > 0 else -q
-        elif odd and (r / q) % 2.0 == 0.0:
-            r += q if v > 0 else -q
-        if want:
-            fl[0] |= inexact_f
-        return r
-
-    return fast_add
+    e = math.frexp(a)[1] - 1
+    return (-1.0 if s < 0 else 1.0, math.ldexp(1.0, e), math.ldexp(1.0, e + 1),
+            math.ldexp(1.0, e - fmt.mantissa_bits))
 
 
-def _kahan_steps(add, fl: list[int], c: OpContext):
-    """The Kahan order's row sum for :func:`_python_rows` with :func:`_fast_adder`'s adds;
-    ``t - s`` is exact where Sterbenz's lemma holds (t and s of one sign within a factor 2,
-    t != s: no zero sign to decide, gradual underflow: nothing to flush) and skips the
-    rounding there. ``add``'s row sum (:func:`_kahan_row`) where the fast adder does not
-    apply."""
-    fast = _fast_adder(add, fl, c)
-    if fast is None:
+def _kahan_fast_ok(c: OpContext) -> bool:
+    """The inline Kahan steps apply: no DAZ, subnormal results kept (exact d - y below
+    2**emin stays), ties and round-to-odd only with a mantissa bit (parity is the
+    significand's)."""
+    fmt, mode = c.fmt, c.mode
+    return (not c.daz and c.result_subnormals is Subnormals.KEEP and fmt.subnormals
+            and (mode is Rounding.STOCHASTIC or mode in _STEP_MODES)
+            and (fmt.mantissa_bits > 0
+                 or mode not in (Rounding.NEAREST_EVEN, Rounding.ODD)))
+
+
+def _kahan_fast(add, fl: list[int], c: OpContext):
+    """The Kahan order's row sum for :func:`_python_rows` in a deterministic mode, the
+    common case of each operation inline (see above), ``add`` (the Python-float adder of
+    ``c``, flag cell ``fl``) for the rest; :func:`_kahan_row` where that does not apply."""
+    fmt, mode = c.fmt, c.mode
+    if not _kahan_fast_ok(c):
         return _kahan_row(add)
-    sterbenz = c.result_subnormals is Subnormals.KEEP and c.fmt.subnormals
+    m = fmt.mantissa_bits
+    K = 2.0 ** (52 - m)  # ulp(v) * K: v's quantum in the format
+    qlo, qhi = 2.0 ** (fmt.emin - m), 2.0 ** (fmt.emax - m)
+    P = 2.0 ** (m + 1)  # a multiple of q below q * P has at most p bits
+    two_sum = not plan_for(fmt).add_exact
+    ulp, inf = math.ulp, math.inf
+    ne, odd = mode is Rounding.NEAREST_EVEN, mode is Rounding.ODD
+    # v > 0 (< 0) goes up from its floor when v % q > hp * q (hn * q); at a tie (0.5 q)
+    # when the floor is odd (ne) or v > 0 (nearest away); round to odd: when the floor is even
+    hp, hn = {Rounding.UP: (0.0, 0.0), Rounding.DOWN: (2.0, 2.0), Rounding.ODD: (2.0, 2.0),
+              Rounding.TOWARD_ZERO: (2.0, 0.0)}.get(mode, (0.5, 0.5))
+    zd = -0.0 if mode is Rounding.DOWN and fmt.nan_encoding is not NaNEncoding.FNUZ else 0.0
+    inexact_f = int(Flags.INEXACT)
+
+    def binade(s: float):
+        """(sign, L, H, Q, th, Qt): th, the magnitude's threshold in s's binade (as hp, hn);
+        Qt: s + y is exact in float64 when y is a multiple of Qt. L = inf: none."""
+        b = _binade(s, fmt) if s - s == 0.0 else None
+        if b is None:
+            return 1.0, inf, 0.0, 1.0, 0.0, 0.0
+        sg, L, H, Q = b
+        away = (mode is Rounding.UP and sg > 0) or (mode is Rounding.DOWN and sg < 0)
+        return sg, L, H, Q, (0.0 if away else 0.5 if hp == 0.5 else 2.0) * Q, L * 2.0**-52
 
     def row_sum(s: float, xs: list) -> float:
-        comp = 0.0
+        comp, ix = 0.0, False
+        sg, L, H, Q, th, Qt = binade(s)
         for x in xs:
-            y = fast(x, -comp)
-            t = fast(s, y)
-            if sterbenz and t != s and (0.5 * s <= t <= 2.0 * s or 2.0 * s <= t <= 0.5 * s):
-                comp = fast(t - s, -y)
+            v = x - comp  # y = fl(x - comp)
+            q1 = ulp(v) * K
+            if qlo <= q1 < qhi and (not two_sum or (v - x == -comp and v + comp == x)):
+                rem = v % q1
+                if rem:
+                    y = v - rem
+                    h = (hp if v > 0 else hn) * q1
+                    if (rem > h or (rem == h and ((y / q1) % 2.0 == 1.0 if ne else v > 0))
+                            or (odd and (y / q1) % 2.0 == 0.0)):
+                        y += q1
+                    ix = True
+                else:
+                    y = v
             else:
-                comp = fast(fast(t, -s), -y)
-            s = t
+                y, q1 = add(x, -comp), 0.0
+            u = s + y  # t = fl(s + y), in s's binade
+            a = u * sg
+            if L <= a < H and (not two_sum or q1 >= Qt):
+                rem = a % Q
+                if rem:
+                    t = a - rem
+                    if (rem > th or (rem == th and (not ne or (t / Q) % 2.0 == 1.0))
+                            or (odd and (t / Q) % 2.0 == 0.0)):
+                        t += Q
+                    ix = True
+                    t *= sg
+                else:
+                    t = u
+                d = t - s or zd  # exact (Sterbenz)
+                w = d - y
+                r = (Q if Q < q1 else q1) * P
+                if w and -r < w < r:
+                    comp = w  # exact
+                elif not w and y:
+                    comp = zd
+                else:
+                    comp = add(d, -y)
+                s = t
+                if t * sg == H:  # rounded up to the top of the binade
+                    sg, L, H, Q, th, Qt = binade(s)
+            else:
+                t = add(s, y)
+                comp = add(add(t, -s), -y)
+                s = t
+                sg, L, H, Q, th, Qt = binade(s)
+        if ix:
+            fl[0] |= inexact_f
         return s
 
     return row_sum
@@ -914,6 +967,26 @@ class _StochasticAdder:
                     self._note(i, f, h, a[i], b[i])
         return out
 
+    def add_raw(self, a: float, b: float, u: int) -> float:
+        """:meth:`add1` with the raw draw ``u`` given (bulk draws: the caller took it)."""
+        if self.daz:
+            a, b = self._daz(a), self._daz(b)
+        s = a + b
+        if not self.exact:
+            bb = s - a
+            lo = (a - (s - bb)) + (b - bb)
+            if lo != 0:
+                rb = self.rb
+                d = (u >> 11) * (1.0 / 9007199254740992.0) if rb is None else u >> (64 - rb)
+                v, f = self._pair(s, lo, d)
+                if self.want:
+                    self._note(0, f, s, a, b)
+                return v
+        r, f = self._round(_bits(s), u)
+        if self.want:
+            self._note(0, f, s, a, b)
+        return _float(r)
+
     def add1(self, a: float, b: float) -> float:
         """:meth:`add` for one row, on floats rather than lists (the same draws)."""
         if self.daz:
@@ -1012,6 +1085,8 @@ def _stochastic_runs(st: _StochasticAdder, c: OpContext):
 def _kahan_stochastic(X, acc: _Acc):
     rows, n = X.shape
     st = _StochasticAdder(acc.c, rows, 4 * (n - 1))
+    if rows == 1 and st.bulk and _kahan_fast_ok(acc.c):  # inline steps, draws in blocks
+        return _python_rows(X, _kahan_fast_stochastic(st, acc.c), st.fl, acc.fl)
     if rows == 1:  # floats rather than lists of one (the same draws)
         return _python_rows(X, _kahan_row(st.add1), st.fl, acc.fl)
     add = st.add
@@ -1028,6 +1103,94 @@ def _kahan_stochastic(X, acc: _Acc):
     return np.array(s, dtype=np.float64)
 
 
+_KAHAN_BLOCK = 1 << 12  # values per block of draws of the inline stochastic steps
+
+
+def _kahan_fast_stochastic(st: _StochasticAdder, c: OpContext):
+    """:func:`_kahan_fast` with stochastic rounding (one row, raw draws in bulk): operation
+    j of the row uses raw draw j, as :meth:`_StochasticAdder.add1` would take it; the inline
+    rounding is the kernel's carry (see above: up when |v| % q >= q * W, W = 1 - inc / 2**c),
+    every other case :meth:`_StochasticAdder.add_raw` with the same draw."""
+    fmt = c.fmt
+    m, cb, rb = fmt.mantissa_bits, st.c, st.rb
+    K = 2.0**cb  # ulp(v) * K: v's quantum in the format
+    qlo, qhi = 2.0 ** (fmt.emin - m), 2.0 ** (fmt.emax - m)
+    P = 2.0 ** (m + 1)
+    two_sum = not st.exact
+    ulp, inf, add = math.ulp, math.inf, st.add_raw
+    mask = np.uint64((1 << cb) - 1)
+
+    def binade(s: float):
+        b = _binade(s, fmt) if s - s == 0.0 else None
+        if b is None:
+            return 1.0, inf, 0.0, 1.0, 0.0
+        sg, L, H, Q = b
+        return sg, L, H, Q, L * 2.0**-52
+
+    def row_sum(s: float, xs: list) -> float:
+        comp, ix = 0.0, False
+        sg, L, H, Q, Qt = binade(s)
+        for j in range(0, len(xs), _KAHAN_BLOCK):
+            block = xs[j:j + _KAHAN_BLOCK]
+            U = st.take(4 * len(block))  # ops 4i .. 4i + 3 of value i
+            if rb is None:
+                inc = U & mask
+            else:
+                inc = ((U >> np.uint64(64 - rb)) << np.uint64(max(cb - rb, 0))) & mask
+            W = (1.0 - inc.astype(np.float64) * 2.0**-cb).tolist()
+            k = 0
+            for x in block:
+                v = x - comp  # y = fl(x - comp)
+                q1 = ulp(v) * K
+                if qlo <= q1 < qhi and (not two_sum or (v - x == -comp and v + comp == x)):
+                    rem = v % q1
+                    if rem:
+                        y = v - rem
+                        qw = q1 * W[k]
+                        if (rem >= qw) if v > 0 else (rem > q1 - qw):
+                            y += q1
+                        ix = True
+                    else:
+                        y = v
+                else:
+                    y, q1 = add(x, -comp, int(U[k])), 0.0
+                u = s + y  # t = fl(s + y), in s's binade
+                a = u * sg
+                if L <= a < H and (not two_sum or q1 >= Qt):
+                    rem = a % Q
+                    if rem:
+                        t = a - rem
+                        if rem >= Q * W[k + 1]:
+                            t += Q
+                        ix = True
+                        t *= sg
+                    else:
+                        t = u
+                    d = t - s  # exact (Sterbenz), +0 if t == s
+                    w = d - y
+                    r = (Q if Q < q1 else q1) * P
+                    if w and -r < w < r:
+                        comp = w  # exact
+                    elif not w and y:
+                        comp = 0.0
+                    else:
+                        comp = add(d, -y, int(U[k + 3]))
+                    s = t
+                    if t * sg == H:  # rounded up to the top of the binade
+                        sg, L, H, Q, Qt = binade(s)
+                else:
+                    t = add(s, y, int(U[k + 1]))
+                    comp = add(add(t, -s, int(U[k + 2])), -y, int(U[k + 3]))
+                    s = t
+                    sg, L, H, Q, Qt = binade(s)
+                k += 4
+        if ix:
+            st.fl[0] |= _INEXACT
+        return s
+
+    return row_sum
+
+
 def _sequential_loop(X, acc: _Acc):
     """The reference loop: one rounded add per column, vectorised across the rows."""
     s = X[:, 0].copy()
@@ -1039,7 +1202,7 @@ def _sequential_loop(X, acc: _Acc):
 def _kahan(X, acc: _Acc):
     if _scalar_ok(acc.c, X.shape[0]) and acc.c.mode in _STEP_MODES:
         add, fl = _scalar_adder(acc.c)  # few outputs: Python floats, the common case inline
-        return _python_rows(X, _kahan_steps(add, fl, acc.c), fl, acc.fl)
+        return _python_rows(X, _kahan_fast(add, fl, acc.c), fl, acc.fl)
     if native_ok(acc.c):  # each operation one native rounded op (see _native_sequential)
         cols = np.ascontiguousarray(X.T).astype(acc.c.fmt.dtype)
         s = cols[0].copy()
