@@ -253,6 +253,11 @@ def _structures(fi: Format, fo: Format, width: int | None) -> list[BlockFMA]:
         out.append(_valid(block_size=n, extra_bits=0, output_rounding=rne, summation="exact"))
         out.append(_valid(block_size=n, extra_bits=0, output_rounding=rne,
                           summation="pairwise"))
+        # c added to the rounded product sum (issue 33's B200 fp8 rule): the masks cancel as
+        # for a joined c; the rounding and late-c stages tell them apart
+        out.append(_valid(block_size=n, extra_bits=x, c_addition="rounded_sum"))
+        out.append(_valid(block_size=n, extra_bits=0, output_rounding=rne, summation="exact",
+                          c_addition="rounded_sum"))
     return [u for u in out if u is not None]
 
 
@@ -518,7 +523,7 @@ def _fields(u: BlockFMA) -> dict:
         "block_size", "extra_bits", "output_rounding", "min_exponent", "output_fraction_bits",
         "overflow", "summation", "grouping", "c_addition", "alignment_rounding",
         "late_extra_bits", "c_far_truncation", "sticky_bit", "products", "product_limit",
-        "input_subnormals", "output_subnormals")}
+        "input_subnormals", "output_subnormals", "c_rounding")}
 
 
 def _vary(units: list[BlockFMA], **choices) -> list[BlockFMA]:
@@ -545,6 +550,8 @@ def _refine(probe: _Probe, base: BlockFMA, fi: Format, fo: Format, rng) -> Block
     late = base.c_addition == "late"
     if late:  # the late addition's rounding matters to every sum with c
         cands = _vary(cands, alignment_rounding=(base.alignment_rounding, *_ROUNDINGS))
+    if base.c_addition == "rounded_sum":  # and so does the rounding of the addition of c
+        cands = _vary(cands, c_rounding=(base.c_rounding, *_ROUNDINGS))
     cands = probe.keep(cands, _rounding_rows(fi, fo, n, rng), "rounding")
     unit = cands[0]
     # 6. a late c's alignment, before the tiny and special values
