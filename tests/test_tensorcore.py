@@ -388,13 +388,13 @@ def test_gpu_names_and_errors():
         tc.dot([1.0], [1.0], gpu="V100", input_format="tf32")
     with pytest.raises(ValueError, match="no modelled GPU supports tf32->fp16"):
         tc.dot([1.0], [1.0], gpu="A100", input_format="tf32", output_format="fp16")
-    # B200 fp8 has a default (the exact rule); RTXPRO6000 has none: the error names the GPUs
+    # B200 fp8 has a default (issue 33's rule); RTXPRO6000 has none: the error names the GPUs
     # that model the pair, the B200 rules by name among them
     for fin in ("e4m3", "e5m2"):
         with pytest.raises(ValueError, match=r"RTXPRO6000 has no tensor-core mode fp8_e\dm\d "
                                              r"inputs.*supported on Ada.*B200, B200-fp8-published,"
                                              r" B200-fp8-variant, B200-fp8-published-rn, "
-                                             r"B200-fp8-exact \(RTX Blackwell"):
+                                             r"B200-fp8-exact, B200-fp8-rz-then-c \(RTX Blackwell"):
             tc.dot([1.0], [1.0], gpu="RTXPRO6000", input_format=fin)
     with pytest.raises(ValueError, match="unknown format"):
         tc.dot([1.0], [1.0], input_format="fp17")

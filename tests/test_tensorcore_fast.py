@@ -39,6 +39,13 @@ CUSTOM = [
     tc.BlockFMA(8, 0, "rne", summation="pairwise", output_subnormals="flush"),
     tc.BlockFMA(2, 0, "rne", summation="pairwise", output_subnormals="flush",
                 input_subnormals="daz"),
+    # c added to the rounded product sum (B200's fp8 rule and variations)
+    tc.BlockFMA(8, 2, "rz", -133, c_addition="rounded_sum"),
+    tc.BlockFMA(6, 1, "rne", None, c_addition="rounded_sum", c_rounding="toward_zero"),
+    tc.BlockFMA(4, -5, "rz", -20, c_addition="rounded_sum", c_rounding="down"),
+    tc.BlockFMA(8, 0, "up", None, c_addition="rounded_sum", c_rounding="up",
+                overflow="saturate"),
+    tc.BlockFMA(5, 0, "rz", summation="exact", c_addition="rounded_sum"),
 ]
 
 
@@ -127,6 +134,28 @@ def test_specialised_kernels_cover_the_amd_units(monkeypatch):
     d = tc.matmul(np.full((1, 8), 2.0**63), np.full((8, 1), 2.0**63), gpu="MI300X",
                   input_format="bf16")  # products 2**126 < the limit; their sum overflows
     assert used == ["_chain_late", "_chain_general"] and d[0, 0] == np.inf
+
+
+def test_rounded_sum_units_take_their_own_kernel(monkeypatch):
+    """c added to the rounded product sum: the aligned summation runs _chain_rounded, never
+    the joined-c plain kernel nor the exact kernel (whose c joins the sum); an exact product
+    sum with c added after runs the stage-by-stage kernel."""
+    used = []
+    for name in ("_chain", "_chain_exact", "_chain_late", "_chain_rounded", "_chain_general"):
+        f = getattr(tc_model, name)
+        monkeypatch.setattr(tc_model, name,
+                            lambda *a, _f=f, _n=name, **k: used.append(_n) or _f(*a, **k))
+    rng = np.random.default_rng(2)
+    A, B = rng.standard_normal((4, 64)), rng.standard_normal((64, 3))
+    for gpu, fin, kernel in (
+            ("B200", "fp8_e5m2", "_chain_rounded"), ("B200-fp8-rz-then-c", "e4m3",
+                                                     "_chain_rounded"),
+            ("B200-fp8-exact", "e5m2", "_chain_exact"),
+            (tc.BlockFMA(8, 0, "rz", summation="exact", c_addition="rounded_sum"), "bf16",
+             "_chain_general")):
+        used.clear()
+        tc.matmul(A, B, gpu=gpu, input_format=fin)
+        assert used == [kernel], (gpu, used)
 
 
 def test_fp32_cast_rounding_equals_the_rounding_kernel():

@@ -6,7 +6,9 @@ tree; plus the argument checks and the issue-14/15 error messages."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import zlib
 from fractions import Fraction
 
 import numpy as np
@@ -179,7 +181,15 @@ def test_generic_units_run_through_matmul_and_explain_matches_dot():
     (dict(input_subnormals="ftz"), "input_subnormals must be one of"),
     (dict(late_extra_bits=-1), "late_extra_bits"),
     (dict(c_far_truncation=-2), "c_far_truncation"),
-    (dict(summation="exact", c_addition="late"), "apply to summation='aligned' only"),
+    (dict(summation="exact", c_addition="late"), "no alignment to add c late to"),
+    (dict(summation="exact", sticky_bit=True), "apply to summation='aligned' only"),
+    (dict(summation="pairwise", output_rounding="rne", c_addition="rounded_sum"),
+     "c_addition must be 'joined'"),
+    (dict(c_rounding="stochastic"), "c_rounding must be one of"),
+    (dict(c_addition="rounded_sum", c_rounding="nearest_away"), "c_rounding must be one of"),
+    (dict(c_rounding="toward_zero"), "needs c_addition='rounded_sum'"),
+    (dict(c_addition="late", c_rounding="up"), "needs c_addition='rounded_sum'"),
+    (dict(grouping="odd_even", c_addition="rounded_sum"), "needs c_addition='late'"),
 ])
 def test_bad_generic_parameters(kw, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -228,11 +238,19 @@ def test_defaults_keep_the_plain_kernel():
     assert all(u.is_plain for g in ("V100", "A100", "Ada", "H100", "B200", "B200-fp8-variant")
                for (fin, _), u in tc.get_gpu(g).units.items()
                if not (g == "B200" and fin.startswith("fp8")))
-    # B200's fp8 default is the exact rule: B200-fp8-exact's units, an exact (not plain) sum
+    # B200's fp8 default is issue 33's rule: B200-fp8-rz-then-c's units, the products summed
+    # toward zero (2 extra bits, floor 2**-133) and c added after to nearest even (not plain)
     for fin in ("fp8_e4m3", "fp8_e5m2"):
         u = tc.get_gpu("B200").unit_for(fin, "fp32")
-        assert u == tc.get_gpu("B200-fp8-exact").unit_for(fin, "fp32") and not u.is_plain
-        assert u.summation == "exact" and u.output_rounding.value == "nearest_even"
+        assert u == tc.get_gpu("B200-fp8-rz-then-c").unit_for(fin, "fp32") and not u.is_plain
+        assert u != tc.get_gpu("B200-fp8-exact").unit_for(fin, "fp32")
+        assert (u.block_size, u.extra_bits, u.min_exponent, u.summation, u.c_addition) == (
+            32, 2, -133, "aligned", "rounded_sum")
+        assert u.output_rounding.value == "toward_zero"
+        assert u.c_rounding.value == "nearest_even"
+        assert repr(u) == ("BlockFMA(block_size=32, extra_bits=2, output_rounding="
+                           "'toward_zero', min_exponent=-133, c_addition='rounded_sum')")
+        assert u.describe().endswith("then c added to the rounded sum (nearest_even)")
     assert not any(u.is_plain for g in ("MI100", "MI210", "MI300X")
                    for u in tc.get_gpu(g).units.values())
     assert repr(tc.get_gpu("A100").unit_for("fp16", "fp32")) == (
@@ -352,7 +370,7 @@ def test_check_hardware_cli_messages(tmp_path, capsys):
     files = sorted(str(p) for p in data.glob("B200_*.txt.gz"))
     rows = [tc.load_hardware_file(f).rows for f in files]  # the files' own row counts
     assert len(files) == 2 and min(rows) > 0
-    # B200 fp8 runs with its default (the exact rule): every row, counts per file
+    # B200 fp8 runs with its default (issue 33's rule): every row, counts per file
     assert main(["check-hardware", *files]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line.split()[:3] + line.split()[4:6] for line in out[:2]] == [
@@ -388,7 +406,8 @@ def test_check_hardware_cli_messages(tmp_path, capsys):
         assert "RTXPRO6000 has no modelled fp8_e4m3->fp32 unit" in err
         assert err.endswith("valid --gpu choices for fp8_e4m3->fp32: Ada, L40S, H100, H200, "
                             "B200, B200-fp8-published, B200-fp8-variant, "
-                            "B200-fp8-published-rn, B200-fp8-exact")
+                            "B200-fp8-published-rn, B200-fp8-exact, "
+                            "B200-fp8-rz-then-c")
     p = tmp_path / "A100_fp16_to_fp32.txt"
     tc.write_hardware_file(p, "A100", "fp16", "fp32", [[0x3c00] + [0] * 7],
                            [[0x3c00] + [0] * 7], [0xbf7fffff], [0x33800000])
@@ -438,3 +457,40 @@ def test_every_unit_handles_short_and_ragged_k(gpu):
                        input_format=fin, output_format=fout)
             assert fpsim.to_bits(d, fout) == fpsim.to_bits(e, fout), (fin, fout, K)
             assert np.isfinite(d)
+
+
+@pytest.mark.parametrize("fo", ["fp32", "fp16"])
+@pytest.mark.parametrize("unit", [
+    tc.BlockFMA(8, 1, "rz", -132, c_addition="rounded_sum"),
+    tc.BlockFMA(8, 2, "rne", None, c_addition="rounded_sum", c_rounding="toward_zero"),
+    tc.BlockFMA(4, 0, "up", None, c_addition="rounded_sum", c_rounding="down"),
+    tc.BlockFMA(16, -6, "rz", None, c_addition="rounded_sum", c_rounding="up"),
+    tc.BlockFMA(8, 0, "rz", summation="exact", c_addition="rounded_sum"),
+], ids=lambda u: u.describe()[:60])
+def test_rounded_sum_is_the_product_sum_then_one_addition(unit, fo):
+    """c_addition="rounded_sum", block by block: the products' sum as the same unit with
+    c joined computes it for c = 0 (a zero c takes no part in the alignment), then
+    fpsim.add with c_rounding in the unit's result format (the core's addition)."""
+    from fpsim.tensorcore.model import dot_rows
+
+    fi, fo_ = fpsim.get_format("bf16"), fpsim.get_format(fo)
+    rfmt = unit.result_format(fo_)
+    products = dataclasses.replace(unit, c_addition="joined", c_rounding="nearest_even")
+    rng = np.random.default_rng(zlib.crc32(repr(unit).encode() + fo.encode()))
+    R, K = 400, 3 * unit.block_size + 3
+    e = rng.integers(-12, 6, (2, R, K))
+    v = rng.standard_normal((2, R, K)) * np.exp2(e) * (rng.random((2, R, K)) > 0.1)
+    a, b = tc.convert_input(v[0], fi), tc.convert_input(v[1], fi)
+    c = np.asarray(fpsim.round(rng.standard_normal(R) * np.exp2(rng.integers(-30, 12, R)),
+                               rfmt), dtype=np.float64)
+    c[::7] = -0.0
+    want = c.copy()
+    for k0 in range(0, K, unit.block_size):
+        k1 = min(K, k0 + unit.block_size)
+        s = dot_rows(a[:, k0:k1], b[:, k0:k1], np.zeros(R), products, fi, fo_)
+        want = np.asarray(fpsim.add(want, s, rfmt, unit.c_rounding), dtype=np.float64)
+    got = dot_rows(a, b, c, unit, fi, fo_)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    np.testing.assert_array_equal(got, want)
+    # the stage-by-stage kernel (a trace asked for) gives the same bits
+    np.testing.assert_array_equal(dot_rows(a, b, c, unit, fi, fo_, trace=[]), want)

@@ -90,38 +90,50 @@ def test_open_b200_fp8_variant_matches_every_row():
         assert (tc.model_results(hf, v) != hf.d_bits).sum() > 0, v
 
 
-def test_open_b200_fp8_default_is_the_exact_rule():
-    """gpu="B200" with fp8 inputs is the reasoned rule, B200-fp8-exact, bit for bit on the
-    6,000 measured rows (which it matches); the named alternatives stay selectable."""
+def test_open_b200_fp8_default_is_issue_33s_rule():
+    """gpu="B200" with fp8 inputs is issue 33's rule, B200-fp8-rz-then-c, bit for bit on the
+    6,000 measured rows (which it matches); the named alternatives stay selectable and fit
+    these rows too (tests/test_probe_b200_rule.py computes the rule apart)."""
     report = tc.check_hardware(OPEN)  # the GPU the files name: B200, its default fp8 unit
     assert report.ok and report.rows == 6000, str(report)
     assert [(f.gpu, f.matches) for f in report.files] == [("B200", 3000), ("B200", 3000)]
     for path in OPEN:
         hf = tc.load_hardware_file(path)
         d = tc.model_results(hf)
-        np.testing.assert_array_equal(d, tc.model_results(hf, "B200-fp8-exact"))
+        np.testing.assert_array_equal(d, tc.model_results(hf, "B200-fp8-rz-then-c"))
         np.testing.assert_array_equal(d, hf.d_bits)
-        # the rule itself, built here from its parameters: block 32, the products and c
-        # summed exactly, one rounding to nearest even
-        rule = tc.BlockFMA(32, 0, "nearest_even", summation="exact")
+        # the rule itself, built here from its parameters: block 32, 2 extra bits, floor
+        # 2**-133, the products' sum truncated to fp32, then c added to nearest even
+        rule = tc.BlockFMA(32, 2, "toward_zero", -133, c_addition="rounded_sum")
         np.testing.assert_array_equal(d, tc.model_results(hf, rule))
-        for name in ("B200-fp8-variant", "B200-fp8-published", "B200-fp8-published-rn"):
+        for name in ("B200-fp8-exact", "B200-fp8-variant"):
+            np.testing.assert_array_equal(d, tc.model_results(hf, name))
+        for name in ("B200-fp8-published", "B200-fp8-published-rn"):
             assert tc.get_gpu(name).unit_for(hf.input_format, "fp32") is not None
     # off the measured rows the choice matters (the wide_products probe): 1 + 2**-24 is a tie
-    # in fp32 that the product 2**-32 breaks upwards in an exact sum, while the variant's
-    # 30-bit window drops it (and rounds the tie to even)
+    # in fp32 that the product 2**-32 breaks upwards in an exact sum, while the rule's 25-bit
+    # window drops it and truncates the rest (as the variant's 30-bit window drops it and
+    # rounds the tie to even)
     a = [1.0, 2.0**-12, 2.0**-16]
-    exact = float(tc.dot(a, a, 0.0, gpu="B200", input_format="e5m2"))
+    exact = float(tc.dot(a, a, 0.0, gpu="B200-fp8-exact", input_format="e5m2"))
     # the exact sum is a float64; NumPy's cast rounds it once to nearest even
     assert exact == float(np.float32(1 + 2.0**-24 + 2.0**-32)) == 1 + 2.0**-23
+    assert float(tc.dot(a, a, 0.0, gpu="B200", input_format="e5m2")) == 1.0
     assert float(tc.dot(a, a, 0.0, gpu="B200-fp8-variant", input_format="e5m2")) == 1.0
+    # and c comes after the truncation (the c_late probe): 1 + 2**-24 truncates to 1, and
+    # c = 2**-25 then leaves it there; an exact sum, or the variant's joined c, reaches
+    # 1 + 2**-23 (above the tie)
+    a = [1.0, 2.0**-12]
+    assert float(tc.dot(a, a, 2.0**-25, gpu="B200", input_format="e5m2")) == 1.0
+    for name in ("B200-fp8-exact", "B200-fp8-variant"):
+        assert float(tc.dot(a, a, 2.0**-25, gpu=name, input_format="e5m2")) == 1 + 2.0**-23
 
 
 @pytest.mark.slow
 def test_open_b200_fp8_rows_are_the_correctly_rounded_sum():
-    """Independent check of B200's fp8 default (the exact rule) and of the variant: c + sum
-    of the 32 exact products, rounded once to nearest even (Fraction arithmetic,
-    fpsim.round_pair), reproduces the measured rows."""
+    """Independent check of the exact rule (B200-fp8-exact), which fits these rows as B200's
+    default does: c + sum of the 32 exact products, rounded once to nearest even (Fraction
+    arithmetic, fpsim.round_pair), reproduces the measured rows."""
     for path in OPEN:
         hf = tc.load_hardware_file(path)
         a, b, c = hf.a, hf.b, hf.c

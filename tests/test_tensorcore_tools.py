@@ -77,12 +77,12 @@ def test_b200_fp8_probes_separate_the_candidate_rules(record):
     """The candidates that all fit the 6,000 measured B200 fp8 rows differ on the probes:
     wide_products separates the product window's width from an exact sum (e5m2 up to 38
     bits), c_late a joined c from a late one."""
-    cands = {"variant": "B200-fp8-variant", "exact": "B200-fp8-exact",
-             "joined20": tc.BlockFMA(32, 20, "rne", -133),
+    cands = {"default": "B200", "rule": "B200-fp8-rz-then-c", "variant": "B200-fp8-variant",
+             "exact": "B200-fp8-exact", "joined20": tc.BlockFMA(32, 20, "rne", -133),
              "late7": tc.BlockFMA(32, 7, "rne", -133, c_addition="late")}
-    out = {}
+    out, cases = {}, {}
     for group in ("wide_products", "c_late"):
-        a, b, c = record.make_cases(group, "fp8_e5m2", "fp32", 160)
+        a, b, c = cases[group] = record.make_cases(group, "fp8_e5m2", "fp32", 160)
         assert np.isfinite(a).all() and np.isfinite(b).all() and np.isfinite(c).all()
         out[group] = {n: tc.dot(a, b, c, gpu=u, input_format="fp8_e5m2")
                       for n, u in cands.items()}
@@ -90,6 +90,21 @@ def test_b200_fp8_probes_separate_the_candidate_rules(record):
     assert (w["variant"] != w["exact"]).any() and (w["joined20"] != w["exact"]).any()
     assert (w["variant"] != w["joined20"]).any()
     assert (cl["variant"] != cl["late7"]).any()
+    # the expected answers of B200's default, issue 33's rule (the groups' docstrings):
+    # wide_products never breaks the tie (P, or P / 4 with c = -3P / 4), in every row, where
+    # the exact sum always does and the variant does for small j; c_late never flips (c,
+    # rounded down), as the exact sum, where the variant's joined c flips
+    np.testing.assert_array_equal(w["default"], w["rule"])
+    np.testing.assert_array_equal(cl["default"], cl["rule"])
+    a, b, c = cases["wide_products"]
+    tie_kept = a[:, 0] * b[:, 0] + c
+    np.testing.assert_array_equal(w["default"], tie_kept)
+    assert (np.abs(w["exact"]) > np.abs(tie_kept)).all()
+    assert (w["variant"] != w["default"]).any()
+    a, b, c = cases["c_late"]
+    np.testing.assert_array_equal(cl["default"], c)
+    np.testing.assert_array_equal(cl["exact"], c)
+    assert (np.abs(cl["variant"]) > np.abs(c)).any()
 
 
 def test_record_arguments(record, tmp_path):

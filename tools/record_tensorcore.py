@@ -240,7 +240,13 @@ def c_late(_rng, fin, _fout, rows, k) -> Case:
     joins the alignment (block 32, F = 23 + extra bits below 2**30), p2 is truncated to 0 once
     j > extra bits - 1 and the exact tie goes to even (up); if the products are summed first,
     2**6 - 2**(6 - j) is exact and stays below the tie (down) for every j up to 24. The j at
-    which the result flips gives the extra bits of a joined c; no flip means a late c."""
+    which the result flips gives the extra bits of a joined c; no flip means a late c.
+
+    Expected on a B200 (e5m2, every j reachable): B200's default, issue 33's rule (products
+    summed toward zero to fp32 with 2 extra bits, then c added to nearest even), never flips:
+    every row gives c (rounded down), as the exact sum (B200-fp8-exact) does; the variant's
+    joined c (7 extra bits) flips from j = 7 on, the published RNE model's from j = 2. A flip
+    proves c joins the alignment, and the rule wrong."""
     fmt = _fmt(fin)
     a = np.zeros((rows, k))
     b = np.zeros((rows, k))
@@ -270,7 +276,13 @@ def wide_products(_rng, fin, _fout, rows, k) -> Case:
     the tie and the tiny term left, rows of the second half). The tiny product breaks the tie
     upward only while it survives: a joined alignment with F = 23 + extra fraction bits drops
     it once 24 + j > F; an exact (Kulisch) product sum never does. The B200 fp8 rows fit both
-    (docs/tensorcore-model.md); this group separates them."""
+    (docs/tensorcore-model.md); this group separates them.
+
+    Expected on a B200: B200's default, issue 33's rule, never breaks the tie: its products'
+    sum is truncated to fp32 (toward zero) before c is added, so every row gives P (c = 0) or
+    P / 4 (c = -3P / 4), for every j; the exact sum (B200-fp8-exact) breaks it in every row,
+    the variant (7 extra bits, nearest even) for j <= 6 (rows with c = 0). A tie broken
+    upwards proves the product sum is not truncated toward zero, and the rule wrong."""
     fmt = _fmt(fin)
     a = np.zeros((rows, k))
     b = np.zeros((rows, k))

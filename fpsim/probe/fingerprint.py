@@ -15,12 +15,14 @@ the parameters of later stages do not change them:
 1. alignment width (``extra_bits``), read first: c = 2**s, a product -2**s and a product
    2**(s - t), for t = 1, 2, ...: the small one survives the alignment while t <= 23 +
    extra_bits (Fasi et al. 2021's probe, scanned);
-2. structure (block size, c joined or added late, odd/even product groups, aligned, exact or
-   pairwise summation, a sticky bit): FPRev's masks on products (+M and -M, units elsewhere,
-   c masked too): where M and -M cancel tells which terms share a block and where c joins;
-   then the width again, per structure, from the width read and its neighbours;
-3. output rounding, normalised products and the sticky bit: dot products of random
-   significands over a few binades, with sums that need rounding;
+2. structure (block size, c joined, added late or added to the rounded product sum, odd/even
+   product groups, aligned, exact or pairwise summation, a sticky bit): FPRev's masks on
+   products (+M and -M, units elsewhere, c masked too): where M and -M cancel tells which
+   terms share a block and where c joins; then the width again, per structure, from the width
+   read and its neighbours;
+3. output rounding, normalised products and the sticky bit (and the rounding of a c added to
+   the rounded product sum): dot products of random significands over a few binades, with
+   sums that need rounding;
 4. for a late c: the two-operand alignment's rounding, its extra bits and the far-c rule, with
    c and product sums at random exponent gaps;
 5. subnormal inputs, the overflow rule and the product limit: subnormal operands, sums past
@@ -253,6 +255,12 @@ def _structures(fi: Format, fo: Format, width: int | None) -> list[BlockFMA]:
         out.append(_valid(block_size=n, extra_bits=0, output_rounding=rne, summation="exact"))
         out.append(_valid(block_size=n, extra_bits=0, output_rounding=rne,
                           summation="pairwise"))
+        # c added to the rounded product sum (issue 33's B200 fp8 rule): where +M and -M
+        # cancel inside a block, c (a unit) survives, where a joined or late c is cut with
+        # the block's units
+        out.append(_valid(block_size=n, extra_bits=x, c_addition="rounded_sum"))
+        out.append(_valid(block_size=n, extra_bits=0, output_rounding=rne, summation="exact",
+                          c_addition="rounded_sum"))
     return [u for u in out if u is not None]
 
 
@@ -518,7 +526,7 @@ def _fields(u: BlockFMA) -> dict:
         "block_size", "extra_bits", "output_rounding", "min_exponent", "output_fraction_bits",
         "overflow", "summation", "grouping", "c_addition", "alignment_rounding",
         "late_extra_bits", "c_far_truncation", "sticky_bit", "products", "product_limit",
-        "input_subnormals", "output_subnormals")}
+        "input_subnormals", "output_subnormals", "c_rounding")}
 
 
 def _vary(units: list[BlockFMA], **choices) -> list[BlockFMA]:
@@ -545,6 +553,8 @@ def _refine(probe: _Probe, base: BlockFMA, fi: Format, fo: Format, rng) -> Block
     late = base.c_addition == "late"
     if late:  # the late addition's rounding matters to every sum with c
         cands = _vary(cands, alignment_rounding=(base.alignment_rounding, *_ROUNDINGS))
+    if base.c_addition == "rounded_sum":  # and so does the rounding of the addition of c
+        cands = _vary(cands, c_rounding=(base.c_rounding, *_ROUNDINGS))
     cands = probe.keep(cands, _rounding_rows(fi, fo, n, rng), "rounding")
     unit = cands[0]
     # 6. a late c's alignment, before the tiny and special values

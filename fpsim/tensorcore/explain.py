@@ -109,9 +109,10 @@ class DotExplanation:
                 for t in blk.terms:
                     out.append(f"  {t.label:<10} {_fmt(t.value)}")
                 out.extend(f"  {line}" for line in blk.stages)
-                out.append(f"  exact value c + sum = {_fmt(blk.value)}" if
+                what = "sum of the products" if u.c_addition == "rounded_sum" else "c + sum"
+                out.append(f"  exact value {what} = {_fmt(blk.value)}" if
                            blk.value == Fraction(float(blk.value)) else
-                           f"  exact value c + sum ~ {float(blk.value)!r}")
+                           f"  exact value {what} ~ {float(blk.value)!r}")
                 out.append(f"  result ({blk.rounding}, {blk.result_format}): {blk.result!r}")
                 continue
             floor = "none" if blk.min_exponent is None else f"2^{blk.min_exponent}"
@@ -251,7 +252,7 @@ def _generic_block(i: int, step: dict, a, b, unit: BlockFMA, fi: Format, fo: For
         x, y = Fraction(float(a[k])), Fraction(float(b[k]))
         v = x * y
         grp = ("even" if (k - k0) % 2 == 0 else "odd") if unit.grouping == "odd_even" else \
-            ("products" if unit.c_addition == "late" else "")
+            ("products" if unit.c_addition != "joined" else "")
         if v == 0:
             terms.append(TermStep(f"a{k}*b{k}", v, Fraction(0), None, 2 * m_in, 0, Fraction(0),
                                   grp))
@@ -263,6 +264,20 @@ def _generic_block(i: int, step: dict, a, b, unit: BlockFMA, fi: Format, fo: For
                               Fraction(0), grp))
     cv = Fraction(cin)
     stages: list[str] = []
+    after = unit.c_addition == "rounded_sum"
+    if after:  # the rounded product sum and the addition of c, for the stage lines
+        ps = float(step["product_sum"].reshape(-1)[0])
+        c_line = (f"c added to it: {_fmt(cv)} + {ps!r}, one addition rounded "
+                  f"{unit.c_rounding.value} to {rfmt.name}: {result!r}")
+        how_rounded = f"{unit.output_rounding.value}, then c added {unit.c_rounding.value}"
+    if unit.summation != "aligned" and after:
+        value = sum((t.value for t in terms), Fraction(0))
+        stages.append(f"the products summed exactly (Kulisch accumulator), rounded "
+                      f"{unit.output_rounding.value} to {rfmt.name}: {ps!r}")
+        stages.append(c_line)
+        terms.append(TermStep("c", cv, Fraction(0), None, fo.mantissa_bits, 0, Fraction(0)))
+        return BlockStep(i, k0, k1, cin, terms, None, unit.min_exponent, 0, 0, 0, value,
+                         how_rounded, rfmt.name, result, stages)
     if unit.summation != "aligned":
         how = "exactly (Kulisch accumulator)" if unit.summation == "exact" else \
             "pairwise, each addition rounded to nearest even in the output format"
@@ -273,10 +288,12 @@ def _generic_block(i: int, step: dict, a, b, unit: BlockFMA, fi: Format, fo: For
                          unit.output_rounding.value, rfmt.name, result, stages)
     late = unit.c_addition == "late"
     ec = max(_exponent(cv, C_MIN_EXPONENT), C_MIN_EXPONENT) if cv != 0 else C_MIN_EXPONENT
-    cterm = TermStep("c", cv, abs(cv) / Fraction(2) ** ec, ec if (cv != 0 or late) else None,
-                     fo.mantissa_bits, 0, Fraction(0), "c (late)" if late else "")
+    cterm = TermStep("c", cv, abs(cv) / Fraction(2) ** ec,
+                     ec if (cv != 0 or late) and not (after and cv == 0) else None,
+                     fo.mantissa_bits, 0, Fraction(0),
+                     "c (late)" if late else "c (added after)" if after else "")
     groups: dict[str, list[TermStep]] = {}
-    for t in terms + ([] if late else [cterm]):
+    for t in terms + ([] if late or after else [cterm]):
         groups.setdefault(t.group, []).append(t)
     sums: dict[str, tuple[int, int]] = {}
     Fe = F + int(unit.sticky_bit)
@@ -303,7 +320,15 @@ def _generic_block(i: int, step: dict, a, b, unit: BlockFMA, fi: Format, fo: For
                       f"sum {total} x 2^{mx - Fe}")
     largest = max((t.exponent for t in terms + [cterm] if t.exponent is not None
                    and t.value != 0), default=None)
-    if not late:
+    if after:  # c takes no part in the products' alignment
+        total, mx = sums.get("products", (0, unit.min_exponent if unit.min_exponent
+                                          is not None else 0))
+        gain = 0
+        stages.append(f"the product sum rounded {unit.output_rounding.value} to {rfmt.name}: "
+                      f"{ps!r}")
+        stages.append(c_line)
+        terms.append(cterm)
+    elif not late:
         total, mx = sums.get("", (0, unit.min_exponent if unit.min_exponent is not None
                                   else 0))
         gain = 0
@@ -346,11 +371,15 @@ def _generic_block(i: int, step: dict, a, b, unit: BlockFMA, fi: Format, fo: For
         raise RuntimeError(f"internal error: explanation sum {total} != kernel sum {s}")
     Ftot = Fe + gain
     value = s * Fraction(2) ** (mx - Ftot)
-    if late is False:
+    if not (late or after):
         terms_out = [t for t in terms if t.label != "c"] + [cterm]
         if cv == 0:
             cterm.exponent = None
     else:
         terms_out = terms
+    if after:  # the largest exponent among the aligned terms: the products'
+        largest = max((t.exponent for t in terms if t.exponent is not None and t.value != 0
+                       and t.label != "c"), default=None)
     return BlockStep(i, k0, k1, cin, terms_out, largest, unit.min_exponent, mx, Ftot, s, value,
-                     unit.output_rounding.value, rfmt.name, result, stages)
+                     how_rounded if after else unit.output_rounding.value, rfmt.name, result,
+                     stages)

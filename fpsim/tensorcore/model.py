@@ -45,6 +45,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from ..arithmetic import add as fp_add
+from ..arithmetic import quiet_flags
 from ..checks import as_int
 from ..formats import FP32, TF32, Format
 from ..modes import Overflow, Rounding, Subnormals
@@ -297,6 +299,28 @@ def _flush(x: np.ndarray, fmt: Format, signed: bool = False) -> np.ndarray:
     return np.where(tiny, np.copysign(0.0, x) if signed else 0.0, x)
 
 
+def _add_c(c: np.ndarray, s: np.ndarray, rfmt: Format, mode: Rounding,
+           overflow: BlockOverflow) -> np.ndarray:
+    """c + s for c and s already rfmt values, one correctly rounded addition in rfmt (IEEE
+    754's, signed zeros included; c_addition="rounded_sum"). fp32 to nearest even is float32
+    arithmetic; otherwise the core's :func:`fpsim.add` (exact whatever the exponent gap: no
+    double rounding through float64), its flags kept out of the caller's flag context. An
+    exact sum at or past 2**(emax + 1) is +-inf under ``"always_inf"`` in every mode (the
+    float64 sum of two rfmt values reaches 2**(emax + 1) exactly when the exact one does)."""
+    if rfmt == FP32 and mode is Rounding.NEAREST_EVEN and overflow is not BlockOverflow.SATURATE:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return (c.astype(np.float32) + s.astype(np.float32)).astype(np.float64)
+    with quiet_flags(), np.errstate(over="ignore", invalid="ignore"):
+        r = np.asarray(fp_add(c, s, rfmt, mode, overflow=_core_overflow(overflow)),
+                       dtype=np.float64)
+        if overflow is BlockOverflow.ALWAYS_INF:
+            v = c + s
+            big = np.abs(v) >= _out_params(rfmt).ovf_value
+            if big.any():
+                r = np.where(big, np.copysign(np.inf, v), r)
+    return np.array(r, dtype=np.float64).reshape(np.shape(s))
+
+
 def _exact_round(terms: np.ndarray, rfmt: Format, mode: Rounding,
                  overflow: BlockOverflow = BlockOverflow.ALWAYS_INF) -> np.ndarray:
     """Round the exact sum of the float64 terms over axis 0 once to rfmt: an error-free
@@ -421,7 +445,22 @@ def _block_general(P, E, c, unit: BlockFMA, rfmt: Format, n: int, prod_bits: int
         if (pos | neg).any():
             lim = (pos | neg, np.where(pos & neg, np.nan, np.where(pos, np.inf, -np.inf)))
     info: dict = {}
-    if unit.summation == "exact":
+    if unit.c_addition == "rounded_sum":  # the products' sum rounded, then c added to it
+        if unit.summation == "exact":  # (row 0 of the exact sum's terms is a zero c)
+            v = None
+            ps = _exact_sum(np.concatenate([np.zeros_like(cf)[None], P]), rfmt, mode, overflow,
+                            prod_bits)
+        else:
+            s, mx, Fe, _ = _aligned_sum(P, E, floor, F, unit.sticky_bit)
+            v = s * _pow2(mx - 1023 - Fe)
+            ps = np.empty_like(v)
+            _round_out(v, rfmt, mode, overflow, ps)
+            info = {"max_exponent": mx - 1023, "sum": s, "value": v}
+        if flush_out:
+            ps = _flush(ps, rfmt)
+        info["product_sum"] = ps
+        d = _add_c(cf, ps, rfmt, unit.c_rounding, overflow)
+    elif unit.summation == "exact":
         d = _exact_sum(np.concatenate([cf[None], P]), rfmt, mode, overflow, prod_bits)
     elif unit.summation == "pairwise":
         if P.shape[0] < n:  # the last block is padded with zero products, as the unit does
@@ -510,13 +549,16 @@ _C_FLOOR = float(np.ldexp(1.0, C_MIN_EXPONENT))  # c joins with at least exponen
 
 
 def _fast_kind(unit: BlockFMA) -> str | None:
-    """'exact', 'late' or 'pairwise' when a specialised kernel computes this unit."""
+    """'exact', 'late', 'rounded_sum' or 'pairwise' when a specialised kernel computes this
+    unit (None: the stage-by-stage kernel)."""
     if unit.summation == "pairwise":
         return "pairwise"
     if (unit.sticky_bit or unit.products != "unnormalised"
             or unit.input_subnormals is not Subnormals.KEEP
             or unit.output_subnormals is not Subnormals.KEEP):
         return None
+    if unit.c_addition == "rounded_sum":
+        return "rounded_sum" if unit.summation == "aligned" else None
     if unit.summation == "exact":
         return "exact"
     if unit.summation == "aligned" and unit.c_addition == "late":
@@ -673,6 +715,38 @@ def _chain_late(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format,
     return d
 
 
+def _chain_rounded(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format,
+                   out_shape: tuple) -> np.ndarray:
+    """Chained aligned block sums with c added to the rounded product sum
+    (c_addition="rounded_sum"): :func:`_chain`'s one pass per block over the products alone
+    (maxE from them and the floor; a block of zero products sums to +0), the sum rounded to
+    rfmt by the output rounding, then c added by :func:`_add_c`."""
+    K = av.shape[0]
+    n = unit.block_size
+    floor = (_NO_FLOOR if unit.min_exponent is None else unit.min_exponent) + 1023
+    rnd = _rounder(rfmt, unit.output_rounding, unit.overflow)
+    P = np.empty((max(0, min(n, K)), *out_shape))
+    E = np.empty((max(0, min(n, K)), *out_shape), dtype=np.int32)
+    d = np.array(np.broadcast_to(c, out_shape), dtype=np.float64)
+    ps = np.empty(out_shape)
+    scale_base = np.int64(unit.fraction_bits + 2 * 1023)  # minus maxE': 2**(F - maxE)'s field
+    for k0 in range(0, K, n):
+        k1 = min(K, k0 + n)
+        p, e = P[:k1 - k0], E[:k1 - k0]
+        np.multiply(av[k0:k1], bv[k0:k1], out=p)
+        np.add(ae[k0:k1], be[k0:k1], out=e)
+        mx = np.maximum(e.max(axis=0), floor)
+        scale = ((scale_base - mx) << 52).view(np.float64)
+        np.multiply(p, scale, out=p)
+        np.trunc(p, out=p)
+        s = p.sum(axis=0)  # exact: integers below 2**53
+        s += 0.0
+        s /= scale
+        rnd(s, ps)
+        d = _add_c(d, ps, rfmt, unit.c_rounding, unit.overflow)
+    return d
+
+
 def _chain_pairwise(av, _ae, bv, _be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple, *,
                     fi: Format = FP32) -> np.ndarray:
     """Chained pairwise block sums with fp32 results: :func:`_pairwise` in float32 throughout.
@@ -748,6 +822,8 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
         chain = functools.partial(_chain_exact, fi=fi, c_bits=(fo or rfmt).mantissa_bits)
     elif kind == "pairwise" and rfmt == FP32:
         chain = functools.partial(_chain_pairwise, fi=fi)
+    elif kind == "rounded_sum":
+        chain = _chain_rounded
     elif kind == "late":
         chain = _chain_late
         ae16 = np.maximum(ae, _LIVE16).astype(np.int16)  # exponents stay within int16

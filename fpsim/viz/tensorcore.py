@@ -40,6 +40,7 @@ GPU_COLORS: dict[str, str] = {
     "V100": "#D55E00", "A100": "#E69F00", "A30": "#E69F00", "A2": "#E69F00", "Ada": "#999933",
     "L40S": "#999933", "H100": "#CC79A7", "H200": "#CC79A7", "B200": "#882255",
     "B200-fp8-variant": "#882255", "B200-fp8-published": "#AA4499",
+    "B200-fp8-rz-then-c": "#882255",
 }
 _BASELINE_COLORS = {"sequential": "#0072B2", "pairwise": "#56B4E9", "kahan": "#009E73",
                     "wide": "#404040"}
