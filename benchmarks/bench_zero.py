@@ -23,7 +23,7 @@ import sys
 
 from threadpoolctl import threadpool_limits
 
-from fpsim import cli_zero as zcli
+from fpsim.cli import zero as zcli
 
 
 def zero_args(n: int, stage: int, steps: int, batch: int) -> argparse.Namespace:

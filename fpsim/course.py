@@ -2,10 +2,11 @@
 out for a class.
 
 - The notebooks ship inside the package (``fpsim/course_notebooks/``: each ``NN_name.ipynb``
-  with its jupytext source ``NN_name.py``), so any install can write them out:
-  ``fpsim notebooks DIR`` the instructor editions (:func:`write_teacher_editions`),
-  ``fpsim notebooks --student DIR`` the student editions (:func:`write_student_editions`). A
-  notebook already in DIR (a student's edited copy) is overwritten only with ``--force``.
+  with its jupytext source ``NN_name.py``), so any install can write them out
+  (:mod:`fpsim.cli.notebooks`): ``fpsim notebooks DIR`` the instructor editions
+  (:func:`write_teacher_editions`), ``fpsim notebooks --student DIR`` the student editions
+  (:func:`write_student_editions`). A notebook already in DIR (a student's edited copy) is
+  overwritten only with ``--force``.
 - :func:`checker` gives a notebook its ``check(question, answer)``: it says whether a numeric
   answer is right without printing the expected value, and names the unit when an answer is off
   by a power of ten. The package holds only digests of the answers (:func:`answer_digest`),
@@ -30,7 +31,6 @@ not right yet: fp16 2048 + 1: what is the spacing of fp16 numbers just above 2**
 
 from __future__ import annotations
 
-import argparse
 import ast
 import contextlib
 import hashlib
@@ -42,8 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["QUESTIONS", "Question", "Verdict", "answer_digest", "checker", "configure_parser",
-           "run_cli", "student_edition", "write_student_editions", "write_teacher_editions"]
+__all__ = ["QUESTIONS", "Question", "Verdict", "answer_digest", "checker", "default_source",
+           "student_edition", "write_student_editions", "write_teacher_editions"]
 
 SOLUTION_TAG = "solution"
 PLACEHOLDER = "# your code here"
@@ -461,8 +461,8 @@ def write_student_editions(source: Path | str, out: Path | str, *,
 
     >>> import tempfile
     >>> out = Path(tempfile.mkdtemp())
-    >>> paths = write_student_editions(_default_source(), out)
-    >>> write_student_editions(_default_source(), out)  # doctest: +ELLIPSIS
+    >>> paths = write_student_editions(default_source(), out)
+    >>> write_student_editions(default_source(), out)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ValueError: '...' already holds ... of the notebooks (01_formats_and_rounding.ipynb, ...
     """
@@ -492,7 +492,7 @@ def write_teacher_editions(source: Path | str, out: Path | str, *,
     ``force=True``.
 
     >>> import tempfile
-    >>> [p.name for p in write_teacher_editions(_default_source(), tempfile.mkdtemp())][0]
+    >>> [p.name for p in write_teacher_editions(default_source(), tempfile.mkdtemp())][0]
     '01_formats_and_rounding.ipynb'
     """
     source, out = Path(source), Path(out)
@@ -509,40 +509,11 @@ def write_teacher_editions(source: Path | str, out: Path | str, *,
     return targets
 
 
-def _default_source() -> Path:
+def default_source() -> Path:
     """The notebooks shipped inside the package (fpsim/course_notebooks/), so that any install,
-    editable or not, can write them out."""
+    editable or not, can write them out (``fpsim notebooks``' default ``--source``).
+
+    >>> default_source().name
+    'course_notebooks'
+    """
     return Path(__file__).resolve().parent / "course_notebooks"
-
-
-def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """Arguments of the ``notebooks`` subcommand."""
-    parser.add_argument("out", metavar="DIR",
-                        help="folder to write the notebooks into (created if missing)")
-    parser.add_argument("--student", action="store_true",
-                        help="write student editions (solutions removed, outputs cleared) "
-                             "instead of the instructor editions")
-    parser.add_argument("--force", action="store_true",
-                        help="overwrite notebooks already in DIR (by default fpsim refuses, "
-                             "naming them, so that no edited notebook is lost)")
-    parser.add_argument("--source", default=None,
-                        help="folder of instructor notebooks (default: the ones shipped with "
-                             "fpsim)")
-
-
-def run_cli(args: argparse.Namespace) -> int:
-    """Run ``fpsim notebooks [--student] [--force] DIR``."""
-    source = Path(args.source) if args.source else _default_source()
-    if args.student:
-        try:
-            import nbconvert  # noqa: F401
-            import nbformat  # noqa: F401
-        except ImportError as exc:
-            raise ValueError(f"fpsim notebooks --student needs nbformat and nbconvert ({exc}); "
-                             "install them: pip install 'fpsim[course]'") from None
-        written = write_student_editions(source, args.out, force=args.force)
-    else:
-        written = write_teacher_editions(source, args.out, force=args.force)
-    for path in written:
-        print(path)
-    return 0

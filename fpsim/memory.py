@@ -28,7 +28,6 @@ meter, next to the formula.
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
@@ -52,8 +51,6 @@ __all__ = [
     "checkpoint_peak_activations",
     "optimal_checkpoint_segments",
     "memory_report",
-    "configure_parser",
-    "run_cli",
 ]
 
 GB = 10**9
@@ -310,24 +307,9 @@ def optimal_checkpoint_segments(n_layers: int) -> int:
     return a if n <= a * a + a else a + 1  # sqrt(n) < a + 1/2 exactly when n <= a^2 + a
 
 
-# -- command line: fpsim memory -------------------------------------------------------------
-
-def configure_parser(p: argparse.ArgumentParser) -> None:
-    """Arguments of ``fpsim memory``."""
-    p.add_argument("--params", type=float, required=True,
-                   help="number of parameters Psi, e.g. 7.5e9")
-    p.add_argument("--gpus", type=int, required=True, help="data-parallel degree N_d")
-    p.add_argument("--stage", type=int, default=None, choices=ZERO_STAGES,
-                   help="one ZeRO stage (default: all of 0-3)")
-    p.add_argument("--k", type=float, default=12,
-                   help="optimizer-state bytes per parameter K (Adam: 12)")
-    p.add_argument("--gpu-memory", type=float, default=80, dest="gpu_memory",
-                   help="GPU memory in GB (10**9 bytes) for the fits column (default 80)")
-
-
 def memory_report(num_params: float, gpus: int, stage: int | None = None, k: float = 12,
                   gpu_memory_gb: float = 80) -> str:
-    """The text ``fpsim memory`` prints.
+    """The text ``fpsim memory`` prints (the command: :mod:`fpsim.cli.memory`).
 
     >>> print(memory_report(7.5e9, 64, stage=3).splitlines()[-1])
     3      P_os+g+p  1.875  1.746           2.25e+10              45  yes
@@ -357,12 +339,6 @@ def memory_report(num_params: float, gpus: int, stage: int | None = None, k: flo
     lines = [f"model states per rank: {psi:g} parameters, {gpus} data-parallel ranks, "
              f"K = {kk:g} (mixed-precision Adam: 2 + 2 + K bytes per parameter)"]
     return "\n".join(lines + [line(r) for r in [head] + rows])
-
-
-def run_cli(args: argparse.Namespace) -> int:
-    """Handler of ``fpsim memory``: prints :func:`memory_report`."""
-    print(memory_report(args.params, args.gpus, args.stage, args.k, args.gpu_memory))
-    return 0
 
 
 # -- measured memory: the meter of the autograd engine, ZeRO measured against the formulas ----

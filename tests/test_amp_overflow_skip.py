@@ -143,16 +143,16 @@ def test_train_with_an_overflowing_static_scale_says_why(capsys):
     on the same run skips them."""
     import argparse
 
-    import fpsim.training.cli as cli
+    from fpsim.cli import train as cli
 
     p = argparse.ArgumentParser()
-    cli.configure_train_parser(p)
+    cli.configure_parser(p)
     common = ["--precision", "fp16-master", "--steps", "3", "--hidden", "16", "--no-progress",
               "--no-plots"]
     with np.errstate(over="ignore", invalid="ignore"):
-        assert cli.run_train_cli(p.parse_args([*common, "--loss-scale", str(2.0**40)])) == 0
+        assert cli.run_cli(p.parse_args([*common, "--loss-scale", str(2.0**40)])) == 0
     out = capsys.readouterr().out
     assert "note: fp16-master: 3 steps had inf/NaN gradients and none was skipped" in out
     with np.errstate(over="ignore", invalid="ignore"):
-        assert cli.run_train_cli(p.parse_args([*common, "--loss-scale", "dynamic"])) == 0
+        assert cli.run_cli(p.parse_args([*common, "--loss-scale", "dynamic"])) == 0
     assert "note:" not in capsys.readouterr().out

@@ -20,10 +20,10 @@ size-like arguments an absurd size (10**12) and scale-like ones a scale float32 
 (1e-50, 1e50): it found mx.quantize's block_size and per_tensor_scale, make_blobs,
 minibatches, the layers' sizes, the rounding figures' n and Communicator's world_size
 allocating terabytes, and the quantizers' scales overflowing their float32 storage. The
-command line's plumbing (configure_parser, run_cli) takes its own parser's Namespace and is
-left out here (tests/test_cli_sweep.py sweeps it); so are calls that run as long as they were
-asked to (ASKED). Besides the arguments an example gives, each keyword it leaves at its
-default is also set to each bad value in turn."""
+command line's plumbing (fpsim.cli: configure_parser, run_cli) takes its own parser's
+Namespace and is not swept here (tests/test_cli_sweep.py sweeps it); nor are calls that run as
+long as they were asked to (ASKED). Besides the arguments an example gives, each keyword it
+leaves at its default is also set to each bad value in turn."""
 
 from __future__ import annotations
 
@@ -60,8 +60,6 @@ CLEAR = (TypeError, ValueError, OverflowError, IndexError, LookupError)
 # range, a size no array can have (a dimension of 10**30), a path that is not one
 THEIRS = ("Maximum allowed dimension exceeded", "Maximum allowed size exceeded",
           "expected str, bytes or os.PathLike object")
-# what fpsim's command line calls with its own parser's Namespace (users run `fpsim ...`)
-CLI_PLUMBING = {"configure_parser", "run_cli"}
 # calls that run as long as they were asked to: not hangs, and not run here
 ASKED = {
     "fpsim.quant.run_experiment(0=None)": "None is the full default experiment (minutes)",
@@ -85,8 +83,6 @@ def _examples():
     for mod_name in MODULES:
         mod = importlib.import_module(mod_name)
         for name in getattr(mod, "__all__", []):
-            if name in CLI_PLUMBING:
-                continue
             obj = getattr(mod, name)
             if not (inspect.isfunction(obj) or inspect.isclass(obj)) or not obj.__doc__:
                 continue

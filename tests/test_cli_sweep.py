@@ -2,7 +2,7 @@
 bad, negative-looking or absurd value must end in a clear one-line error (exit status 2 or 1),
 or be taken as a value; never a traceback, a hang, or "expected one argument" for a value
 such as ``-inf``. Output paths (``--json PATH``, ``--out DIR``, ``fpsim notebooks DIR``) are checked
-before a command works, by the one helper of :mod:`fpsim.cli_common`.
+before a command works, by the one helper of :mod:`fpsim.cli.common`.
 
 The sweep replaces the work each command does once its arguments are read (training,
 experiments, rendering, MPI jobs, writing notebooks) by a stop: what it checks is the plumbing
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from fpsim import cli
-from fpsim.cli_common import NEGATIVE_NUMBER, Output, OutputKind, check_output_path, error_line
+from fpsim.cli.common import NEGATIVE_NUMBER, Output, OutputKind, check_output_path, error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 HARDWARE_FILE = str(ROOT / "tests" / "data" / "tensorcore" / "V100_fp16_to_fp16.txt.gz")
@@ -35,14 +35,14 @@ BAD = ["abc", "-1", "-inf", "-nan", "-1e-5", "nan", "inf", "0", "1" + "0" * 30, 
        "1e999", "-0", "1.5", "-.5"]
 NEGATIVE_LOOKING = ["-1", "-inf", "-nan", "-1e-5", "-0", "-.5", "-Infinity", "-1E+3"]
 # what each command does once its arguments are read: replaced by a stop in the sweep
-WORK = [("fpsim.training.cli", "run_demo"), ("fpsim.training.cli", "run_demo_and_control"),
-        ("fpsim.training.cli", "train"),
-        ("fpsim.quant.experiment", "run_experiment"), ("fpsim.cli_zero", "run_zero"),
-        ("fpsim.cli_zero", "_launch"), ("fpsim.cli_zero", "_run_rank"),
-        ("fpsim.viz.figures_cli", "render"), ("fpsim.viz.figures_cli", "prime_demo_runs"),
-        ("fpsim.course", "write_student_editions"),
-        ("fpsim.course", "write_teacher_editions"), ("fpsim.training.lm_cli", "run_lm"),
-        ("fpsim.probe.cli", "reveal_order"), ("fpsim.probe.cli", "fingerprint")]
+WORK = [("fpsim.cli.demo", "run_demo"), ("fpsim.cli.demo", "run_demo_and_control"),
+        ("fpsim.cli.train", "train"),
+        ("fpsim.quant.experiment", "run_experiment"), ("fpsim.cli.zero", "run_zero"),
+        ("fpsim.cli.zero", "_launch"), ("fpsim.cli.zero", "_run_rank"),
+        ("fpsim.cli.figures", "render"), ("fpsim.cli.figures", "prime_demo_runs"),
+        ("fpsim.cli.notebooks", "write_student_editions"),
+        ("fpsim.cli.notebooks", "write_teacher_editions"), ("fpsim.cli.lm", "run_lm"),
+        ("fpsim.cli.probe", "reveal_order"), ("fpsim.cli.probe", "fingerprint")]
 
 
 class WouldWork(BaseException):
@@ -253,7 +253,7 @@ def test_main_turns_every_exception_into_one_line(monkeypatch, exc, status, word
 
 
 def test_figures_dpi_is_bounded(stopped):
-    from fpsim.viz.figures_cli import MAX_DPI
+    from fpsim.cli.figures import MAX_DPI
 
     for dpi in ("100000", str(MAX_DPI + 1), "0", "-5"):
         rc, _, err = _main(["figures", "--dpi", dpi])

@@ -457,7 +457,7 @@ def test_the_notebooks_ship_inside_the_package() -> None:
     config = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     patterns = config["tool"]["setuptools"]["package-data"]["fpsim"]
     package = Path(course.__file__).resolve().parent
-    assert course._default_source() == NOTEBOOKS_DIR
+    assert course.default_source() == NOTEBOOKS_DIR
     for path in NOTEBOOKS:
         rel = path.relative_to(package).as_posix()
         assert any(fnmatch.fnmatch(rel, p) for p in patterns), rel

@@ -16,7 +16,9 @@ import json
 
 import pytest
 
-import fpsim.training.cli as cli
+from fpsim.cli import demo as cli
+from fpsim.cli import figures as figures_cli
+from fpsim.cli import train as train_cli
 from fpsim.training import PRECISIONS
 from fpsim.training.experiment import run_demo
 
@@ -27,7 +29,7 @@ KEYS = ("precision", "loss_scale", "final_loss", "test_accuracy", "skipped_steps
 
 def _demo_args(*argv):
     p = argparse.ArgumentParser()
-    cli.configure_demo_parser(p)
+    cli.configure_parser(p)
     return p.parse_args(list(argv))
 
 
@@ -45,13 +47,11 @@ def demo(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(buf), \
             contextlib.redirect_stderr(io.StringIO()):
         mp.setattr(cli, "run_demo", keep)
-        rc = cli.run_demo_cli(_demo_args("--quick", "--json", "--no-progress", "--out",
+        rc = cli.run_cli(_demo_args("--quick", "--json", "--no-progress", "--out",
                                          str(out)))
     objs = [json.loads(line) for line in buf.getvalue().splitlines() if line.strip()]
-    from fpsim.viz import training
-
     # the gallery's demo figures come from this same --quick run: no second run this session
-    training._DEMO_CACHE.setdefault("True:0", held["runs"])
+    figures_cli._DEMO_CACHE.setdefault("True:0", held["runs"])
     return {"rc": rc, "objs": objs, "out": out, "runs": held["runs"]}
 
 
@@ -147,7 +147,7 @@ def test_outputs_saved(demo):
 
 @slow
 def test_tables(demo, capsys):
-    assert cli._finish(demo["runs"], _demo_args("--no-plots")) == 0
+    assert cli.finish(demo["runs"], _demo_args("--no-plots")) == 0
     text = capsys.readouterr().out
     assert text.count("mixed-fp16") == 3  # the results row, its finding, the memory row
     assert "What the runs show" in text and "[NO]" not in text
@@ -164,7 +164,7 @@ def test_text_output_names_the_control_and_the_choices(demo, capsys, monkeypatch
     name, changes = CONTROL
     control = run_demo(quick=True, precisions=[name], progress=False, **changes)[0]
     monkeypatch.setattr(cli, "run_demo_and_control", lambda **kw: (demo["runs"], control))
-    assert cli.run_demo_cli(_demo_args("--quick", "--no-plots", "--no-progress")) == 0
+    assert cli.run_cli(_demo_args("--quick", "--no-plots", "--no-progress")) == 0
     text = capsys.readouterr().out
     table = text.index("What the runs show")
     line = next(ln for ln in text.splitlines() if "with --grad-shift 0" in ln)
@@ -196,7 +196,7 @@ def test_gallery_figures_from_the_runs(demo):
 # ---------------------------------------------------------------------- fpsim train
 def _train_parser():
     p = argparse.ArgumentParser(prog="fpsim train")
-    cli.configure_train_parser(p)
+    train_cli.configure_parser(p)
     return p
 
 
@@ -216,7 +216,7 @@ def test_train_unknown_precision_lists_the_valid_ones(capsys):
 ])
 def test_train_bad_arguments(argv, match, capsys):
     args = _train_parser().parse_args(["--precision", "fp16", "--no-progress", *argv])
-    assert cli.run_train_cli(args) == 2
+    assert train_cli.run_cli(args) == 2
     assert match in capsys.readouterr().err
 
 
@@ -224,7 +224,7 @@ def test_train_one_run(capsys, tmp_path):
     args = _train_parser().parse_args(
         ["--precision", "fp16-master", "--loss-scale", "512", "--steps", "3", "--hidden",
          "16", "--json", "--no-progress", "--out", str(tmp_path)])
-    assert cli.run_train_cli(args) == 0
+    assert train_cli.run_cli(args) == 0
     obj = json.loads(capsys.readouterr().out)
     assert obj["precision"] == "fp16-master" and obj["loss_scale"] == "512"
     assert obj["config"]["sizes"] == [64, 16, 10]
@@ -236,14 +236,12 @@ def test_out_unwritable_is_one_line(tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     bad = str(blocker / "sub")  # a folder under a file cannot be created
-    assert cli.run_demo_cli(_demo_args("--quick", "--out", bad)) == 2
+    assert cli.run_cli(_demo_args("--quick", "--out", bad)) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("fpsim demo: cannot write to --out") and "\n" not in err
     args = _train_parser().parse_args(["--precision", "fp32", "--steps", "1", "--out", bad])
-    assert cli.run_train_cli(args) == 2
+    assert train_cli.run_cli(args) == 2
     assert capsys.readouterr().err.startswith("fpsim train: cannot write to --out")
-    from fpsim.viz import figures_cli
-
     p = argparse.ArgumentParser()
     figures_cli.configure_parser(p)
     assert figures_cli.run_cli(p.parse_args(["--out", bad])) == 2
@@ -252,15 +250,15 @@ def test_out_unwritable_is_one_line(tmp_path, capsys):
 
 def test_progress_bars_only_on_a_terminal(monkeypatch):
     monkeypatch.setattr(cli.sys.stderr, "isatty", lambda: True, raising=False)
-    assert cli._progress(_demo_args()) is True
-    assert cli._progress(_demo_args("--json")) is False
-    assert cli._progress(_demo_args("--no-progress")) is False
+    assert cli.show_progress(_demo_args()) is True
+    assert cli.show_progress(_demo_args("--json")) is False
+    assert cli.show_progress(_demo_args("--no-progress")) is False
     monkeypatch.setattr(cli.sys.stderr, "isatty", lambda: False, raising=False)
-    assert cli._progress(_demo_args()) is False
+    assert cli.show_progress(_demo_args()) is False
 
 
 def test_figures_help_and_default_set(tmp_path, capsys):
-    from fpsim.viz import figures_cli, gallery
+    from fpsim.viz import gallery
 
     p = argparse.ArgumentParser()
     figures_cli.configure_parser(p)
@@ -280,6 +278,6 @@ def test_figures_help_and_default_set(tmp_path, capsys):
 def test_train_says_one_recipe(capsys, tmp_path):
     args = _train_parser().parse_args(["--precision", "bf16-sr", "--steps", "2", "--hidden",
                                        "8", "--no-plots", "--no-progress"])
-    assert cli.run_train_cli(args) == 0
+    assert train_cli.run_cli(args) == 0
     text = capsys.readouterr().out
     assert "the bf16-sr recipe" in text and "five" not in text and "seven" not in text

@@ -12,14 +12,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from fpsim.cli.memory import configure_parser, run_cli
 from fpsim.memory import (
     activation_bytes,
     checkpoint_peak_activations,
-    configure_parser,
     fits_on_gpu,
     format_zero_table,
     optimal_checkpoint_segments,
-    run_cli,
     zero_communication_bytes,
     zero_communication_volume,
     zero_model_state_bytes,

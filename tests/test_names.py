@@ -3,6 +3,7 @@ checked for what it is; old spellings kept for compatibility checked to mean the
 
 import inspect
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -156,11 +157,14 @@ def test_amp_autocast_is_the_class_and_its_module_has_another_name():
 def test_zero_cli_lives_in_the_cli_layer():
     import importlib
 
-    from fpsim import cli_zero
+    from fpsim.cli import zero
 
-    assert callable(cli_zero.run_cli) and callable(cli_zero.configure_parser)
+    assert callable(zero.run_cli) and callable(zero.configure_parser)
     with pytest.raises(ModuleNotFoundError):  # it imports fpsim.training: not below it
         importlib.import_module("fpsim.distributed.cli")
+    # nor beside it under its second name (a file check: an editable install of another
+    # checkout on sys.path could still answer the import)
+    assert not (Path(fpsim.__file__).parent / "cli_zero.py").exists()
 
 
 # ------------------------------------------------------------------ the format argument

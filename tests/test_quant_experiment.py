@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from fpsim.cli import quant as quant_cli
 from fpsim.datasets import load_digits
 from fpsim.quant import experiment as ex
 
@@ -115,17 +116,17 @@ def test_outlier_breaks_per_tensor_fp8_not_mx(quick):
 
 def test_cli(tmp_path, capsys, monkeypatch):
     p = argparse.ArgumentParser()
-    ex.configure_parser(p)
+    quant_cli.configure_parser(p)
     # a tiny run: the CLI's wiring is what is tested here
     monkeypatch.setattr(ex, "QUICK", ex.ExperimentConfig(hidden=8, epochs=1, qat_epochs=1,
                                                          ft_epochs=1, seeds=(0,)))
-    assert ex.run_cli(p.parse_args(["--quick", "--json", str(tmp_path / "q.json")])) == 0
+    assert quant_cli.run_cli(p.parse_args(["--quick", "--json", str(tmp_path / "q.json")])) == 0
     out = capsys.readouterr().out
     assert "INT8 PTQ per-channel" in out
     assert json.loads((tmp_path / "q.json").read_text())["config"]["hidden"] == 8
     for bad in (["--bits", "9"], ["--bits", "1"], ["--seeds", "0"], ["--lora-rank", "0"]):
         with pytest.raises(ValueError):
-            ex.run_cli(p.parse_args(bad))
+            quant_cli.run_cli(p.parse_args(bad))
 
 
 def test_bad_config():

@@ -214,13 +214,15 @@ def test_report_details_of_mismatches():
 
 
 def test_cli(capsys, tmp_path):
+    from fpsim.cli import check_hardware as cli
+
     p = argparse.ArgumentParser()
-    tc.configure_parser(p)
+    cli.configure_parser(p)
     args = p.parse_args([str(DATA / "V100_fp16_to_fp32.txt.gz"), "--show", "1"])
-    assert tc.run_cli(args) == 0
+    assert cli.run_cli(args) == 0
     assert "3000/3000 rows match" in capsys.readouterr().out
     args = p.parse_args([str(DATA / "H100_fp16_to_fp32.txt.gz"), "--gpu", "a100"])
-    assert tc.run_cli(args) == 1
+    assert cli.run_cli(args) == 1
     out = capsys.readouterr().out
     assert "A100" in out and "MISMATCHES" in out
     # formats given on the command line for a file without header or standard name
@@ -228,4 +230,4 @@ def test_cli(capsys, tmp_path):
     q.write_text("3c00,3c00 3c00,3c00 3f800000 40400000\n")
     args = p.parse_args([str(q), "--gpu", "H100", "--input-format", "fp16",
                          "--output-format", "fp32"])
-    assert tc.run_cli(args) == 0
+    assert cli.run_cli(args) == 0

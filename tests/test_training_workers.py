@@ -51,10 +51,10 @@ def test_default_workers_at_most_one_per_run(monkeypatch):
 def test_demo_cli_refuses_bad_jobs(capsys):
     import argparse
 
-    import fpsim.training.cli as cli
+    from fpsim.cli import demo as cli
 
     p = argparse.ArgumentParser()
-    cli.configure_demo_parser(p)
-    assert cli.run_demo_cli(p.parse_args(["--quick", "--no-plots", "--jobs", "0"])) == 2
+    cli.configure_parser(p)
+    assert cli.run_cli(p.parse_args(["--quick", "--no-plots", "--jobs", "0"])) == 2
     out = capsys.readouterr()
     assert "--jobs must be a positive int, got 0" in out.err and out.out == ""

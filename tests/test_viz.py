@@ -19,7 +19,8 @@ from matplotlib.figure import Figure  # noqa: E402
 
 import fpsim  # noqa: E402
 from fpsim import viz  # noqa: E402
-from fpsim.viz import figures_cli, gallery, style  # noqa: E402
+from fpsim.cli import figures as figures_cli  # noqa: E402
+from fpsim.viz import gallery, style  # noqa: E402
 from fpsim.viz._common import values_between  # noqa: E402
 from fpsim.viz.formats import _pct  # noqa: E402
 from fpsim.viz.training import gradient_histogram_grid  # noqa: E402

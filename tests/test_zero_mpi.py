@@ -22,9 +22,9 @@ import sys
 
 import pytest
 
-from fpsim import cli_zero as zcli
 from fpsim import memory
 from fpsim.cli import main
+from fpsim.cli import zero as zcli
 
 STEPS = 2
 CONFIGS = [(0, False), (1, False), (2, False), (3, False), (2, True), (3, True)]

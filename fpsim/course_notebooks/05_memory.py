@@ -486,7 +486,7 @@ import subprocess
 import sys
 import time
 
-from fpsim import cli_zero as zero_cli
+from fpsim.cli import zero as zero_cli
 
 HAVE_MPI = (importlib.util.find_spec("mpi4py") is not None
             and shutil.which("mpiexec") is not None)

@@ -2,7 +2,7 @@
 0-3 with offload (:class:`ZeroEngine`), run on one of two communicator backends with the same
 bits: :class:`Communicator` simulates the N ranks in one process; :class:`MPICommunicator`
 (extra ``fpsim[mpi]``; mpi4py is imported only when one is created) runs one rank per MPI
-process. ``fpsim zero`` (:mod:`fpsim.cli_zero`) runs either from the command line.
+process. ``fpsim zero`` (:mod:`fpsim.cli.zero`) runs either from the command line.
 
 >>> import numpy as np
 >>> from fpsim.distributed import Communicator

@@ -24,7 +24,7 @@ buffer's format hop by hop), and MPI has no standard fp16 / bf16 sum. The algori
 
 No rank waits forever: every message is posted non-blocking and waited for with a deadline
 (``timeout`` seconds); a rank that passes it raises :class:`CommTimeout` naming itself, the
-collective and the peers it waited for. The command line (:mod:`fpsim.cli_zero`)
+collective and the peers it waited for. The command line (:mod:`fpsim.cli.zero`)
 turns any rank's exception into a message naming the rank and ``MPI_Abort``, which ends every
 rank of the job.
 

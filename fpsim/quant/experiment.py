@@ -1,5 +1,6 @@
-"""The quantization experiment behind ``fpsim quant``: one small network on the shipped UCI
-digits, quantized every way fpsim models, with accuracy, model size and training memory.
+"""The quantization experiment behind ``fpsim quant`` (the command: :mod:`fpsim.cli.quant`):
+one small network on the shipped UCI digits, quantized every way fpsim models, with accuracy,
+model size and training memory.
 
 Setup: an MLP 64 -> 64 -> ReLU -> 10, trained in fp32 with Adam (lr 1e-2, batch 64); the
 test set is the held-out quarter of the digits (449 images). Each seed retrains everything.
@@ -62,11 +63,9 @@ epochs) is what the tests run.
 
 from __future__ import annotations
 
-import argparse
 import copy
-import json
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -101,8 +100,6 @@ __all__ = [
     "accuracy",
     "run_experiment",
     "format_result",
-    "configure_parser",
-    "run_cli",
 ]
 
 
@@ -372,6 +369,7 @@ def run_experiment(config: ExperimentConfig | None = None, *, quick: bool = Fals
     """Run the three tables (module docstring); ``quick`` uses :data:`QUICK`. ``progress(str)``,
     if given, is called as each step finishes.
 
+    >>> from dataclasses import replace
     >>> r = run_experiment(replace(QUICK, epochs=1, qat_epochs=1, ft_epochs=1, hidden=8))
     >>> [row.method for row in r.table][:3]
     ['FP32', 'FP32 fine-tuned (control)', 'INT8 PTQ per-tensor']
@@ -564,6 +562,7 @@ def _table_lines(rows: list[Row], acc_head: str) -> list[str]:
 def format_result(result: ExperimentResult) -> str:
     """The three tables as text, with the setup and how the model was made sensitive.
 
+    >>> from dataclasses import replace
     >>> r = run_experiment(replace(QUICK, epochs=1, qat_epochs=1, ft_epochs=1, hidden=8))
     >>> "QLoRA (NF4 + LoRA)" in format_result(r)
     True
@@ -633,41 +632,3 @@ def format_result(result: ExperimentResult) -> str:
                 "  8.25 bits per value: smaller blocks, fewer casualties, more scale bytes."]
     out += ["", f"({result.seconds:.1f} s)"]
     return "\n".join(out)
-
-
-MAX_SEEDS = 1000  # --seeds: the experiment runs once per seed (a quick one takes ~30 s)
-
-
-def configure_parser(p: argparse.ArgumentParser) -> None:
-    """Options of ``fpsim quant``."""
-    p.add_argument("--quick", action="store_true",
-                   help="one seed and fewer epochs (what the tests run; < 40 s)")
-    p.add_argument("--bits", type=int, default=None,
-                   help="bit width of the sensitive setting (2..8; default 3)")
-    p.add_argument("--seeds", type=int, default=None, help="number of seeds (default 5; "
-                   "--quick: 1)")
-    p.add_argument("--lora-rank", type=int, default=None, help="LoRA rank (default 8)")
-    p.add_argument("--json", metavar="PATH", default=None,
-                   help="also write the results as JSON to PATH")
-
-
-def run_cli(args: argparse.Namespace) -> int:
-    """Run the experiment and print the three tables."""
-    cfg = QUICK if args.quick else ExperimentConfig()
-    if args.bits is not None:
-        cfg = replace(cfg, sensitive_bits=check_bits(args.bits))
-    if args.seeds is not None:
-        if not 1 <= args.seeds <= MAX_SEEDS:  # 10**30 seeds made range() overflow
-            raise ValueError(f"--seeds must be from 1 to {MAX_SEEDS} (each seed trains every "
-                             f"configuration again), got {args.seeds}")
-        cfg = replace(cfg, seeds=tuple(range(args.seeds)))
-    if args.lora_rank is not None:
-        if args.lora_rank < 1:
-            raise ValueError(f"--lora-rank must be >= 1, got {args.lora_rank}")
-        cfg = replace(cfg, lora_rank=args.lora_rank, lora_alpha=2.0 * args.lora_rank)
-    result = run_experiment(cfg)
-    print(format_result(result))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(result.to_dict(), fh, indent=1)
-    return 0

@@ -39,11 +39,9 @@ from .hardware import (
     HardwareReport,
     Mismatch,
     check_hardware,
-    configure_parser,
     load_hardware_file,
     model_results,
     parse_file_name,
-    run_cli,
     write_hardware_file,
 )
 from .model import CHUNK_ELEMENTS, convert_input, dot, matmul
@@ -55,6 +53,6 @@ __all__ = [
     "resolve_unit", "support_matrix", "DotExplanation", "BlockStep", "TermStep",
     "error_vs_k", "ErrorVsK", "HardwareFile", "load_hardware_file", "write_hardware_file",
     "parse_file_name", "model_results", "check_hardware", "HardwareReport", "FileReport",
-    "Mismatch", "configure_parser", "run_cli", "CHUNK_ELEMENTS", "promotion_experiment",
+    "Mismatch", "CHUNK_ELEMENTS", "promotion_experiment",
     "PromotionResult",
 ]

@@ -1,11 +1,13 @@
 """The gallery: the named figures of the README and the course, rendered to PNG in one call
-(``fpsim figures`` on the command line, :mod:`fpsim.viz.figures_cli`; :func:`render` from
+(``fpsim figures`` on the command line, :mod:`fpsim.cli.figures`; :func:`render` from
 Python).
 
 Figure modules register their README figures with :func:`register`; the modules listed in
 :data:`FIGURE_MODULES` are imported (when they exist) before the gallery is listed, so a later
 module (``fpsim.viz.training``, ``fpsim.viz.tensorcore``) adds its figures by decorating a
-builder and nothing else.
+builder and nothing else. The three figures of ``fpsim demo`` (``loss_curves_demo``, ...) need
+training runs, which the plotting layer does not import: :mod:`fpsim.cli.figures` registers
+them (``fpsim figures`` lists them).
 
 >>> "number_line_e4m3" in names()
 True

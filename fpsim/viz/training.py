@@ -7,6 +7,11 @@ The functions take run results duck-typed: anything with ``precision`` (a name),
 RunResult` has them all). Precisions are drawn in their format's colour (fp32 blue, fp16
 orange, bf16 green); the fp16 recipes differ by line style.
 
+:mod:`fpsim.viz` and :mod:`fpsim.training` do not import each other (an import-linter contract
+in pyproject.toml): the command line joins them. ``fpsim demo`` saves :func:`demo_figures` with
+its runs (:func:`fpsim.cli.demo.save_plots`), and :mod:`fpsim.cli.figures` adds the demo's
+figures to the gallery.
+
 >>> from types import SimpleNamespace
 >>> import numpy as np
 >>> run = SimpleNamespace(precision="fp32", step_loss=np.linspace(2.3, 0.1, 50),
@@ -34,13 +39,10 @@ from ..amp.instrument import (
 from ..checks import as_int
 from . import style
 from ._common import float_format
-from .gallery import register
 
 __all__ = ["PRECISION_STYLES", "precision_style", "loss_curves", "loss_panels",
            "loss_scale_trajectory", "gradient_exponent_histogram", "gradient_histogram_grid",
-           "add_caption",
-           "demo_figures", "demo_runs", "load_cached_demo", "prime_demo_runs", "save_plots",
-           "DEMO_CACHE_FILE"]
+           "add_caption", "demo_figures"]
 
 # recipe name -> (format whose colour it takes, line style, label)
 PRECISION_STYLES: dict[str, tuple[str, str, str]] = {
@@ -415,107 +417,3 @@ def demo_figures(runs: Sequence[Any]) -> dict[str, style.Figure]:
                      "fewer bits. Loss scaling multiplies them by the scale (arrow: the "
                      "median scale) and moves them into the range."))
     return figs
-
-
-# ---------------------------------------------------------------------------- gallery
-_DEMO_CACHE: dict[str, list] = {}
-DEMO_CACHE_FILE = "demo_runs.pickle"  # written by `fpsim demo` next to results.json
-
-
-def save_plots(runs: Sequence[Any], out: Any = None) -> list:
-    """Save loss_curves.png, loss_scale.png and gradient_histogram.png (+ the results as
-    results.json, and the runs for ``fpsim figures`` as demo_runs.pickle) under ``out``;
-    returns the paths of the figures and of results.json.
-
-    >>> import tempfile
-    >>> from fpsim.training.experiment import run_demo
-    >>> runs = run_demo(precisions=["fp32"], progress=False, steps=2, eval_every=1)
-    >>> [p.name for p in save_plots(runs, tempfile.mkdtemp())]
-    ['loss_curves.png', 'loss_scale.png', 'gradient_histogram.png', 'results.json']
-    """
-    import json
-    import pickle
-
-    from ..training.experiment import DEFAULT_OUT, check_out_dir  # viz above training: no circle
-
-    out = check_out_dir(DEFAULT_OUT if out is None else out)
-    paths = [style.save_figure(fig, out / f"{name}.png")
-             for name, fig in demo_figures(runs).items()]
-    cache = out / DEMO_CACHE_FILE  # `fpsim figures` reuses these runs instead of training
-    with cache.open("wb") as fh:
-        pickle.dump({"runs": list(runs)}, fh)
-    path = out / "results.json"
-    path.write_text(json.dumps([r.summary() for r in runs], indent=1) + "\n")
-    paths.append(path)
-    return paths
-
-
-def load_cached_demo(path: Any) -> list | None:
-    """The runs a previous ``fpsim demo`` saved in ``path`` (a folder or the pickle file),
-    or None when there is none. Load only files your own ``fpsim demo`` wrote (pickle)."""
-    import pickle
-    from pathlib import Path
-
-    p = Path(path)
-    if p.is_dir():
-        p = p / DEMO_CACHE_FILE
-    if not p.is_file():
-        return None
-    try:
-        with p.open("rb") as fh:
-            obj = pickle.load(fh)
-    except Exception:  # an old or foreign file: rerun the demo instead
-        return None
-    return obj.get("runs") if isinstance(obj, dict) else None
-
-
-def _demo_key(quick: bool, seed: int) -> str:
-    return f"{quick}:{seed}"
-
-
-def prime_demo_runs(cache: Any, progress: bool = False) -> None:
-    """Make the demo figures' runs ready: reuse the runs a previous ``fpsim demo`` saved in
-    ``cache`` (a folder or its pickle), else train ``fpsim demo --quick`` once for the process.
-    Says on stdout which it does."""
-    key = _demo_key(quick=True, seed=0)  # what demo_runs() trains by default
-    if key in _DEMO_CACHE:
-        return
-    cached = load_cached_demo(cache)
-    if cached is not None:
-        print(f"demo figures: reusing the runs in {cache}", flush=True)
-        _DEMO_CACHE[key] = cached
-    else:
-        print("demo figures: training the demo (fpsim demo --quick; about half a minute "
-              "of CPU)", flush=True)
-        demo_runs(progress=progress)
-
-
-def demo_runs(quick: bool = True, seed: int = 0, progress: bool = False) -> list:
-    """The runs of ``fpsim demo --quick`` (cached for the process; the gallery's figures
-    share them). Imports :mod:`fpsim.training` on first use; the first call trains the seven
-    recipes (about half a minute of CPU).
-    """
-    key = _demo_key(quick, seed)
-    if key not in _DEMO_CACHE:
-        from ..training.experiment import default_workers, run_demo
-        from ..training.recipes import PRECISIONS
-
-        _DEMO_CACHE[key] = run_demo(quick=quick, seed=seed, progress=progress,
-                                    workers=default_workers(len(PRECISIONS)))
-    return _DEMO_CACHE[key]
-
-
-@register("loss_curves_demo", "fpsim demo: the training loss of each recipe over fp32's")
-def _loss_curves_demo() -> style.Figure:
-    return demo_figures(demo_runs())["loss_curves"]
-
-
-@register("loss_scale_demo", "fpsim demo: the dynamic loss scale, skipped steps marked")
-def _loss_scale_demo() -> style.Figure:
-    return demo_figures(demo_runs())["loss_scale"]
-
-
-@register("gradient_histogram_demo",
-          "fpsim demo: exact gradient exponents, unscaled and scaled, vs FP16's range")
-def _gradient_histogram_demo() -> style.Figure:
-    return demo_figures(demo_runs())["gradient_histogram"]

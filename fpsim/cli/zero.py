@@ -26,9 +26,11 @@ named by the others' deadlines; without it Hydra ends the job at once)::
     mpiexec -n 8 -f hosts -disable-auto-cleanup fpsim zero --engine mpi --ranks 8 --stage 3 \
         --steps 10 --json
 
-This module is part of the command-line layer (it was ``fpsim.distributed.cli``; it moved
-here because it imports the demo model from :mod:`fpsim.training` when a command runs, and
-:mod:`fpsim.distributed` sits below the training layer).
+A command module of :mod:`fpsim.cli`: ``HELP``, ``OUTPUTS`` (none), :func:`configure_parser`
+and :func:`run_cli`, and the launch and the ranks' work around them. It is in the command-line
+layer (it was ``fpsim.distributed.cli``, then ``fpsim.cli_zero``) because it imports the demo
+model from :mod:`fpsim.training` when a command runs, and :mod:`fpsim.distributed` sits below
+the training layer.
 
 A rank that fails prints ``fpsim zero: rank R of N (pid P on HOST) failed at step K: why`` and
 calls ``MPI_Abort``, which ends the job; a rank that waits longer than ``--timeout`` seconds
@@ -61,11 +63,15 @@ import time
 
 import numpy as np
 
-from .distributed.collectives import Communicator, ring_volume
-from .distributed.zero import ZERO_STAGES, ZeroEngine
+from ..distributed.collectives import Communicator, ring_volume
+from ..distributed.zero import ZERO_STAGES, ZeroEngine
+from .common import Output
 
-__all__ = ["ENGINES", "configure_parser", "run_cli", "run_zero", "demo_model",
-           "validate_args", "launched_by_mpi", "find_mpiexec"]
+__all__ = ["HELP", "OUTPUTS", "ENGINES", "configure_parser", "run_cli", "run_zero",
+           "demo_model", "validate_args", "launched_by_mpi", "find_mpiexec"]
+
+HELP = "ZeRO stages 0-3 on N ranks: simulated, or MPI processes (fpsim[mpi])"
+OUTPUTS: tuple[Output, ...] = ()
 
 ENGINES = ("sim", "mpi")
 FAULT_MODES = ("raise", "hang", "exit", "kill")
@@ -165,8 +171,8 @@ def demo_model():
     >>> isinstance(demo_model(), Module)
     True
     """
-    from .training import MLP
-    from .training.experiment import demo_config
+    from ..training import MLP
+    from ..training.experiment import demo_config
 
     cfg = demo_config()
     return MLP(cfg.sizes, rng=cfg.seed, init_scale=cfg.init_scale,
@@ -199,7 +205,7 @@ def run_zero(args: argparse.Namespace, comm: Communicator | None = None,
     ('sim', True)
     """
     progress = {} if progress is None else progress
-    from .datasets import load_digits
+    from ..datasets import load_digits
 
     comm = Communicator(args.ranks) if comm is None else comm
     comm.reset()  # the result counts this run's traffic only
@@ -286,7 +292,7 @@ def find_mpiexec(explicit: str | None = None) -> str:
     ...
     fpsim.distributed.mpi.MissingMPIError: --mpiexec '/nonexistent/mpiexec' is not an executable
     """
-    from .distributed.mpi import MPI_EXTRA_HINT, MissingMPIError
+    from ..distributed.mpi import MPI_EXTRA_HINT, MissingMPIError
 
     if explicit is not None:
         found = shutil.which(explicit)
@@ -326,7 +332,7 @@ def _is_hydra(mpiexec: str) -> bool:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from .distributed.mpi import MPI_EXTRA_HINT, MissingMPIError
+    from ..distributed.mpi import MPI_EXTRA_HINT, MissingMPIError
 
     if importlib.util.find_spec("mpi4py") is None:
         raise MissingMPIError("--engine mpi needs mpi4py, which is not installed; "
@@ -433,7 +439,7 @@ def _die_with(guard: int) -> None:
 
 
 def _run_rank(args: argparse.Namespace) -> int:
-    from .distributed.mpi import MPICommunicator
+    from ..distributed.mpi import MPICommunicator
 
     if args.guarded_by is not None:
         _die_with(args.guarded_by)

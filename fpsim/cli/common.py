@@ -1,5 +1,6 @@
-"""What every ``fpsim`` command shares, in the command-line layer (``fpsim.cli`` applies it
-to each registered command; a new command declares its outputs when it registers):
+"""What every ``fpsim`` command shares, in the command-line layer (:func:`fpsim.cli.main`
+applies it to each command; a command module declares the output options it writes in its
+``OUTPUTS``):
 
 - **Output paths are checked before a command works.** :func:`check_output_path` says, in one
   line, why a file (``--json PATH``) or a folder (``--out DIR``) cannot be written: a folder

@@ -8,7 +8,9 @@
   (a self-check and a demonstration; ``tools/record_tensorcore.py --fingerprint`` does the
   same with a real GPU), and prints the unit found beside the table's.
 
->>> import argparse
+A command module of :mod:`fpsim.cli`: ``HELP``, ``OUTPUTS`` (none), :func:`configure_parser`
+and :func:`run_cli`; :data:`ORDER_FUNCTIONS` names the functions ``--order`` knows.
+
 >>> p = argparse.ArgumentParser(); configure_parser(p)
 >>> run_cli(p.parse_args(["--order", "python.sum", "--n", "4"]))  # doctest: +ELLIPSIS
 python.sum over 4 fp32 values: (((0, 1), 2), 3)
@@ -25,10 +27,14 @@ from collections.abc import Callable
 import numpy as np
 
 from ..formats import get_float_format
-from .fingerprint import fingerprint
-from .order import reveal_order
+from ..probe.fingerprint import fingerprint
+from ..probe.order import reveal_order
+from .common import Output
 
-__all__ = ["configure_parser", "run_cli", "ORDER_FUNCTIONS"]
+__all__ = ["HELP", "OUTPUTS", "configure_parser", "run_cli", "ORDER_FUNCTIONS"]
+
+HELP = "reveal a sum's accumulation order, or fingerprint a GPU unit (black box)"
+OUTPUTS: tuple[Output, ...] = ()
 
 
 def _strided_reduce(x: np.ndarray) -> object:
@@ -64,7 +70,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     what.add_argument("--fingerprint", action="store_true",
                       help="fingerprint fpsim's model of --gpu as a black box")
     p.add_argument("--n", type=int, default=16, help="--order: number of values (default 16)")
-    # not --format: fpsim's main() gives every command's ``format`` a default of its own
+    # not --format: the other commands' --format is a list of formats (fpsim show)
     p.add_argument("--fmt", default=None,
                    help="--order: the values' format (default fp32; fp16 for the tensor core)")
     p.add_argument("--gpu", default=None, help="--fingerprint: a GPU name (fpsim's model)")

@@ -6,6 +6,10 @@ With ``--json``: one JSON object per recipe per line (recipe, val_loss, train_lo
 skipped_steps, grad_underflow, nonfinite_steps, time_s, cpu_time_s and more). The figures
 and ``lm_results.json`` go to ``--out``; files already there are not overwritten unless
 ``--overwrite`` is given (checked before any training).
+
+A command module of :mod:`fpsim.cli`: ``HELP``, ``OUTPUTS`` (``--out``), :func:`configure_parser`
+and :func:`run_cli`; it joins the runs of :mod:`fpsim.training.lm` to the figures of
+:mod:`fpsim.viz.lm` (neither imports the other).
 """
 
 from __future__ import annotations
@@ -15,20 +19,24 @@ import json
 import sys
 from pathlib import Path
 
-from .experiment import DEFAULT_OUT, check_out_dir, default_workers
-from .lm import LM_FULL, LM_QUICK, lm_config, run_lm
-from .lm_recipes import ABLATIONS, LM_RECIPES, parse_recipes
-from .lm_report import lm_findings, lm_json_lines, lm_table, strict_json
+from ..training.experiment import DEFAULT_OUT, check_out_dir, default_workers
+from ..training.lm import LM_FULL, LM_QUICK, lm_config, run_lm
+from ..training.lm_recipes import ABLATIONS, LM_RECIPES, parse_recipes
+from ..training.lm_report import lm_findings, lm_json_lines, lm_table, strict_json
+from .common import Output, OutputKind
 
-__all__ = ["configure_lm_parser", "run_lm_cli", "OUTPUT_FILES"]
+__all__ = ["HELP", "OUTPUTS", "configure_parser", "run_cli", "OUTPUT_FILES"]
+
+HELP = "a small GPT on Tiny Shakespeare under each precision recipe, measured"
+OUTPUTS = (Output("out", OutputKind.DIR, unless="no_plots"),)
 
 OUTPUT_FILES = ("lm_results.json", "lm_val_loss.png", "lm_histograms.png")
 
 
-def configure_lm_parser(parser: argparse.ArgumentParser) -> None:
+def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fpsim lm``.
 
-    >>> p = argparse.ArgumentParser(); configure_lm_parser(p)
+    >>> p = argparse.ArgumentParser(); configure_parser(p)
     >>> a = p.parse_args(["--quick", "--recipes", "fp32,bf16", "--json"])
     >>> a.quick, a.recipes, a.json
     (True, 'fp32,bf16', True)
@@ -73,15 +81,15 @@ def _check_outputs(args: argparse.Namespace) -> str | None:
     return None
 
 
-def run_lm_cli(args: argparse.Namespace) -> int:
+def run_cli(args: argparse.Namespace) -> int:
     """Run ``fpsim lm``; returns the exit status (2, with one line on stderr, for a bad
     argument or an --out that cannot take the outputs, before any training).
 
     >>> import contextlib, io
-    >>> p = argparse.ArgumentParser(); configure_lm_parser(p)
+    >>> p = argparse.ArgumentParser(); configure_parser(p)
     >>> err = io.StringIO()
     >>> with contextlib.redirect_stderr(err):
-    ...     run_lm_cli(p.parse_args(["--recipes", "fp33"]))
+    ...     run_cli(p.parse_args(["--recipes", "fp33"]))
     2
     >>> "valid: fp32" in err.getvalue()
     True
@@ -108,7 +116,7 @@ def run_lm_cli(args: argparse.Namespace) -> int:
         p.write_text(json.dumps(strict_json([r.summary() | {"histograms": r.histograms}
                                              for r in runs]), allow_nan=False) + "\n")
         paths.append(p)
-        from ..viz.lm import save_lm_figures  # plotting lives beside training
+        from ..viz.lm import save_lm_figures  # matplotlib: only when the figures are saved
 
         paths += save_lm_figures(runs, out)
     if args.json:
