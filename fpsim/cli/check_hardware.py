@@ -76,7 +76,7 @@ def _check_pair_is_modelled(path: str, args: argparse.Namespace) -> None:
     valid ``--gpu`` choices for that pair. Names it cannot parse are left to check_hardware.
 
     >>> ns = argparse.Namespace(gpu=None, input_format=None, output_format=None)
-    >>> _check_pair_is_modelled("B200_e5m2_to_fp32.txt", ns)  # modelled: B200's exact rule
+    >>> _check_pair_is_modelled("B200_e5m2_to_fp32.txt", ns)  # modelled: B200's fp8 default
     >>> _check_pair_is_modelled("RTXPRO6000_e4m3_to_fp32.txt", ns)
     Traceback (most recent call last):
     ...

@@ -21,6 +21,7 @@ python.sum over 4 fp32 values: (((0, 1), 2), 3)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -116,11 +117,9 @@ def run_cli(args: argparse.Namespace) -> int:
     print(f"  found: {unit!r}")
     print(f"         {unit.describe()}")
     print(f"  table: {table!r}")
-    differ = [f for f in ("block_size", "extra_bits", "output_rounding", "min_exponent",
-                          "summation", "grouping", "c_addition", "alignment_rounding",
-                          "late_extra_bits", "c_far_truncation", "sticky_bit", "products",
-                          "product_limit", "input_subnormals", "output_subnormals", "overflow")
-              if getattr(unit, f) != getattr(table, f)]
+    # every parameter of the unit (the label excepted): a new BlockFMA field is listed too
+    differ = [f.name for f in dataclasses.fields(unit)
+              if f.compare and getattr(unit, f.name) != getattr(table, f.name)]
     if differ:
         print(f"  fields that differ: {', '.join(differ)} (values the queries showed to make "
               f"no difference; tests/test_probe_fingerprint.py checks the results)")
