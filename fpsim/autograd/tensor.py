@@ -784,7 +784,7 @@ def make_result(data: np.ndarray, fmt: Format, parents: Sequence[Tensor],
     requires grad. ``backward(g)`` returns one gradient (or None) per parent: a fresh array,
     a view of ``g`` or ``g`` itself, never an array the op keeps (saved at forward time or
     cached between calls): a leaf adopts a fresh-looking array as its ``.grad`` without a
-    copy (see ``_run_backward``), and changing that ``.grad`` in place would change it."""
+    copy (see ``_gradients``), and changing that ``.grad`` in place would change it."""
     if isinstance(data, np.generic):  # NumPy ops on 0-d arrays (neg, relu, casts) give scalars
         data = np.asarray(data)
     out = Tensor._wrap(data, fmt)
