@@ -1,7 +1,7 @@
 """Leaf gradients own their memory: backward hands a leaf its gradient array without a copy only
 when nothing else holds it, so a ``.grad`` never shares memory with another tensor's ``.grad``,
 with any tensor's data or with the gradient the caller passed, and changing one in place changes
-nothing else (fpsim.autograd.tensor._run_backward's ``sole`` rule)."""
+nothing else (fpsim.autograd.tensor._gradients' ``sole`` rule)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""cross_entropy's one-node path (functional._cross_entropy_classes: (N, C) logits, valid class
+"""cross_entropy's one-node path (losses._cross_entropy_classes: (N, C) logits, valid class
 indices, no weights, no smoothing) against the two ops it stands for, nll_loss(log_softmax(x,
 1), t), bit for bit: the loss, the logits' gradient, and the IEEE flags and stochastic draws of
 the backward. Those two ops are each checked against exact references in
@@ -15,6 +15,7 @@ import pytest
 
 import fpsim
 import fpsim.autograd.functional as F
+import fpsim.autograd.losses as L
 from fpsim.autograd import Tensor, rounding_context
 from tests.spy import count_calls
 
@@ -28,7 +29,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 @pytest.fixture
 def node_calls(monkeypatch):
-    return count_calls(monkeypatch, F, "_cross_entropy_classes")
+    return count_calls(monkeypatch, L, "_cross_entropy_classes")
 
 
 def _logits(rng: np.random.Generator, n: int, c: int, kind: str) -> np.ndarray:

@@ -784,7 +784,7 @@ def make_result(data: np.ndarray, fmt: Format, parents: Sequence[Tensor],
     requires grad. ``backward(g)`` returns one gradient (or None) per parent: a fresh array,
     a view of ``g`` or ``g`` itself, never an array the op keeps (saved at forward time or
     cached between calls): a leaf adopts a fresh-looking array as its ``.grad`` without a
-    copy (see ``_run_backward``), and changing that ``.grad`` in place would change it."""
+    copy (see ``_gradients``), and changing that ``.grad`` in place would change it."""
     if isinstance(data, np.generic):  # NumPy ops on 0-d arrays (neg, relu, casts) give scalars
         data = np.asarray(data)
     out = Tensor._wrap(data, fmt)
@@ -873,28 +873,58 @@ def backward_ordered(root: Tensor, g: np.ndarray, inputs: Sequence[Tensor]) -> O
 
 def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool,
                   collect: tuple[dict, Callable] | None = None) -> None:
-    # A tensor's .grad never shares memory with another's (nor with anything else), so that
-    # changing one in place changes nothing else. A leaf adopts its gradient without a copy
-    # only when the array is its alone: ``sole`` holds the tensors whose pending gradient is
-    # an array that owns its memory (not a view) and was handed to no other tensor in this pass
-    # (``handed``: ids of every array handed out; an id reused after its array died only costs
-    # a copy). The ops' backward functions return fresh arrays, views of ``g`` or ``g`` itself;
-    # none returns an array it keeps. ``collect`` (backward_ordered): (leaf ids -> index,
-    # deliver) of the leaves whose gradients go to ``deliver`` as they arrive.
+    """The backward pass from ``root`` (gradient ``g``), micrograd's loop: for each op result,
+    outputs first, take the gradient it received, run its backward, deliver each parent its
+    gradient, release the node; then the leaves adopt this pass's sums. ``collect``
+    (:func:`backward_ordered`): (leaf ids -> index, deliver) of the leaves whose gradients go to
+    ``deliver`` as they arrive."""
+    order = [] if root._parents is None else _topo_order(root)
+    grads, deliver, adopt = _gradients(root, g, collect)
+    observers = _LOCAL.observers  # this thread's list (changed in place, never replaced)
+    # the ops' backward arithmetic meets infinities and NaNs (an fp16 overflow's inf times
+    # a zero weight): silent, as PyTorch, for every op's backward here (none needs its own
+    # errstate); IEEE flags are fpsim's own (flag_context)
+    with np.errstate(all="ignore"):
+        for node in order:
+            g = grads.pop(id(node), None)
+            if g is None:  # no gradient reached it
+                continue
+            if node._retains_grad:
+                _retain(node, g)
+            pgrads = node._backward(g)
+            if not retain_graph:
+                _release(node, observers)
+            if type(pgrads) is OrderedGrads:  # a checkpointed segment
+                _deliver_ordered(node, pgrads, deliver)
+            else:
+                for p, pg in zip(node._parents, pgrads, strict=True):
+                    deliver(p, pg, node)
+    adopt()
+
+
+def _gradients(root: Tensor, g: np.ndarray, collect: tuple[dict, Callable] | None) -> tuple:
+    """One pass's gradients: the pending gradients by tensor id (``root``'s ``g`` first),
+    ``deliver(p, pg, node)``, which gives tensor ``p`` one gradient from ``node``'s backward,
+    and ``adopt()``, which adds each leaf's sum to its ``.grad`` at the end.
+
+    A tensor's .grad never shares memory with another's (nor with anything else), so that
+    changing one in place changes nothing else. A leaf adopts its gradient without a copy only
+    when the array is its alone: ``sole`` holds the tensors whose pending gradient is an array
+    that owns its memory (not a view) and was handed to no other tensor in this pass
+    (``handed``: ids of every array handed out; an id reused after its array died only costs a
+    copy). The ops' backward functions return fresh arrays, views of ``g`` or ``g`` itself;
+    none returns an array it keeps."""
     grads: dict[int, np.ndarray] = {id(root): g}
     get = grads.get
     handed, sole = {id(g)}, set()
+    leaves = []  # in the order their first gradient arrived
     if root._parents is None:  # a leaf's own backward: the gradient is its alone if fresh
-        order, leaves = [], [root]
+        leaves.append(root)
         if g.base is None:
             sole.add(id(root))
-    else:
-        order = _topo_order(root)
-        leaves = []  # in the order their first gradient arrived
-    collect_index, deliver = collect if collect is not None else ({}, None)
-    op = ""  # the op whose gradients are being delivered (for take's error message)
+    collect_index, hand_on = collect if collect is not None else ({}, None)
 
-    def take(p: Tensor, pg) -> None:
+    def deliver(p: Tensor, pg, node: Tensor) -> None:
         """One gradient for ``p``: rounded to its gradient format, then kept or added to what
         this pass gave it already (or handed on, for a leaf of ``collect``)."""
         if pg is None or not p._requires_grad:
@@ -902,13 +932,13 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool,
         if isinstance(pg, np.generic):  # NumPy ops on 0-d arrays return scalars
             pg = np.array(pg)
         if pg.shape != p._data.shape:
-            raise RuntimeError(f"internal error: {op} backward gave shape {pg.shape} for an "
-                               f"input of shape {p._data.shape}")
+            raise RuntimeError(f"internal error: {node._op} backward gave shape {pg.shape} for "
+                               f"an input of shape {p._data.shape}")
         key, arr = id(p), id(pg)
         if collect_index:
             i = collect_index.get(key)
             if i is not None:  # the outer pass rounds and adds it, as it would its own
-                deliver(i, pg.copy() if arr in handed else pg)
+                hand_on(i, pg.copy() if arr in handed else pg)
                 handed.add(arr)  # handed out: no leaf of this pass adopts it too
                 return
         fmt = p._grad_fmt
@@ -931,37 +961,37 @@ def _run_backward(root: Tensor, g: np.ndarray, retain_graph: bool,
             grads[key] = add_grads(prev, pg, fmt)  # a fresh array
             sole.add(key)
 
-    # the ops' backward arithmetic meets infinities and NaNs (an fp16 overflow's inf times
-    # a zero weight): silent, as PyTorch, for every op's backward here (none needs its own
-    # errstate); IEEE flags are fpsim's own (flag_context)
-    observers = _LOCAL.observers  # this thread's list (changed in place, never replaced)
-    with np.errstate(all="ignore"):
-        for node in order:
-            g = grads.pop(id(node), None)
-            if g is None:
-                continue
-            if node._retains_grad:
-                node._grad = g.copy() if node._grad is None else add_grads(node._grad, g,
-                                                                           node.grad_fmt)
-            pgrads = node._backward(g)
-            if not retain_graph:
-                node._backward = _freed
-                if observers:
-                    for o in tuple(observers):
-                        o.on_release(node)
-            op, parents = node._op, node._parents
-            if type(pgrads) is OrderedGrads:  # each as it arrives, amid the sub-graph's work
-                pgrads.run(lambda i, pg: take(parents[i], pg))  # noqa: B023 - run now
+    def adopt() -> None:
+        """This pass's sum of each leaf, added to what its .grad held (adopted if its own)."""
+        for leaf in leaves:
+            key = id(leaf)
+            g = grads.pop(key)
+            if leaf._grad is None:
+                leaf._grad = g if key in sole else g.copy()
             else:
-                for p, pg in zip(parents, pgrads, strict=True):
-                    take(p, pg)
-    for leaf in leaves:  # this pass's sum, then added to what .grad held
-        key = id(leaf)
-        g = grads.pop(key)
-        if leaf._grad is None:
-            leaf._grad = g if key in sole else g.copy()
-        else:
-            leaf._grad = add_grads(leaf._grad, g, leaf.grad_fmt)
+                leaf._grad = add_grads(leaf._grad, g, leaf.grad_fmt)
+
+    return grads, deliver, adopt
+
+
+def _deliver_ordered(node: Tensor, ordered: OrderedGrads, deliver: Callable) -> None:
+    """Run a checkpointed segment's backward, delivering each gradient that reaches one of
+    ``node``'s inputs the moment it arrives, amid the segment's own work."""
+    parents = node._parents
+    ordered.run(lambda i, pg: deliver(parents[i], pg, node))
+
+
+def _retain(node: Tensor, g: np.ndarray) -> None:
+    """Keep a copy of a non-leaf's gradient in its ``.grad`` (``retain_grad``)."""
+    node._grad = g.copy() if node._grad is None else add_grads(node._grad, g, node.grad_fmt)
+
+
+def _release(node: Tensor, observers: list) -> None:
+    """Free the node's closure (what it saved for the backward) and tell the observers."""
+    node._backward = _freed
+    if observers:
+        for o in tuple(observers):
+            o.on_release(node)
 
 
 # The ops module, fpsim.autograd.functional: it imports this module and, once its ops are
