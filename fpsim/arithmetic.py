@@ -86,7 +86,6 @@ from .modes import (
     Subnormals,
     Tininess,
 )
-from .nativecast import cast as native_cast
 from .rounding import (
     RoundingPolicy,
     as_float64,
@@ -99,6 +98,7 @@ from .rounding import (
     round_objects_with,
     round_with,
 )
+from .rounding.native import cast as native_cast
 
 __all__ = ["add", "sub", "mul", "div", "sqrt", "fma"]
 
@@ -715,7 +715,7 @@ def compute(name: str, vals, c: OpContext, snan: np.ndarray | None = None, *,
 #   finite values: fp16 overflows inside float32's range, bf16's threshold (2 - 2**-8) *
 #   2**127 is a float32 number and float32 overflow rounds to inf as bf16 does).
 # - operands are first converted to the format, as fpsim does (nearest even, silently): a
-#   float16 / float32 / float64 array's native cast, fpsim.nativecast.cast (NumPy's float64 ->
+#   float16 / float32 / float64 array's native cast, fpsim.rounding.native.cast (NumPy's float64 ->
 #   float16 cast is one rounding, not via float32; ml_dtypes' float64 -> bfloat16 cast was
 #   two roundings in ml_dtypes 0.5 (not in 0.7), so float64 goes to float32 rounded to odd
 #   first: checked against fpsim.round on midpoints in tests/test_edges_arith.py); other

@@ -35,9 +35,9 @@ from ..formats import (
     get_float_format,
 )
 from ..modes import Overflow, Rounding, Subnormals, as_overflow, as_rounding, as_subnormals
-from ..nativecast import cast as native_cast
 from ..rounding import cast
-from .fastcast import f16_to_wide, f32_to_f16, f64_to_f16
+from ..rounding.fp16 import f16_to_wide, f32_to_f16, f64_to_f16
+from ..rounding.native import cast as native_cast
 
 __all__ = [
     "Accumulation",
@@ -59,7 +59,7 @@ __all__ = [
     "widen",
 ]
 
-# Formats whose native cast (fpsim.nativecast.cast: NumPy's, or ml_dtypes' from float32, a
+# Formats whose native cast (fpsim.rounding.native.cast: NumPy's, or ml_dtypes' from float32, a
 # float64 source rounded to odd in float32 first, so one rounding in every ml_dtypes version)
 # from float64 and float32 rounds to nearest even exactly as fpsim.round does (overflow to
 # inf / NaN, gradual underflow); proved by
@@ -388,7 +388,7 @@ def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.nda
         if plain:
             if fmt is FP16 or fmt == FP16:  # NumPy's cast is ~30x slower on fp16 subnormals
                 return f64_to_f16(x) if x.dtype == np.float64 else f32_to_f16(x)
-            if fmt in NATIVE_RNE:  # one rounding in every ml_dtypes version (nativecast)
+            if fmt in NATIVE_RNE:  # one rounding in every ml_dtypes version (rounding.native)
                 return native_cast(x, sd)
             if fmt == FP64:
                 return x.astype(np.float64)

@@ -14,10 +14,10 @@ import numpy as np
 
 from ..formats import Format, NaNEncoding
 from ..modes import Overflow, Rounding
-from ..nativecast import narrow_to_byte, table_cast_ok
 from . import kernel
 from .convert import refuse_nan, via_float32, widen
 from .kernel import KernelParams, kernel_general, kernel_params
+from .native import narrow_to_byte, table_cast_ok
 from .policy import RoundingPolicy
 
 _U = np.uint64
@@ -303,7 +303,7 @@ def byte_nearest_even_ok(x, pol: RoundingPolicy, want: bool, store) -> bool:
 
 def byte_nearest_even(x: np.ndarray, fmt: Format) -> np.ndarray | None:
     """:func:`cast` of float32 ``x`` to a one-byte format by
-    :func:`fpsim.nativecast.narrow_to_byte`'s table (ml_dtypes' own rounding: nearest even,
+    :func:`fpsim.rounding.native.narrow_to_byte`'s table (ml_dtypes' own rounding: nearest even,
     the kernel's overflow value, fnuz's one NaN), chunk by chunk, into the format's dtype.
     None when ``x`` holds a NaN (its payload, and fp6 / fp4's missing NaN, are the kernel's).
     Equal to the kernel on every high half of the float32 patterns with probing low halves
