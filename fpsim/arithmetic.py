@@ -79,7 +79,7 @@ import numpy as np
 from . import flags as _flags
 from .checks import broadcast_shape
 from .flags import Flags
-from .formats import BF16, FP16, FP32, Format, NaNEncoding, get_float_format
+from .formats import Format, NaNEncoding, get_float_format
 from .modes import (
     Overflow,
     Rounding,
@@ -99,6 +99,7 @@ from .rounding import (
     round_with,
 )
 from .rounding.native import cast as native_cast
+from .rounding.native import native_ok as rounds_natively
 
 __all__ = ["add", "sub", "mul", "div", "sqrt", "fma"]
 
@@ -725,7 +726,6 @@ def compute(name: str, vals, c: OpContext, snan: np.ndarray | None = None, *,
 # Results are float64 (the API's contract); NaN results are the canonical quiet NaN.
 _NATIVE_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
                "sqrt": np.sqrt}
-_NATIVE_FORMATS = (FP16, BF16, FP32)
 _NATIVE_INPUTS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -738,11 +738,11 @@ def fast_paths_on() -> bool:
 
 def native_ok(c: OpContext) -> bool:
     """May c's correctly rounded + - * / sqrt run as the native type's operations (fp16,
-    bf16 or fp32, nearest even, IEEE policies, no flags: see above)? Internal API, for
+    bf16 or fp32, nearest even, IEEE policies, no flags: see above, and the rule and format
+    table of :func:`fpsim.rounding.native.native_ok`)? Internal API, for
     :mod:`fpsim.reductions` too."""
-    return not (c.want or c.mode is not Rounding.NEAREST_EVEN or c.overflow is not Overflow.INF
-                or c.daz or c.result_subnormals is not Subnormals.KEEP or _FORCE_GENERAL
-                or c.fmt not in _NATIVE_FORMATS)
+    return not (c.daz or _FORCE_GENERAL) and rounds_natively(
+        c.fmt, c.mode, c.overflow, c.result_subnormals, c.want, arithmetic=True)
 
 
 def _native(name: str, args, c: OpContext):

@@ -16,12 +16,12 @@ import numpy as np
 
 from .. import flags as _flags
 from ..flags import Flags
-from ..formats import BF16, Format
+from ..formats import Format
 from ..modes import Overflow, Rounding, Subnormals, Tininess
 from .chunks import run_chunks, run_wide
 from .convert import as_float64, finish, listed, refuse_nan, via_float32
 from .exact import round_exact, round_objects
-from .fast import bf16_nearest_even, byte_nearest_even, byte_nearest_even_ok
+from .fast import array_path
 from .kernel import QUIET, ZERO, kernel_params
 from .policy import RoundingPolicy, policy_of
 
@@ -98,14 +98,12 @@ def _round_core(x, pol: RoundingPolicy, want: bool, store):
     :func:`finish`; with a ``store`` dtype, the common path writes its values straight into
     an array of that dtype (:func:`cast`), others return float64 patterns."""
     fmt, mode = pol.fmt, pol.rounding
-    if (isinstance(x, np.ndarray) and x.dtype == np.float32 and x.ndim > 0 and fmt == BF16
-            and mode is Rounding.NEAREST_EVEN and pol.overflow is Overflow.INF
-            and not pol.flush and not pol.daz and not want):
-        return bf16_nearest_even(x, store), None, x.shape, False
-    if x.__class__ is np.ndarray and x.ndim > 0 and byte_nearest_even_ok(x, pol, want, store):
-        out = byte_nearest_even(x, fmt)
-        if out is not None:
-            return out, None, x.shape, False
+    if isinstance(x, np.ndarray) and x.ndim > 0 and not want:  # a whole-array fast path?
+        row = array_path(pol, x.dtype, store is not None)
+        if row is not None and x.size >= row.min_size:
+            out = row.function(x, fmt, store)
+            if out is not None:  # (None: the path declines, e.g. the byte table on NaN)
+                return out, None, x.shape, False
     if isinstance(x, np.ndarray) and x.dtype in (np.float32, np.float16):
         hi, lo, scalar = x, None, x.ndim == 0  # widened to float64 chunk by chunk in run_chunks
     elif isinstance(x, (Fraction, Decimal)) or (

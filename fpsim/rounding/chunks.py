@@ -14,7 +14,7 @@ import numpy as np
 from ..modes import Rounding
 from . import kernel
 from .convert import refuse_nan, widen
-from .fast import FLOAT_MODES, round_patterns, run_float32, store_values
+from .fast import FLOAT32_MODES, round_patterns, run_float32, store_values
 from .kernel import (
     ONE,
     ZERO,
@@ -47,7 +47,7 @@ def run_chunks(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bit
     narrow = flat.dtype != np.float64  # float16/32 input: widen chunk by chunk (exact)
     bits = flat if narrow else flat.view(np.uint64)
     gen = default_rng(rng) if mode is Rounding.STOCHASTIC else None
-    if (flat.dtype == np.float32 and p.fast32 and mode in FLOAT_MODES and pair_lo is None
+    if (flat.dtype == np.float32 and p.fast32 and mode in FLOAT32_MODES and pair_lo is None
             and not (want or flush or daz)):
         run_float32(flat, out, p, fmt, mode, ovf, tin, store)
         return out, fl

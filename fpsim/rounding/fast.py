@@ -10,14 +10,20 @@ tests/test_native_round.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
-from ..formats import Format, NaNEncoding
-from ..modes import Overflow, Rounding
+from ..formats import BF16, FP16, Format, NaNEncoding
+from ..modes import Overflow, Rounding, Tininess
 from . import kernel
 from .convert import refuse_nan, via_float32, widen
+from .fp16 import f32_to_f16, f64_to_f16
 from .kernel import KernelParams, kernel_general, kernel_params
-from .native import narrow_to_byte, table_cast_ok
+from .native import NATIVE_CAST_FORMATS, narrow_to_byte, table_cast_ok
+from .native import cast as native_cast
 from .policy import RoundingPolicy
 
 _U = np.uint64
@@ -26,8 +32,10 @@ _BYTE_TABLE_MIN = 4096  # float32 elements from which the one-byte table path pa
 
 def round_patterns(b, p: KernelParams, mode, overflow, flush, daz, tininess, rng, random_bits,
                    want_flags):
-    """Round one chunk of float64 patterns ``b``; returns (patterns, flags or None)."""
-    if p.fast and mode in FLOAT_MODES and not (want_flags or flush or daz):
+    """Round one chunk of float64 patterns ``b``; returns (patterns, flags or None). The
+    per-chunk dispatch: the float-domain path (registry row :data:`FLOAT64`) where its
+    domain holds, else the general kernel."""
+    if p.fast and mode in _FLOAT64_MODES and not (want_flags or flush or daz):  # FLOAT64's domain
         return _kernel_float(b, p, mode, overflow, tininess), None
     return kernel_general(b, p, mode, overflow, flush, daz, tininess, rng, random_bits,
                           want_flags)
@@ -258,7 +266,7 @@ _BF16_HALF_MINUS_ONE = np.uint32(0x7FFF)
 _BF16_KEEP = np.uint32(0xFFFF0000)
 
 
-def bf16_nearest_even(x: np.ndarray, store: np.dtype | None) -> np.ndarray:
+def bf16_nearest_even(x: np.ndarray, _fmt: Format, store: np.dtype | None) -> np.ndarray:
     """The default path, float32 -> bf16 with nearest even, subnormals kept, overflow to inf,
     no flags, at native speed. It equals the general kernel because bf16 has float32's
     exponent field: rounding is dropping float32's low 16 bits, with the carry of
@@ -267,7 +275,8 @@ def bf16_nearest_even(x: np.ndarray, store: np.dtype | None) -> np.ndarray:
     0x7F7F8000 and above). ``cast`` returns ml_dtypes' own cast, which is that same rule (NaN
     becomes its canonical quiet NaN, as the general path stores it); ``round`` returns
     float64 values, with a NaN input's payload kept and quieted as the general kernel does.
-    tests/test_native_round.py checks both against the kernel on every bf16 boundary."""
+    tests/test_native_round.py checks both against the kernel on every bf16 boundary.
+    (``_fmt``: bf16, the array paths' common signature.)"""
     step = kernel.CHUNK  # read per call: tests shrink it
     if store is not None:
         with np.errstate(invalid="ignore"):  # a NaN is stored as NaN: nothing to warn of
@@ -288,26 +297,17 @@ def bf16_nearest_even(x: np.ndarray, store: np.dtype | None) -> np.ndarray:
     return out.reshape(x.shape)
 
 
-def byte_nearest_even_ok(x, pol: RoundingPolicy, want: bool, store) -> bool:
-    """May :func:`cast` take :func:`byte_nearest_even`? The default policy (nearest even,
-    subnormals kept, the format's overflow value, no flags) of an fp8 / fp6 / fp4 format with
-    its own ml_dtypes type, a large float32 array. (:func:`round` keeps the kernel, which
-    writes float64 values as fast or faster; measured in benchmarks/bench_rounding.py.)"""
-    if not (store is not None and isinstance(x, np.ndarray) and x.dtype == np.float32
-            and x.size >= _BYTE_TABLE_MIN and pol.rounding is Rounding.NEAREST_EVEN
-            and pol.overflow is Overflow.INF and not pol.flush and not pol.daz and not want):
-        return False
-    dtype = pol.fmt.dtype
-    return dtype is not None and table_cast_ok(dtype)
-
-
-def byte_nearest_even(x: np.ndarray, fmt: Format) -> np.ndarray | None:
-    """:func:`cast` of float32 ``x`` to a one-byte format by
+def byte_nearest_even(x: np.ndarray, fmt: Format, _store: np.dtype) -> np.ndarray | None:
+    """:func:`fpsim.cast` of float32 ``x`` to a one-byte format by
     :func:`fpsim.rounding.native.narrow_to_byte`'s table (ml_dtypes' own rounding: nearest even,
     the kernel's overflow value, fnuz's one NaN), chunk by chunk, into the format's dtype.
     None when ``x`` holds a NaN (its payload, and fp6 / fp4's missing NaN, are the kernel's).
     Equal to the kernel on every high half of the float32 patterns with probing low halves
-    (tests/test_native_round.py)."""
+    (tests/test_native_round.py). Taken for the default policy (nearest even, subnormals kept,
+    the format's overflow value, no flags) of an fp8 / fp6 / fp4 format with its own
+    ml_dtypes type and a large float32 array; :func:`fpsim.round` keeps the kernel, which
+    writes float64 values as fast or faster (benchmarks/bench_rounding.py). (``_store``: the
+    format's dtype, the array paths' common signature.)"""
     step = kernel.CHUNK  # read per call: tests shrink it
     flat = np.ascontiguousarray(x).reshape(-1)
     out = np.empty(flat.size, fmt.dtype)
@@ -317,3 +317,176 @@ def byte_nearest_even(x: np.ndarray, fmt: Format) -> np.ndarray | None:
             return None
         out[lo:lo + step] = narrow_to_byte(c, fmt.dtype)
     return out.reshape(x.shape)
+
+
+# -- the registry -----------------------------------------------------------------------------
+# Every fast path of the rounding rule with its domain, in one table: the dispatch consults it
+# (round_patterns, run_chunks, round / cast through array_path; fpsim.autograd.context and
+# fpsim.arithmetic through fpsim.rounding.native's table, the domain of NATIVE_CAST), and
+# tests/test_rounding_fast_paths.py checks every row against the general kernel on one grid.
+
+
+@dataclass(frozen=True)
+class FastPath:
+    """One fast path of the rounding core and its domain: the formats (a predicate), modes,
+    overflow policies and input dtypes on which it gives the general kernel's bits. No fast
+    path flushes, reads denormals as zero or computes flags: each serves subnormals kept and
+    no flags only.
+
+    ``function`` is the path as its dispatcher calls it; ``apply(x, fmt, mode, overflow)``
+    runs it on a whole array ``x`` of an input dtype, the way its callers do: float64 values,
+    or the format's storage dtype where ``stores``; None where the path declines (the byte
+    table on NaN input). ``min_size``: the dispatcher takes it from this many elements (the
+    path itself is exact at any size). ``nan_payload``: a NaN keeps the kernel's payload
+    (else it is some NaN). ``declines_nan``: the path returns None for an array holding a
+    NaN (the caller then takes the kernel). ``where``: who takes it.
+
+    >>> BF16_ROUND.serves(BF16, Rounding.NEAREST_EVEN, Overflow.INF, np.float32)
+    True
+    >>> [row.name for row in REGISTRY if row.serves(FP16, Rounding.UP, Overflow.INF,
+    ...                                              np.float64)]
+    ['float64_float_domain', 'store_bits']
+    """
+
+    name: str
+    function: Callable[..., Any]
+    formats: Callable[[Format], bool]
+    modes: frozenset[Rounding]
+    overflows: frozenset[Overflow]
+    inputs: frozenset[np.dtype]
+    apply: Callable[[np.ndarray, Format, Rounding, Overflow], np.ndarray | None]
+    where: str
+    stores: bool = False
+    min_size: int = 0
+    nan_payload: bool = True
+    declines_nan: bool = False
+
+    def serves(self, fmt: Format, mode: Rounding, overflow: Overflow, dtype) -> bool:
+        """Is rounding ``dtype`` values to ``fmt`` by ``mode`` and ``overflow`` (subnormals
+        kept, no flags) in this path's domain?"""
+        return (mode in self.modes and overflow in self.overflows
+                and np.dtype(dtype) in self.inputs and bool(self.formats(fmt)))
+
+
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+_NEAREST = frozenset({Rounding.NEAREST_EVEN})
+_TO_INF = frozenset({Overflow.INF})
+_EVERY_MODE = frozenset(Rounding)
+_EVERY_OVERFLOW = frozenset(Overflow)
+
+
+def _general_values(x: np.ndarray, fmt: Format, mode: Rounding, overflow: Overflow):
+    """The general kernel's float64 values for ``x`` (exactly widened, NaN payloads kept;
+    stochastic rounding draws from a generator seeded 0: STORE_BITS stores any mode's values)."""
+    b = widen(x) if x.dtype != _F64 else x
+    rng = np.random.default_rng(0) if mode is Rounding.STOCHASTIC else None
+    r, _ = kernel_general(np.ascontiguousarray(b).reshape(-1).view(np.uint64),
+                          kernel_params(fmt), mode, overflow, False, False,
+                          Tininess.AFTER, rng, None, False)
+    return r.view(np.float64).reshape(x.shape)
+
+
+def _apply64(x, fmt, mode, overflow):
+    b = np.ascontiguousarray(x, dtype=np.float64).reshape(-1).view(np.uint64)
+    r = _kernel_float(b, kernel_params(fmt), mode, overflow, Tininess.AFTER)
+    return r.view(np.float64).reshape(x.shape)
+
+
+def _apply32(x, fmt, mode, overflow):
+    flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+    out = np.empty(flat.size, np.uint64)
+    run_float32(flat, out, kernel_params(fmt), fmt, mode, overflow, Tininess.AFTER, None)
+    return out.view(np.float64).reshape(x.shape)
+
+
+def _stores_by_bits(fmt: Format) -> bool:
+    """The formats :func:`store_values` packs by the bits (fp16, ml_dtypes' float8 types)."""
+    store = fmt.storage_dtype
+    return store == np.float16 or (store.itemsize == 1 and 1 <= fmt.bias <= 127
+                                   and fmt.exponent_bits + fmt.mantissa_bits == 7)
+
+
+def _byte_table_format(fmt: Format) -> bool:
+    return fmt.dtype is not None and table_cast_ok(fmt.dtype)
+
+
+FLOAT64 = FastPath(
+    "float64_float_domain", _kernel_float, lambda f: kernel_params(f).fast,
+    frozenset(FLOAT_MODES), _EVERY_OVERFLOW, frozenset({_F64}), _apply64,
+    "round_patterns, per chunk: round, cast, round_pair / round_flat (arithmetic, reductions)")
+FLOAT32 = FastPath(
+    "float32_float_domain", run_float32, lambda f: kernel_params(f).fast32,
+    frozenset(FLOAT_MODES), _EVERY_OVERFLOW, frozenset({_F32}), _apply32,
+    "run_chunks on float32 input: round, cast; arithmetic's float32 path (round_float32)")
+STORE_BITS = FastPath(
+    "store_bits", store_values, _stores_by_bits, _EVERY_MODE, _EVERY_OVERFLOW,
+    frozenset({_F32, _F64}),
+    lambda x, fmt, mode, ovf: store_values(_general_values(x, fmt, mode, ovf),
+                                           fmt.storage_dtype, fmt),
+    "run_chunks / run_float32 with a store dtype: cast writes the rounded values' bits",
+    stores=True)
+BF16_ROUND = FastPath(
+    "bf16_round", bf16_nearest_even, lambda f: f == BF16, _NEAREST, _TO_INF,
+    frozenset({_F32}), lambda x, fmt, _mode, _ovf: bf16_nearest_even(x, fmt, None),
+    "round of a float32 array (array_path)")
+BF16_CAST = FastPath(
+    "bf16_cast", bf16_nearest_even, lambda f: f == BF16, _NEAREST, _TO_INF,
+    frozenset({_F32}), lambda x, fmt, _mode, _ovf: bf16_nearest_even(x, fmt, fmt.storage_dtype),
+    "cast of a float32 array (array_path): ml_dtypes' own cast", stores=True)
+BYTE_TABLE = FastPath(
+    "byte_table", byte_nearest_even, _byte_table_format, _NEAREST, _TO_INF,
+    frozenset({_F32}),
+    lambda x, fmt, _mode, _ovf: byte_nearest_even(x, fmt, fmt.storage_dtype),
+    "cast of a large float32 array (array_path) to an fp8 / fp6 / fp4 type",
+    stores=True, min_size=_BYTE_TABLE_MIN, declines_nan=True)
+NATIVE_CAST = FastPath(
+    "native_cast", native_cast, NATIVE_CAST_FORMATS.__contains__, _NEAREST, _TO_INF,
+    frozenset({_F32, _F64}), lambda x, fmt, _mode, _ovf: native_cast(x, fmt.storage_dtype),
+    "fpsim.autograd.context.round_to (plain settings); fpsim.arithmetic's native operands",
+    stores=True, nan_payload=False)
+FP16_FROM_F32 = FastPath(
+    "fp16_from_float32", f32_to_f16, lambda f: f == FP16, _NEAREST, _TO_INF,
+    frozenset({_F32}), lambda x, _fmt, _mode, _ovf: f32_to_f16(x),
+    "fpsim.autograd.context.round_to (fp16, plain settings)", stores=True, nan_payload=False)
+FP16_FROM_F64 = FastPath(
+    "fp16_from_float64", f64_to_f16, lambda f: f == FP16, _NEAREST, _TO_INF,
+    frozenset({_F64}), lambda x, _fmt, _mode, _ovf: f64_to_f16(x),
+    "fpsim.autograd.context.round_to (fp16, plain settings)", stores=True, nan_payload=False)
+
+REGISTRY: tuple[FastPath, ...] = (FLOAT64, FLOAT32, STORE_BITS, BF16_ROUND, BF16_CAST,
+                                  BYTE_TABLE, NATIVE_CAST, FP16_FROM_F32, FP16_FROM_F64)
+_FLOAT64_MODES = FLOAT64.modes  # round_patterns' per-chunk test, without attribute lookups
+FLOAT32_MODES = FLOAT32.modes  # run_chunks' float32 test
+
+# round / cast of a whole array: the rows array_path picks from, in order, and its cache
+_ARRAY_ROWS = (BF16_ROUND, BF16_CAST, BYTE_TABLE)
+_ARRAY_INPUTS = frozenset().union(*(row.inputs for row in _ARRAY_ROWS))
+_ARRAY_PATHS: dict[tuple, tuple[Format, FastPath | None]] = {}
+
+
+def array_path(pol: RoundingPolicy, dtype: np.dtype, cast: bool) -> FastPath | None:
+    """The registry's row that :func:`fpsim.round` (``cast=False``) or :func:`fpsim.cast`
+    takes for a whole array of ``dtype`` by ``pol`` without flags, or None: one dict lookup
+    per call (keyed by the format object: hashing a Format costs more than the lookup).
+
+    >>> from fpsim.rounding import policy_of
+    >>> array_path(policy_of("bf16"), np.dtype(np.float32), cast=False).name
+    'bf16_round'
+    >>> array_path(policy_of("bf16", "up"), np.dtype(np.float32), cast=False) is None
+    True
+    """
+    if dtype not in _ARRAY_INPUTS:
+        return None
+    fmt = pol.fmt
+    key = (id(fmt), pol.rounding, pol.overflow, pol.flush or pol.daz, dtype, cast)
+    hit = _ARRAY_PATHS.get(key)
+    if hit is not None and hit[0] is fmt:
+        return hit[1]
+    row = None
+    if not (pol.flush or pol.daz):
+        row = next((r for r in _ARRAY_ROWS if r.stores == cast
+                    and r.serves(fmt, pol.rounding, pol.overflow, dtype)), None)
+    if len(_ARRAY_PATHS) > 4096:  # formats made on the fly: keep the cache bounded
+        _ARRAY_PATHS.clear()
+    _ARRAY_PATHS[key] = (fmt, row)
+    return row
