@@ -98,13 +98,13 @@ from .rounding import (
     round_objects_with,
     round_with,
 )
+from .rounding.eft import two_prod, two_sum_err
 from .rounding.native import cast as native_cast
 from .rounding.native import native_ok as rounds_natively
 
 __all__ = ["add", "sub", "mul", "div", "sqrt", "fma"]
 
 _U = np.uint64
-_SPLIT = 134217729.0  # 2**27 + 1: Veltkamp's constant, splits a float64 into 26 + 26 bits
 _STICKY = 2.0**-200  # stands for an operand far below the other's last bit (sign kept)
 _LO_FLOOR = 2.0**-114  # smallest |lo| kept relative to hi in [1/2, 1): below every decision
 MAX_MANTISSA = 50  # round_pair rounds to odd at 53 bits: exact for targets of <= 51 bits
@@ -256,29 +256,6 @@ def plan_for(fmt: Format) -> _Plan:
         e_hi=e_hi,
         windows=windows,
     )
-
-
-# -- error-free transformations ---------------------------------------------------------------
-
-def _two_sum_err(a, b, s):
-    """The exact error of s = fl(a + b) (Knuth's TwoSum, any magnitudes)."""
-    bb = s - a
-    return (a - (s - bb)) + (b - bb)
-
-
-def _split(x):
-    t = _SPLIT * x
-    hi = t - (t - x)
-    return hi, x - hi
-
-
-def _two_prod(a, b):
-    """p = fl(a * b) and the exact error (Dekker), assuming no overflow or underflow."""
-    p = a * b
-    ah, al = _split(a)
-    bh, bl = _split(b)
-    err = ((ah * bh - p) + ah * bl + al * bh) + al * bl
-    return p, err
 
 
 def _finite_or_zero(x):
@@ -474,7 +451,7 @@ def add_flat(a, b, c: OpContext, exact_operands: bool = True):
         inv = (np.isnan(s) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
         if plan.add_fast and exact_operands and not _FORCE_GENERAL:
             lo = (None if plan.add_exact or _float64_result_enough(c)
-                  else _two_sum_err(a, b, s))
+                  else two_sum_err(a, b, s))
             if lo is not None and not lo.any():
                 lo = None
             out, fl = round_result(_zero_sign(s, a, b, c.mode), lo, c, two_sum=True)
@@ -487,7 +464,7 @@ def add_flat(a, b, c: OpContext, exact_operands: bool = True):
         E = np.maximum(ea, eb)
         x, y = _scaled(ma, ea - E), _scaled(mb, eb - E)
         h = x + y
-        lo = _two_sum_err(x, y, h)
+        lo = two_sum_err(x, y, h)
         h = _zero_sign(h, x, y, c.mode)
         o_r, f_r = _round_general(h, lo, E, c)
     out, fl = _merge(sp, o_sp, f_sp, reg, o_r, f_r, a.size, c.want)
@@ -510,7 +487,7 @@ def mul_flat(a, b, c: OpContext, exact_operands: bool = True):
         if c.fmt.precision_bits <= _MAX_FMA_PRECISION and exact_operands:
             h, lo = ma * mb, np.zeros(ma.shape)
         else:
-            h, lo = _two_prod(ma, mb)
+            h, lo = two_prod(ma, mb)
         o_r, f_r = _round_general(h, lo, ea + eb, c)
     out, fl = _merge(sp, o_sp, f_sp, reg, o_r, f_r, a.size, c.want)
     return out, fl, inv
@@ -519,7 +496,7 @@ def mul_flat(a, b, c: OpContext, exact_operands: bool = True):
 def _div_pair(a, b):
     """q = fl(a / b) and lo = r / b with the exact remainder r = a - q*b."""
     q = a / b
-    ph, pl = _two_prod(q, b)
+    ph, pl = two_prod(q, b)
     r = (a - ph) - pl
     return q, r / b
 
@@ -552,7 +529,7 @@ def _div_flat(a, b, c: OpContext, exact_operands: bool = True):
 
 def _sqrt_pair(a):
     s = np.sqrt(a)
-    ph, pl = _two_prod(s, s)
+    ph, pl = two_prod(s, s)
     r = (a - ph) - pl
     return s, r / (2.0 * s)
 
@@ -595,7 +572,7 @@ def _fma_flat(a, b, d, c: OpContext, exact_operands: bool = True):  # noqa: ARG0
             s = prod + d
             if c.want:
                 inv |= np.isnan(s) & ~nan_in
-            lo = None if plan.fma_exact else _two_sum_err(prod, d, s)
+            lo = None if plan.fma_exact else two_sum_err(prod, d, s)
             if lo is not None and not lo.any():
                 lo = None
             # (s, lo) is TwoSum's pair (prod is exact here), as in add: not screened again
@@ -620,7 +597,7 @@ def _fma_flat(a, b, d, c: OpContext, exact_operands: bool = True):  # noqa: ARG0
         x = _scaled(pm, ep - E)
         y = np.where(zero_c, 0.0, _scaled(mc, ec - E))
         h = x + y
-        lo = _two_sum_err(x, y, h)
+        lo = two_sum_err(x, y, h)
         h = _zero_sign(h, x, y, c.mode)
         o_r, f_r = _round_general(h, lo, E, c)
     out, fl = _merge(sp, o_sp, f_sp, reg, o_r, f_r, a.size, c.want)

@@ -16,6 +16,7 @@ import numpy as np
 from .. import flags as _flags
 from ..checks import ragged_error
 from ..formats import Format, NaNEncoding
+from .eft import two_sum
 from .kernel import EXP_MASK, ONE, ZERO
 
 _U = np.uint64
@@ -104,9 +105,7 @@ def as_float64(x, name: str = "x") -> tuple[np.ndarray, np.ndarray | None, bool]
             # hi back to the integer type overflows at 2**63 / 2**64.)
             top = ((arr >> 11).astype(np.float64)) * 2048.0
             low = (arr & 2047).astype(np.float64)
-            hi = top + low
-            b = hi - top
-            lo = (top - (hi - b)) + (low - b)
+            hi, lo = two_sum(top, low)
             if (lo != 0).any():
                 return hi, lo, scalar
         return hi, None, scalar
