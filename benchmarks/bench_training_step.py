@@ -28,7 +28,7 @@ the ops' argument handling add; target < 10%; ``--engine`` times only the rows i
 Where it goes
 (``--breakdown`` times the parts of the MLP step and prints their costs): the "fp32" model
 accumulates in float64 (BLAS dgemm, slower than sgemm: compare the numpy fp64 and fp32 rows),
-every fp16 result is rounded by fpsim.autograd.fastcast (NumPy passes over the array) and every
+every fp16 result is rounded by fpsim.rounding.fp16 (NumPy passes over the array) and every
 fp16 operand is widened through a 65536-entry table. The floor rows show that these
 conversions, not the engine, set the cost (docs/autograd.md gives the measured overhead). BLAS
 runs on one thread (timing.pinned_blas): several threads on these small GEMMs ran slower on a
@@ -62,9 +62,10 @@ import numpy as np
 import fpsim.autograd.conv as _conv
 import fpsim.autograd.functional as F
 from fpsim import nn, optim
-from fpsim.autograd import Tensor, fastcast, matmul_accumulation
+from fpsim.autograd import Tensor, matmul_accumulation
 from fpsim.autograd.tensor import make_result
 from fpsim.formats import BF16, FP16, FP32
+from fpsim.rounding import fp16 as fastcast
 from fpsim.training import MLP
 
 BATCH = 128
@@ -113,7 +114,7 @@ class NumpyMLP:
 class NumpyMLPHalf:
     """The fp16 + fp32-master step of fpsim written directly in NumPy: fp16 storage, float64
     GEMMs rounded to fp32 then fp16, every op's one rounding by fpsim's fastest kernels
-    (fpsim.autograd.fastcast), and the float32 master update. No graph, no Tensor objects: the
+    (fpsim.rounding.fp16), and the float32 master update. No graph, no Tensor objects: the
     floor of this maths in NumPy, so ``fpsim fp16+master`` / this is what the engine adds.
     tests/test_bench_training_step.py checks it gives fpsim's parameters, bit for bit."""
 

@@ -79,14 +79,13 @@ import numpy as np
 from . import flags as _flags
 from .checks import broadcast_shape
 from .flags import Flags
-from .formats import BF16, FP16, FP32, Format, NaNEncoding, get_float_format
+from .formats import Format, NaNEncoding, get_float_format
 from .modes import (
     Overflow,
     Rounding,
     Subnormals,
     Tininess,
 )
-from .nativecast import cast as native_cast
 from .rounding import (
     RoundingPolicy,
     as_float64,
@@ -99,11 +98,13 @@ from .rounding import (
     round_objects_with,
     round_with,
 )
+from .rounding.eft import two_prod, two_sum_err
+from .rounding.native import cast as native_cast
+from .rounding.native import native_ok as rounds_natively
 
 __all__ = ["add", "sub", "mul", "div", "sqrt", "fma"]
 
 _U = np.uint64
-_SPLIT = 134217729.0  # 2**27 + 1: Veltkamp's constant, splits a float64 into 26 + 26 bits
 _STICKY = 2.0**-200  # stands for an operand far below the other's last bit (sign kept)
 _LO_FLOOR = 2.0**-114  # smallest |lo| kept relative to hi in [1/2, 1): below every decision
 MAX_MANTISSA = 50  # round_pair rounds to odd at 53 bits: exact for targets of <= 51 bits
@@ -255,29 +256,6 @@ def plan_for(fmt: Format) -> _Plan:
         e_hi=e_hi,
         windows=windows,
     )
-
-
-# -- error-free transformations ---------------------------------------------------------------
-
-def _two_sum_err(a, b, s):
-    """The exact error of s = fl(a + b) (Knuth's TwoSum, any magnitudes)."""
-    bb = s - a
-    return (a - (s - bb)) + (b - bb)
-
-
-def _split(x):
-    t = _SPLIT * x
-    hi = t - (t - x)
-    return hi, x - hi
-
-
-def _two_prod(a, b):
-    """p = fl(a * b) and the exact error (Dekker), assuming no overflow or underflow."""
-    p = a * b
-    ah, al = _split(a)
-    bh, bl = _split(b)
-    err = ((ah * bh - p) + ah * bl + al * bh) + al * bl
-    return p, err
 
 
 def _finite_or_zero(x):
@@ -473,7 +451,7 @@ def add_flat(a, b, c: OpContext, exact_operands: bool = True):
         inv = (np.isnan(s) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
         if plan.add_fast and exact_operands and not _FORCE_GENERAL:
             lo = (None if plan.add_exact or _float64_result_enough(c)
-                  else _two_sum_err(a, b, s))
+                  else two_sum_err(a, b, s))
             if lo is not None and not lo.any():
                 lo = None
             out, fl = round_result(_zero_sign(s, a, b, c.mode), lo, c, two_sum=True)
@@ -486,7 +464,7 @@ def add_flat(a, b, c: OpContext, exact_operands: bool = True):
         E = np.maximum(ea, eb)
         x, y = _scaled(ma, ea - E), _scaled(mb, eb - E)
         h = x + y
-        lo = _two_sum_err(x, y, h)
+        lo = two_sum_err(x, y, h)
         h = _zero_sign(h, x, y, c.mode)
         o_r, f_r = _round_general(h, lo, E, c)
     out, fl = _merge(sp, o_sp, f_sp, reg, o_r, f_r, a.size, c.want)
@@ -509,7 +487,7 @@ def mul_flat(a, b, c: OpContext, exact_operands: bool = True):
         if c.fmt.precision_bits <= _MAX_FMA_PRECISION and exact_operands:
             h, lo = ma * mb, np.zeros(ma.shape)
         else:
-            h, lo = _two_prod(ma, mb)
+            h, lo = two_prod(ma, mb)
         o_r, f_r = _round_general(h, lo, ea + eb, c)
     out, fl = _merge(sp, o_sp, f_sp, reg, o_r, f_r, a.size, c.want)
     return out, fl, inv
@@ -518,7 +496,7 @@ def mul_flat(a, b, c: OpContext, exact_operands: bool = True):
 def _div_pair(a, b):
     """q = fl(a / b) and lo = r / b with the exact remainder r = a - q*b."""
     q = a / b
-    ph, pl = _two_prod(q, b)
+    ph, pl = two_prod(q, b)
     r = (a - ph) - pl
     return q, r / b
 
@@ -551,7 +529,7 @@ def _div_flat(a, b, c: OpContext, exact_operands: bool = True):
 
 def _sqrt_pair(a):
     s = np.sqrt(a)
-    ph, pl = _two_prod(s, s)
+    ph, pl = two_prod(s, s)
     r = (a - ph) - pl
     return s, r / (2.0 * s)
 
@@ -594,7 +572,7 @@ def _fma_flat(a, b, d, c: OpContext, exact_operands: bool = True):  # noqa: ARG0
             s = prod + d
             if c.want:
                 inv |= np.isnan(s) & ~nan_in
-            lo = None if plan.fma_exact else _two_sum_err(prod, d, s)
+            lo = None if plan.fma_exact else two_sum_err(prod, d, s)
             if lo is not None and not lo.any():
                 lo = None
             # (s, lo) is TwoSum's pair (prod is exact here), as in add: not screened again
@@ -619,7 +597,7 @@ def _fma_flat(a, b, d, c: OpContext, exact_operands: bool = True):  # noqa: ARG0
         x = _scaled(pm, ep - E)
         y = np.where(zero_c, 0.0, _scaled(mc, ec - E))
         h = x + y
-        lo = _two_sum_err(x, y, h)
+        lo = two_sum_err(x, y, h)
         h = _zero_sign(h, x, y, c.mode)
         o_r, f_r = _round_general(h, lo, E, c)
     out, fl = _merge(sp, o_sp, f_sp, reg, o_r, f_r, a.size, c.want)
@@ -715,7 +693,7 @@ def compute(name: str, vals, c: OpContext, snan: np.ndarray | None = None, *,
 #   finite values: fp16 overflows inside float32's range, bf16's threshold (2 - 2**-8) *
 #   2**127 is a float32 number and float32 overflow rounds to inf as bf16 does).
 # - operands are first converted to the format, as fpsim does (nearest even, silently): a
-#   float16 / float32 / float64 array's native cast, fpsim.nativecast.cast (NumPy's float64 ->
+#   float16 / float32 / float64 array's native cast, fpsim.rounding.native.cast (NumPy's float64 ->
 #   float16 cast is one rounding, not via float32; ml_dtypes' float64 -> bfloat16 cast was
 #   two roundings in ml_dtypes 0.5 (not in 0.7), so float64 goes to float32 rounded to odd
 #   first: checked against fpsim.round on midpoints in tests/test_edges_arith.py); other
@@ -725,7 +703,6 @@ def compute(name: str, vals, c: OpContext, snan: np.ndarray | None = None, *,
 # Results are float64 (the API's contract); NaN results are the canonical quiet NaN.
 _NATIVE_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
                "sqrt": np.sqrt}
-_NATIVE_FORMATS = (FP16, BF16, FP32)
 _NATIVE_INPUTS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -738,11 +715,11 @@ def fast_paths_on() -> bool:
 
 def native_ok(c: OpContext) -> bool:
     """May c's correctly rounded + - * / sqrt run as the native type's operations (fp16,
-    bf16 or fp32, nearest even, IEEE policies, no flags: see above)? Internal API, for
+    bf16 or fp32, nearest even, IEEE policies, no flags: see above, and the rule and format
+    table of :func:`fpsim.rounding.native.native_ok`)? Internal API, for
     :mod:`fpsim.reductions` too."""
-    return not (c.want or c.mode is not Rounding.NEAREST_EVEN or c.overflow is not Overflow.INF
-                or c.daz or c.result_subnormals is not Subnormals.KEEP or _FORCE_GENERAL
-                or c.fmt not in _NATIVE_FORMATS)
+    return not (c.daz or _FORCE_GENERAL) and rounds_natively(
+        c.fmt, c.mode, c.overflow, c.result_subnormals, c.want, arithmetic=True)
 
 
 def _native(name: str, args, c: OpContext):

@@ -17,7 +17,7 @@ import fpsim
 from fpsim.autograd import Tensor, matmul_accumulation, rounding
 from fpsim.autograd import functional as F
 from fpsim.autograd.context import NATIVE_RNE, contains, promote_formats, round_to, widen
-from fpsim.autograd.fastcast import f32_to_f16, f64_to_f16, f64_to_f32_to_f16
+from fpsim.rounding.fp16 import f32_to_f16, f64_to_f16, f64_to_f32_to_f16
 from tests.exact import round_exact
 
 FP16, BF16, FP32, FP64, TF32 = fpsim.FP16, fpsim.BF16, fpsim.FP32, fpsim.FP64, fpsim.TF32
@@ -82,7 +82,7 @@ def hard_inputs(fmt) -> np.ndarray:
 @pytest.mark.parametrize("fmt", sorted(NATIVE_RNE, key=lambda f: f.name), ids=lambda f: f.name)
 @pytest.mark.parametrize("source", [np.float64, np.float32])
 def test_native_cast_equals_fpsim_round(fmt, source):
-    """round_to's native path (NumPy / ml_dtypes astype, fastcast for fp16) is exactly
+    """round_to's native path (NumPy / ml_dtypes astype, fpsim.rounding.fp16 for fp16) is exactly
     fpsim.round with nearest even: values, signs of zero, inf and NaN."""
     with np.errstate(over="ignore", invalid="ignore"):
         x = hard_inputs(fmt).astype(source)

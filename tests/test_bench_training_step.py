@@ -75,7 +75,7 @@ def test_script_engine_rows(bench, capsys):
 
 
 def test_script_glue_line(bench, capsys):
-    from fpsim.autograd import fastcast
+    from fpsim.rounding import fp16 as fastcast
 
     kernels = {name: getattr(fastcast, name) for name in bench._KERNELS}
     assert bench.main(["--repeat", "1", "--steps", "1", "--engine", "--glue", "2",
@@ -94,7 +94,7 @@ def test_the_floor_as_a_graph_is_the_floor_bit_for_bit(bench, variant):
     engine) and NumpyCNNHalfByHand (the same graph's closures called by hand) give the floor's
     losses and parameters, bit for bit, over three steps: what the benchmark measures of them
     is the graph's cost, not other arithmetic."""
-    from fpsim.autograd import fastcast
+    from fpsim.rounding import fp16 as fastcast
 
     rng = np.random.default_rng(5)
     x = fastcast.f64_to_f16(rng.standard_normal((bench.BATCH, 1, 8, 8)))

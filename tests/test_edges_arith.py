@@ -13,7 +13,7 @@ import pytest
 
 import fpsim
 from fpsim import arithmetic, reductions
-from fpsim.nativecast import cast as native_cast
+from fpsim.rounding.native import cast as native_cast
 from tests.exact import round_exact
 from tests.test_arith_mpfr import mpfr_op
 
@@ -116,7 +116,7 @@ def test_native_path_against_mpfr(name):
 def test_native_path_float64_operands_round_once(monkeypatch, name):
     """float64 operands are converted by the native cast: at and next to every midpoint of
     the format in a few binades (normal and subnormal) the native cast
-    (fpsim.nativecast.cast: ml_dtypes 0.5 rounded float64 twice, via float32) equals the exact
+    (fpsim.rounding.native.cast: ml_dtypes 0.5 rounded float64 twice, via float32) equals the exact
     rounding and the results equal the general kernel's."""
     fmt, dt = fpsim.get_format(name), NATIVE[name]
     with np.errstate(invalid="ignore"):

@@ -80,7 +80,7 @@ def _finite_or_inf(x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("name", BYTE_FORMATS)
 def test_byte_formats_round_and_cast_equal_the_general_kernel(name) -> None:
     """Every high half of the float32 patterns with low halves probing each rounding decision
-    (the claim of fpsim.nativecast.narrow_to_byte), against the kernel (flags=True)."""
+    (the claim of fpsim.rounding.native.narrow_to_byte), against the kernel (flags=True)."""
     x = _finite_or_inf(boundary_inputs())
     fast = fpsim.round(x, name)
     general, _ = fpsim.round(x, name, flags=True)

@@ -1,4 +1,4 @@
-"""fpsim.nativecast (issue 32 item 5): float64 values reach an ml_dtypes type with one rounding
+"""fpsim.rounding.native (issue 32 item 5): float64 values reach an ml_dtypes type with one rounding
 in every supported ml_dtypes version (0.5 rounded float64 casts twice, via float32), and the
 autograd's tensors and the arithmetic's native path with them. The references are
 fpsim.round's kernel (checked against MPFR and exact Fractions) and exact Fractions; these
@@ -11,7 +11,7 @@ import pytest
 
 import fpsim
 from fpsim.autograd import Tensor
-from fpsim.nativecast import cast, f64_to_f32_odd, narrow_to_byte, table_cast_ok, widen_byte
+from fpsim.rounding.native import cast, f64_to_f32_odd, narrow_to_byte, table_cast_ok, widen_byte
 from tests.exact import round_exact
 
 ML_FORMATS = sorted((f for f in fpsim.PRESETS.values()

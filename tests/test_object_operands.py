@@ -351,7 +351,7 @@ def test_chunks_keep_every_element_in_its_place(monkeypatch):
     a[17] = float(snan)
     whole = fpsim.round(a, fmt, "odd", flags=True)
     whole_op = arithmetic.mul(a, 3, fmt, "down", flags=True)
-    monkeypatch.setattr(fpsim.rounding, "CHUNK", 5)
+    monkeypatch.setattr(fpsim.rounding.kernel, "CHUNK", 5)
     parts = fpsim.round(a, fmt, "odd", flags=True)
     parts_op = arithmetic.mul(a, 3, fmt, "down", flags=True)
     for w, p in (whole, parts), (whole_op, parts_op):

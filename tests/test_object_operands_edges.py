@@ -89,7 +89,7 @@ def test_far_decimals_round_at_once():
 def test_far_decimals_round_as_near_ones(fmt):
     far = [Decimal(s) for s in FAR]
     near = [Decimal(NEAR[s]) for s in FAR]  # split exactly: 10**+-1000 is cheap
-    assert all(abs(d.adjusted()) <= fpsim.rounding._DECIMAL_FAR < abs(Decimal(s).adjusted())
+    assert all(abs(d.adjusted()) <= fpsim.rounding.exact._DECIMAL_FAR < abs(Decimal(s).adjusted())
                for d, s in zip(near, FAR, strict=True))
     arr_far, arr_near = (np.array(v + [None], dtype=object)[:-1] for v in (far, near))
     for mode in MODES:

@@ -1,6 +1,7 @@
-"""The float-domain fast paths of the rounding core (``rounding._kernel_float`` on float64
-patterns, ``rounding._round32`` on float32 values, ``rounding._store_values``' fp16 bit path)
-against the general kernel on the patterns (``_kernel_general``, which ``flags=True`` takes)
+"""The float-domain fast paths of the rounding core (``rounding.fast._kernel_float`` on
+float64 patterns, ``rounding.fast._round32`` on float32 values, ``rounding.fast.store_values``'
+fp16 bit path) against the general kernel on the patterns (``rounding.kernel.kernel_general``,
+which ``flags=True`` takes)
 and against independent references: NumPy's float16 cast, ml_dtypes' float32 -> float8 casts
 and the exact Fraction reference of tests/exact.py. The grid: every binade of each format
 (sampled above 2**8 significands), its values, the midpoints between neighbours and the
@@ -18,6 +19,8 @@ import fpsim
 from fpsim import rounding
 from fpsim.formats import Format, NaNEncoding
 from fpsim.modes import Overflow, Rounding, Tininess
+from fpsim.rounding import fast as fast_paths
+from fpsim.rounding import kernel
 from tests.exact import round_exact, same
 
 DETERMINISTIC = [m for m in Rounding if m is not Rounding.STOCHASTIC]
@@ -94,8 +97,8 @@ def assert_bits(got: np.ndarray, want: np.ndarray, x: np.ndarray, what: str) -> 
 
 def _general(bits: np.ndarray, fmt: Format, mode: Rounding, overflow: Overflow) -> np.ndarray:
     p = rounding.kernel_params(fmt)
-    r, _ = rounding._kernel_general(bits, p, mode, overflow, False, False, Tininess.AFTER,
-                                    None, None, False)
+    r, _ = kernel.kernel_general(bits, p, mode, overflow, False, False, Tininess.AFTER,
+                                 None, None, False)
     return r
 
 
@@ -109,7 +112,7 @@ def test_kernel_float_equals_the_general_kernel(name: str) -> None:
     for mode in DETERMINISTIC:
         for overflow in Overflow:
             want = _general(b, fmt, mode, overflow)
-            got = rounding._kernel_float(b, p, mode, overflow, Tininess.AFTER)
+            got = fast_paths._kernel_float(b, p, mode, overflow, Tininess.AFTER)
             assert_bits(got.view(np.float64), want.view(np.float64), x,
                         f"{name} {mode.value} {overflow.value}")
             # and through the public function: no flags takes the fast path, flags the other
@@ -213,7 +216,7 @@ def test_inputs_are_not_mutated_and_views_work() -> None:
 
 def test_many_chunks(monkeypatch) -> None:
     """Chunk boundaries (and a bad element at each end of a chunk) change nothing."""
-    monkeypatch.setattr(rounding, "CHUNK", 7)
+    monkeypatch.setattr(kernel, "CHUNK", 7)
     for dtype in (np.float32, np.float64):
         x = grid(fpsim.get_format("fp16"), dtype)
         for mode in (Rounding.NEAREST_EVEN, Rounding.UP):

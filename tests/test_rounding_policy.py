@@ -155,8 +155,8 @@ def test_an_add_parses_its_options_once(monkeypatch):
     """The policy is parsed once per distinct set of options, then reused: a repeated add
     (and sum) parses nothing (it parsed three times per call before)."""
     calls = []
-    real = rounding.as_rounding
-    monkeypatch.setattr(rounding, "as_rounding", lambda m: calls.append(m) or real(m))
+    real = rounding.policy.as_rounding
+    monkeypatch.setattr(rounding.policy, "as_rounding", lambda m: calls.append(m) or real(m))
     a, b = np.float16([1.5, 2.5]), np.float16([0.1, 3.0])
     fpsim.add(a, b, "fp16", "toward_zero", overflow="saturate")
     calls.clear()

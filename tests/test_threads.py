@@ -39,9 +39,9 @@ from fpsim.autograd import (
 )
 from fpsim.autograd.checkpoint import checkpoint
 from fpsim.autograd.context import get_autocast_hook
-from fpsim.autograd.fastcast import f16_to_wide, f32_to_f16, f64_to_f16, f64_to_f32_to_f16
 from fpsim.autograd.memory_meter import MemoryMeter
 from fpsim.flags import flag_context, flags_active, suspended
+from fpsim.rounding.fp16 import f16_to_wide, f32_to_f16, f64_to_f16, f64_to_f32_to_f16
 
 N = 8
 
@@ -108,7 +108,7 @@ def check(case: Callable) -> list:
 
 
 # ------------------------------------------------------------------ cached fast paths
-def test_fastcast_kernels_match_numpy_in_threads():
+def test_fp16_kernels_match_numpy_in_threads():
     """The fp16 casts' work arrays are per thread (issue 32: four threads calling f64_to_f16
     100 times gave 34 of 400 results unlike NumPy's cast with shared ones)."""
 
@@ -136,7 +136,7 @@ def test_fastcast_kernels_match_numpy_in_threads():
 
 def _mlp_step(i: int, sync, fmt: str = "fp16", steps: int = 3) -> list:
     """A few fp16 (or bf16) training steps with fp32 master weights: the linear and
-    cross-entropy fast paths, SGD's loop, fastcast's casts and the cached plans."""
+    cross-entropy fast paths, SGD's loop, fpsim.rounding.fp16's casts and the cached plans."""
     rng = np.random.default_rng(100 + i)
     x = Tensor(rng.standard_normal((64, 32)), fmt)
     y = rng.integers(0, 10, 64)

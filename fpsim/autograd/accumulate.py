@@ -43,8 +43,8 @@ from .. import flags as _flags
 from ..formats import FP16, FP32, Format
 from ..modes import Rounding
 from ..rounding import cast
+from ..rounding.fp16 import f64_to_f32_to_f16
 from .context import Accumulation, contains, plain_rounding, round_to
-from .fastcast import f64_to_f32_to_f16
 
 __all__ = ["gemm_acc", "add_bias", "finish", "gemm"]
 

@@ -24,10 +24,6 @@ import numpy as np
 from .. import state as _state
 from ..formats import (
     BF16,
-    FP8_E4M3,
-    FP8_E4M3FNUZ,
-    FP8_E5M2,
-    FP8_E5M2FNUZ,
     FP16,
     FP32,
     FP64,
@@ -35,9 +31,10 @@ from ..formats import (
     get_float_format,
 )
 from ..modes import Overflow, Rounding, Subnormals, as_overflow, as_rounding, as_subnormals
-from ..nativecast import cast as native_cast
 from ..rounding import cast
-from .fastcast import f16_to_wide, f32_to_f16, f64_to_f16
+from ..rounding.fp16 import f16_to_wide, f32_to_f16, f64_to_f16
+from ..rounding.native import NATIVE_CAST_FORMATS
+from ..rounding.native import cast as native_cast
 
 __all__ = [
     "Accumulation",
@@ -59,13 +56,10 @@ __all__ = [
     "widen",
 ]
 
-# Formats whose native cast (fpsim.nativecast.cast: NumPy's, or ml_dtypes' from float32, a
-# float64 source rounded to odd in float32 first, so one rounding in every ml_dtypes version)
-# from float64 and float32 rounds to nearest even exactly as fpsim.round does (overflow to
-# inf / NaN, gradual underflow); proved by
-# tests/test_autograd_formats.py::test_native_cast_equals_fpsim_round.
-NATIVE_RNE: frozenset[Format] = frozenset(
-    {FP32, FP16, BF16, FP8_E4M3, FP8_E5M2, FP8_E4M3FNUZ, FP8_E5M2FNUZ})
+# Formats whose native cast rounds to nearest even exactly as fpsim.round does: the one format
+# table of fpsim.rounding.native (NATIVE_CAST_FORMATS, its rule native_ok); round_to's plain
+# settings are that rule's policy part.
+NATIVE_RNE: frozenset[Format] = NATIVE_CAST_FORMATS
 # Formats into which an op may compute in float32 and round with one native cast (inputs in the
 # format, RNE): float32 has p = 24 >= 2q + 2 bits, so by Figueroa's theorem rounding the float32
 # result of + - * / sqrt again to fp16 (q = 11) equals rounding the exact result once, and fp16
@@ -388,7 +382,7 @@ def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.nda
         if plain:
             if fmt is FP16 or fmt == FP16:  # NumPy's cast is ~30x slower on fp16 subnormals
                 return f64_to_f16(x) if x.dtype == np.float64 else f32_to_f16(x)
-            if fmt in NATIVE_RNE:  # one rounding in every ml_dtypes version (nativecast)
+            if fmt in NATIVE_RNE:  # one rounding in every ml_dtypes version (rounding.native)
                 return native_cast(x, sd)
             if fmt == FP64:
                 return x.astype(np.float64)

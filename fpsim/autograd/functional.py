@@ -107,6 +107,7 @@ from ..checks import as_array, as_int
 from ..formats import BF16, FP16, FP32, FP64, Format
 from ..modes import Rounding, Subnormals, as_rounding
 from ..rounding import round as fpsim_round
+from ..rounding.fp16 import f16_to_wide, f64_to_f16, f64_to_f32_to_f16
 from . import accumulate as _acc
 from . import tensor as _tensor
 from .context import (
@@ -119,7 +120,6 @@ from .context import (
     settings,
     widen,
 )
-from .fastcast import f16_to_wide, f64_to_f16, f64_to_f32_to_f16
 from .generator import get_generator
 from .operands import (
     accumulation_model,

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..formats import FP8_E4M3, FP8_E5M2, FP16, Format
 from ..rounding import round_pair
+from ..rounding.eft import two_sum
 from .formats import MXINT8_FRACTION_BITS
 from .quantize import MXArray
 
@@ -54,12 +55,6 @@ def _int_parts(q: MXArray) -> tuple[np.ndarray, int, int]:
     i[np.isnan(i)] = 0  # NaN elements sit in NaN-scale blocks; the scale carries the NaN
     bits = int(math.ceil(math.log2(q.fmt.elem_max * 2.0**f + 1)))
     return i, f, bits
-
-
-def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    s = a + b
-    bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
 
 
 def _check(qa: MXArray, qb: MXArray) -> int:
@@ -115,7 +110,7 @@ def block_dots(qa: MXArray, qb: MXArray) -> tuple[np.ndarray, np.ndarray]:
                              "<= 32")
         top = np.floor(np.ldexp(ia, -c))
         low = ia - np.ldexp(top, c)
-        hi, lo = _two_sum(np.ldexp(np.matmul(top, ib), c), np.matmul(low, ib))
+        hi, lo = two_sum(np.ldexp(np.matmul(top, ib), c), np.matmul(low, ib))
     return np.ldexp(hi, -(fa + fb)), np.ldexp(lo, -(fa + fb))
 
 

@@ -63,8 +63,8 @@ from ..checks import as_int
 from ..flags import Flags, flags_active, record
 from ..integer import round_to_integral
 from ..modes import Rounding, as_rounding
-from ..nativecast import narrow_to_byte, table_cast_ok, widen_byte
 from ..rounding import round as fp_round
+from ..rounding.native import narrow_to_byte, table_cast_ok, widen_byte
 from .formats import (
     E8M0_BIAS,
     MX_FORMATS,

@@ -52,6 +52,7 @@ from ..formats import FP32, TF32, Format
 from ..modes import Overflow, Rounding, Subnormals
 from ..rounding import SIGN, as_float64
 from ..rounding import round as fp_round
+from ..rounding.eft import two_sum
 from .explain import build_explanation
 from .gpus import C_MIN_EXPONENT, MAX_INT_BITS, BlockFMA, BlockOverflow, GpuModel, resolve_unit
 
@@ -326,11 +327,6 @@ def _exact_round(terms: np.ndarray, rfmt: Format, mode: Rounding,
     """Round the exact sum of the float64 terms over axis 0 once to rfmt: an error-free
     expansion (two-sum), a faithful float64 approximation, then round to odd at 53 bits
     (safe before rounding to rfmt's at most 24 bits)."""
-    def two_sum(a, b):
-        s = a + b
-        bb = s - a
-        return s, (a - (s - bb)) + (b - bb)
-
     def grow(comps, x):
         out = []
         q = x

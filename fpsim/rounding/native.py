@@ -47,7 +47,52 @@ import functools
 
 import numpy as np
 
-__all__ = ["cast", "f64_to_f32_odd", "narrow_to_byte", "widen_byte", "table_cast_ok"]
+from ..formats import (
+    BF16,
+    FP8_E4M3,
+    FP8_E4M3FNUZ,
+    FP8_E5M2,
+    FP8_E5M2FNUZ,
+    FP16,
+    FP32,
+    Format,
+)
+from ..modes import Overflow, Rounding, Subnormals
+
+__all__ = ["cast", "f64_to_f32_odd", "narrow_to_byte", "widen_byte", "table_cast_ok",
+           "native_ok", "NATIVE_CAST_FORMATS", "NATIVE_ARITHMETIC_FORMATS"]
+
+# The one format table of "may this run natively?" (issue 35 item 2), consulted by
+# fpsim.autograd.context.round_to and fpsim.arithmetic's native path through native_ok:
+# - casts: formats whose native cast from float64 and float32 (:func:`cast`: NumPy's, or
+#   ml_dtypes' from float32, float64 rounded to odd in float32 first) is fpsim.round's
+#   nearest even (overflow to inf / NaN, gradual underflow); proved by
+#   tests/test_autograd_formats.py::test_native_cast_equals_fpsim_round and the registry
+#   test tests/test_rounding_fast_paths.py;
+# - arithmetic: formats whose NumPy / ml_dtypes + - * / sqrt are correctly rounded (fp32 is
+#   IEEE; fp16's and bf16's loops compute in float32, p' = 24 >= 2p + 2: Figueroa), see
+#   fpsim/arithmetic.py's native path.
+NATIVE_CAST_FORMATS: frozenset[Format] = frozenset(
+    {FP32, FP16, BF16, FP8_E4M3, FP8_E5M2, FP8_E4M3FNUZ, FP8_E5M2FNUZ})
+NATIVE_ARITHMETIC_FORMATS: frozenset[Format] = frozenset({FP16, BF16, FP32})
+
+
+def native_ok(fmt: Format, mode: Rounding, overflow: Overflow, subnormals: Subnormals,
+              flags: bool, *, arithmetic: bool = False) -> bool:
+    """May rounding to ``fmt`` (a cast, or with ``arithmetic=True`` a + - * / sqrt result)
+    run as NumPy's / ml_dtypes' own? Only nearest even, overflow to the format's overflow
+    value, subnormals kept, no flags wanted, and a format of the table above.
+
+    >>> from fpsim.formats import FP8_E4M3, FP16
+    >>> native_ok(FP16, Rounding.NEAREST_EVEN, Overflow.INF, Subnormals.KEEP, False)
+    True
+    >>> native_ok(FP8_E4M3, Rounding.NEAREST_EVEN, Overflow.INF, Subnormals.KEEP, False,
+    ...           arithmetic=True)  # casts only: fp8 has no native arithmetic
+    False
+    """
+    return (not flags and mode is Rounding.NEAREST_EVEN and overflow is Overflow.INF
+            and subnormals is Subnormals.KEEP
+            and fmt in (NATIVE_ARITHMETIC_FORMATS if arithmetic else NATIVE_CAST_FORMATS))
 
 _NUMPY_FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 _F64 = np.dtype(np.float64)

@@ -1,0 +1,492 @@
+"""The fast paths of the rounding core: shortcuts that give the general kernel's bits for a
+domain of formats, modes, policies and input dtypes, at native speed.
+
+Contract: each path equals :func:`fpsim.rounding.kernel.kernel_general` bit for bit on its
+domain (values, signed zeros, NaN payloads, overflow values), and is taken only there; outside
+its domain the caller uses the kernel. :func:`round_patterns` is the per-chunk dispatch
+between the float-domain path and the kernel. Proofs: tests/test_rounding_fast.py,
+tests/test_native_round.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..formats import BF16, FP16, Format, NaNEncoding
+from ..modes import Overflow, Rounding, Tininess
+from . import kernel
+from .convert import refuse_nan, via_float32, widen
+from .fp16 import f32_to_f16, f64_to_f16
+from .kernel import KernelParams, kernel_general, kernel_params
+from .native import NATIVE_CAST_FORMATS, narrow_to_byte, table_cast_ok
+from .native import cast as native_cast
+from .policy import RoundingPolicy
+
+_U = np.uint64
+_BYTE_TABLE_MIN = 4096  # float32 elements from which the one-byte table path pays
+
+
+def round_patterns(b, p: KernelParams, mode, overflow, flush, daz, tininess, rng, random_bits,
+                   want_flags):
+    """Round one chunk of float64 patterns ``b``; returns (patterns, flags or None). The
+    per-chunk dispatch: the float-domain path (registry row :data:`FLOAT64`) where its
+    domain holds, else the general kernel."""
+    if p.fast and mode in _FLOAT64_MODES and not (want_flags or flush or daz):  # FLOAT64's domain
+        return _kernel_float(b, p, mode, overflow, tininess), None
+    return kernel_general(b, p, mode, overflow, flush, daz, tininess, rng, random_bits,
+                          want_flags)
+
+
+# -- the float-domain path --------------------------------------------------------------------
+# For the deterministic modes without flags, flushing or DAZ (the common case), rounding is
+# done on the values themselves: with the quantum q = 2**(max(E, emin) - m) (E the input's
+# binade), x / q is exact and holds the kept digits in its integer part, NumPy's rint / trunc
+# / ceil / floor round it to an integer in that mode, and the integer times q is the result,
+# exact again. A carry into the next binade (an integer of 2**(m + 1)) and gradual underflow
+# (q stays 2**(emin - m) below 2**emin) come out right with no case split, and the sign of
+# a zero is kept by every step. What the formula does not decide (results beyond the largest
+# finite value, inf and NaN inputs: the elements not below max in magnitude) is redone by
+# kernel_general. The quanta must be normal floats of at most 1 (Params.fast, fast32).
+# Equal to kernel_general bit for bit: tests/test_rounding_fast.py.
+
+
+def _integral_away(t):
+    """t rounded to an integer, ties away from zero, in place."""
+    r = np.trunc(t)
+    up = np.abs(t - r) >= 0.5  # exact: t - trunc(t) drops only the integer bits
+    np.add(r, np.copysign(1.0, t), out=t, where=up)
+    np.copyto(t, r, where=~up)
+    return t
+
+
+def _integral_odd(t):
+    """t rounded to an integer toward zero, then to the odd neighbour when inexact (the
+    sticky bit of round-to-odd), in place."""
+    r = np.trunc(t)
+    up = (t != r) & (np.fmod(r, 2) == 0)
+    np.add(r, np.copysign(1.0, t), out=t, where=up)
+    np.copyto(t, r, where=~up)
+    return t
+
+
+FLOAT_MODES = {
+    Rounding.NEAREST_EVEN: lambda t: np.rint(t, out=t),
+    Rounding.TOWARD_ZERO: lambda t: np.trunc(t, out=t),
+    Rounding.UP: lambda t: np.ceil(t, out=t),
+    Rounding.DOWN: lambda t: np.floor(t, out=t),
+    Rounding.NEAREST_AWAY: _integral_away,
+    Rounding.ODD: _integral_odd,
+}
+
+
+def _kernel_float(b, p: KernelParams, mode, overflow, tininess):
+    """kernel_general's patterns for ``b`` (float64 patterns) in a deterministic mode
+    without flags, flush or DAZ, computed in the float domain (see above)."""
+    e = b >> _U(52)
+    e &= _U(0x7FF)
+    np.maximum(e, p.eminb, out=e)
+    e -= _U(p.m)
+    e <<= _U(52)
+    q = e.view(np.float64)  # the quantum of each element
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = b.view(np.float64) / q
+        FLOAT_MODES[mode](t)
+        t *= q
+    if p.enc is NaNEncoding.FNUZ:
+        t += 0.0  # -0 + 0 = +0: no negative zero
+    ok = np.abs(t, out=q) <= p.max_val  # False for overflow, inf and NaN
+    if not ok.all():
+        idx = _overflow_values(t, b.view(np.float64), ok, p, mode, overflow)
+        if idx is not None:
+            t.view(np.uint64)[idx] = kernel_general(b[idx], p, mode, overflow, False, False,
+                                                    tininess, None, None, False)[0]
+    return t.view(np.uint64)
+
+
+_AWAY_ON_OVERFLOW = {  # does an overflow go to the overflow value (inf / NaN)? by sign
+    Rounding.NEAREST_EVEN: (True, True), Rounding.NEAREST_AWAY: (True, True),
+    Rounding.UP: (True, False), Rounding.DOWN: (False, True),
+    Rounding.TOWARD_ZERO: (False, False), Rounding.ODD: (False, False),
+}
+
+
+def _overflow_values(t, x, ok, p: KernelParams, mode, overflow):
+    """Where ``ok`` is False and ``x`` finite (``t``, the rounded value, is beyond the largest
+    finite value), write into ``t`` what _overflow gives: the overflow value (inf, or NaN
+    where the format has no inf) or +-max by mode and policy, with the input's sign (a NaN's
+    sign bit too, as kernel_general's ``r | sign``). In wide-range data a third of the
+    elements overflow: a branch-free blend of the bit patterns over the whole chunk costs
+    less than gathering them, or np.copyto / np.where with a mask. Returns the positions of
+    the inf and NaN inputs (None when there is none), for kernel_general."""
+    fin = np.isfinite(x)
+    over = fin & ~ok
+    if over.any():
+        u = np.dtype(f"u{t.itemsize}").type
+        sign_bit = u(1) << u(8 * t.itemsize - 1)
+        typ = t.dtype.type
+        ovf_bits = typ(p.ovf_bits.view(np.float64)).view(u)
+        max_bits = typ(p.max_val).view(u)
+        pos_away, neg_away = _AWAY_ON_OVERFLOW[mode]
+        new = x.view(u) & sign_bit
+        if overflow is Overflow.SATURATE or not (pos_away or neg_away):
+            new |= max_bits
+        elif pos_away and neg_away:
+            new |= ovf_bits
+        else:  # the overflow value for one sign, max for the other
+            away = (new != 0) if neg_away else (new == 0)
+            new |= max_bits
+            new += away.astype(u) * u(ovf_bits - max_bits)
+        tb = t.view(u)
+        mask = over.astype(u)
+        np.negative(mask, out=mask)  # all ones where over
+        new ^= tb
+        new &= mask
+        tb ^= new  # tb = new where over, else unchanged
+    fin |= ok  # what is left: not ok and not finite
+    return None if fin.all() else np.flatnonzero(~fin)
+
+
+def _round32(x, p: KernelParams, mode, overflow):
+    """float32 values ``x`` rounded to the format in the float domain, as float32 (every
+    value of a Params.fast32 format is one, and so are inf and NaN), and the positions (or
+    None) that kernel_general must redo: inf and NaN inputs. The float32 twin of
+    _kernel_float."""
+    e = x.view(np.uint32) >> np.uint32(23)
+    e &= np.uint32(0xFF)
+    np.maximum(e, p.eminb32, out=e)
+    e -= np.uint32(p.m)
+    e <<= np.uint32(23)
+    q = e.view(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = x / q
+        FLOAT_MODES[mode](t)
+        t *= q
+    if p.enc is NaNEncoding.FNUZ:
+        t += np.float32(0.0)
+    ok = np.abs(t, out=q) <= p.max_val
+    if ok.all():
+        return t, None
+    return t, _overflow_values(t, x, ok, p, mode, overflow)
+
+
+def float32_ok(policy: RoundingPolicy) -> bool:
+    """Internal API (arithmetic's float32 path): may :func:`round_float32` round by
+    ``policy``? (A deterministic mode, no flush or DAZ, a format whose every quantum is a
+    normal float32 of at most 1: fp16, fp8, e5m7, fp6, fp4, ...)
+
+    >>> from fpsim.rounding import policy_of
+    >>> float32_ok(policy_of("fp16")), float32_ok(policy_of("bf16"))
+    (True, False)
+    """
+    return (kernel_params(policy.fmt).fast32 and policy.rounding in FLOAT_MODES
+            and not (policy.flush or policy.daz))
+
+
+def round_float32(x: np.ndarray, policy: RoundingPolicy):
+    """Internal API (arithmetic's float32 path): flat float32 ``x`` rounded once by a policy
+    :func:`float32_ok` accepts, without flags: (float32 values, the positions of inf and NaN
+    inputs, whose values are not set, or None). Overflow is resolved as :func:`round` does.
+
+    >>> from fpsim.rounding import policy_of
+    >>> v, bad = round_float32(np.array([1/3, 7e4], np.float32), policy_of("fp16"))
+    >>> v.tolist(), bad
+    ([0.333251953125, inf], None)
+    """
+    return _round32(x, kernel_params(policy.fmt), policy.rounding, policy.overflow)
+
+
+def run_float32(flat: np.ndarray, out: np.ndarray, p: KernelParams, fmt: Format, mode, ovf, tin,
+                store: np.dtype | None) -> None:
+    """:func:`run_chunks` for float32 input to a Params.fast32 format in a deterministic mode
+    without flags, flush or DAZ: each chunk is rounded as float32 (:func:`_round32`, half
+    the bytes of float64 and no widening first), the elements it leaves (overflow, inf,
+    NaN) by kernel_general on their exact float64 widening."""
+    step = kernel.CHUNK  # read per call: tests shrink it
+    wide = out.view(np.float64) if store is None else None
+    for lo in range(0, flat.size, step):
+        x = flat[lo:lo + step]
+        v, bad = _round32(x, p, mode, ovf)
+        if store is None:
+            wide[lo:lo + step] = v  # exact widening
+        else:
+            out[lo:lo + step] = store_values(v, store, fmt, owned=True)
+        if bad is not None:
+            r, _ = kernel_general(widen(x[bad]).view(np.uint64), p, mode, ovf, False, False,
+                                  tin, None, None, False)
+            if store is None:
+                out[lo + bad] = r
+            else:
+                r = r.view(np.float64)
+                refuse_nan(r, fmt)
+                out[lo + bad] = via_float32(r, store)
+
+
+def store_values(v: np.ndarray, store: np.dtype, fmt: Format,
+                 owned: bool = False) -> np.ndarray:
+    """Values of ``fmt`` (float32 or float64, each exactly a value of ``store``, or inf /
+    NaN) in its storage dtype, exactly, by the bits: NumPy's float -> float16 and ml_dtypes'
+    float32 -> float8 casts are several times slower. A value scaled by 2**(bias - 127)
+    (exact: the format's smallest subnormal becomes float32's 2**(23 - m) times its smallest)
+    holds the format's exponent field and fraction in float32's bits 23 - m and up, with the
+    sign at 31. fp16's inf and NaN (the top 10 bits of the payload, as NumPy keeps them) land
+    on its codes once masked to 15 bits; an 8-bit format's NaNs are stored by ml_dtypes' own
+    cast, as before. ``owned``: ``v`` is a temporary the caller hands over (overwritten)."""
+    width = fmt.exponent_bits + fmt.mantissa_bits  # the bits below the sign
+    if not (store == np.float16 or (store.itemsize == 1 and width == 7
+                                    and 1 <= fmt.bias <= 127)):  # ml_dtypes' float8 types
+        with np.errstate(invalid="ignore", over="ignore"):
+            return via_float32(v, store).astype(store)
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = v.astype(np.float32) if v.dtype != np.float32 else (v if owned else v.copy())
+    nan = None
+    if store != np.float16:
+        nan = np.isnan(t)
+        nan = np.flatnonzero(nan) if nan.any() else None
+        if nan is not None:
+            nan_out = t[nan].astype(store)  # ml_dtypes' NaN pattern, as via_float32 gives
+    t *= np.float32(2.0 ** (fmt.bias - 127))
+    b = t.view(np.uint32)
+    h = b >> np.uint32(23 - fmt.mantissa_bits)
+    h &= np.uint32((1 << width) - 1)
+    b >>= np.uint32(31 - width)
+    b &= np.uint32(1 << width)  # the sign
+    h |= b
+    out = h.astype(np.uint16 if store == np.float16 else np.uint8).view(store)
+    if nan is not None:
+        out[nan] = nan_out
+    return out
+
+
+_BF16_DROP = np.uint32(16)  # float32 and bfloat16 share sign and exponent: 16 bits go
+_BF16_HALF_MINUS_ONE = np.uint32(0x7FFF)
+_BF16_KEEP = np.uint32(0xFFFF0000)
+
+
+def bf16_nearest_even(x: np.ndarray, _fmt: Format, store: np.dtype | None) -> np.ndarray:
+    """The default path, float32 -> bf16 with nearest even, subnormals kept, overflow to inf,
+    no flags, at native speed. It equals the general kernel because bf16 has float32's
+    exponent field: rounding is dropping float32's low 16 bits, with the carry of
+    ``bits + 0x7FFF + lsb`` going into the exponent exactly as the general kernel's increment
+    does (subnormals are float32 subnormals, the largest finite rounds up to inf at
+    0x7F7F8000 and above). ``cast`` returns ml_dtypes' own cast, which is that same rule (NaN
+    becomes its canonical quiet NaN, as the general path stores it); ``round`` returns
+    float64 values, with a NaN input's payload kept and quieted as the general kernel does.
+    tests/test_native_round.py checks both against the kernel on every bf16 boundary.
+    (``_fmt``: bf16, the array paths' common signature.)"""
+    step = kernel.CHUNK  # read per call: tests shrink it
+    if store is not None:
+        with np.errstate(invalid="ignore"):  # a NaN is stored as NaN: nothing to warn of
+            return x.astype(store)  # ml_dtypes' float32 -> bfloat16 cast: exact nearest even
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty(flat.size, np.float64)  # chunk by chunk: no full-size temporary
+    for lo in range(0, flat.size, step):
+        b = flat[lo:lo + step].view(np.uint32)
+        r = (b >> _BF16_DROP) & np.uint32(1)
+        r += _BF16_HALF_MINUS_ONE
+        r += b
+        r &= _BF16_KEEP
+        nan = np.isnan(b.view(np.float32))
+        if nan.any():  # the carry would corrupt a NaN payload: keep it whole
+            r[nan] = b[nan]
+        with np.errstate(invalid="ignore"):  # quiets signalling NaNs, as the kernel
+            out[lo:lo + step] = r.view(np.float32)
+    return out.reshape(x.shape)
+
+
+def byte_nearest_even(x: np.ndarray, fmt: Format, _store: np.dtype) -> np.ndarray | None:
+    """:func:`fpsim.cast` of float32 ``x`` to a one-byte format by
+    :func:`fpsim.rounding.native.narrow_to_byte`'s table (ml_dtypes' own rounding: nearest even,
+    the kernel's overflow value, fnuz's one NaN), chunk by chunk, into the format's dtype.
+    None when ``x`` holds a NaN (its payload, and fp6 / fp4's missing NaN, are the kernel's).
+    Equal to the kernel on every high half of the float32 patterns with probing low halves
+    (tests/test_native_round.py). Taken for the default policy (nearest even, subnormals kept,
+    the format's overflow value, no flags) of an fp8 / fp6 / fp4 format with its own
+    ml_dtypes type and a large float32 array; :func:`fpsim.round` keeps the kernel, which
+    writes float64 values as fast or faster (benchmarks/bench_rounding.py). (``_store``: the
+    format's dtype, the array paths' common signature.)"""
+    step = kernel.CHUNK  # read per call: tests shrink it
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty(flat.size, fmt.dtype)
+    for lo in range(0, flat.size, step):
+        c = flat[lo:lo + step]
+        if np.isnan(c.max()):  # NaN propagates through the max: one cheap pass
+            return None
+        out[lo:lo + step] = narrow_to_byte(c, fmt.dtype)
+    return out.reshape(x.shape)
+
+
+# -- the registry -----------------------------------------------------------------------------
+# Every fast path of the rounding rule with its domain, in one table: the dispatch consults it
+# (round_patterns, run_chunks, round / cast through array_path; fpsim.autograd.context and
+# fpsim.arithmetic through fpsim.rounding.native's table, the domain of NATIVE_CAST), and
+# tests/test_rounding_fast_paths.py checks every row against the general kernel on one grid.
+
+
+@dataclass(frozen=True)
+class FastPath:
+    """One fast path of the rounding core and its domain: the formats (a predicate), modes,
+    overflow policies and input dtypes on which it gives the general kernel's bits. No fast
+    path flushes, reads denormals as zero or computes flags: each serves subnormals kept and
+    no flags only.
+
+    ``function`` is the path as its dispatcher calls it; ``apply(x, fmt, mode, overflow)``
+    runs it on a whole array ``x`` of an input dtype, the way its callers do: float64 values,
+    or the format's storage dtype where ``stores``; None where the path declines (the byte
+    table on NaN input). ``min_size``: the dispatcher takes it from this many elements (the
+    path itself is exact at any size). ``nan_payload``: a NaN keeps the kernel's payload
+    (else it is some NaN). ``declines_nan``: the path returns None for an array holding a
+    NaN (the caller then takes the kernel). ``where``: who takes it.
+
+    >>> BF16_ROUND.serves(BF16, Rounding.NEAREST_EVEN, Overflow.INF, np.float32)
+    True
+    >>> [row.name for row in REGISTRY if row.serves(FP16, Rounding.UP, Overflow.INF,
+    ...                                              np.float64)]
+    ['float64_float_domain', 'store_bits']
+    """
+
+    name: str
+    function: Callable[..., Any]
+    formats: Callable[[Format], bool]
+    modes: frozenset[Rounding]
+    overflows: frozenset[Overflow]
+    inputs: frozenset[np.dtype]
+    apply: Callable[[np.ndarray, Format, Rounding, Overflow], np.ndarray | None]
+    where: str
+    stores: bool = False
+    min_size: int = 0
+    nan_payload: bool = True
+    declines_nan: bool = False
+
+    def serves(self, fmt: Format, mode: Rounding, overflow: Overflow, dtype) -> bool:
+        """Is rounding ``dtype`` values to ``fmt`` by ``mode`` and ``overflow`` (subnormals
+        kept, no flags) in this path's domain?"""
+        return (mode in self.modes and overflow in self.overflows
+                and np.dtype(dtype) in self.inputs and bool(self.formats(fmt)))
+
+
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+_NEAREST = frozenset({Rounding.NEAREST_EVEN})
+_TO_INF = frozenset({Overflow.INF})
+_EVERY_MODE = frozenset(Rounding)
+_EVERY_OVERFLOW = frozenset(Overflow)
+
+
+def _general_values(x: np.ndarray, fmt: Format, mode: Rounding, overflow: Overflow):
+    """The general kernel's float64 values for ``x`` (exactly widened, NaN payloads kept;
+    stochastic rounding draws from a generator seeded 0: STORE_BITS stores any mode's values)."""
+    b = widen(x) if x.dtype != _F64 else x
+    rng = np.random.default_rng(0) if mode is Rounding.STOCHASTIC else None
+    r, _ = kernel_general(np.ascontiguousarray(b).reshape(-1).view(np.uint64),
+                          kernel_params(fmt), mode, overflow, False, False,
+                          Tininess.AFTER, rng, None, False)
+    return r.view(np.float64).reshape(x.shape)
+
+
+def _apply64(x, fmt, mode, overflow):
+    b = np.ascontiguousarray(x, dtype=np.float64).reshape(-1).view(np.uint64)
+    r = _kernel_float(b, kernel_params(fmt), mode, overflow, Tininess.AFTER)
+    return r.view(np.float64).reshape(x.shape)
+
+
+def _apply32(x, fmt, mode, overflow):
+    flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+    out = np.empty(flat.size, np.uint64)
+    run_float32(flat, out, kernel_params(fmt), fmt, mode, overflow, Tininess.AFTER, None)
+    return out.view(np.float64).reshape(x.shape)
+
+
+def _stores_by_bits(fmt: Format) -> bool:
+    """The formats :func:`store_values` packs by the bits (fp16, ml_dtypes' float8 types)."""
+    store = fmt.storage_dtype
+    return store == np.float16 or (store.itemsize == 1 and 1 <= fmt.bias <= 127
+                                   and fmt.exponent_bits + fmt.mantissa_bits == 7)
+
+
+def _byte_table_format(fmt: Format) -> bool:
+    return fmt.dtype is not None and table_cast_ok(fmt.dtype)
+
+
+FLOAT64 = FastPath(
+    "float64_float_domain", _kernel_float, lambda f: kernel_params(f).fast,
+    frozenset(FLOAT_MODES), _EVERY_OVERFLOW, frozenset({_F64}), _apply64,
+    "round_patterns, per chunk: round, cast, round_pair / round_flat (arithmetic, reductions)")
+FLOAT32 = FastPath(
+    "float32_float_domain", run_float32, lambda f: kernel_params(f).fast32,
+    frozenset(FLOAT_MODES), _EVERY_OVERFLOW, frozenset({_F32}), _apply32,
+    "run_chunks on float32 input: round, cast; arithmetic's float32 path (round_float32)")
+STORE_BITS = FastPath(
+    "store_bits", store_values, _stores_by_bits, _EVERY_MODE, _EVERY_OVERFLOW,
+    frozenset({_F32, _F64}),
+    lambda x, fmt, mode, ovf: store_values(_general_values(x, fmt, mode, ovf),
+                                           fmt.storage_dtype, fmt),
+    "run_chunks / run_float32 with a store dtype: cast writes the rounded values' bits",
+    stores=True)
+BF16_ROUND = FastPath(
+    "bf16_round", bf16_nearest_even, lambda f: f == BF16, _NEAREST, _TO_INF,
+    frozenset({_F32}), lambda x, fmt, _mode, _ovf: bf16_nearest_even(x, fmt, None),
+    "round of a float32 array (array_path)")
+BF16_CAST = FastPath(
+    "bf16_cast", bf16_nearest_even, lambda f: f == BF16, _NEAREST, _TO_INF,
+    frozenset({_F32}), lambda x, fmt, _mode, _ovf: bf16_nearest_even(x, fmt, fmt.storage_dtype),
+    "cast of a float32 array (array_path): ml_dtypes' own cast", stores=True)
+BYTE_TABLE = FastPath(
+    "byte_table", byte_nearest_even, _byte_table_format, _NEAREST, _TO_INF,
+    frozenset({_F32}),
+    lambda x, fmt, _mode, _ovf: byte_nearest_even(x, fmt, fmt.storage_dtype),
+    "cast of a large float32 array (array_path) to an fp8 / fp6 / fp4 type",
+    stores=True, min_size=_BYTE_TABLE_MIN, declines_nan=True)
+NATIVE_CAST = FastPath(
+    "native_cast", native_cast, NATIVE_CAST_FORMATS.__contains__, _NEAREST, _TO_INF,
+    frozenset({_F32, _F64}), lambda x, fmt, _mode, _ovf: native_cast(x, fmt.storage_dtype),
+    "fpsim.autograd.context.round_to (plain settings); fpsim.arithmetic's native operands",
+    stores=True, nan_payload=False)
+FP16_FROM_F32 = FastPath(
+    "fp16_from_float32", f32_to_f16, lambda f: f == FP16, _NEAREST, _TO_INF,
+    frozenset({_F32}), lambda x, _fmt, _mode, _ovf: f32_to_f16(x),
+    "fpsim.autograd.context.round_to (fp16, plain settings)", stores=True, nan_payload=False)
+FP16_FROM_F64 = FastPath(
+    "fp16_from_float64", f64_to_f16, lambda f: f == FP16, _NEAREST, _TO_INF,
+    frozenset({_F64}), lambda x, _fmt, _mode, _ovf: f64_to_f16(x),
+    "fpsim.autograd.context.round_to (fp16, plain settings)", stores=True, nan_payload=False)
+
+REGISTRY: tuple[FastPath, ...] = (FLOAT64, FLOAT32, STORE_BITS, BF16_ROUND, BF16_CAST,
+                                  BYTE_TABLE, NATIVE_CAST, FP16_FROM_F32, FP16_FROM_F64)
+_FLOAT64_MODES = FLOAT64.modes  # round_patterns' per-chunk test, without attribute lookups
+FLOAT32_MODES = FLOAT32.modes  # run_chunks' float32 test
+
+# round / cast of a whole array: the rows array_path picks from, in order, and its cache
+_ARRAY_ROWS = (BF16_ROUND, BF16_CAST, BYTE_TABLE)
+_ARRAY_INPUTS = frozenset().union(*(row.inputs for row in _ARRAY_ROWS))
+_ARRAY_PATHS: dict[tuple, tuple[Format, FastPath | None]] = {}
+
+
+def array_path(pol: RoundingPolicy, dtype: np.dtype, cast: bool) -> FastPath | None:
+    """The registry's row that :func:`fpsim.round` (``cast=False``) or :func:`fpsim.cast`
+    takes for a whole array of ``dtype`` by ``pol`` without flags, or None: one dict lookup
+    per call (keyed by the format object: hashing a Format costs more than the lookup).
+
+    >>> from fpsim.rounding import policy_of
+    >>> array_path(policy_of("bf16"), np.dtype(np.float32), cast=False).name
+    'bf16_round'
+    >>> array_path(policy_of("bf16", "up"), np.dtype(np.float32), cast=False) is None
+    True
+    """
+    if dtype not in _ARRAY_INPUTS:
+        return None
+    fmt = pol.fmt
+    key = (id(fmt), pol.rounding, pol.overflow, pol.flush or pol.daz, dtype, cast)
+    hit = _ARRAY_PATHS.get(key)
+    if hit is not None and hit[0] is fmt:
+        return hit[1]
+    row = None
+    if not (pol.flush or pol.daz):
+        row = next((r for r in _ARRAY_ROWS if r.stores == cast
+                    and r.serves(fmt, pol.rounding, pol.overflow, dtype)), None)
+    if len(_ARRAY_PATHS) > 4096:  # formats made on the fly: keep the cache bounded
+        _ARRAY_PATHS.clear()
+    _ARRAY_PATHS[key] = (fmt, row)
+    return row

@@ -1,0 +1,202 @@
+"""Every fast path of the rounding core, from its registry (``fpsim.rounding.fast.REGISTRY``,
+issue 35 item 2), against the general bit kernel (``fpsim.rounding.kernel.kernel_general``,
+no fast path involved) on one grid, for each preset format, mode, overflow policy and input
+dtype in the row's domain. The kernel itself is checked on the same grid against the exact
+Fraction reference of tests/exact.py, so no path is compared with a copy of itself.
+
+The grid (per format and input dtype, both signs): the format's neighbours around 1 and the
+midpoints between them, around the subnormal boundary 2**emin, the first subnormals (all of
+them for formats with at most 64), deep underflow (a half, a quarter and three quarters of
+the smallest subnormal), the largest finite values, the overflow edge (the midpoint above the
+largest finite value) and beyond; each point with its input-dtype neighbours on both sides
+(just below / just above every midpoint); +-0, +-inf, quiet and signalling NaNs with
+payloads, the input dtype's largest and smallest values. Every row runs on the grid and on
+the grid tiled past its dispatcher's size threshold (the fp16 kernels, native casts and the
+byte table switch implementation by size)."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from fpsim.formats import PRESETS, Format
+from fpsim.modes import Overflow, Rounding, Tininess
+from fpsim.rounding import fast, kernel, policy_of
+from fpsim.rounding.convert import via_float32, widen
+from tests.exact import round_exact, same
+
+ROWS = {row.name: row for row in fast.REGISTRY}
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+SIGNALLING = {np.dtype(np.float64): 0x7FF0000000000001, np.dtype(np.float32): 0x7F800001}
+QUIET_PAYLOAD = {np.dtype(np.float64): 0x7FF8000000000123, np.dtype(np.float32): 0x7FC00123}
+TILE = 4096  # past every dispatcher's threshold (512, 2048, 4096 elements)
+# the paths whose implementation changes with the array's size (NumPy's cast below 512 / 2048
+# elements, the table above): their runs of 8 are tiled past TILE too
+SIZE_SWITCHING = {"native_cast", "fp16_from_float32", "fp16_from_float64", "byte_table"}
+
+
+def _points(fmt: Format) -> list[Fraction]:
+    """The format's values in the grid's regions, and the midpoints between neighbours."""
+    m, emin, emax = fmt.mantissa_bits, fmt.emin, fmt.emax
+    q = Fraction(2) ** (emin - m)  # the subnormal spacing, also the spacing just above 2**emin
+    top = Fraction(2) ** (emax - m)  # the spacing of the top binade
+    big = Fraction(fmt.max)
+    runs = [
+        [1 - k * Fraction(2) ** (-m - 1) for k in (3, 2, 1)]
+        + [1 + k * Fraction(2) ** -m for k in range(4)],  # around 1
+        [Fraction(2) ** emin + k * q for k in range(-3, 4)],  # around 2**emin
+        [k * q for k in range(min(2**m, 64) + 1)],  # the (first) subnormals from 0
+        [big - k * top for k in (3, 2, 1, 0)] + [big + top],  # max; its midpoint: the edge
+    ]
+    pts = set()
+    for run in runs:
+        pts.update(run)
+        pts.update((a + b) / 2 for a, b in zip(run, run[1:], strict=False))
+    pts.update([q / 2, q / 4, 3 * q / 4, 2 * big, big + 3 * top / 2])
+    return sorted(p for p in pts if p >= 0)
+
+
+def grid(fmt: Format, dtype: np.dtype) -> np.ndarray:
+    """The grid of the module docstring, in ``dtype``."""
+    finfo = np.finfo(dtype)
+    vals = []
+    for p in _points(fmt):
+        v = float(p)
+        if Fraction(v) != p or v > float(finfo.max):
+            continue  # not a float64 number, or beyond the input dtype
+        x = np.array(v, dtype)
+        if Fraction(float(x)) != p:
+            continue  # not a number of the input dtype (float32 input, fine formats)
+        with np.errstate(over="ignore"):  # the neighbour above the dtype's max: inf
+            vals += [x, np.nextafter(x, dtype.type(np.inf)),
+                     np.nextafter(x, dtype.type(-np.inf))]
+    vals += [np.array(v, dtype) for v in (0.0, np.inf, finfo.max, finfo.smallest_subnormal)]
+    x = np.array(vals, dtype)
+    x = np.concatenate([x, -x])
+    u = np.dtype(f"u{dtype.itemsize}")
+    nans = np.array([SIGNALLING[dtype], QUIET_PAYLOAD[dtype]], u)
+    nans = np.concatenate([nans, nans | u.type(1 << (8 * dtype.itemsize - 1))]).view(dtype)
+    return np.concatenate([x, np.array([np.nan], dtype), nans])
+
+
+def kernel_values(x: np.ndarray, fmt: Format, mode: Rounding, overflow: Overflow):
+    """The general kernel's float64 values (stochastic: a fixed seed)."""
+    rng = np.random.default_rng(0) if mode is Rounding.STOCHASTIC else None
+    b = widen(x) if x.dtype != np.float64 else x  # exact, NaN payloads kept
+    r, _ = kernel.kernel_general(np.ascontiguousarray(b).view(np.uint64),
+                                 kernel.kernel_params(fmt), mode, overflow, False, False,
+                                 Tininess.AFTER, rng, None, False)
+    return r.view(np.float64)
+
+
+def reference(row, x, fmt, mode, overflow):
+    v = kernel_values(x, fmt, mode, overflow)
+    if not row.stores:
+        return v
+    store = fmt.storage_dtype
+    with np.errstate(invalid="ignore", over="ignore"):
+        return via_float32(v, store).astype(store)  # NumPy's / ml_dtypes' cast of exact values
+
+
+def assert_same_bits(row, got, want, x, what):
+    assert got.dtype == want.dtype and got.shape == want.shape, what
+    u = np.dtype(f"u{got.dtype.itemsize}")
+    gb, wb = got.view(u), want.view(u)
+    with np.errstate(invalid="ignore"):
+        gnan, wnan = np.isnan(got.astype(np.float64)), np.isnan(want.astype(np.float64))
+    if row.nan_payload:
+        bad = gb != wb
+    else:  # some NaN where the kernel gives one; the bits elsewhere
+        bad = (gnan != wnan) | ((gb != wb) & ~wnan)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise AssertionError(f"{what}: {int(bad.sum())} of {x.size} differ; first: input "
+                             f"{x[i]!r} ({int(x.view(f'u{x.itemsize}')[i]):#x}), got "
+                             f"{int(gb[i]):#x}, want {int(wb[i]):#x}")
+
+
+def _cases():
+    for row in fast.REGISTRY:
+        for fmt in PRESETS.values():
+            if row.formats(fmt):
+                for dtype in sorted(row.inputs, key=str):
+                    yield pytest.param(row.name, fmt.name, dtype, id=f"{row.name}-{fmt.name}-"
+                                       f"{dtype.name}")
+
+
+def _apply(row, x, fmt, mode, overflow, what):
+    """The row on ``x`` (in its domain: it must not decline)."""
+    got = row.apply(x.copy(), fmt, mode, overflow)
+    assert got is not None, f"{what}: declined an input in its domain"
+    return got
+
+
+@pytest.mark.parametrize(("name", "fmt_name", "dtype"), list(_cases()))
+def test_fast_path_equals_the_kernel(name: str, fmt_name: str, dtype: np.dtype) -> None:
+    """On the grid as one array, tiled past the size thresholds, and in runs of 8 elements
+    of neighbouring magnitude (tiled where the size matters): whole-array decisions (any
+    overflow? any NaN?) are then taken on arrays without the grid's infinities and NaNs too."""
+    row, fmt = ROWS[name], PRESETS[fmt_name]
+    x0 = grid(fmt, dtype)
+    x0 = x0[np.argsort(np.abs(x0), kind="stable")]  # NaNs last
+    reps = math.ceil(max(TILE, row.min_size) / 8) if name in SIZE_SWITCHING else 1
+    for mode in sorted(row.modes, key=lambda m: m.value):
+        for overflow in sorted(row.overflows, key=lambda o: o.value):
+            what = f"{name} {fmt_name} {dtype.name} {mode.value} {overflow.value}"
+            x = x0[~np.isnan(x0)] if row.declines_nan else x0
+            for xs in ([x, np.tile(x, math.ceil(TILE / x.size))],
+                       [np.tile(x[i:i + 8], reps) for i in range(0, x.size, 8)]):
+                got = [_apply(row, xi, fmt, mode, overflow, what) for xi in xs]
+                want = [reference(row, xi, fmt, mode, overflow) for xi in xs]  # same draws
+                assert_same_bits(row, np.concatenate(got), np.concatenate(want),
+                                 np.concatenate(xs), what)
+            if row.declines_nan:  # and it does decline NaN input
+                assert row.apply(x0.copy(), fmt, mode, overflow) is None, what
+
+
+def test_every_row_has_a_preset_and_a_domain() -> None:
+    """No row that the parametrisation above skips; the domains say what they serve."""
+    covered = {c.values[0] for c in _cases()}
+    assert covered == set(ROWS), set(ROWS) - covered
+    assert len(ROWS) == len(fast.REGISTRY)
+    for row in fast.REGISTRY:
+        assert row.modes and row.overflows and row.inputs and row.where
+    bf16, e4m3 = PRESETS["bf16"], PRESETS["fp8_e4m3"]
+    assert fast.BF16_ROUND.serves(bf16, Rounding.NEAREST_EVEN, Overflow.INF, np.float32)
+    assert not fast.BF16_ROUND.serves(bf16, Rounding.UP, Overflow.INF, np.float32)
+    assert not fast.BYTE_TABLE.serves(e4m3, Rounding.NEAREST_EVEN, Overflow.SATURATE,
+                                      np.float32)
+
+
+@pytest.mark.parametrize("args", [("bf16", {}, False, "bf16_round"),
+                                  ("bf16", {}, True, "bf16_cast"),
+                                  ("fp8_e4m3", {}, True, "byte_table"),
+                                  ("fp4_e2m1", {}, True, "byte_table"),
+                                  ("fp8_e4m3", {}, False, None),
+                                  ("bf16", {"subnormals": "flush"}, False, None),
+                                  ("fp8_e5m2", {"overflow": "saturate"}, True, None)])
+def test_round_and_cast_dispatch_through_the_registry(args) -> None:
+    fmt, opts, cast, name = args
+    row = fast.array_path(policy_of(fmt, **opts), np.dtype(np.float32), cast)
+    assert (row and row.name) == name
+    assert fast.array_path(policy_of(fmt, **opts), np.dtype(np.float64), cast) is None
+
+
+@pytest.mark.parametrize("fmt_name", sorted(PRESETS))
+def test_the_kernel_on_the_grid_equals_exact_fractions(fmt_name: str) -> None:
+    """The reference of the test above, against tests/exact.py (deterministic modes)."""
+    fmt = PRESETS[fmt_name]
+    if fmt.mantissa_bits > 50:
+        pytest.skip("fp64: nothing to round")
+    x = grid(fmt, np.dtype(np.float64))
+    for mode in Rounding:
+        if mode is Rounding.STOCHASTIC:
+            continue
+        for overflow in Overflow:
+            got = kernel_values(x, fmt, mode, overflow)
+            for xi, gi in zip(x.tolist(), got.tolist(), strict=True):
+                want, _ = round_exact(xi, fmt, mode.value, overflow=overflow.value)
+                assert same(gi, want), f"{fmt_name} {mode.value} {overflow.value}: {xi!r}"
