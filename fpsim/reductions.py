@@ -518,10 +518,11 @@ def _runs(c: OpContext, fl: list[int], add, steps, increments, unused=None, skip
 # lo only decides ties, exact hits and which side of a grid point), the mode's choice,
 # overflow and flush-to-zero as the kernel's policies. tests/test_reductions_steps.py checks
 # it against the Fraction reference and the vectorised loop, values and zero signs.
-# Mirror of fpsim/rounding.py (_kernel, _increment_round, _round_low, _overflow, and
-# _round_pair_core's stochastic branch for _StochasticAdder below): a change to the rounding
-# there must be made here too, and the other way round; tests/test_reductions_steps.py and
-# tests/test_reductions_stochastic_fast.py compare the two.
+# Mirror, on Python floats, of the rounding package's bit kernel (fpsim/rounding/kernel.py:
+# _increment_round, _round_low, _overflow; fast.round_patterns' dispatch; pair.py's stochastic
+# branch for _StochasticAdder below): a change to the rounding there must be made here too,
+# and the other way round; tests/test_reductions_steps.py, test_reductions_fast.py and
+# test_reductions_stochastic_fast.py compare the two.
 
 _SCALAR_ROWS = 16  # at most this many outputs take the Python-float path
 
