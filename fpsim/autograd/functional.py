@@ -104,10 +104,11 @@ import numpy as np
 from .. import arithmetic as _arithmetic
 from .. import flags as _flags
 from ..checks import as_array, as_int
-from ..formats import BF16, FP16, FP32, FP64, Format
+from ..formats import FP16, FP64, Format
 from ..modes import Rounding, Subnormals, as_rounding
 from ..rounding import round as fpsim_round
 from ..rounding.fp16 import f16_to_wide, f64_to_f16, f64_to_f32_to_f16
+from ..rounding.native import NATIVE_ARITHMETIC_FORMATS
 from . import accumulate as _acc
 from . import tensor as _tensor
 from .context import (
@@ -814,10 +815,11 @@ def _embedding_indices(input, num: int) -> np.ndarray:
     return idx.astype(np.int64, copy=False)
 
 
-# formats whose NumPy / ml_dtypes scalar add rounds once to nearest even (float16 and bfloat16
-# add in float32 and cast back: 24 >= 2p + 2 bits, Figueroa's theorem), so np.add.at, which adds
-# element by element in index order, is the declared order's rounding (plain rounding only)
-_NATIVE_ADD_AT = (FP64, FP32, FP16, BF16)
+# formats whose NumPy / ml_dtypes scalar add rounds once to nearest even: fp64, and the
+# rounding package's table of natively correct arithmetic (float16 and bfloat16 add in float32
+# and cast back: 24 >= 2p + 2 bits, Figueroa's theorem), so np.add.at, which adds element by
+# element in index order, is the declared order's rounding (plain rounding only)
+_NATIVE_ADD_AT = frozenset({FP64}) | NATIVE_ARITHMETIC_FORMATS
 
 
 def embedding_grad(g: np.ndarray, idx: np.ndarray, num: int, fmt: Format,
