@@ -154,6 +154,26 @@ def test_widen_is_exact():
     assert same_bits(widen(b), b.astype(np.float64)).all()
 
 
+@pytest.mark.parametrize("fmt", [BF16, E4M3, E5M2, fpsim.FP6_E2M3, fpsim.FP4_E2M1],
+                         ids=lambda f: f.name)
+@pytest.mark.parametrize("wide", [np.float64, np.float32])
+def test_widen_fast_paths_every_pattern(fmt, wide):
+    # bf16 by a shift, the byte formats by a table: every stored pattern (NaNs, signalling
+    # ones, infinities, subnormals, -0 included), on arrays past the fast paths' threshold
+    sd = fmt.storage_dtype
+    if sd.itemsize == 2:
+        x = np.arange(1 << 16, dtype=np.uint16).view(sd)
+    else:  # fp6 / fp4 patterns use the low bits of their byte
+        x = (np.arange(1 << 16) % (1 << fmt.bits)).astype(np.uint8).view(sd)
+    for arr in (x, x.reshape(256, 256)[:, ::3]):  # contiguous and strided
+        with np.errstate(invalid="ignore"):
+            ref = arr.astype(wide)
+        got = widen(arr, wide)
+        assert got.dtype == np.dtype(wide) and got.shape == arr.shape
+        u = np.uint64 if wide is np.float64 else np.uint32
+        assert np.array_equal(got.view(u), ref.view(u))  # NaN payloads too
+
+
 @pytest.mark.parametrize("fmt", [FP16, BF16, TF32, E4M3, E5M2, fpsim.FP6_E2M3, fpsim.FP4_E2M1],
                          ids=lambda f: f.name)
 def test_construction_rounds_to_nearest_even(fmt):
