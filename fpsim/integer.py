@@ -35,10 +35,9 @@ from . import flags as _flags
 from .checks import as_array
 from .flags import Flags
 from .formats import Format, IntFormat, get_float_format, get_int_format
-from .modes import Overflow, Rounding, Tininess, as_overflow, as_rounding
-from .rounding import as_float64, default_rng, listed, random_bits_of
+from .modes import Overflow, Rounding, as_overflow, as_rounding
+from .rounding import as_float64, default_rng, listed, policy_of, random_bits_of, run_chunks
 from .rounding import round as _round
-from .rounding import run_chunks as _run
 
 __all__ = [
     "IntOverflow",
@@ -489,8 +488,7 @@ def round_to_integral(
     xf = np.where(finite, hi, 0.0)
     if ffmt.mantissa_bits < 52 or ffmt.emin > -1022 or not ffmt.subnormals:
         # representability check without recording flags: a value of fmt rounds to itself
-        rb = _run(xf, ffmt, Rounding.TOWARD_ZERO, Overflow.SATURATE, not ffmt.subnormals,
-                  False, Tininess.AFTER, None, None, False)[0]
+        rb = run_chunks(xf, policy_of(ffmt, Rounding.TOWARD_ZERO, Overflow.SATURATE))[0]
         same = rb.view(np.float64).reshape(xf.shape) == xf
         if not same.all():
             bad = xf[~same].flat[0]

@@ -52,4 +52,4 @@ from .kernel import (  # noqa: E402, F401
     kernel_params,
 )
 from .pair import round_flat, round_pair_with  # noqa: E402, F401
-from .policy import policy_of, random_bits_of  # noqa: E402, F401
+from .policy import policy_of, random_bits_of, without_daz  # noqa: E402, F401

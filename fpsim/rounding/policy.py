@@ -9,6 +9,7 @@ else. No rounding happens in this module.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 
@@ -121,8 +122,37 @@ class RoundingPolicy:
         put("daz", sub in (Subnormals.DAZ, Subnormals.FLUSH_DAZ))
 
     def generator(self) -> np.random.Generator | None:
-        """The generator stochastic rounding draws from (None in the other modes)."""
+        """The generator stochastic rounding draws from (None in the other modes). Called
+        once per call: an int ``rng`` seeds a new generator each time.
+
+        >>> RoundingPolicy("bf16").generator() is None
+        True
+        """
         return default_rng(self.rng) if self.rounding is Rounding.STOCHASTIC else None
+
+    def replace(self, **changes) -> RoundingPolicy:
+        """This policy with some fields changed (keywords as the constructor's), parsed and
+        validated as a new one; ``flush`` and ``daz`` are derived again.
+
+        >>> p = RoundingPolicy("fp16", "up", subnormals="flush").replace(fmt="bf16")
+        >>> p.fmt.name, p.rounding.value, p.flush
+        ('bf16', 'up', True)
+        """
+        return dataclasses.replace(self, **changes)
+
+
+def without_daz(policy: RoundingPolicy) -> RoundingPolicy:
+    """``policy`` without denormals-are-zero (flushing kept): how an exact value computed from
+    the operands (a pair, an operation's result) is rounded, DAZ having applied to the
+    operands already. ``policy`` itself when it has no DAZ. Internal API (pair, arithmetic).
+
+    >>> without_daz(policy_of("fp16", subnormals="flush_daz")).subnormals.value
+    'flush'
+    """
+    if not policy.daz:
+        return policy
+    flush = policy.subnormals is Subnormals.FLUSH_DAZ
+    return policy.replace(subnormals=Subnormals.FLUSH if flush else Subnormals.KEEP)
 
 _OPTIONS = {"rounding": "nearest_even", "overflow": "inf", "subnormals": "keep",
             "tininess": "after", "rng": None, "random_bits": None}
