@@ -207,3 +207,30 @@ def test_mixed_formats_in_matmul_linear_conv_raise_outside_autocast():
         assert model(Tensor(x)).fmt == fpsim.BF16
         assert (Tensor(np.ones((2, 3)), "fp16") @ Tensor(np.ones((3, 2)), "fp32")).fmt \
             == fpsim.BF16
+
+
+def test_the_engine_takes_the_whole_policy():
+    """rounding_context holds one fpsim.RoundingPolicy, so tininess and random_bits reach the
+    Tensor ops as the array functions take them (issue 35 item 1)."""
+    a = np.float16([1 + 2.0**-10] * 3)
+    b = np.float16([1023 * 2.0**-24, 3 * 2.0**-24, 1.0])  # a[0] * b[0] = 2**-14 * (1 - 2**-20)
+    for tininess in ("after", "before"):
+        opts = {"subnormals": "flush", "tininess": tininess}
+        with autograd.rounding_context("nearest_even", **opts):
+            got = (Tensor(a, "fp16") * Tensor(b, "fp16")).numpy(np.float64)
+        want = fpsim.mul(a, b, "fp16", **opts)
+        assert _bits_equal(got, want).all(), (tininess, got, want)
+        # tiny before rounding only: flushed when tininess is detected before rounding
+        assert got[0] == (0.0 if tininess == "before" else 2.0**-14)
+    x = np.float16(np.random.default_rng(1).uniform(1, 2, 256))
+    y = np.float16(np.random.default_rng(2).uniform(1, 2, 256))
+    results = []
+    for random_bits in (None, 2):
+        with autograd.rounding_context("stochastic", rng=5, random_bits=random_bits):
+            got = (Tensor(x, "fp16") * Tensor(y, "fp16")).numpy(np.float64)
+        want = fpsim.mul(x, y, "fp16", "stochastic", rng=5, random_bits=random_bits)
+        assert _bits_equal(got, want).all(), random_bits
+        results.append(got)
+    assert not np.array_equal(*results)  # the random bits are used
+    with pytest.raises(ValueError, match="random_bits only applies"):
+        autograd.rounding_context("up", random_bits=8)

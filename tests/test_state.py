@@ -42,20 +42,20 @@ def _enter(stack: contextlib.ExitStack, variant: int) -> dict:
     stack.enter_context(matmul_accumulation([("sequential", "bf16"), "exact"][variant]))
     fctx = stack.enter_context(flag_context(trap=[None, "invalid"][variant]))
     stack.enter_context(autocast(["bf16", "fp16"][variant]))
-    for g in (fpsim.rounding.default_rng(), get_generator(), settings().rng):
+    for g in (fpsim.rounding.default_rng(), get_generator(), settings().policy.rng):
         g.random(3 + variant)                   # rng_states: advance every generator
     return _observe() | {"meter": meter, "flag_ctx": fctx}
 
 
 def _observe() -> dict:
-    gens = (fpsim.rounding.default_rng(), get_generator(), settings().rng)
+    gens = (fpsim.rounding.default_rng(), get_generator(), settings().policy.rng)
     return {
         "grad": is_grad_enabled(),
         "observers": tuple(state.observers),
         "gens": gens,
         "gen_states": [g.bit_generator.state for g in gens],
         "mode": get_rounding(),
-        "overflow": settings().overflow,
+        "overflow": settings().policy.overflow,
         "accumulation": get_accumulation(),
         "flags": flags_active(),
         "flag_stack": state.flag_stack.get(),
