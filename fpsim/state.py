@@ -164,7 +164,7 @@ def as_generator(rng: np.random.Generator | int | None,
     non-negative int, or ``default`` for None; another type is a TypeError, a negative seed a
     ValueError, each naming the argument (``name``). Every ``rng`` (or ``seed``) argument of
     fpsim goes through here (:func:`fpsim.rounding.default_rng`,
-    :func:`fpsim.autograd.get_generator`, :func:`fpsim.autograd.rounding`, the figures'
+    :func:`fpsim.autograd.get_generator`, :func:`fpsim.autograd.rounding_context`, the figures'
     seeds, ...).
 
     >>> bool(as_generator(3).integers(10**9) == as_generator(3).integers(10**9))

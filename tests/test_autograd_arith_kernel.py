@@ -62,7 +62,7 @@ def _operands(fmt, rows):
 def _tensor_result(op, xs, fmt, mode, opts, seed):
     ts = [Tensor(x, fmt) for x in xs]
     rng = np.random.default_rng(seed) if mode == "stochastic" else None
-    with autograd.rounding(mode, rng, **opts), fpsim.flag_context() as ctx:
+    with autograd.rounding_context(mode, rng, **opts), fpsim.flag_context() as ctx:
         out = TENSOR[op](*ts)
     assert out.fmt == fmt
     return out.numpy(np.float64), ctx.flags
@@ -106,15 +106,15 @@ def test_default_path_equals_array_functions_without_flags(fkey):
 def test_issue_examples_against_exact_fractions():
     f = fpsim.Format(11, 20)
     a, b = Tensor([2.0**-540], f), Tensor([1.25 * 2.0**-540], f)
-    with autograd.rounding("up"):
+    with autograd.rounding_context("up"):
         got = (a * b).item()
     want = round_exact(Fraction(2.0**-540) * Fraction(1.25 * 2.0**-540), f, "up")[0]
     assert got == want == 2.0**-1042
     big = Tensor([2.0**512], f)
-    with autograd.rounding("down"):
+    with autograd.rounding_context("down"):
         got = (big * big).item()
     assert got == round_exact(Fraction(2) ** 1024, f, "down", overflow="inf")[0] == f.max
-    with autograd.rounding("up"):
+    with autograd.rounding_context("up"):
         assert (big * big).item() == math.inf
 
 
@@ -129,7 +129,7 @@ def test_python_scalars_enter_exactly(fkey, mode):
     for op, s in (("add", 0.1), ("sub", 1e-30), ("mul", 0.1), ("div", 3.3), ("rdiv", 0.7)):
         ops = {"add": lambda s: t + s, "sub": lambda s: t - s, "mul": lambda s: t * s,
                "div": lambda s: t / s, "rdiv": lambda s: s / t}
-        with autograd.rounding(mode):
+        with autograd.rounding_context(mode):
             out = ops[op](s).numpy(np.float64)
         for x, got in zip(xs, out, strict=True):
             fx, fs = Fraction(float(x)), Fraction(s)

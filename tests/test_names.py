@@ -107,6 +107,51 @@ def test_one_format_lookup():
         fpsim.formats.get_int_format("fp16")
 
 
+# ------------------------------------------------------------------ rounding=
+# where a public parameter named ``mode`` means something else than the rounding mode
+_OTHER_MODES = {"set_grad_enabled", "as_scale_mode", "e8m0_exponent", "Module.train",
+                "GroupQuantized", "groupwise_quantize", "groupwise_fake_quantize",
+                "quantize_model_weights"}
+
+
+def test_one_rounding_keyword():
+    """Issue 35 item 1: the rounding mode is ``rounding=`` at every layer (round, the
+    arithmetic, the reductions, the integer conversions, the autograd engine's context and
+    casts, the parsers in fpsim.modes); no other spelling, and the autograd context's old name
+    is gone from fpsim.autograd."""
+    import importlib
+
+    import fpsim.autograd
+
+    bad = []
+    for name in ("fpsim", "fpsim.rounding", "fpsim.arithmetic", "fpsim.reductions",
+                 "fpsim.integer", "fpsim.encoding", "fpsim.modes", "fpsim.autograd",
+                 "fpsim.autograd.context", "fpsim.autograd.functional", "fpsim.functional",
+                 "fpsim.mx", "fpsim.quant", "fpsim.amp", "fpsim.nn", "fpsim.optim",
+                 "fpsim.tensorcore"):
+        mod = importlib.import_module(name)
+        for n in getattr(mod, "__all__", ()):
+            obj = getattr(mod, n)
+            found = [(n, obj)]
+            if inspect.isclass(obj):
+                found += [(f"{n}.{k}", v) for k, v in vars(obj).items()
+                          if callable(v) and not k.startswith("_")]
+            for qual, f in found:
+                try:
+                    params = inspect.signature(f).parameters
+                except (TypeError, ValueError):
+                    continue
+                for p in params:
+                    if p in ("round_mode", "rounding_mode", "rmode") or (
+                            p == "mode" and qual not in _OTHER_MODES):
+                        bad.append(f"{name}.{qual}({p}=)")
+    assert bad == []
+    assert "rounding" not in fpsim.autograd.__all__ and not hasattr(fpsim.autograd, "rounding")
+    for f in (fpsim.autograd.rounding_context, fpsim.autograd.context.round_to,
+              fpsim.modes.as_rounding, fpsim.integer.to_int, fpsim.sum):
+        assert "rounding" in inspect.signature(f).parameters, f
+
+
 # ------------------------------------------------------------------ module vs function
 def test_fpsim_rounding_is_the_module_and_round_the_function():
     assert isinstance(fpsim.rounding, types.ModuleType)

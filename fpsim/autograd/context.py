@@ -51,7 +51,6 @@ __all__ = [
     "promote_formats",
     "reset_autocast_hook",
     "round_to",
-    "rounding",
     "rounding_context",
     "set_autocast_hook",
     "widen",
@@ -228,7 +227,9 @@ def rounding_context(rounding: Rounding | str = "nearest_even",
     return _use(_LOCAL.autograd_settings.replace(policy=policy))
 
 
-rounding = rounding_context  # the old name, kept for compatibility
+# The old name: not in fpsim.autograd any more; fpsim.training (lm.py, trainer.py) still imports
+# it from here. It goes when those two imports read rounding_context.
+rounding = rounding_context
 
 
 def matmul_accumulation(model: Accumulation | str | tuple):

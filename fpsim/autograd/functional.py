@@ -4,17 +4,17 @@ defaults of ``torch`` / ``torch.nn.functional`` (exported as :mod:`fpsim.functio
 Precision rules
 ===============
 
-Every op computes its result exactly, or in float64 where that is exact enough, and rounds it
-ONCE to the output format, with the mode of :func:`fpsim.autograd.rounding` (default nearest
-even). Its backward computes each input's gradient the same way, from the incoming gradient and
-the saved tensors PyTorch's derivative formulas use (e.g. ``exp`` reuses its rounded output),
-and rounds it once to that input's ``grad_fmt``. Ops mixing formats output the promoted format
-(:func:`fpsim.autograd.context.promote_formats`: the format containing the others, e.g. fp16 +
-fp32 -> fp32, fp16 + bf16 -> fp32). A Python scalar does not change the format (as PyTorch's
-wrapped numbers) and enters as float64. matmul, linear and conv2d do not mix formats, as
-PyTorch's: operands (and a bias) of different formats are a TypeError, so a bf16 model given
-fp32 data (an fp32 Tensor, or a NumPy float64 array, which is fp64) does not silently compute
-in fp32; inside :class:`fpsim.amp.autocast` the policy casts them and any mix left promotes
+Every op computes its result exactly, or in float64 where that is exact enough, and rounds it ONCE
+to the output format, with the policy of :func:`fpsim.autograd.rounding_context` (default nearest
+even). Its backward computes each input's gradient the same way, from the incoming gradient and the
+saved tensors PyTorch's derivative formulas use (e.g. ``exp`` reuses its rounded output), and
+rounds it once to that input's ``grad_fmt``. Ops mixing formats output the promoted format
+(:func:`fpsim.autograd.context.promote_formats`: the format containing the others, e.g. fp16 + fp32
+-> fp32, fp16 + bf16 -> fp32). A Python scalar does not change the format (as PyTorch's wrapped
+numbers) and enters as float64. matmul, linear and conv2d do not mix formats, as PyTorch's:
+operands (and a bias) of different formats are a TypeError, so a bf16 model given fp32 data (an
+fp32 Tensor, or a NumPy float64 array, which is fp64) does not silently compute in fp32; inside
+:class:`fpsim.amp.autocast` the policy casts them and any mix left promotes
 (:func:`fpsim.autograd.context.check_same_format`).
 
 =============================  ============  ==============================================

@@ -94,7 +94,6 @@ def round_pair(
     random_bits: int | None = None,
     flags: bool = False,
     policy: RoundingPolicy | None = None,
-    _scalar: bool | None = None,
 ):
     """Round the exact value ``hi + lo`` (a float64 pair, ``hi`` the nearest float64 to the
     sum, ``lo`` the remainder whose sign must be exact) once to ``fmt``. A pair that is not
@@ -117,8 +116,6 @@ def round_pair(
     lo_a, _, _ = as_float64(lo)
     shape = broadcast_shape("round_pair", hi_a.shape, lo_a.shape)
     hi_a, lo_a = np.broadcast_to(hi_a, shape), np.broadcast_to(lo_a, shape)
-    if _scalar is not None:
-        scalar = _scalar
     want = bool(flags) or _flags.flags_active()
     shape = hi_a.shape
     hi_a = np.ascontiguousarray(hi_a, dtype=np.float64).reshape(-1)

@@ -53,9 +53,9 @@ def default_rng(rng: np.random.Generator | int | None = None, *,
     """
     return _state.as_generator(rng, _state.rounding_rng, name=name)
 
-def random_bits_of(random_bits, mode: Rounding) -> int | None:
+def random_bits_of(random_bits, rounding: Rounding) -> int | None:
     """Internal API of every function that takes ``random_bits`` (:class:`RoundingPolicy`,
-    fpsim.integer): None stays None; else ``mode`` must be stochastic and ``random_bits`` an
+    fpsim.integer): None stays None; else ``rounding`` must be stochastic and ``random_bits`` an
     int in [1, 63] by fpsim.checks.as_int's rule (what range() takes; a TypeError for other
     types), returned as an int.
 
@@ -68,7 +68,7 @@ def random_bits_of(random_bits, mode: Rounding) -> int | None:
     """
     if random_bits is None:
         return None
-    if mode is not Rounding.STOCHASTIC:
+    if rounding is not Rounding.STOCHASTIC:
         raise ValueError("random_bits only applies to rounding='stochastic'")
     n = as_int("random_bits", random_bits, None)  # what range() takes; TypeError else
     if not 1 <= n <= 63:
