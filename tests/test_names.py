@@ -1,5 +1,6 @@
 """One name, one meaning (issue 20 item 3): each public name that used to clash, imported and
-checked for what it is; old spellings kept for compatibility checked to mean the new one."""
+checked for what it is; the old spellings are gone (issue 35 item 1: 0.1 has no users to keep
+them for), some refused with an error naming the new one."""
 
 import inspect
 import types
@@ -19,14 +20,17 @@ def test_integer_indefinite_is_not_called_ieee():
     # integer.py's policy is x86's "integer indefinite" (IEEE 754 leaves the value unspecified)
     assert IntOverflow.INDEFINITE.value == "indefinite"
     assert [m.value for m in IntOverflow] == ["saturate", "wrap", "indefinite"]
-    # the old spellings still mean it
-    assert IntOverflow.IEEE is IntOverflow.INDEFINITE
-    for name in ("indefinite", "ieee", "x86", " IEEE "):
+    for name in ("indefinite", "x86", " Indefinite ", IntOverflow.INDEFINITE):
         assert as_int_overflow(name) is IntOverflow.INDEFINITE
     x = [np.nan, np.inf, -1e10, 2.5]
     want = [-(2**31)] * 3 + [2]  # 0x80000000 for every invalid case
-    for pol in ("indefinite", "ieee", IntOverflow.IEEE):
-        assert to_int(x, "int32", overflow=pol).tolist() == want
+    assert to_int(x, "int32", overflow="indefinite").tolist() == want
+    # the old name is gone (issue 35 item 1: no compatibility names in 0.1), refused naming
+    # the new one
+    assert not hasattr(IntOverflow, "IEEE")
+    for old in ("ieee", " IEEE "):
+        with pytest.raises(ValueError, match="'ieee' is now 'indefinite'"):
+            to_int(x, "int32", overflow=old)
     assert to_int([np.nan, -1.0], "uint8", overflow="indefinite").tolist() == [255, 255]
     with pytest.raises(ValueError, match="valid: 'saturate', 'wrap', 'indefinite'"):
         as_int_overflow("clip")
@@ -94,10 +98,11 @@ def test_dead_helper_removed():
 
 # ------------------------------------------------------------------ get_format
 def test_one_format_lookup():
-    # rounding.get_format is fpsim.get_format (one function, integer formats included); the
+    # fpsim.get_format is fpsim.formats.get_format (one function, integer formats included; the
+    # old re-exports fpsim.rounding.get_format and fpsim.encoding.get_format are gone); the
     # float operations refuse integer formats by name through get_float_format
-    assert fpsim.rounding.get_format is fpsim.get_format is fpsim.formats.get_format
-    assert fpsim.rounding.get_format("int8") is fpsim.INT8
+    assert fpsim.get_format is fpsim.formats.get_format
+    assert not hasattr(fpsim.rounding, "get_format") and not hasattr(fpsim.encoding, "get_format")
     assert fpsim.get_format("int8") is fpsim.INT8
     with pytest.raises(TypeError, match="'int8' is an integer format"):
         fpsim.formats.get_float_format("int8")
