@@ -129,7 +129,7 @@ def as_accumulation(spec: Accumulation | str | tuple) -> Accumulation:
 class _Settings:
     """The engine's settings: ``policy``, how op results and gradients are rounded (its
     format a stand-in: each op rounds to its own, :meth:`policy_for`), and ``accumulation``.
-    Immutable once made (shared by threads)."""
+    Its values never change once made (threads share it); ``_for`` only caches."""
 
     __slots__ = ("policy", "plain", "accumulation", "_for")
 
@@ -393,7 +393,7 @@ def round_to(x: np.ndarray, fmt: Format, rounding: Rounding | str | None = None)
     if rounding is not None and not isinstance(rounding, Rounding):
         rounding = as_rounding(rounding)
     if rounding is None or rounding is pol.rounding:
-        rounding, plain = None, s.plain
+        rounding, plain = None, s.plain  # None: the context's own mode (policy_for's key)
     else:
         plain = (rounding is Rounding.NEAREST_EVEN and pol.overflow is Overflow.INF
                  and pol.subnormals is Subnormals.KEEP)
