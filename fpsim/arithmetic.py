@@ -97,6 +97,7 @@ from .rounding import (
     round_float32,
     round_objects_with,
     round_with,
+    without_daz,
 )
 from .rounding.eft import two_prod, two_sum_err
 from .rounding.native import cast as native_cast
@@ -125,31 +126,27 @@ def quiet_flags() -> Iterator[None]:
 @dataclass(frozen=True)
 class OpContext:
     """An operation's validated options (internal API: :func:`context` builds it; the
-    kernels, :func:`compute` and :mod:`fpsim.reductions` take it)."""
+    kernels, :func:`compute` and :mod:`fpsim.reductions` take it): two policies and whether
+    to compute flags.
 
-    fmt: Format
-    mode: Rounding
-    overflow: Overflow
-    result_subnormals: Subnormals  # what the result rounding gets: keep or flush
-    daz: bool
-    tininess: Tininess
-    rng: np.random.Generator | None
-    random_bits: int | None
+    >>> c = context("bf16", "up", subnormals="flush_daz")
+    >>> c.result.rounding.value, c.result.subnormals.value, c.conversion.daz
+    ('up', 'flush', True)
+    """
+
+    # how results are rounded: the operation's policy without DAZ, its stochastic generator
+    # resolved once (every rounding of the operation draws from it)
+    result: RoundingPolicy
+    conversion: RoundingPolicy  # how operands are converted: nearest even, overflow, DAZ
     want: bool  # compute flags (flags=True or a flag context is active)
-    result: RoundingPolicy  # how results are rounded: the above, generator resolved
-    convert: RoundingPolicy  # how operands are converted: nearest even, overflow, daz
 
 
 @functools.lru_cache(maxsize=256)
 def _policies(pol: RoundingPolicy) -> tuple[RoundingPolicy, RoundingPolicy]:
     """The result and operand-conversion policies of a parsed policy without a generator."""
-    flush = pol.subnormals in (Subnormals.FLUSH, Subnormals.FLUSH_DAZ)
-    result = RoundingPolicy(pol.fmt, pol.rounding, pol.overflow,
-                            Subnormals.FLUSH if flush else Subnormals.KEEP, pol.tininess,
-                            None, pol.random_bits)
-    convert = RoundingPolicy(pol.fmt, Rounding.NEAREST_EVEN, pol.overflow,
-                             Subnormals.DAZ if pol.daz else Subnormals.KEEP)
-    return result, convert
+    conversion = RoundingPolicy(pol.fmt, Rounding.NEAREST_EVEN, pol.overflow,
+                                Subnormals.DAZ if pol.daz else Subnormals.KEEP)
+    return without_daz(pol), conversion
 
 
 def context_of(policy: RoundingPolicy, flags: bool = False, *,
@@ -162,19 +159,15 @@ def context_of(policy: RoundingPolicy, flags: bool = False, *,
             f"{what} supports formats of at most {MAX_MANTISSA} mantissa bits, got {fmt.name} "
             f"with {fmt.mantissa_bits}; for fp64 use NumPy's float64 arithmetic"
         )
-    result, convert = _policies(policy if policy.rng is None else
-                                policy_of(fmt, policy.rounding, policy.overflow,
-                                          policy.subnormals, policy.tininess, None,
-                                          policy.random_bits))
-    gen = None
+    result, conversion = _policies(policy if policy.rng is None else
+                                   policy_of(fmt, policy.rounding, policy.overflow,
+                                             policy.subnormals, policy.tininess, None,
+                                             policy.random_bits))
     if policy.rounding is Rounding.STOCHASTIC:
-        gen = default_rng(policy.rng)  # resolved once: every rounding of the op draws from it
-        result = RoundingPolicy(fmt, result.rounding, result.overflow, result.subnormals,
-                                result.tininess, gen, result.random_bits)
-    return OpContext(fmt=fmt, mode=policy.rounding, overflow=policy.overflow,
-                     result_subnormals=result.subnormals, daz=policy.daz,
-                     tininess=policy.tininess, rng=gen, random_bits=policy.random_bits,
-                     want=bool(flags) or _flags.flags_active(), result=result, convert=convert)
+        # resolved once: every rounding of the op draws from it
+        result = result.replace(rng=default_rng(policy.rng))
+    return OpContext(result=result, conversion=conversion,
+                     want=bool(flags) or _flags.flags_active())
 
 
 def _context(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
@@ -275,8 +268,8 @@ def _float64_result_enough(c: OpContext) -> bool:
     of every midpoint (also at subnormal results, where the format's grid is coarser). The
     directed modes and the flags need the error's sign (is the result exact?), and stochastic
     rounding its size."""
-    return (not c.want and c.mode in _NEAREST
-            and c.fmt.precision_bits <= _INNOCUOUS_PRECISION)
+    return (not c.want and c.result.rounding in _NEAREST
+            and c.result.fmt.precision_bits <= _INNOCUOUS_PRECISION)
 
 
 # -- operands ---------------------------------------------------------------------------------
@@ -324,21 +317,21 @@ def _convert(x, c: OpContext, name: str) -> tuple[np.ndarray, np.ndarray | None]
     if arr is not None and arr.dtype == object:
         # Fractions, Decimals, ints of any size (and floats): each element rounded once from
         # its exact value, as it is alone
-        v, _, snan = round_objects_with(arr, c.convert, False, name)
+        v, _, snan = round_objects_with(arr, c.conversion, False, name)
         return v, snan
-    if arr is not None and c.fmt.dtype is not None and arr.dtype == c.fmt.dtype:
+    if arr is not None and c.result.fmt.dtype is not None and arr.dtype == c.result.fmt.dtype:
         v = arr.astype(np.float64)  # already values of fmt
         snan = snan_mask(arr) if np.isnan(v).any() else None
-        if c.daz:
-            v = np.where(np.abs(v) < c.fmt.smallest_normal, np.copysign(0.0, v), v)
+        if c.conversion.daz:
+            v = np.where(np.abs(v) < c.result.fmt.smallest_normal, np.copysign(0.0, v), v)
         return v, snan
     if isinstance(x, (Fraction, Decimal)):  # one exact number: rounded once, at any size
         snan = np.array(True) if isinstance(x, Decimal) and x.is_snan() else None
-        return np.asarray(round_with(x, c.convert)[0], dtype=np.float64), snan
+        return np.asarray(round_with(x, c.conversion)[0], dtype=np.float64), snan
     if arr is not None and arr.dtype in _NARROW_FLOATS and arr.ndim:
         # rounded as it is (float32 in float32, no float64 copy first): the same values
         snan = snan_mask(arr) if np.isnan(arr).any() else None
-        return round_with(arr, c.convert)[0], snan
+        return round_with(arr, c.conversion)[0], snan
     hi, lo, _ = as_float64(x if arr is None else arr, name)
     snan = None
     if hi.dtype.kind == "f" and np.isnan(hi).any():  # the sNaN bit as the input holds it
@@ -348,9 +341,9 @@ def _convert(x, c: OpContext, name: str) -> tuple[np.ndarray, np.ndarray | None]
         # core splits the value itself exactly and rounds it once. A (hi, lo) float64 pair is
         # not enough: below 2**-1011 lo is rounded, or lost (a false tie where the format
         # reaches below float64's subnormals), and beyond 2**1024 hi is only a stand-in.
-        v, _ = round_with(x if arr is None else arr, c.convert)
+        v, _ = round_with(x if arr is None else arr, c.conversion)
     else:
-        v, _ = round_with(hi, c.convert)
+        v, _ = round_with(hi, c.conversion)
     return np.asarray(v, dtype=np.float64), snan
 
 
@@ -391,7 +384,7 @@ def round_result(hi, lo, c: OpContext, fmt: Format | None = None, *, two_sum: bo
 def _round_general(h, l, E, c: OpContext):
     """Round (h + l) * 2**E once to fmt, for any integer exponents E: h, l float64 with h the
     nearest float64 to h + l (or 0 for an exact zero, then l = 0), sign of l exact."""
-    plan = plan_for(c.fmt)
+    plan = plan_for(c.result.fmt)
     mh, eh = np.frexp(h)
     l = np.ldexp(l, -eh)
     E = E + eh
@@ -445,7 +438,7 @@ def _merge(sp, out_sp, fl_sp, reg, out_reg, fl_reg, n, want):
 def add_flat(a, b, c: OpContext, exact_operands: bool = True):
     """(rounded a + b, flags or None, INVALID mask or None) for flat arrays of fmt values (any
     float64 values with ``exact_operands=False``)."""
-    plan = plan_for(c.fmt)
+    plan = plan_for(c.result.fmt)
     with np.errstate(invalid="ignore", over="ignore"):
         s = a + b
         inv = (np.isnan(s) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
@@ -454,25 +447,25 @@ def add_flat(a, b, c: OpContext, exact_operands: bool = True):
                   else two_sum_err(a, b, s))
             if lo is not None and not lo.any():
                 lo = None
-            out, fl = round_result(_zero_sign(s, a, b, c.mode), lo, c, two_sum=True)
+            out, fl = round_result(_zero_sign(s, a, b, c.result.rounding), lo, c, two_sum=True)
             return out, fl, inv
         reg = np.isfinite(a) & np.isfinite(b) & (a != 0) & (b != 0)
         sp = ~reg
-        o_sp, f_sp = round_result(_zero_sign(s[sp], a[sp], b[sp], c.mode), None, c)
+        o_sp, f_sp = round_result(_zero_sign(s[sp], a[sp], b[sp], c.result.rounding), None, c)
         ma, ea = np.frexp(a[reg])
         mb, eb = np.frexp(b[reg])
         E = np.maximum(ea, eb)
         x, y = _scaled(ma, ea - E), _scaled(mb, eb - E)
         h = x + y
         lo = two_sum_err(x, y, h)
-        h = _zero_sign(h, x, y, c.mode)
+        h = _zero_sign(h, x, y, c.result.rounding)
         o_r, f_r = _round_general(h, lo, E, c)
     out, fl = _merge(sp, o_sp, f_sp, reg, o_r, f_r, a.size, c.want)
     return out, fl, inv
 
 
 def mul_flat(a, b, c: OpContext, exact_operands: bool = True):
-    plan = plan_for(c.fmt)
+    plan = plan_for(c.result.fmt)
     with np.errstate(invalid="ignore", over="ignore"):
         prod = a * b
         inv = (np.isnan(prod) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
@@ -484,7 +477,7 @@ def mul_flat(a, b, c: OpContext, exact_operands: bool = True):
         o_sp, f_sp = round_result(prod[sp], None, c)  # zeros, infinities, NaN: exact
         ma, ea = np.frexp(a[reg])
         mb, eb = np.frexp(b[reg])
-        if c.fmt.precision_bits <= _MAX_FMA_PRECISION and exact_operands:
+        if c.result.fmt.precision_bits <= _MAX_FMA_PRECISION and exact_operands:
             h, lo = ma * mb, np.zeros(ma.shape)
         else:
             h, lo = two_prod(ma, mb)
@@ -502,7 +495,7 @@ def _div_pair(a, b):
 
 
 def _div_flat(a, b, c: OpContext, exact_operands: bool = True):
-    plan = plan_for(c.fmt)
+    plan = plan_for(c.result.fmt)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if plan.div_fast and exact_operands and not _FORCE_GENERAL:
             if _float64_result_enough(c):
@@ -535,7 +528,7 @@ def _sqrt_pair(a):
 
 
 def _sqrt_flat(a, c: OpContext, exact_operands: bool = True):  # noqa: ARG001 - kernels' signature
-    plan = plan_for(c.fmt)
+    plan = plan_for(c.result.fmt)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if plan.sqrt_fast and not _FORCE_GENERAL:
             if _float64_result_enough(c):
@@ -561,7 +554,7 @@ def _sqrt_flat(a, c: OpContext, exact_operands: bool = True):  # noqa: ARG001 - 
 
 
 def _fma_flat(a, b, d, c: OpContext, exact_operands: bool = True):  # noqa: ARG001 - as above
-    plan = plan_for(c.fmt)
+    plan = plan_for(c.result.fmt)
     with np.errstate(invalid="ignore", over="ignore"):
         prod = a * b
         nan_in = (np.isnan(a) | np.isnan(b) | np.isnan(d)) if c.want else None
@@ -576,7 +569,7 @@ def _fma_flat(a, b, d, c: OpContext, exact_operands: bool = True):  # noqa: ARG0
             if lo is not None and not lo.any():
                 lo = None
             # (s, lo) is TwoSum's pair (prod is exact here), as in add: not screened again
-            out, fl = round_result(_zero_sign(s, prod, d, c.mode), lo, c, two_sum=True)
+            out, fl = round_result(_zero_sign(s, prod, d, c.result.rounding), lo, c, two_sum=True)
             return out, fl, inv
         reg = np.isfinite(a) & np.isfinite(b) & np.isfinite(d) & (a != 0) & (b != 0)
         sp = ~reg
@@ -587,7 +580,7 @@ def _fma_flat(a, b, d, c: OpContext, exact_operands: bool = True):  # noqa: ARG0
         s_sp = p_sp + d[sp]
         if c.want:
             inv[sp] |= np.isnan(s_sp) & ~nan_in[sp]
-        o_sp, f_sp = round_result(_zero_sign(s_sp, p_sp, d[sp], c.mode), None, c)
+        o_sp, f_sp = round_result(_zero_sign(s_sp, p_sp, d[sp], c.result.rounding), None, c)
         ma, ea = np.frexp(a[reg])
         mb, eb = np.frexp(b[reg])
         pm, ep = ma * mb, ea + eb  # exact: two significands of <= 26 bits
@@ -598,7 +591,7 @@ def _fma_flat(a, b, d, c: OpContext, exact_operands: bool = True):  # noqa: ARG0
         y = np.where(zero_c, 0.0, _scaled(mc, ec - E))
         h = x + y
         lo = two_sum_err(x, y, h)
-        h = _zero_sign(h, x, y, c.mode)
+        h = _zero_sign(h, x, y, c.result.rounding)
         o_r, f_r = _round_general(h, lo, E, c)
     out, fl = _merge(sp, o_sp, f_sp, reg, o_r, f_r, a.size, c.want)
     return out, fl, inv
@@ -620,9 +613,9 @@ def context(fmt: Format | str | None = None, rounding: Rounding | str = "nearest
 
 def daz_operand(v: np.ndarray, c: OpContext) -> np.ndarray:
     """Subnormal operand values read as (signed) zero when ``c`` asks for DAZ."""
-    if not c.daz:
+    if not c.conversion.daz:
         return v
-    return np.where(np.abs(v) < c.fmt.smallest_normal, np.copysign(0.0, v), v)
+    return np.where(np.abs(v) < c.result.fmt.smallest_normal, np.copysign(0.0, v), v)
 
 
 def _canonical_nans(name: str, out: np.ndarray, vals) -> None:
@@ -652,9 +645,9 @@ def compute(name: str, vals, c: OpContext, snan: np.ndarray | None = None, *,
     (flags None unless ``c.want``), INVALID and DIVBYZERO included (``snan``: the elements
     with a signalling-NaN operand).
 
-    ``exact_operands=False`` admits any float64 operands (not only values of ``c.fmt``, e.g. a
-    Python scalar kept at its exact value): the frexp-scaled general path with an exact error
-    term then runs for add, sub, mul and div (sqrt and fma need values of ``c.fmt``).
+    ``exact_operands=False`` admits any float64 operands (not only values of the format, e.g.
+    a Python scalar kept at its exact value): the frexp-scaled general path with an exact
+    error term then runs for add, sub, mul and div (sqrt and fma need values of the format).
     Callers hide the flag contexts (:func:`quiet_flags`) and record the flags themselves."""
     kernel = _KERNELS[name]
     if exact_operands:
@@ -718,15 +711,16 @@ def native_ok(c: OpContext) -> bool:
     bf16 or fp32, nearest even, IEEE policies, no flags: see above, and the rule and format
     table of :func:`fpsim.rounding.native.native_ok`)? Internal API, for
     :mod:`fpsim.reductions` too."""
-    return not (c.daz or _FORCE_GENERAL) and rounds_natively(
-        c.fmt, c.mode, c.overflow, c.result_subnormals, c.want, arithmetic=True)
+    r = c.result
+    return not (c.conversion.daz or _FORCE_GENERAL) and rounds_natively(
+        r.fmt, r.rounding, r.overflow, r.subnormals, c.want, arithmetic=True)
 
 
 def _native(name: str, args, c: OpContext):
     """The native result (float64) of the operation, or None when it may not run natively."""
     if name not in _NATIVE_OPS or not native_ok(c):
         return None
-    dt = c.fmt.dtype
+    dt = c.result.fmt.dtype
     ops = []
     for a in args:
         if isinstance(a, float):
@@ -788,8 +782,8 @@ def _float32_path(name: str, args, c: OpContext):
         return None
     shape = args[0].shape
     if any(a.shape != shape for a in args) or not (
-            float32_ok(c.result) and float32_ok(c.convert)
-            and _float32_exact_enough(name, c.fmt, c.mode)):
+            float32_ok(c.result) and float32_ok(c.conversion)
+            and _float32_exact_enough(name, c.result.fmt, c.result.rounding)):
         return None
     flat = [a.reshape(-1) for a in args]
     n = flat[0].size
@@ -800,7 +794,7 @@ def _float32_path(name: str, args, c: OpContext):
             hi = min(n, lo + _CHUNK)
             ops = []
             for a in flat:
-                v, bad = round_float32(a[lo:hi].astype(np.float32, copy=False), c.convert)
+                v, bad = round_float32(a[lo:hi].astype(np.float32, copy=False), c.conversion)
                 if bad is not None:
                     break
                 ops.append(v)
@@ -873,10 +867,10 @@ def _apply(name: str, args, fmt, rounding, overflow, subnormals, tininess, rng,
            random_bits, flags, policy):
     c = _context(fmt, rounding, overflow, subnormals, tininess, rng, random_bits, flags,
                  what=name, policy=policy)
-    if name == "fma" and c.fmt.precision_bits > _MAX_FMA_PRECISION:
+    if name == "fma" and c.result.fmt.precision_bits > _MAX_FMA_PRECISION:
         raise ValueError(
             f"fma supports formats of at most {_MAX_FMA_PRECISION} precision bits (the product "
-            f"must be exact in float64), got {c.fmt.name} with {c.fmt.precision_bits}"
+            f"must be exact in float64), got {c.result.fmt.name} with {c.result.fmt.precision_bits}"
         )
     out = _float32_path(name, args, c)  # (fp16: faster than NumPy's float16 loops)
     if out is None:

@@ -12,12 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .checks import as_array
-from .formats import (
-    Format,
-    NaNEncoding,
-    get_float_format,
-    get_format,  # noqa: F401 - the one lookup, re-exported as before
-)
+from .formats import Format, NaNEncoding, get_float_format
 from .modes import Rounding
 from .rounding import EXP_MASK, FRAC, HIDDEN, QUIET, SIGN, as_float64
 from .rounding import round as _round

@@ -17,11 +17,10 @@ Overflow policies (:class:`IntOverflow`):
 - ``indefinite``: conversions only: every invalid conversion (NaN, infinity, out of range)
   returns the "integer indefinite" value that Berkeley SoftFloat's default (x86 SSE) build and
   so the TestFloat vectors return: ``fmt.min`` for signed formats (0x80000000 for int32) and
-  ``fmt.max`` (all ones) for unsigned ones. Its old name ``"ieee"`` (and
-  ``IntOverflow.IEEE``) is still accepted: IEEE 754 leaves the result of an invalid conversion
-  unspecified and only requires the INVALID flag (which :func:`to_int` raises under every
-  policy), so "ieee" named x86's choice, not the standard's; in fpsim "ieee" means IEEE 754's
-  own rule (``overflow="ieee"`` of :class:`fpsim.tensorcore.BlockFMA`, ``NaNEncoding.IEEE``).
+  ``fmt.max`` (all ones) for unsigned ones. Its old name ``"ieee"`` is refused, naming this
+  one: IEEE 754 leaves the result of an invalid conversion unspecified and only requires the
+  INVALID flag (which :func:`to_int` raises under every policy), so "ieee" named x86's choice,
+  not the standard's; in fpsim "ieee" means IEEE 754's own rule (``NaNEncoding.IEEE``).
 """
 
 from __future__ import annotations
@@ -35,10 +34,9 @@ from . import flags as _flags
 from .checks import as_array
 from .flags import Flags
 from .formats import Format, IntFormat, get_float_format, get_int_format
-from .modes import Overflow, Rounding, Tininess, as_overflow, as_rounding
-from .rounding import as_float64, default_rng, listed, random_bits_of
+from .modes import Overflow, Rounding, as_overflow, as_rounding
+from .rounding import as_float64, default_rng, listed, policy_of, random_bits_of, run_chunks
 from .rounding import round as _round
-from .rounding import run_chunks as _run
 
 __all__ = [
     "IntOverflow",
@@ -68,21 +66,19 @@ class IntOverflow(str, enum.Enum):
     SATURATE = "saturate"  # clamp to [min, max]
     WRAP = "wrap"  # modulo 2**bits, two's complement
     INDEFINITE = "indefinite"  # conversions only: SoftFloat/x86 "integer indefinite"
-    IEEE = "indefinite"  # the old name (an alias of INDEFINITE): IEEE 754 leaves it unspecified
 
 
 _ARITH_POLICIES = (IntOverflow.SATURATE, IntOverflow.WRAP)
 _INT_OVERFLOW_ALIASES = {"sat": IntOverflow.SATURATE, "clamp": IntOverflow.SATURATE,
-                         "modular": IntOverflow.WRAP, "x86": IntOverflow.INDEFINITE,
-                         "ieee": IntOverflow.INDEFINITE}  # "ieee": the old name, kept
+                         "modular": IntOverflow.WRAP, "x86": IntOverflow.INDEFINITE}
 
 
 def as_int_overflow(
     policy: IntOverflow | str, allowed: tuple[IntOverflow, ...] = tuple(IntOverflow)
 ) -> IntOverflow:
-    """The :class:`IntOverflow` member for a name ("saturate", "wrap", "indefinite"; "ieee" is
-    the old name of "indefinite") or member;
-    ValueError listing the valid ones otherwise (``allowed`` narrows them per operation).
+    """The :class:`IntOverflow` member for a name ("saturate", "wrap", "indefinite") or
+    member; ValueError listing the valid ones otherwise (``allowed`` narrows them per
+    operation; "ieee", the old name of "indefinite", is refused naming the new one).
 
     >>> as_int_overflow("wrap")
     <IntOverflow.WRAP: 'wrap'>
@@ -102,7 +98,10 @@ def as_int_overflow(
             raise TypeError(f"as_int_overflow: allowed must be IntOverflow members, got "
                             f"{allowed!r}")
         valid = ", ".join(repr(m.value) for m in allowed)
-        raise ValueError(f"unknown integer overflow policy {policy!r}; valid: {valid}")
+        old = (" ('ieee' is now 'indefinite': IEEE 754 leaves that value unspecified)"
+               if isinstance(policy, str) and policy.strip().lower() == "ieee"
+               and IntOverflow.INDEFINITE in allowed else "")
+        raise ValueError(f"unknown integer overflow policy {policy!r}; valid: {valid}{old}")
     return member
 
 
@@ -330,7 +329,7 @@ def to_int(
     - ``overflow``: ``saturate`` (clamp; NaN -> 0), ``wrap`` (modulo ``2**bits``, exact for
       every finite value; NaN and +-inf -> 0), or ``indefinite`` (every invalid case gives
       SoftFloat's x86 "integer indefinite": ``fmt.min`` for signed formats, ``fmt.max`` for
-      unsigned; ``"ieee"`` is its old name).
+      unsigned).
     - ``flags=True`` returns ``(values, flags)``: INVALID for NaN, infinities and values whose
       rounded integer is out of range (whatever the policy then returns), else INEXACT when
       rounding changed the value, as SoftFloat's ``f32_to_i32(..., exact=true)``.
@@ -489,8 +488,7 @@ def round_to_integral(
     xf = np.where(finite, hi, 0.0)
     if ffmt.mantissa_bits < 52 or ffmt.emin > -1022 or not ffmt.subnormals:
         # representability check without recording flags: a value of fmt rounds to itself
-        rb = _run(xf, ffmt, Rounding.TOWARD_ZERO, Overflow.SATURATE, not ffmt.subnormals,
-                  False, Tininess.AFTER, None, None, False)[0]
+        rb = run_chunks(xf, policy_of(ffmt, Rounding.TOWARD_ZERO, Overflow.SATURATE))[0]
         same = rb.view(np.float64).reshape(xf.shape) == xf
         if not same.all():
             bad = xf[~same].flat[0]

@@ -104,38 +104,38 @@ def _lookup(enum_cls: type[enum.Enum], value: object, what: str, aliases: dict |
     raise ValueError(f"unknown {what} {value!r}; valid: {valid}{extra}")
 
 
-def as_rounding(mode: Rounding | str) -> Rounding:
+def as_rounding(rounding: Rounding | str) -> Rounding:
     """The :class:`Rounding` member for a name, alias ("rne", "rz", TestFloat's "rmin", ...)
     or member.
 
     >>> as_rounding("rz")
     <Rounding.TOWARD_ZERO: 'toward_zero'>
     """
-    return _lookup(Rounding, mode, "rounding mode", _ROUNDING_ALIASES)
+    return _lookup(Rounding, rounding, "rounding mode", _ROUNDING_ALIASES)
 
 
-def as_overflow(policy: Overflow | str) -> Overflow:
+def as_overflow(overflow: Overflow | str) -> Overflow:
     """The :class:`Overflow` member for a name or member.
 
     >>> as_overflow("saturate")
     <Overflow.SATURATE: 'saturate'>
     """
-    return _lookup(Overflow, policy, "overflow policy")
+    return _lookup(Overflow, overflow, "overflow policy")
 
 
-def as_subnormals(policy: Subnormals | str) -> Subnormals:
+def as_subnormals(subnormals: Subnormals | str) -> Subnormals:
     """The :class:`Subnormals` member for a name or member.
 
     >>> as_subnormals("flush")
     <Subnormals.FLUSH: 'flush'>
     """
-    return _lookup(Subnormals, policy, "subnormals policy")
+    return _lookup(Subnormals, subnormals, "subnormals policy")
 
 
-def as_tininess(policy: Tininess | str) -> Tininess:
+def as_tininess(tininess: Tininess | str) -> Tininess:
     """The :class:`Tininess` member for a name or member.
 
     >>> as_tininess("before")
     <Tininess.BEFORE: 'before'>
     """
-    return _lookup(Tininess, policy, "tininess")
+    return _lookup(Tininess, tininess, "tininess")

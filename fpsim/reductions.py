@@ -134,7 +134,7 @@ class _Acc:
         """fl(a + b) elementwise; arrays of shape (rows, ...). Under DAZ every add reads its
         subnormal operands (a running total too) as zero, as :func:`fpsim.add` does."""
         shape = a.shape
-        if self.c.daz:
+        if self.c.conversion.daz:
             a, b = daz_operand(a, self.c), daz_operand(b, self.c)
         out, fl, inv = add_flat(a.reshape(-1), b.reshape(-1), self.c,
                                  exact_operands=exact_operands)
@@ -158,7 +158,7 @@ def _native_sequential(X, c: OpContext):
     if not native_ok(c):
         return None
     with np.errstate(all="ignore"):
-        return _accumulate(X, c.fmt.dtype).astype(np.float64)
+        return _accumulate(X, c.result.fmt.dtype).astype(np.float64)
 
 
 def _accumulate(X, dt=None):
@@ -181,7 +181,7 @@ def _sequential(X, acc: _Acc):
         return _sequential_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):
         add, fl = _scalar_adder(acc.c)
-        if acc.c.mode in _RUN_MODES:  # runs of adds at one quantum, vectorised
+        if acc.c.result.rounding in _RUN_MODES:  # runs of adds at one quantum, vectorised
             return _run_rows(X, _sequential_runs(add, fl, acc.c), fl, acc.fl)
         return _python_rows(X, _sequential_row(add), fl, acc.fl)
     return _sequential_loop(X, acc)
@@ -232,9 +232,9 @@ def _run_rows(X, row_sum, fl: list[int], out_fl) -> np.ndarray:
 def _sequential_steps(add, fl: list[int], c: OpContext):
     """``steps(s, xs)``: s + xs[0] + xs[1] + ... (a list of floats), each add rounded as the
     Python-float adder ``add`` (flag cell ``fl``) rounds it, the common case inline."""
-    fmt, mode, want = c.fmt, c.mode, c.want
+    fmt, mode, want = c.result.fmt, c.result.rounding, c.want
     m = fmt.mantissa_bits
-    if (c.daz or mode not in _STEP_MODES
+    if (c.conversion.daz or mode not in _STEP_MODES
             or (m == 0 and mode in (Rounding.NEAREST_EVEN, Rounding.ODD))):
         def plain(s: float, xs: list) -> float:
             for x in xs:
@@ -312,8 +312,8 @@ def _kahan_fast_ok(c: OpContext) -> bool:
     """The inline Kahan steps apply: no DAZ, subnormal results kept (exact d - y below
     2**emin stays), ties and round-to-odd only with a mantissa bit (parity is the
     significand's)."""
-    fmt, mode = c.fmt, c.mode
-    return (not c.daz and c.result_subnormals is Subnormals.KEEP and fmt.subnormals
+    fmt, mode = c.result.fmt, c.result.rounding
+    return (not c.conversion.daz and c.result.subnormals is Subnormals.KEEP and fmt.subnormals
             and (mode is Rounding.STOCHASTIC or mode in _STEP_MODES)
             and (fmt.mantissa_bits > 0
                  or mode not in (Rounding.NEAREST_EVEN, Rounding.ODD)))
@@ -323,7 +323,7 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
     """The Kahan order's row sum for :func:`_python_rows` in a deterministic mode, the
     common case of each operation inline (see above), ``add`` (the Python-float adder of
     ``c``, flag cell ``fl``) for the rest; :func:`_kahan_row` where that does not apply."""
-    fmt, mode = c.fmt, c.mode
+    fmt, mode = c.result.fmt, c.result.rounding
     if not _kahan_fast_ok(c):
         return _kahan_row(add)
     m = fmt.mantissa_bits
@@ -409,7 +409,7 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
 def _sequential_runs(add, fl: list[int], c: OpContext):
     """The sequential order's row sum (for :func:`_run_rows`) by runs at one quantum and
     inline steps between them (see above); ``add`` is the Python-float adder of ``c``."""
-    mode = c.mode
+    mode = c.result.rounding
 
     def increments(neg: bool, _r, f, frac):
         if mode is Rounding.NEAREST_EVEN:
@@ -432,14 +432,14 @@ def _runs(c: OpContext, fl: list[int], add, steps, increments, unused=None, skip
     for the value after an infinite running total. ``unused(k)``: the run's increments for
     its last k values were not used (stochastic rounding: their draws go back); ``skip(k)``:
     k adds to a non-finite running total were skipped (their draws are taken)."""
-    fmt, want = c.fmt, c.want
+    fmt, want = c.result.fmt, c.want
     m, tiny, fmax = fmt.mantissa_bits, fmt.smallest_normal, fmt.max
     lo_u, hi_u = float(2**m), float(2 ** (m + 1))  # the binade's bounds in units of q
     frexp, ldexp = math.frexp, math.ldexp
     inexact_f = int(Flags.INEXACT)
 
     def row_sum(s: float, x: np.ndarray) -> float:
-        if c.daz:  # the rounded add reads subnormal values as zero (dot's products)
+        if c.conversion.daz:  # the rounded add reads subnormal values as zero (dot's products)
             x = daz_operand(x, c)
         n, i, w, stretch = x.size, 0, _RUN_FIRST, _STEPS_FIRST
         while i < n:
@@ -574,8 +574,8 @@ def _kahan_row(add):
 
 
 def _scalar_ok(c: OpContext, rows: int) -> bool:
-    fmt = c.fmt
-    return (rows <= _SCALAR_ROWS and c.mode is not Rounding.STOCHASTIC
+    fmt = c.result.fmt
+    return (rows <= _SCALAR_ROWS and c.result.rounding is not Rounding.STOCHASTIC
             and plan_for(fmt).add_fast and fmt.emax - fmt.emin <= 900
             and fmt.mantissa_bits <= MAX_MANTISSA and fast_paths_on())
 
@@ -587,22 +587,22 @@ def _scalar_adder(c: OpContext):
     Returns ``(add, flags)``: with ``c.want``, ``add`` ORs each op's IEEE flags into
     ``flags[0]`` (as the kernel and :class:`_Acc` give them: INEXACT, UNDERFLOW by the
     tininess rule, OVERFLOW, INVALID for inf - inf and for NaN in a format without NaN)."""
-    fmt, mode, want = c.fmt, c.mode, c.want
+    fmt, mode, want = c.result.fmt, c.result.rounding, c.want
     m, emin = fmt.mantissa_bits, fmt.emin
     fmax = fmt.max
     tiny = fmt.smallest_normal
-    flush = c.result_subnormals is Subnormals.FLUSH or not fmt.subnormals
-    before = c.tininess is Tininess.BEFORE
+    flush = c.result.subnormals is Subnormals.FLUSH or not fmt.subnormals
+    before = c.result.tininess is Tininess.BEFORE
     fnuz = fmt.nan_encoding is NaNEncoding.FNUZ
-    daz = c.daz
+    daz = c.conversion.daz
     no_nan = fmt.nan_encoding is NaNEncoding.NONE
-    if c.overflow is Overflow.SATURATE or no_nan:
+    if c.result.overflow is Overflow.SATURATE or no_nan:
         beyond = fmax  # what an overflow "away" gives
     elif fmt.nan_encoding is NaNEncoding.IEEE:
         beyond = math.inf
     else:
         beyond = math.nan
-    saturate = c.overflow is Overflow.SATURATE
+    saturate = c.result.overflow is Overflow.SATURATE
     frexp, ldexp, isfinite, copysign = math.frexp, math.ldexp, math.isfinite, math.copysign
     inexact_f, under_f = int(Flags.INEXACT), int(Flags.UNDERFLOW)
     over_f, invalid_f = int(Flags.OVERFLOW | Flags.INEXACT), int(Flags.INVALID)
@@ -708,7 +708,7 @@ def _scalar_adder(c: OpContext):
 # -- few outputs, stochastic rounding: the same draws, the rounding on Python ints -------------
 #
 # Each rounded add of the vectorised loop draws exactly one random value per row, in row
-# order, from c.rng: rng.integers(0, 2**64, dtype=uint64) when the step's sums are exact in
+# order, from c.result.rng: rng.integers(0, 2**64, dtype=uint64) when the step's sums are exact in
 # float64 for every row (round_flat -> run_chunks -> _kernel), else (TwoSum errors, formats
 # whose adds are not exact in float64, e.g. bf16) the pair path's rng.random() or, with
 # random_bits = r, rng.integers(0, 2**r) (round_pair's stochastic branch). Every one of these
@@ -740,8 +740,10 @@ def _float(b: int) -> float:
 
 
 def _stochastic_ok(c: OpContext, rows: int) -> bool:
-    return (rows <= _SCALAR_ROWS and c.mode is Rounding.STOCHASTIC and plan_for(c.fmt).add_fast
-            and c.fmt.mantissa_bits <= MAX_MANTISSA and fast_paths_on())
+    fmt = c.result.fmt
+    return (rows <= _SCALAR_ROWS and c.result.rounding is Rounding.STOCHASTIC
+            and plan_for(fmt).add_fast and fmt.mantissa_bits <= MAX_MANTISSA
+            and fast_paths_on())
 
 
 class _StochasticAdder:
@@ -750,23 +752,23 @@ class _StochasticAdder:
     draws); ``ops`` is the number of adds the caller will make (the raw draws taken)."""
 
     def __init__(self, c: OpContext, rows: int, ops: int):
-        fmt = c.fmt
+        fmt = c.result.fmt
         p = kernel_params(fmt)
-        self.rows, self.want, self.rng, self.rb = rows, c.want, c.rng, c.random_bits
+        self.rows, self.want, self.rng, self.rb = rows, c.want, c.result.rng, c.result.random_bits
         self.m, self.emin, self.tiny = fmt.mantissa_bits, fmt.emin, fmt.smallest_normal
         self.c, self.k = int(p.c), int(p.k)
         self.max_bits, self.tiny_bits = int(p.max_bits), int(p.tiny_bits)
         self.qmin = _float(int(p.qmin_bits))
         self.ovf_bits, self.low_emin = int(p.ovf_bits), bool(p.low_emin)
         self.enc = p.enc
-        self.flush = c.result_subnormals is Subnormals.FLUSH or not fmt.subnormals
-        self.after = c.tininess is Tininess.AFTER
-        self.saturate = c.overflow is Overflow.SATURATE
+        self.flush = c.result.subnormals is Subnormals.FLUSH or not fmt.subnormals
+        self.after = c.result.tininess is Tininess.AFTER
+        self.saturate = c.result.overflow is Overflow.SATURATE
         self.exact = plan_for(fmt).add_exact  # every add is exact in float64: no pair path
-        self.daz = c.daz
+        self.daz = c.conversion.daz
         self.fl = [0] * rows
         self.bulk = self.exact or (
-            type(c.rng.bit_generator) in _RAW_DOUBLE_BITGENS if self.rb is None
+            type(c.result.rng.bit_generator) in _RAW_DOUBLE_BITGENS if self.rb is None
             else self.rb > 32)
         self.left = ops * rows  # raw draws still to take (bulk)
         self.buf = np.empty(0, np.uint64)  # drawn, not yet used: buf[pos:]
@@ -1112,7 +1114,7 @@ def _kahan_fast_stochastic(st: _StochasticAdder, c: OpContext):
     j of the row uses raw draw j, as :meth:`_StochasticAdder.add1` would take it; the inline
     rounding is the kernel's carry (see above: up when |v| % q >= q * W, W = 1 - inc / 2**c),
     every other case :meth:`_StochasticAdder.add_raw` with the same draw."""
-    fmt = c.fmt
+    fmt = c.result.fmt
     m, cb, rb = fmt.mantissa_bits, st.c, st.rb
     K = 2.0**cb  # ulp(v) * K: v's quantum in the format
     qlo, qhi = 2.0 ** (fmt.emin - m), 2.0 ** (fmt.emax - m)
@@ -1201,11 +1203,11 @@ def _sequential_loop(X, acc: _Acc):
 
 
 def _kahan(X, acc: _Acc):
-    if _scalar_ok(acc.c, X.shape[0]) and acc.c.mode in _STEP_MODES:
+    if _scalar_ok(acc.c, X.shape[0]) and acc.c.result.rounding in _STEP_MODES:
         add, fl = _scalar_adder(acc.c)  # few outputs: Python floats, the common case inline
         return _python_rows(X, _kahan_fast(add, fl, acc.c), fl, acc.fl)
     if native_ok(acc.c):  # each operation one native rounded op (see _native_sequential)
-        cols = np.ascontiguousarray(X.T).astype(acc.c.fmt.dtype)
+        cols = np.ascontiguousarray(X.T).astype(acc.c.result.fmt.dtype)
         s = cols[0].copy()
         comp = np.zeros_like(s)
         with np.errstate(all="ignore"):
@@ -1308,14 +1310,14 @@ def _wide_exact(span: tuple[int, int], acc_fmt: Format, n: int, gradual: bool = 
 
 def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
     """Accumulate the exact terms X (float64, exact, within span) in acc_fmt, round once to
-    c.fmt."""
+    c.result.fmt."""
     rows, n = X.shape
-    gradual = not c.daz and c.result_subnormals is Subnormals.KEEP
+    gradual = not c.conversion.daz and c.result.subnormals is Subnormals.KEEP
     exact = _wide_exact(span, acc_fmt, n, gradual)
-    if acc_fmt == FP64 and not exact and c.mode is not Rounding.NEAREST_EVEN:
+    if acc_fmt == FP64 and not exact and c.result.rounding is not Rounding.NEAREST_EVEN:
         raise ValueError("accumulator='fp64' accumulates in NumPy float64: "
                          "rounding='nearest_even' only")
-    if acc_fmt == FP64 and not exact and c.daz:
+    if acc_fmt == FP64 and not exact and c.conversion.daz:
         raise ValueError("accumulator='fp64' accumulates in NumPy float64, which keeps "
                          "subnormal operands: subnormals='daz' or 'flush_daz' needs partial "
                          "sums that cannot be subnormal in float64, or another accumulator")
@@ -1323,7 +1325,7 @@ def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
         # the adds are exact (or float64's own): plain float64 sums
         with np.errstate(invalid="ignore", over="ignore"):
             s = _accumulate(X)
-        if c.mode is Rounding.DOWN:
+        if c.result.rounding is Rounding.DOWN:
             # float64's exact zero sums are +0 unless every term is -0; rounding down
             # makes them -0 unless every term is +0 (x + (-x) = -0 at each add)
             plus_zeros = ((X == 0) & ~np.signbit(X)).all(axis=1)
@@ -1333,11 +1335,10 @@ def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
             acc.fl[inv] |= np.uint8(Flags.INVALID)
     else:
         # the accumulator's adds follow the policy: flush their results, DAZ their operands
-        sub = ((Subnormals.FLUSH_DAZ if c.daz else Subnormals.FLUSH)
-               if c.result_subnormals is Subnormals.FLUSH
-               else (Subnormals.DAZ if c.daz else Subnormals.KEEP))
-        ca = context_of(RoundingPolicy(acc_fmt, c.mode, c.overflow, sub,
-                                       c.tininess, c.rng, c.random_bits), c.want)
+        sub = ((Subnormals.FLUSH_DAZ if c.conversion.daz else Subnormals.FLUSH)
+               if c.result.subnormals is Subnormals.FLUSH
+               else (Subnormals.DAZ if c.conversion.daz else Subnormals.KEEP))
+        ca = context_of(c.result.replace(fmt=acc_fmt, subnormals=sub), c.want)
         wacc = _Acc(ca, rows)
         s = None
         if native_ok(ca):
@@ -1494,7 +1495,8 @@ def sum(  # noqa: A001 - the natural name, as numpy.sum
         if snan is not None and c.want:
             S, _ = _to_rows(np.broadcast_to(snan, np.shape(v)), axis, keepdims)
             snan_rows = S.any(axis=1)
-        span = (c.fmt.emin - c.fmt.mantissa_bits, c.fmt.emax + 1)
+        fmt = c.result.fmt  # parsed
+        span = (fmt.emin - fmt.mantissa_bits, fmt.emax + 1)
         out, fl = _reduce(X, c, order, acc_fmt, span)
     return _finish("sum", out, fl, snan_rows, out_shape, c, flags)
 
@@ -1538,11 +1540,12 @@ def dot(
     _check_axis(axis, "dot: axis")
     c = context(fmt, rounding, overflow=overflow, subnormals=subnormals, tininess=tininess,
                 rng=rng, random_bits=random_bits, flags=flags, what="dot", policy=policy)
+    fmt = c.result.fmt  # parsed
     order = _as_order(order)
     acc_fmt = _accumulator(order, accumulator)
-    if order is Order.WIDE and not plan_for(c.fmt).mul_fast:
-        raise ValueError(f"order='wide' needs exact products in float64; {c.fmt.name} has "
-                         f"{c.fmt.precision_bits} precision bits or too wide a range")
+    if order is Order.WIDE and not plan_for(fmt).mul_fast:
+        raise ValueError(f"order='wide' needs exact products in float64; {fmt.name} has "
+                         f"{fmt.precision_bits} precision bits or too wide a range")
     with quiet_flags():
         va, sa = convert_operand(a, c, "a")  # the names an element's TypeError gives
         vb, sb = convert_operand(b, c, "b")
@@ -1576,7 +1579,7 @@ def dot(
             if c.want:
                 inv = ((A == 0) & np.isinf(B)) | (np.isinf(A) & (B == 0))
                 acc.fl[inv.any(axis=1)] |= np.uint8(Flags.INVALID)
-            span = (2 * (c.fmt.emin - c.fmt.mantissa_bits), 2 * (c.fmt.emax + 1))
+            span = (2 * (fmt.emin - fmt.mantissa_bits), 2 * (fmt.emax + 1))
             out, fl = _reduce(P, c, order, acc_fmt, span)
             if acc.fl is not None:
                 fl |= acc.fl

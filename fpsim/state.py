@@ -19,8 +19,8 @@ The pieces, by name (each is documented where it is set):
   (:func:`fpsim.seed`).
 - ``init_rng``: the generator of parameter initialisation and dropout
   (:func:`fpsim.autograd.manual_seed`).
-- ``autograd_settings``: the autograd engine's rounding mode, generator, overflow / subnormal
-  policies and matmul accumulation (:func:`fpsim.autograd.rounding`,
+- ``autograd_settings``: the autograd engine's rounding policy (mode, generator, overflow,
+  subnormals, ...) and matmul accumulation (:func:`fpsim.autograd.rounding_context`,
   :func:`~fpsim.autograd.matmul_accumulation`); an immutable object whose default is installed
   by :mod:`fpsim.autograd.context` (None until that module is imported).
 - ``autocast_overrides``: :func:`fpsim.amp.autocast_policy.set_autocast_policy`'s changes to
@@ -164,7 +164,7 @@ def as_generator(rng: np.random.Generator | int | None,
     non-negative int, or ``default`` for None; another type is a TypeError, a negative seed a
     ValueError, each naming the argument (``name``). Every ``rng`` (or ``seed``) argument of
     fpsim goes through here (:func:`fpsim.rounding.default_rng`,
-    :func:`fpsim.autograd.get_generator`, :func:`fpsim.autograd.rounding`, the figures'
+    :func:`fpsim.autograd.get_generator`, :func:`fpsim.autograd.rounding_context`, the figures'
     seeds, ...).
 
     >>> bool(as_generator(3).integers(10**9) == as_generator(3).integers(10**9))
@@ -226,7 +226,8 @@ def _same(a, b) -> bool:
 def _generators() -> list[np.random.Generator]:
     gens: list[np.random.Generator] = []
     loc = local
-    for g in (loc.rounding_rng, loc.init_rng, getattr(loc.autograd_settings, "rng", None)):
+    policy = getattr(loc.autograd_settings, "policy", None)  # the autograd engine's
+    for g in (loc.rounding_rng, loc.init_rng, getattr(policy, "rng", None)):
         if isinstance(g, np.random.Generator) and all(g is not h for h in gens):
             gens.append(g)
     return gens

@@ -16,7 +16,7 @@ from fpsim.autograd import (
     is_grad_enabled,
     matmul_accumulation,
     no_grad,
-    rounding,
+    rounding_context,
     set_grad_enabled,
 )
 from fpsim.autograd import functional as F
@@ -446,7 +446,7 @@ def test_bad_names_and_values():
     with pytest.raises(TypeError, match="integer format"):
         Tensor([1.0], "int8")
     with pytest.raises(ValueError, match="unknown rounding mode"):
-        with rounding("bogus"):
+        with rounding_context("bogus"):
             pass
     with pytest.raises(ValueError, match="unknown rounding mode"):
         Tensor([1.0]).to("fp16", "bogus")

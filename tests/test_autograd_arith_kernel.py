@@ -62,7 +62,7 @@ def _operands(fmt, rows):
 def _tensor_result(op, xs, fmt, mode, opts, seed):
     ts = [Tensor(x, fmt) for x in xs]
     rng = np.random.default_rng(seed) if mode == "stochastic" else None
-    with autograd.rounding(mode, rng, **opts), fpsim.flag_context() as ctx:
+    with autograd.rounding_context(mode, rng, **opts), fpsim.flag_context() as ctx:
         out = TENSOR[op](*ts)
     assert out.fmt == fmt
     return out.numpy(np.float64), ctx.flags
@@ -106,15 +106,15 @@ def test_default_path_equals_array_functions_without_flags(fkey):
 def test_issue_examples_against_exact_fractions():
     f = fpsim.Format(11, 20)
     a, b = Tensor([2.0**-540], f), Tensor([1.25 * 2.0**-540], f)
-    with autograd.rounding("up"):
+    with autograd.rounding_context("up"):
         got = (a * b).item()
     want = round_exact(Fraction(2.0**-540) * Fraction(1.25 * 2.0**-540), f, "up")[0]
     assert got == want == 2.0**-1042
     big = Tensor([2.0**512], f)
-    with autograd.rounding("down"):
+    with autograd.rounding_context("down"):
         got = (big * big).item()
     assert got == round_exact(Fraction(2) ** 1024, f, "down", overflow="inf")[0] == f.max
-    with autograd.rounding("up"):
+    with autograd.rounding_context("up"):
         assert (big * big).item() == math.inf
 
 
@@ -129,7 +129,7 @@ def test_python_scalars_enter_exactly(fkey, mode):
     for op, s in (("add", 0.1), ("sub", 1e-30), ("mul", 0.1), ("div", 3.3), ("rdiv", 0.7)):
         ops = {"add": lambda s: t + s, "sub": lambda s: t - s, "mul": lambda s: t * s,
                "div": lambda s: t / s, "rdiv": lambda s: s / t}
-        with autograd.rounding(mode):
+        with autograd.rounding_context(mode):
             out = ops[op](s).numpy(np.float64)
         for x, got in zip(xs, out, strict=True):
             fx, fs = Fraction(float(x)), Fraction(s)
@@ -207,3 +207,30 @@ def test_mixed_formats_in_matmul_linear_conv_raise_outside_autocast():
         assert model(Tensor(x)).fmt == fpsim.BF16
         assert (Tensor(np.ones((2, 3)), "fp16") @ Tensor(np.ones((3, 2)), "fp32")).fmt \
             == fpsim.BF16
+
+
+def test_the_engine_takes_the_whole_policy():
+    """rounding_context holds one fpsim.RoundingPolicy, so tininess and random_bits reach the
+    Tensor ops as the array functions take them (issue 35 item 1)."""
+    a = np.float16([1 + 2.0**-10] * 3)
+    b = np.float16([1023 * 2.0**-24, 3 * 2.0**-24, 1.0])  # a[0] * b[0] = 2**-14 * (1 - 2**-20)
+    for tininess in ("after", "before"):
+        opts = {"subnormals": "flush", "tininess": tininess}
+        with autograd.rounding_context("nearest_even", **opts):
+            got = (Tensor(a, "fp16") * Tensor(b, "fp16")).numpy(np.float64)
+        want = fpsim.mul(a, b, "fp16", **opts)
+        assert _bits_equal(got, want).all(), (tininess, got, want)
+        # tiny before rounding only: flushed when tininess is detected before rounding
+        assert got[0] == (0.0 if tininess == "before" else 2.0**-14)
+    x = np.float16(np.random.default_rng(1).uniform(1, 2, 256))
+    y = np.float16(np.random.default_rng(2).uniform(1, 2, 256))
+    results = []
+    for random_bits in (None, 2):
+        with autograd.rounding_context("stochastic", rng=5, random_bits=random_bits):
+            got = (Tensor(x, "fp16") * Tensor(y, "fp16")).numpy(np.float64)
+        want = fpsim.mul(x, y, "fp16", "stochastic", rng=5, random_bits=random_bits)
+        assert _bits_equal(got, want).all(), random_bits
+        results.append(got)
+    assert not np.array_equal(*results)  # the random bits are used
+    with pytest.raises(ValueError, match="random_bits only applies"):
+        autograd.rounding_context("up", random_bits=8)

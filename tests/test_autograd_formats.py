@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import fpsim
-from fpsim.autograd import Tensor, matmul_accumulation, rounding
+from fpsim.autograd import Tensor, matmul_accumulation, rounding_context
 from fpsim.autograd import functional as F
 from fpsim.autograd.context import NATIVE_RNE, contains, promote_formats, round_to, widen
 from fpsim.rounding.fp16 import f32_to_f16, f64_to_f16, f64_to_f32_to_f16
@@ -178,7 +178,7 @@ def test_widen_fast_paths_every_pattern(fmt, wide):
                          ids=lambda f: f.name)
 def test_construction_rounds_to_nearest_even(fmt):
     x = np.random.default_rng(0).standard_normal(500) * 3
-    with rounding("up"):  # construction ignores the op rounding mode
+    with rounding_context("up"):  # construction ignores the op rounding mode
         t = Tensor(x, fmt)
     assert t.data.dtype == fmt.storage_dtype
     ref = [rx(float(v), fmt) for v in x]
@@ -202,7 +202,7 @@ def test_arithmetic_is_one_rounding_of_the_exact_result(fmt, mode, op):
     a[:5] = fpsim.round([1.0, -1.0, big, -1 / big, 3.0], fmt)  # with the tiny operands below,
     b[:5] = fpsim.round([fmt.smallest_subnormal, fmt.smallest_subnormal, -1 / big, big, 3.0],
                         fmt)  # sums that float64 cannot hold for fp32 / bf16
-    with rounding(mode):
+    with rounding_context(mode):
         got = vals(OPS[op](Tensor(a, fmt), Tensor(b, fmt)))
     ref = [rx(OPS[op](Fraction(x), Fraction(y)), fmt, mode, zero_sign(op, x, y, mode))
            for x, y in zip(a, b, strict=True)]
@@ -214,7 +214,7 @@ def test_scalar_operands_and_sqrt(mode):
     rng = np.random.default_rng(3)
     a = np.abs(sample(FP16, 200, rng))
     x = Tensor(a, FP16)
-    with rounding(mode):
+    with rounding_context(mode):
         got_mul = vals(x * 0.75)
         got_rsub = vals(1.5 - x)
         got_rdiv = vals(3.0 / (x + 1.0))
@@ -397,9 +397,9 @@ def test_promotion_rule_in_ops():
 # --------------------------------------------------------------------- rounding modes
 def test_stochastic_rounding_context_is_seeded_and_unbiased():
     x = Tensor(np.ones(4000), FP16)
-    with rounding("stochastic", rng=np.random.default_rng(1)):
+    with rounding_context("stochastic", rng=np.random.default_rng(1)):
         a = vals(x + 2.0 ** -12)  # a quarter of an ulp above 1
-    with rounding("stochastic", rng=1):
+    with rounding_context("stochastic", rng=1):
         b = vals(x + 2.0 ** -12)
     assert np.array_equal(a, b)
     assert set(np.unique(a)) == {1.0, 1 + 2.0 ** -10}

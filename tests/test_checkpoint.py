@@ -18,7 +18,7 @@ from fpsim.autograd import (
     manual_seed,
     matmul_accumulation,
     no_grad,
-    rounding,
+    rounding_context,
 )
 from fpsim.autograd import functional as F
 from fpsim.autograd.checkpoint import checkpoint, checkpoint_sequential
@@ -81,7 +81,7 @@ def test_forward_context_is_reentered_in_the_recomputation():
         manual_seed(3)
         # forward with stochastic rounding and a bf16 sequential accumulator; backward runs
         # outside both, in the default settings
-        with rounding("stochastic", rng=np.random.default_rng(11)), \
+        with rounding_context("stochastic", rng=np.random.default_rng(11)), \
                 matmul_accumulation(("sequential", "bf16")):
             out = net(x) if segments is None else checkpoint_sequential(net, segments, x)
             loss = out.sum()
@@ -258,7 +258,7 @@ def test_random_programs_checkpointed_in_every_rounding_mode(fmt, mode):
         grads = []
         for checkpointed in (True, False):
             manual_seed(123)
-            with rounding(mode):
+            with rounding_context(mode):
                 grads.append(_program_grads(program, fmt, segment, checkpointed, k))
         assert grads[0] == grads[1], (k, program, segment)
 

@@ -49,7 +49,7 @@ def ref_policy(n: int, lo: int, hi: int, bits: int, policy: str) -> int:
         return min(max(n, lo), hi)
     if policy == "wrap":
         return (n - lo) % (1 << bits) + lo
-    return lo if lo < 0 else hi  # "ieee": the integer indefinite
+    return lo if lo < 0 else hi  # "indefinite": the integer indefinite
 
 
 def samples(rng: np.random.Generator) -> np.ndarray:
@@ -78,7 +78,7 @@ REF = {m: [ref_round(float(v), m) for v in X] for m in DET_MODES}
 
 # ------------------------------------------------------------------ to_int
 @pytest.mark.parametrize("mode", DET_MODES)
-@pytest.mark.parametrize("policy", ["saturate", "wrap", "ieee"])
+@pytest.mark.parametrize("policy", ["saturate", "wrap", "indefinite"])
 def test_to_int_against_fractions(mode, policy):
     for name in INT_FMTS:
         fmt = fpsim.get_int_format(name)
@@ -102,7 +102,7 @@ def test_to_int_narrow_float_inputs(dtype):
         refs = [ref_round(float(v), mode) for v in xs.astype(np.float64)]
         for name in ("int4", "uint8", "int32"):
             fmt = fpsim.get_int_format(name)
-            for pol in ("saturate", "wrap", "ieee"):
+            for pol in ("saturate", "wrap", "indefinite"):
                 v = to_int(xs, name, mode, overflow=pol)
                 assert v.astype(np.int64).tolist() == [
                     ref_policy(n, fmt.min, fmt.max, fmt.bits, pol) for n in refs]
@@ -117,7 +117,7 @@ def test_to_int_specials_and_policies():
         assert (f == Flags.INVALID).all()
         v, f = to_int(x, name, overflow="wrap", flags=True)
         assert v.astype(np.int64).tolist() == [0, 0, 0, 0] and (f == Flags.INVALID).all()
-        v = to_int(x, name, overflow="ieee")
+        v = to_int(x, name, overflow="indefinite")
         indefinite = fmt.min if fmt.signed else fmt.max
         assert v.astype(np.int64).tolist() == [indefinite] * 4
 
@@ -370,7 +370,7 @@ def test_bad_input_errors():
     with pytest.raises(ValueError, match="'saturate', 'wrap', 'indefinite'"):
         to_int([1.0], "int8", overflow="clip")
     with pytest.raises(ValueError, match="valid: 'saturate', 'wrap'$"):
-        integer.add([1], [2], "int8", overflow="ieee")
+        integer.add([1], [2], "int8", overflow="indefinite")
     with pytest.raises(ValueError, match="'saturate', 'wrap'"):
         integer.int8_matmul(np.ones((2, 2), np.int8), np.ones((2, 2), np.int8), overflow="x")
     with pytest.raises(TypeError, match="must be integers"):

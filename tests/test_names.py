@@ -1,5 +1,6 @@
 """One name, one meaning (issue 20 item 3): each public name that used to clash, imported and
-checked for what it is; old spellings kept for compatibility checked to mean the new one."""
+checked for what it is; the old spellings are gone (issue 35 item 1: 0.1 has no users to keep
+them for), some refused with an error naming the new one."""
 
 import inspect
 import types
@@ -19,14 +20,17 @@ def test_integer_indefinite_is_not_called_ieee():
     # integer.py's policy is x86's "integer indefinite" (IEEE 754 leaves the value unspecified)
     assert IntOverflow.INDEFINITE.value == "indefinite"
     assert [m.value for m in IntOverflow] == ["saturate", "wrap", "indefinite"]
-    # the old spellings still mean it
-    assert IntOverflow.IEEE is IntOverflow.INDEFINITE
-    for name in ("indefinite", "ieee", "x86", " IEEE "):
+    for name in ("indefinite", "x86", " Indefinite ", IntOverflow.INDEFINITE):
         assert as_int_overflow(name) is IntOverflow.INDEFINITE
     x = [np.nan, np.inf, -1e10, 2.5]
     want = [-(2**31)] * 3 + [2]  # 0x80000000 for every invalid case
-    for pol in ("indefinite", "ieee", IntOverflow.IEEE):
-        assert to_int(x, "int32", overflow=pol).tolist() == want
+    assert to_int(x, "int32", overflow="indefinite").tolist() == want
+    # the old name is gone (issue 35 item 1: no compatibility names in 0.1), refused naming
+    # the new one
+    assert not hasattr(IntOverflow, "IEEE")
+    for old in ("ieee", " IEEE "):
+        with pytest.raises(ValueError, match="'ieee' is now 'indefinite'"):
+            to_int(x, "int32", overflow=old)
     assert to_int([np.nan, -1.0], "uint8", overflow="indefinite").tolist() == [255, 255]
     with pytest.raises(ValueError, match="valid: 'saturate', 'wrap', 'indefinite'"):
         as_int_overflow("clip")
@@ -94,10 +98,11 @@ def test_dead_helper_removed():
 
 # ------------------------------------------------------------------ get_format
 def test_one_format_lookup():
-    # rounding.get_format is fpsim.get_format (one function, integer formats included); the
+    # fpsim.get_format is fpsim.formats.get_format (one function, integer formats included; the
+    # old re-exports fpsim.rounding.get_format and fpsim.encoding.get_format are gone); the
     # float operations refuse integer formats by name through get_float_format
-    assert fpsim.rounding.get_format is fpsim.get_format is fpsim.formats.get_format
-    assert fpsim.rounding.get_format("int8") is fpsim.INT8
+    assert fpsim.get_format is fpsim.formats.get_format
+    assert not hasattr(fpsim.rounding, "get_format") and not hasattr(fpsim.encoding, "get_format")
     assert fpsim.get_format("int8") is fpsim.INT8
     with pytest.raises(TypeError, match="'int8' is an integer format"):
         fpsim.formats.get_float_format("int8")
@@ -105,6 +110,51 @@ def test_one_format_lookup():
         fpsim.round(1.0, "int8")
     with pytest.raises(TypeError, match="'fp16' is a floating-point format|floating-point"):
         fpsim.formats.get_int_format("fp16")
+
+
+# ------------------------------------------------------------------ rounding=
+# where a public parameter named ``mode`` means something else than the rounding mode
+_OTHER_MODES = {"set_grad_enabled", "as_scale_mode", "e8m0_exponent", "Module.train",
+                "GroupQuantized", "groupwise_quantize", "groupwise_fake_quantize",
+                "quantize_model_weights"}
+
+
+def test_one_rounding_keyword():
+    """Issue 35 item 1: the rounding mode is ``rounding=`` at every layer (round, the
+    arithmetic, the reductions, the integer conversions, the autograd engine's context and
+    casts, the parsers in fpsim.modes); no other spelling, and the autograd context's old name
+    is gone from fpsim.autograd."""
+    import importlib
+
+    import fpsim.autograd
+
+    bad = []
+    for name in ("fpsim", "fpsim.rounding", "fpsim.arithmetic", "fpsim.reductions",
+                 "fpsim.integer", "fpsim.encoding", "fpsim.modes", "fpsim.autograd",
+                 "fpsim.autograd.context", "fpsim.autograd.functional", "fpsim.functional",
+                 "fpsim.mx", "fpsim.quant", "fpsim.amp", "fpsim.nn", "fpsim.optim",
+                 "fpsim.tensorcore"):
+        mod = importlib.import_module(name)
+        for n in getattr(mod, "__all__", ()):
+            obj = getattr(mod, n)
+            found = [(n, obj)]
+            if inspect.isclass(obj):
+                found += [(f"{n}.{k}", v) for k, v in vars(obj).items()
+                          if callable(v) and not k.startswith("_")]
+            for qual, f in found:
+                try:
+                    params = inspect.signature(f).parameters
+                except (TypeError, ValueError):
+                    continue
+                for p in params:
+                    if p in ("round_mode", "rounding_mode", "rmode") or (
+                            p == "mode" and qual not in _OTHER_MODES):
+                        bad.append(f"{name}.{qual}({p}=)")
+    assert bad == []
+    assert "rounding" not in fpsim.autograd.__all__ and not hasattr(fpsim.autograd, "rounding")
+    for f in (fpsim.autograd.rounding_context, fpsim.autograd.context.round_to,
+              fpsim.modes.as_rounding, fpsim.integer.to_int, fpsim.sum):
+        assert "rounding" in inspect.signature(f).parameters, f
 
 
 # ------------------------------------------------------------------ module vs function

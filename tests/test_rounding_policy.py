@@ -174,6 +174,10 @@ def test_an_add_parses_its_options_once(monkeypatch):
 def test_context_takes_a_policy():
     p = RoundingPolicy("fp8_e4m3", "up", rng=None)
     c = arithmetic.context(policy=p, flags=True)
-    assert c.fmt is fpsim.FP8_E4M3 and c.mode is fpsim.Rounding.UP and c.want
-    assert c.result.rounding is fpsim.Rounding.UP
-    assert c.convert.rounding is fpsim.Rounding.NEAREST_EVEN
+    assert c.result.fmt is fpsim.FP8_E4M3 and c.result.rounding is fpsim.Rounding.UP and c.want
+    assert c.conversion.rounding is fpsim.Rounding.NEAREST_EVEN
+    # the operation's context holds its two policies and no copies of their fields
+    assert {f.name for f in dataclasses.fields(c)} == {"result", "conversion", "want"}
+    d = arithmetic.context("bf16", "stochastic", subnormals="flush_daz", rng=3)
+    assert d.result.subnormals is fpsim.Subnormals.FLUSH and d.conversion.daz
+    assert isinstance(d.result.rng, np.random.Generator)  # resolved once per operation

@@ -20,7 +20,7 @@ from fpsim.autograd import (
     is_grad_enabled,
     manual_seed,
     matmul_accumulation,
-    rounding,
+    rounding_context,
     set_grad_enabled,
 )
 from fpsim.autograd.checkpoint import checkpoint
@@ -37,25 +37,25 @@ def _enter(stack: contextlib.ExitStack, variant: int) -> dict:
     fpsim.seed(300 + variant)
     stack.enter_context(set_grad_enabled(variant % 2 == 0))
     meter = stack.enter_context(MemoryMeter())  # observers
-    stack.enter_context(rounding(["up", "stochastic"][variant], rng=400 + variant,
+    stack.enter_context(rounding_context(["up", "stochastic"][variant], rng=400 + variant,
                                  overflow=["inf", "saturate"][variant]))
     stack.enter_context(matmul_accumulation([("sequential", "bf16"), "exact"][variant]))
     fctx = stack.enter_context(flag_context(trap=[None, "invalid"][variant]))
     stack.enter_context(autocast(["bf16", "fp16"][variant]))
-    for g in (fpsim.rounding.default_rng(), get_generator(), settings().rng):
+    for g in (fpsim.rounding.default_rng(), get_generator(), settings().policy.rng):
         g.random(3 + variant)                   # rng_states: advance every generator
     return _observe() | {"meter": meter, "flag_ctx": fctx}
 
 
 def _observe() -> dict:
-    gens = (fpsim.rounding.default_rng(), get_generator(), settings().rng)
+    gens = (fpsim.rounding.default_rng(), get_generator(), settings().policy.rng)
     return {
         "grad": is_grad_enabled(),
         "observers": tuple(state.observers),
         "gens": gens,
         "gen_states": [g.bit_generator.state for g in gens],
         "mode": get_rounding(),
-        "overflow": settings().overflow,
+        "overflow": settings().policy.overflow,
         "accumulation": get_accumulation(),
         "flags": flags_active(),
         "flag_stack": state.flag_stack.get(),
@@ -147,7 +147,7 @@ def test_one_generator_rule():
                                             "seed or None, got True"):
             normalise(True)
     with pytest.raises(TypeError, match="got 'a'"):
-        rounding("stochastic", rng="a")
+        rounding_context("stochastic", rng="a")
     # the demo MLP and MXLinear take the same rule (None: a fresh, unseeded generator)
     from fpsim.quant.mx_layers import MXLinear
     from fpsim.training.model import MLP
@@ -169,7 +169,7 @@ def _train_step(use_checkpoint: bool):
     net = fpsim.nn.Sequential(fpsim.nn.Linear(8, 8, rng=1), fpsim.nn.Dropout(0.3),
                               fpsim.nn.ReLU(), fpsim.nn.Linear(8, 4, rng=2))
     x = Tensor(np.random.default_rng(3).standard_normal((5, 8)), requires_grad=True)
-    with flag_context() as fc, rounding("stochastic", rng=11), \
+    with flag_context() as fc, rounding_context("stochastic", rng=11), \
             matmul_accumulation(("sequential", "bf16")):
         y = checkpoint(net, x) if use_checkpoint else net(x)
         segment = dict(fc.counts)  # what the segment raised
@@ -177,7 +177,7 @@ def _train_step(use_checkpoint: bool):
     forward_flags, forward_counts = fc.flags, (dict(fc.counts), segment)
     fpsim.seed(99)   # the backward runs under different ambient state
     manual_seed(123)
-    with rounding("down"):
+    with rounding_context("down"):
         loss.backward()
     after = (fpsim.rounding.default_rng().random(), get_generator().random())
     grads = [x.grad] + [p.grad for p in net.parameters()]
@@ -198,10 +198,10 @@ def test_checkpoint_recomputes_bit_identically_under_non_default_state():
     assert fb1[0] == f0[0] and fb1[1] == {k: counts[k] + segment[k] for k in counts}
     assert after0 == after1  # the recomputation consumed no randomness
     # and the stochastic rounding really drew: another seed changes the result
-    with rounding("stochastic", rng=12):
+    with rounding_context("stochastic", rng=12):
         manual_seed(7)
         z = fpsim.nn.Linear(8, 4, rng=2)(Tensor(np.full((1, 8), 0.1)))
-    with rounding("stochastic", rng=11):
+    with rounding_context("stochastic", rng=11):
         manual_seed(7)
         z2 = fpsim.nn.Linear(8, 4, rng=2)(Tensor(np.full((1, 8), 0.1)))
     assert not np.array_equal(z.data, z2.data)

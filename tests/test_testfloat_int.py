@@ -7,7 +7,7 @@ Notes on the vectors (see tests/data/testfloat/INT_FILES.md):
   signals it (IEEE convertToIntegerExact), so the expected flags add INEXACT wherever the
   vector's own (valid) result differs from the operand's value.
 - every invalid conversion (NaN, infinity, out of range) returns 0x80000000, the x86 "integer
-  indefinite", which fpsim gives with ``overflow="ieee"``.
+  indefinite", which fpsim gives with ``overflow="indefinite"``.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_to_i32(src, mode):
     uint_t, float_t = NATIVE[src]
     native = a.astype(uint_t).view(float_t)  # float16 / float32 arrays, another input path
     for inp in (x, native):
-        v, f = to_int(inp, "int32", mode, overflow="ieee", flags=True)
+        v, f = to_int(inp, "int32", mode, overflow="indefinite", flags=True)
         assert v.dtype == np.int32
         np.testing.assert_array_equal(v, expected)
         np.testing.assert_array_equal(f, exp_flags)

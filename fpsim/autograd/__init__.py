@@ -26,7 +26,6 @@ from .context import (
     matmul_accumulation,
     promote_formats,
     round_to,
-    rounding,
     rounding_context,
 )
 from .generator import get_generator, manual_seed
@@ -48,7 +47,6 @@ __all__ = [
     "no_grad",
     "promote_formats",
     "round_to",
-    "rounding",
     "rounding_context",
     "set_grad_enabled",
 ]

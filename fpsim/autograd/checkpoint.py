@@ -9,8 +9,8 @@ enabled, in the conditions of the first run:
 - fpsim's ambient state (:mod:`fpsim.state`) is restored from the snapshot taken before the
   forward run, except the observers (a :class:`~fpsim.autograd.memory_meter.MemoryMeter` active
   at backward time counts the recomputation): the engine's settings
-  (:func:`fpsim.autograd.rounding`, :func:`matmul_accumulation`, ...), the flag contexts, the
-  autocast region, and the random generators with their states, so dropout masks (and
+  (:func:`fpsim.autograd.rounding_context`, :func:`matmul_accumulation`, ...), the flag
+  contexts, the autocast region, and the random generators with their states, so dropout masks (and
   stochastic rounding) repeat exactly: the generator of :func:`fpsim.autograd.manual_seed`,
   fpsim's default stochastic-rounding generator, the rounding context's generator; likewise
   any ``numpy.random.Generator`` held by the segment's modules (e.g.

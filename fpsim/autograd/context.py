@@ -1,7 +1,8 @@
 """Settings of the autograd engine and the one rounding step every operation goes through.
 
-- :func:`rounding`: the rounding mode (and generator, overflow and subnormal policies) with
-  which op results and gradients are rounded to their formats; default ``nearest_even``.
+- :func:`rounding_context`: the rounding policy (a :class:`fpsim.RoundingPolicy`: mode,
+  generator, random bits, overflow, subnormals, tininess) with which op results and gradients
+  are rounded to their formats; default ``nearest_even``.
 - :func:`matmul_accumulation`: how matmul / linear / conv2d accumulate their dot products
   (see :mod:`fpsim.autograd.accumulate`); default ``"fp32"``.
 - :func:`promote_formats`: the format of an op mixing formats (PyTorch promotes fp16 + fp32 to
@@ -30,8 +31,8 @@ from ..formats import (
     Format,
     get_float_format,
 )
-from ..modes import Overflow, Rounding, Subnormals, as_overflow, as_rounding, as_subnormals
-from ..rounding import cast
+from ..modes import Overflow, Rounding, Subnormals, Tininess, as_rounding
+from ..rounding import RoundingPolicy, cast
 from ..rounding.fp16 import f16_to_wide, f32_to_f16, f64_to_f16
 from ..rounding.native import NATIVE_CAST_FORMATS, table_cast_ok, widen_byte
 from ..rounding.native import cast as native_cast
@@ -50,7 +51,6 @@ __all__ = [
     "promote_formats",
     "reset_autocast_hook",
     "round_to",
-    "rounding",
     "rounding_context",
     "set_autocast_hook",
     "widen",
@@ -129,30 +129,47 @@ def as_accumulation(spec: Accumulation | str | tuple) -> Accumulation:
 
 
 class _Settings:
-    __slots__ = ("mode", "rng", "overflow", "subnormals", "plain", "accumulation")
+    """The engine's settings: ``policy``, how op results and gradients are rounded (its
+    format a stand-in: each op rounds to its own, :meth:`policy_for`), and ``accumulation``.
+    Its values never change once made (threads share it); ``_for`` only caches."""
 
-    def __init__(self, mode: Rounding, rng, overflow: Overflow, subnormals: Subnormals,
-                 accumulation: Accumulation) -> None:
-        self.mode = mode
-        self.rng = rng
-        self.overflow = overflow
-        self.subnormals = subnormals
+    __slots__ = ("policy", "plain", "accumulation", "_for")
+
+    def __init__(self, policy: RoundingPolicy, accumulation: Accumulation) -> None:
+        self.policy = policy
         # plain: IEEE policies and round to nearest even, where native casts are exact
-        self.plain = (mode is Rounding.NEAREST_EVEN and overflow is Overflow.INF
-                      and subnormals is Subnormals.KEEP)
+        # (tininess only decides flags and flushing: neither happens here)
+        self.plain = (policy.rounding is Rounding.NEAREST_EVEN
+                      and policy.overflow is Overflow.INF
+                      and policy.subnormals is Subnormals.KEEP)
         self.accumulation = accumulation
+        self._for: dict = {}  # (id(fmt), rounding) -> (fmt, policy): ops ask on every call
 
     def replace(self, **kw) -> _Settings:
-        get = kw.get
-        return _Settings(get("mode", self.mode), get("rng", self.rng),
-                         get("overflow", self.overflow), get("subnormals", self.subnormals),
-                         get("accumulation", self.accumulation))
+        return _Settings(kw.get("policy", self.policy), kw.get("accumulation", self.accumulation))
+
+    def policy_for(self, fmt: Format, rounding: Rounding | None = None) -> RoundingPolicy:
+        """The policy rounding to ``fmt``, in mode ``rounding`` if given (the random bits kept
+        only for stochastic rounding); built once per format and mode (a dict lookup after)."""
+        key = (id(fmt), rounding)
+        hit = self._for.get(key)
+        if hit is not None and hit[0] is fmt:  # the id is of this very format object
+            return hit[1]
+        pol = self.policy
+        if rounding is None or rounding is pol.rounding:
+            pol = pol.replace(fmt=fmt)
+        else:
+            pol = pol.replace(fmt=fmt, rounding=rounding, random_bits=(
+                pol.random_bits if rounding is Rounding.STOCHASTIC else None))
+        if len(self._for) > 256:  # formats made on the fly: keep the cache bounded
+            self._for.clear()
+        self._for[key] = (fmt, pol)
+        return pol
 
 
 # The active settings are ambient state, per thread (fpsim.state.local.autograd_settings);
-# these are every thread's defaults.
-_state.set_default("autograd_settings", _Settings(
-    Rounding.NEAREST_EVEN, None, Overflow.INF, Subnormals.KEEP, Accumulation("fp32")))
+# these are every thread's defaults. The policy's format is a stand-in (policy_for).
+_state.set_default("autograd_settings", _Settings(RoundingPolicy(FP64), Accumulation("fp32")))
 _LOCAL = _state.local
 
 
@@ -187,15 +204,17 @@ class _use(_state.scoped):  # noqa: N801 - a context manager, used like one
         return wrapper
 
 
-def rounding_context(mode: Rounding | str = "nearest_even",
+def rounding_context(rounding: Rounding | str = "nearest_even",
                      rng: np.random.Generator | int | None = None, *,
-                     overflow: Overflow | str = "inf", subnormals: Subnormals | str = "keep"):
-    """Context manager: round op results and gradients with ``mode`` (any :class:`fpsim.Rounding`
-    name; ``stochastic`` draws from ``rng``, a Generator or seed, else fpsim's default
-    generator), ``overflow`` (``inf`` | ``saturate``) and ``subnormals`` (``keep`` | ``flush``
-    | ``daz`` | ``flush_daz``). Tensor construction always rounds to nearest even. Named as
-    :func:`fpsim.flag_context`; ``rounding`` is its old name, kept (it clashed with the module
-    :mod:`fpsim.rounding`).
+                     overflow: Overflow | str = "inf", subnormals: Subnormals | str = "keep",
+                     tininess: Tininess | str = "after", random_bits: int | None = None):
+    """Context manager: round op results and gradients with ``rounding`` (any
+    :class:`fpsim.Rounding` name; ``stochastic`` draws from ``rng``, a Generator or seed, else
+    fpsim's default generator, and from ``random_bits`` of each 64-bit draw if given),
+    ``overflow`` (``inf`` | ``saturate``), ``subnormals`` (``keep`` | ``flush`` | ``daz`` |
+    ``flush_daz``) and ``tininess`` (``after`` | ``before``): the options of
+    :func:`fpsim.round`, held as one :class:`fpsim.RoundingPolicy`. Tensor construction always
+    rounds to nearest even. Named as :func:`fpsim.flag_context`.
 
     >>> import fpsim
     >>> from fpsim.autograd import Tensor, rounding_context
@@ -205,13 +224,14 @@ def rounding_context(mode: Rounding | str = "nearest_even",
     >>> float(y.item()) == 1 + 2.0**-10
     True
     """
-    rng = _state.as_generator(rng)
-    return _use(_LOCAL.autograd_settings.replace(mode=as_rounding(mode), rng=rng,
-                                 overflow=as_overflow(overflow),
-                                 subnormals=as_subnormals(subnormals)))
+    rng = _state.as_generator(rng)  # an int seed: one generator for the whole context
+    policy = RoundingPolicy(FP64, rounding, overflow, subnormals, tininess, rng, random_bits)
+    return _use(_LOCAL.autograd_settings.replace(policy=policy))
 
 
-rounding = rounding_context  # the old name, kept for compatibility
+# The old name: not in fpsim.autograd any more; fpsim.training (lm.py, trainer.py) still imports
+# it from here. It goes when those two imports read rounding_context.
+rounding = rounding_context
 
 
 def matmul_accumulation(model: Accumulation | str | tuple):
@@ -257,7 +277,7 @@ def get_rounding() -> Rounding:
     >>> get_rounding()
     <Rounding.NEAREST_EVEN: 'nearest_even'>
     """
-    return _LOCAL.autograd_settings.mode
+    return _LOCAL.autograd_settings.policy.rounding
 
 
 def get_accumulation() -> Accumulation:
@@ -346,14 +366,15 @@ def plain_rounding() -> bool:
     return _LOCAL.autograd_settings.plain and not _FLAG_STACK.get()
 
 
-def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.ndarray:
-    """Round computed values ``x`` once to ``fmt``, returning the format's storage array.
+def round_to(x: np.ndarray, fmt: Format, rounding: Rounding | str | None = None) -> np.ndarray:
+    """Round computed values ``x`` once to ``fmt`` by the active policy
+    (:func:`rounding_context`), returning the format's storage array.
 
     ``x`` is float64 (values computed exactly or in float64), or an array already holding values
     of ``fmt`` (returned unchanged), or float32 values whose rounding is innocuous (an op may
-    pass float32 only under the :data:`F32_SAFE` rule). ``mode`` overrides the context's mode
-    (construction always uses nearest even). Inside a :func:`fpsim.flag_context` the rounding
-    records its IEEE flags there.
+    pass float32 only under the :data:`F32_SAFE` rule). ``rounding`` overrides the context's
+    mode (construction always uses nearest even). Inside a :func:`fpsim.flag_context` the
+    rounding records its IEEE flags there.
 
     >>> import fpsim
     >>> round_to(np.array([0.1]), fpsim.FP16).dtype
@@ -364,17 +385,20 @@ def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.nda
         return x  # values already of the format
     s = _LOCAL.autograd_settings
     flags = bool(_FLAG_STACK.get())  # flags_active(), read once (round_to is per op)
-    if mode is None and fmt is FP16 and s.plain and not flags:
+    if rounding is None and fmt is FP16 and s.plain and not flags:
         # fp16 training's case, first: the plain path below, without its other tests
         if x.dtype == _F64:
             return f64_to_f16(x)
         if x.dtype == _F32:
             return f32_to_f16(x)
-    if mode is None or mode is s.mode:
-        mode, plain = s.mode, s.plain
+    pol = s.policy
+    if rounding is not None and not isinstance(rounding, Rounding):
+        rounding = as_rounding(rounding)
+    if rounding is None or rounding is pol.rounding:
+        rounding, plain = None, s.plain  # None: the context's own mode (policy_for's key)
     else:
-        plain = (mode is Rounding.NEAREST_EVEN and s.overflow is Overflow.INF
-                 and s.subnormals is Subnormals.KEEP)
+        plain = (rounding is Rounding.NEAREST_EVEN and pol.overflow is Overflow.INF
+                 and pol.subnormals is Subnormals.KEEP)
     kind = x.dtype.kind
     if flags:
         plain = False  # fpsim.cast computes the IEEE flags and records them in the contexts
@@ -388,9 +412,9 @@ def round_to(x: np.ndarray, fmt: Format, mode: Rounding | None = None) -> np.nda
                 return native_cast(x, sd)
             if fmt == FP64:
                 return x.astype(np.float64)
-        if fmt == FP64 and x.dtype == np.float64 and s.subnormals is Subnormals.KEEP:
+        if fmt == FP64 and x.dtype == np.float64 and pol.subnormals is Subnormals.KEEP:
             return x  # float64 values are fp64 values in every mode
-    return cast(x, fmt, mode, rng=s.rng, overflow=s.overflow, subnormals=s.subnormals)
+    return cast(x, policy=s.policy_for(fmt, rounding))
 
 
 def widen(x: np.ndarray, dtype=np.float64) -> np.ndarray:

@@ -4,17 +4,17 @@ defaults of ``torch`` / ``torch.nn.functional`` (exported as :mod:`fpsim.functio
 Precision rules
 ===============
 
-Every op computes its result exactly, or in float64 where that is exact enough, and rounds it
-ONCE to the output format, with the mode of :func:`fpsim.autograd.rounding` (default nearest
-even). Its backward computes each input's gradient the same way, from the incoming gradient and
-the saved tensors PyTorch's derivative formulas use (e.g. ``exp`` reuses its rounded output),
-and rounds it once to that input's ``grad_fmt``. Ops mixing formats output the promoted format
-(:func:`fpsim.autograd.context.promote_formats`: the format containing the others, e.g. fp16 +
-fp32 -> fp32, fp16 + bf16 -> fp32). A Python scalar does not change the format (as PyTorch's
-wrapped numbers) and enters as float64. matmul, linear and conv2d do not mix formats, as
-PyTorch's: operands (and a bias) of different formats are a TypeError, so a bf16 model given
-fp32 data (an fp32 Tensor, or a NumPy float64 array, which is fp64) does not silently compute
-in fp32; inside :class:`fpsim.amp.autocast` the policy casts them and any mix left promotes
+Every op computes its result exactly, or in float64 where that is exact enough, and rounds it ONCE
+to the output format, with the policy of :func:`fpsim.autograd.rounding_context` (default nearest
+even). Its backward computes each input's gradient the same way, from the incoming gradient and the
+saved tensors PyTorch's derivative formulas use (e.g. ``exp`` reuses its rounded output), and
+rounds it once to that input's ``grad_fmt``. Ops mixing formats output the promoted format
+(:func:`fpsim.autograd.context.promote_formats`: the format containing the others, e.g. fp16 + fp32
+-> fp32, fp16 + bf16 -> fp32). A Python scalar does not change the format (as PyTorch's wrapped
+numbers) and enters as float64. matmul, linear and conv2d do not mix formats, as PyTorch's:
+operands (and a bias) of different formats are a TypeError, so a bf16 model given fp32 data (an
+fp32 Tensor, or a NumPy float64 array, which is fp64) does not silently compute in fp32; inside
+:class:`fpsim.amp.autocast` the policy casts them and any mix left promotes
 (:func:`fpsim.autograd.context.check_same_format`).
 
 =============================  ============  ==============================================
@@ -191,7 +191,7 @@ def _float64_ok(op: str, fmt: Format, st) -> bool:
     table)? Yes when the format has at most 25 bits (53 >= 2p + 2: Figueroa's theorem), the
     float64 operation cannot overflow or lose bits to float64's subnormals for operands of the
     format (the arithmetic kernel's plan), subnormals are kept and the mode is nearest even."""
-    return (st.mode is Rounding.NEAREST_EVEN and st.subnormals is Subnormals.KEEP
+    return (st.policy.rounding is Rounding.NEAREST_EVEN and st.policy.subnormals is Subnormals.KEEP
             and fmt.precision_bits <= 25 and getattr(_arithmetic.plan_for(fmt), _PLAN_FAST[op]))
 
 
@@ -221,8 +221,7 @@ def _arith(op: str, x, y, fmt: Format) -> np.ndarray:
         if exact and _float64_ok(op, fmt, st):
             a = [_val(v) for v in vals]
             return round_to(np.asarray(np.sqrt(a[0]) if op == "sqrt" else _ARITH[op](*a)), fmt)
-    c = _arithmetic.context(fmt, st.mode, overflow=st.overflow, subnormals=st.subnormals,
-                       rng=st.rng, flags=want, what=op)
+    c = _arithmetic.context(policy=st.policy_for(fmt), flags=want, what=op)
     shape = np.broadcast_shapes(*(_shape(v) for v in vals))
     flat = [np.ascontiguousarray(np.broadcast_to(_val(v), shape), dtype=_F64).reshape(-1)
             for v in vals]
@@ -976,10 +975,10 @@ def cast_to(input: Tensor, fmt: Format | str,
     """
     x = as_tensor(input)
     fmt = as_format(fmt)
-    mode = as_rounding(rounding)
+    rounding = as_rounding(rounding)
     if fmt == x.fmt:
         return x
-    out = round_to(widen(x._data), fmt, mode)
+    out = round_to(widen(x._data), fmt, rounding)
     return make_result(out, fmt, (x,), lambda g: (g,), f"to({fmt.name})")
 
 

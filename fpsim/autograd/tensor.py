@@ -454,7 +454,7 @@ class Tensor:
         """Accumulate d(self)/d(leaf) * gradient into ``.grad`` of every leaf that requires it.
 
         ``gradient`` may be omitted only for a one-element tensor (PyTorch's rule). Gradients
-        are rounded to each tensor's gradient format, in the active :func:`rounding` mode.
+        are rounded to each tensor's gradient format, in the active :func:`rounding_context` mode.
         ``retain_graph=True`` keeps the graph for another backward pass.
 
         >>> x = Tensor([2.0], requires_grad=True)

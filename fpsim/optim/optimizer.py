@@ -15,7 +15,7 @@ Precision of a step (per parameter):
 - ``master_weights=True``: a parameter narrower than fp32 gets an fp32 master copy (created
   from its values at its first step); the update is applied to the master and the parameter is
   refreshed by rounding the master to its format after every step (with the mode of
-  :func:`fpsim.autograd.rounding`).
+  :func:`fpsim.autograd.rounding_context`).
 - Without master weights such a parameter is updated in its own format: the new value is
   computed in float32 from the parameter's value and rounded once to its format, so an update
   smaller than half its ulp is lost (as in pure fp16 training).

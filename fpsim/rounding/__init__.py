@@ -32,9 +32,8 @@ __all__ = ["round", "round_rational", "as_rational", "round_pair", "cast", "seed
            "as_float64", "RoundingPolicy"]
 
 # The internal API the layers above import from here (arithmetic, integer, encoding,
-# reductions, tensorcore, the command line), and get_format, re-exported as before. CHUNK is
-# read here; the drivers read fpsim.rounding.kernel.CHUNK (set that one to change it).
-from ..formats import get_format  # noqa: E402, F401
+# reductions, tensorcore, the command line). CHUNK is read here; the drivers read
+# fpsim.rounding.kernel.CHUNK (set that one to change it).
 from .api import round_with  # noqa: E402, F401
 from .chunks import run_chunks  # noqa: E402, F401
 from .convert import listed  # noqa: E402, F401
@@ -52,4 +51,4 @@ from .kernel import (  # noqa: E402, F401
     kernel_params,
 )
 from .pair import round_flat, round_pair_with  # noqa: E402, F401
-from .policy import policy_of, random_bits_of  # noqa: E402, F401
+from .policy import policy_of, random_bits_of, without_daz  # noqa: E402, F401

@@ -97,7 +97,7 @@ def _round_core(x, pol: RoundingPolicy, want: bool, store):
     """:func:`round` by a parsed policy: (patterns, flags or None, shape, scalar) for
     :func:`finish`; with a ``store`` dtype, the common path writes its values straight into
     an array of that dtype (:func:`cast`), others return float64 patterns."""
-    fmt, mode = pol.fmt, pol.rounding
+    fmt = pol.fmt
     if isinstance(x, np.ndarray) and x.ndim > 0 and not want:  # a whole-array fast path?
         row = array_path(pol, x.dtype, store is not None)
         if row is not None and x.size >= row.min_size:
@@ -116,10 +116,8 @@ def _round_core(x, pol: RoundingPolicy, want: bool, store):
             out, fl, _ = round_objects(x.reshape(-1), x.shape, pol, want, "x")
             return out, fl, x.shape, x.ndim == 0
         hi, lo, scalar = as_float64(x)
-    opts = (fmt, mode, pol.overflow, pol.flush, pol.daz, pol.tininess, pol.rng,
-            pol.random_bits, want)
     if lo is not None:  # long double, or 64-bit integers beyond 2**53: exact, chunked
-        out, fl = run_wide(np.asarray(x), hi, *opts)
+        out, fl = run_wide(np.asarray(x), hi, pol, want)
         return out, fl, np.shape(hi), scalar
     p = kernel_params(fmt)
     if p.identity and not pol.daz and not pol.flush:
@@ -129,7 +127,7 @@ def _round_core(x, pol: RoundingPolicy, want: bool, store):
             snan = np.isnan(out) & ((out.view(np.uint64) & QUIET) == ZERO)
             fl[snan] = np.uint8(Flags.INVALID)
         return out.view(np.uint64), fl, out.shape, scalar
-    out, fl = run_chunks(hi, *opts, store)
+    out, fl = run_chunks(hi, pol, want, store)
     return out, fl, np.shape(hi), scalar
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..modes import Rounding
 from . import kernel
 from .convert import refuse_nan, widen
 from .fast import FLOAT32_MODES, round_patterns, run_float32, store_values
@@ -25,20 +24,29 @@ from .kernel import (
     split_longdouble,
     split_uint,
 )
-from .policy import default_rng
+from .policy import RoundingPolicy, without_daz
 
 _U = np.uint64
 
 
-def run_chunks(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bits, want,
+def run_chunks(x64: np.ndarray, policy: RoundingPolicy, want: bool = False,
                store: np.dtype | None = None, pair_lo: np.ndarray | None = None):
-    """Round float16/32/64 ``x64`` chunk by chunk (internal API, for :mod:`fpsim.integer`:
-    the parsed options one by one, as a :class:`RoundingPolicy` holds them): returns
-    (float64 patterns, or values in the ``store`` dtype when given, so no full-size float64
-    temporary exists; flags). With
-    ``pair_lo`` (float64, flat) the values are the checked pairs ``x64 + pair_lo``, taken to
-    53 bits with round-to-odd chunk by chunk (:func:`round_pair`)."""
+    """Round float16/32/64 ``x64`` by ``policy`` chunk by chunk (internal API, for
+    :mod:`fpsim.integer` too): returns (float64 patterns, or values in the ``store`` dtype
+    when given, so no full-size float64 temporary exists; flags when ``want``, else None).
+    With ``pair_lo`` (float64, flat) the values are the checked pairs ``x64 + pair_lo``, taken
+    to 53 bits with round-to-odd chunk by chunk (:func:`round_pair`): exact values, which
+    DAZ does not read as zero (it applies to the operands they came from).
+
+    >>> from fpsim.rounding import policy_of
+    >>> r, f = run_chunks(np.array([1/3]), policy_of("bf16", "up"))
+    >>> r.view(np.float64).tolist(), f
+    ([0.333984375], None)
+    """
     step = kernel.CHUNK  # read per call: tests shrink it
+    if pair_lo is not None:
+        policy = without_daz(policy)
+    fmt, mode = policy.fmt, policy.rounding
     p = kernel_params(fmt)
     flat = np.ascontiguousarray(x64).reshape(-1)
     n = flat.size
@@ -46,10 +54,10 @@ def run_chunks(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bit
     fl = np.empty(n, dtype=np.uint8) if want else None
     narrow = flat.dtype != np.float64  # float16/32 input: widen chunk by chunk (exact)
     bits = flat if narrow else flat.view(np.uint64)
-    gen = default_rng(rng) if mode is Rounding.STOCHASTIC else None
+    gen = policy.generator()  # once per call: every chunk draws from it
     if (flat.dtype == np.float32 and p.fast32 and mode in FLOAT32_MODES and pair_lo is None
-            and not (want or flush or daz)):
-        run_float32(flat, out, p, fmt, mode, ovf, tin, store)
+            and not (want or policy.flush or policy.daz)):
+        run_float32(flat, out, p, fmt, mode, policy.overflow, policy.tininess, store)
         return out, fl
     for lo in range(0, n, step):
         hi = min(n, lo + step)
@@ -61,7 +69,7 @@ def run_chunks(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bit
             chunk = odd_from_pair(h, low).view(np.uint64)
         else:
             chunk = bits[lo:hi]
-        r, f = round_patterns(chunk, p, mode, ovf, flush, daz, tin, gen, random_bits, want)
+        r, f = round_patterns(chunk, p, policy, gen, want)
         if store is None:
             out[lo:hi] = r
         else:  # exact: the format's values are values of its storage dtype
@@ -73,18 +81,17 @@ def run_chunks(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bit
     return out, fl
 
 
-def run_wide(x: np.ndarray, hi: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng,
-             random_bits, want):
+def run_wide(x: np.ndarray, hi: np.ndarray, policy: RoundingPolicy, want: bool = False):
     """:func:`run_chunks` for long double and 64-bit integer arrays (``hi`` their nearest float64):
     each value is split exactly into a significand and an exponent and rounded once."""
     step = kernel.CHUNK  # read per call: tests shrink it
-    p = kernel_params(fmt)
+    p = kernel_params(policy.fmt)
     flat = np.ascontiguousarray(x).reshape(-1)
     hflat = np.ascontiguousarray(hi, dtype=np.float64).reshape(-1)
     n = flat.size
     out = np.empty(n, dtype=np.uint64)
     fl = np.empty(n, dtype=np.uint8) if want else None
-    gen = default_rng(rng) if mode is Rounding.STOCHASTIC else None
+    gen = policy.generator()  # once per call: every chunk draws from it
     for lo in range(0, n, step):
         c = flat[lo:lo + step]
         if c.dtype.kind == "f":
@@ -96,12 +103,11 @@ def run_wide(x: np.ndarray, hi: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng
             neg = (c < 0).astype(_U)
             u = c.astype(np.uint64)  # two's complement: -u is the magnitude of a negative
             sig, e_top = split_uint(np.where(neg == ONE, ZERO - u, u))
-        r, f = round_scaled(neg, sig, e_top, fmt, mode, ovf, flush, daz, tin, gen,
-                            random_bits, want)
+        r, f = round_scaled(neg, sig, e_top, policy, gen, want)
         if fin is not None and not fin.all():  # inf and NaN (payload kept): the float64 path
             bad = np.nonzero(~fin)
-            rb, fb = round_patterns(hflat[lo:lo + step][bad].view(np.uint64), p, mode, ovf, flush,
-                                    daz, tin, gen, random_bits, want)
+            rb, fb = round_patterns(hflat[lo:lo + step][bad].view(np.uint64), p, policy, gen,
+                                    want)
             r[bad] = rb
             if want:
                 f[bad] = fb

@@ -133,13 +133,11 @@ def round_exact(x, pol: RoundingPolicy, want: bool):
     else:
         v, neg = as_rational(x)  # neg holds the sign of a zero
         if isinstance(v, float):  # inf, NaN: the float64 kernel
-            return round_patterns(np.array([v]).view(np.uint64), kernel_params(pol.fmt),
-                                  pol.rounding, pol.overflow, pol.flush, pol.daz, pol.tininess, gen,
-                                  pol.random_bits, want)
+            return round_patterns(np.array([v]).view(np.uint64), kernel_params(pol.fmt), pol,
+                                  gen, want)
         _, sig, e_top = _split_rational(v)
     return round_scaled(np.array([neg], _U), np.array([sig], _U),
-                        np.array([e_top], np.int64), pol.fmt, pol.rounding, pol.overflow,
-                        pol.flush, pol.daz, pol.tininess, gen, pol.random_bits, want)
+                        np.array([e_top], np.int64), pol, gen, want)
 
 
 # -- object arrays: exact numbers element by element ------------------------------------------
@@ -198,9 +196,7 @@ def round_objects(flat: np.ndarray, shape: tuple, pol: RoundingPolicy, want: boo
     out = np.empty(n, dtype=np.uint64)
     fl = np.empty(n, dtype=np.uint8) if want else None
     snan = None
-    gen = pol.generator()
-    opts = (pol.rounding, pol.overflow, pol.flush, pol.daz, pol.tininess, gen,
-            pol.random_bits, want)
+    gen = pol.generator()  # once per call: every chunk draws from it
     for lo in range(0, n, step):
         exact_at, parts, float_at, floats = [], [], [], []
         for i, v in enumerate(flat[lo:lo + step], lo):  # per element: Python numbers
@@ -219,13 +215,13 @@ def round_objects(flat: np.ndarray, shape: tuple, pol: RoundingPolicy, want: boo
         if parts:  # one vectorised rounding of all exact numbers of the chunk
             neg, sig, e_top = zip(*parts, strict=True)
             neg, sig, e_top = np.array(neg, _U), np.array(sig, _U), np.array(e_top, np.int64)
-            r, f = round_scaled(neg, sig, e_top, pol.fmt, *opts)
+            r, f = round_scaled(neg, sig, e_top, pol, gen, want)
             out[exact_at] = r
             if want:
                 fl[exact_at] = f
         if floats:
             b = np.array(floats, dtype=np.float64).view(np.uint64)  # copies the patterns
-            r, f = round_patterns(b, p, *opts)
+            r, f = round_patterns(b, p, pol, gen, want)
             out[float_at] = r
             if want:
                 fl[float_at] = f

@@ -30,15 +30,17 @@ _U = np.uint64
 _BYTE_TABLE_MIN = 4096  # float32 elements from which the one-byte table path pays
 
 
-def round_patterns(b, p: KernelParams, mode, overflow, flush, daz, tininess, rng, random_bits,
-                   want_flags):
-    """Round one chunk of float64 patterns ``b``; returns (patterns, flags or None). The
-    per-chunk dispatch: the float-domain path (registry row :data:`FLOAT64`) where its
-    domain holds, else the general kernel."""
+def round_patterns(b, p: KernelParams, policy: RoundingPolicy, rng: np.random.Generator | None,
+                   want_flags: bool):
+    """Round one chunk of float64 patterns ``b`` by ``policy`` (``p``: its format's kernel
+    constants, ``rng``: its generator, both resolved once per call by the caller); returns
+    (patterns, flags or None). The per-chunk dispatch: the float-domain path (registry row
+    :data:`FLOAT64`) where its domain holds, else the general kernel."""
+    mode, flush, daz = policy.rounding, policy.flush, policy.daz
     if p.fast and mode in _FLOAT64_MODES and not (want_flags or flush or daz):  # FLOAT64's domain
-        return _kernel_float(b, p, mode, overflow, tininess), None
-    return kernel_general(b, p, mode, overflow, flush, daz, tininess, rng, random_bits,
-                          want_flags)
+        return _kernel_float(b, p, mode, policy.overflow, policy.tininess), None
+    return kernel_general(b, p, mode, policy.overflow, flush, daz, policy.tininess, rng,
+                          policy.random_bits, want_flags)
 
 
 # -- the float-domain path --------------------------------------------------------------------

@@ -33,6 +33,7 @@ import numpy as np
 from ..flags import Flags
 from ..formats import Format, NaNEncoding
 from ..modes import Overflow, Rounding, Tininess
+from .policy import RoundingPolicy
 
 _U = np.uint64
 SIGN = _U(1 << 63)
@@ -314,13 +315,18 @@ def kernel_general(b, p: KernelParams, mode, overflow, flush, daz, tininess, rng
 TOP = 61  # wide values are held as a 62-bit significand (leading bit 61) with a sticky lsb
 
 
-def round_scaled(neg, sig, e_top, fmt: Format, mode, overflow, flush, daz, tininess, rng,
-                 random_bits, want_flags):
+def round_scaled(neg, sig, e_top, policy: RoundingPolicy, rng: np.random.Generator | None,
+                 want_flags: bool):
     """Round values beyond float64 (long double, wide integers, fractions) given exactly as
-    ``(-1)**neg * sig * 2**(e_top - 61)``: ``sig`` uint64 with its leading bit at 61 (or 0),
-    its lowest bit a sticky bit (round-to-odd at 62 bits, exact for any later rounding to at
-    most 60 bits), ``e_top`` int64, the exponent of the leading bit. Any exponent works (far
-    beyond float64's). Returns (float64 patterns, flags or None), as :func:`round_patterns`."""
+    ``(-1)**neg * sig * 2**(e_top - 61)`` by ``policy``: ``sig`` uint64 with its leading bit
+    at 61 (or 0), its lowest bit a sticky bit (round-to-odd at 62 bits, exact for any later
+    rounding to at most 60 bits), ``e_top`` int64, the exponent of the leading bit. Any
+    exponent works (far beyond float64's). ``rng``: the policy's generator, resolved once per
+    call by the caller (stochastic rounding; None otherwise). Returns (float64 patterns, flags
+    or None), as :func:`round_patterns`."""
+    fmt, mode, overflow = policy.fmt, policy.rounding, policy.overflow
+    flush, daz, tininess, random_bits = policy.flush, policy.daz, policy.tininess, \
+        policy.random_bits
     p = kernel_params(fmt)
     m, emin = fmt.mantissa_bits, fmt.emin
     zero = sig == ZERO

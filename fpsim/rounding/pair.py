@@ -10,6 +10,9 @@ takes its probability from ``hi + lo`` itself.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import numpy as np
 
 from .. import flags as _flags
@@ -23,15 +26,16 @@ from .chunks import run_chunks
 from .convert import as_float64, finish
 from .fast import round_patterns
 from .kernel import ONE, QUIET, ZERO, check_pair, kernel_params, odd_from_pair
-from .policy import RoundingPolicy, default_rng, policy_of
+from .policy import RoundingPolicy, policy_of, without_daz
 
 _U = np.uint64
 
 
-def _pair_to_float64(hi, lo, mode: Rounding, overflow: Overflow, flush: bool, rng,
-                     random_bits):
-    """Round hi + lo to float64 itself (hi the nearest float64, or the largest finite one for
-    a value beyond it; lo's sign exact): the result is hi or nb, hi's neighbour on lo's side."""
+def _pair_to_float64(hi, lo, policy: RoundingPolicy):
+    """Round hi + lo to float64 itself by ``policy`` (hi the nearest float64, or the largest
+    finite one for a value beyond it; lo's sign exact): the result is hi or nb, hi's
+    neighbour on lo's side."""
+    mode, random_bits = policy.rounding, policy.random_bits
     finite = np.isfinite(hi)
     inexact = (lo != 0) & finite
     with np.errstate(invalid="ignore", over="ignore"):
@@ -53,7 +57,7 @@ def _pair_to_float64(hi, lo, mode: Rounding, overflow: Overflow, flush: bool, rn
     elif mode is Rounding.ODD:
         take = ~odd
     else:  # stochastic: nb with probability |lo| / gap (float64 accuracy)
-        gen = default_rng(rng)
+        gen = policy.generator()
         with np.errstate(invalid="ignore"):
             prob = np.abs(lo) / gap
         if random_bits is None:
@@ -65,9 +69,9 @@ def _pair_to_float64(hi, lo, mode: Rounding, overflow: Overflow, flush: bool, rn
     fl = np.where(inexact, np.uint8(Flags.INEXACT), np.uint8(0))
     ovf = (np.isinf(out) | (np.isinf(nb) & (np.abs(lo) >= gap))) & finite  # beyond 2**1024
     fl[ovf] |= np.uint8(Flags.OVERFLOW)
-    if overflow is Overflow.SATURATE:
+    if policy.overflow is Overflow.SATURATE:
         out = np.where(ovf, np.copysign(np.finfo(np.float64).max, out), out)
-    if flush:
+    if policy.flush:
         tiny = (np.abs(out) < 2.0**-1022) & (out != 0)
         fl[tiny] |= np.uint8(Flags.UNDERFLOW | Flags.INEXACT)
         out = np.where(tiny, np.copysign(0.0, out), out)
@@ -90,7 +94,6 @@ def round_pair(
     random_bits: int | None = None,
     flags: bool = False,
     policy: RoundingPolicy | None = None,
-    _scalar: bool | None = None,
 ):
     """Round the exact value ``hi + lo`` (a float64 pair, ``hi`` the nearest float64 to the
     sum, ``lo`` the remainder whose sign must be exact) once to ``fmt``. A pair that is not
@@ -113,8 +116,6 @@ def round_pair(
     lo_a, _, _ = as_float64(lo)
     shape = broadcast_shape("round_pair", hi_a.shape, lo_a.shape)
     hi_a, lo_a = np.broadcast_to(hi_a, shape), np.broadcast_to(lo_a, shape)
-    if _scalar is not None:
-        scalar = _scalar
     want = bool(flags) or _flags.flags_active()
     shape = hi_a.shape
     hi_a = np.ascontiguousarray(hi_a, dtype=np.float64).reshape(-1)
@@ -161,14 +162,14 @@ def round_flat(hi: np.ndarray, lo: np.ndarray | None, policy: RoundingPolicy,
             return round_with(hi, policy, want)
         return round_pair_with(hi, lo, policy, want)
     if lo is None:
-        daz, bits = policy.daz, hi.view(np.uint64)
+        bits = hi.view(np.uint64)
     else:
         _pair_format_check(policy.fmt)
         if not checked:
             check_pair(hi, lo)
-        daz, bits = False, odd_from_pair(hi, lo).view(np.uint64)  # as run_chunks' pair path
-    r, fl = round_patterns(bits, p, policy.rounding, policy.overflow, policy.flush, daz,
-                           policy.tininess, None, policy.random_bits, want)
+        bits = odd_from_pair(hi, lo).view(np.uint64)
+        policy = without_daz(policy)  # an exact value, as run_chunks' pair path
+    r, fl = round_patterns(bits, p, policy, None, want)
     return r.view(np.float64), fl
 
 
@@ -178,30 +179,37 @@ def _pair_format_check(fmt: Format) -> None:
         raise ValueError(f"round_pair needs a format of at most 50 mantissa bits, got {fmt.name}")
 
 
+@functools.lru_cache(maxsize=64)
+def _truncation(fmt: Format) -> RoundingPolicy:
+    """Toward zero, saturating, with gradual underflow also where ``fmt`` has no subnormals
+    (its twin with subnormals: the same grid of normal values): the lower neighbour t0 of a
+    stochastic rounding, whose probability is taken against the quantum there."""
+    grid = fmt if fmt.subnormals else dataclasses.replace(fmt, subnormals=True, name=None)
+    return RoundingPolicy(grid, Rounding.TOWARD_ZERO, Overflow.SATURATE)
+
+
 def _round_pair_core(hi_a: np.ndarray, lo_a: np.ndarray, pol: RoundingPolicy, want: bool):
     """:func:`round_pair` on flat float64 arrays: (float64 patterns, flags or None)."""
-    fmt, mode, ovf, flush, tin = pol.fmt, pol.rounding, pol.overflow, pol.flush, pol.tininess
-    rng, random_bits = pol.rng, pol.random_bits
+    fmt = pol.fmt
+    pol = without_daz(pol)  # denormal operands were handled by the caller: only the value matters
     if kernel_params(fmt).identity:  # fp64 itself (int64 / long double input): hi or its neighbour
         check_pair(hi_a, lo_a)
-        out, fl = _pair_to_float64(hi_a, lo_a, mode, ovf, flush, rng, random_bits)
+        out, fl = _pair_to_float64(hi_a, lo_a, pol)
         return out, fl if want else None
-    # daz: denormal operands were handled by the caller; here only the value matters
-    if mode is not Rounding.STOCHASTIC:
-        return run_chunks(hi_a, fmt, mode, ovf, flush, False, tin, rng, random_bits, want,
-                          pair_lo=lo_a)
+    if pol.rounding is not Rounding.STOCHASTIC:
+        return run_chunks(hi_a, pol, want, pair_lo=lo_a)
     # Stochastic: t0 = the value toward zero, ulp the quantum there; p = |exact - t0| / ulp.
     check_pair(hi_a, lo_a)
     v = odd_from_pair(hi_a, lo_a)
-    t0, _ = run_chunks(v, fmt, Rounding.TOWARD_ZERO, Overflow.SATURATE, False, False, tin,
-                       None, None, False)
+    t0, _ = run_chunks(v, _truncation(fmt))
     t0 = t0.view(np.float64)
     t0b = np.abs(t0).view(np.uint64)
     e = np.maximum((t0b >> _U(52)).view(np.int64) - 1023, fmt.emin)
     ulp = np.ldexp(1.0, e - fmt.mantissa_bits)
     with np.errstate(invalid="ignore", over="ignore"):
         prob = np.abs((hi_a - t0) + lo_a) / ulp
-    gen = default_rng(rng)
+    gen = pol.generator()
+    random_bits = pol.random_bits
     if random_bits is None:
         up = gen.random(prob.shape) < prob
     else:
@@ -209,8 +217,10 @@ def _round_pair_core(hi_a: np.ndarray, lo_a: np.ndarray, pol: RoundingPolicy, wa
         up = gen.integers(0, 1 << random_bits, size=prob.shape) < np.floor(prob * scale)
     res = np.where(up, t0 + np.copysign(ulp, hi_a), t0)
     res = np.where(np.isfinite(hi_a), res, hi_a)
-    out, fl = run_chunks(res, fmt, Rounding.NEAREST_EVEN, ovf, flush, False, tin, None, None,
-                         want)
+    # the chosen neighbour (a value of the format, or its overflow) rounded to nearest even
+    # for the overflow, flush and special values: no draw, no generator
+    out, fl = run_chunks(res, policy_of(fmt, Rounding.NEAREST_EVEN, pol.overflow,
+                                        pol.subnormals, pol.tininess), want)
     if want:
         inexact = ((hi_a != t0) | (lo_a != 0)) & np.isfinite(hi_a)
         fl[inexact] |= np.uint8(Flags.INEXACT)

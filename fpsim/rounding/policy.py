@@ -9,6 +9,7 @@ else. No rounding happens in this module.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 
@@ -52,9 +53,9 @@ def default_rng(rng: np.random.Generator | int | None = None, *,
     """
     return _state.as_generator(rng, _state.rounding_rng, name=name)
 
-def random_bits_of(random_bits, mode: Rounding) -> int | None:
+def random_bits_of(random_bits, rounding: Rounding) -> int | None:
     """Internal API of every function that takes ``random_bits`` (:class:`RoundingPolicy`,
-    fpsim.integer): None stays None; else ``mode`` must be stochastic and ``random_bits`` an
+    fpsim.integer): None stays None; else ``rounding`` must be stochastic and ``random_bits`` an
     int in [1, 63] by fpsim.checks.as_int's rule (what range() takes; a TypeError for other
     types), returned as an int.
 
@@ -67,7 +68,7 @@ def random_bits_of(random_bits, mode: Rounding) -> int | None:
     """
     if random_bits is None:
         return None
-    if mode is not Rounding.STOCHASTIC:
+    if rounding is not Rounding.STOCHASTIC:
         raise ValueError("random_bits only applies to rounding='stochastic'")
     n = as_int("random_bits", random_bits, None)  # what range() takes; TypeError else
     if not 1 <= n <= 63:
@@ -121,8 +122,37 @@ class RoundingPolicy:
         put("daz", sub in (Subnormals.DAZ, Subnormals.FLUSH_DAZ))
 
     def generator(self) -> np.random.Generator | None:
-        """The generator stochastic rounding draws from (None in the other modes)."""
+        """The generator stochastic rounding draws from (None in the other modes). Called
+        once per call: an int ``rng`` seeds a new generator each time.
+
+        >>> RoundingPolicy("bf16").generator() is None
+        True
+        """
         return default_rng(self.rng) if self.rounding is Rounding.STOCHASTIC else None
+
+    def replace(self, **changes) -> RoundingPolicy:
+        """This policy with some fields changed (keywords as the constructor's), parsed and
+        validated as a new one; ``flush`` and ``daz`` are derived again.
+
+        >>> p = RoundingPolicy("fp16", "up", subnormals="flush").replace(fmt="bf16")
+        >>> p.fmt.name, p.rounding.value, p.flush
+        ('bf16', 'up', True)
+        """
+        return dataclasses.replace(self, **changes)
+
+
+def without_daz(policy: RoundingPolicy) -> RoundingPolicy:
+    """``policy`` without denormals-are-zero (flushing kept): how an exact value computed from
+    the operands (a pair, an operation's result) is rounded, DAZ having applied to the
+    operands already. ``policy`` itself when it has no DAZ. Internal API (pair, arithmetic).
+
+    >>> without_daz(policy_of("fp16", subnormals="flush_daz")).subnormals.value
+    'flush'
+    """
+    if not policy.daz:
+        return policy
+    flush = policy.subnormals is Subnormals.FLUSH_DAZ
+    return policy.replace(subnormals=Subnormals.FLUSH if flush else Subnormals.KEEP)
 
 _OPTIONS = {"rounding": "nearest_even", "overflow": "inf", "subnormals": "keep",
             "tininess": "after", "rng": None, "random_bits": None}
