@@ -53,6 +53,7 @@ from ..modes import Overflow, Rounding, Subnormals
 from ..rounding import SIGN, as_float64
 from ..rounding import round as fp_round
 from ..rounding.eft import two_sum
+from . import fastpath
 from .explain import build_explanation
 from .gpus import C_MIN_EXPONENT, MAX_INT_BITS, BlockFMA, BlockOverflow, GpuModel, resolve_unit
 
@@ -712,25 +713,22 @@ def _chain_late(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format,
 
 
 def _chain_rounded(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format,
-                   out_shape: tuple) -> np.ndarray:
+                   out_shape: tuple, *, fi: Format | None = None) -> np.ndarray:
     """Chained aligned block sums with c added to the rounded product sum
     (c_addition="rounded_sum"): :func:`_chain`'s one pass per block over the products alone
     (maxE from them and the floor; a block of zero products sums to +0), the sum rounded to
-    rfmt by the output rounding, then c added by :func:`_add_c`."""
+    rfmt by the output rounding, then c added by :func:`_add_c`. For a matrix product (av
+    (K, m, 1), bv (K, 1, n)) and the input format ``fi``, the sums come from float64 BLAS
+    where they are provably exact (:func:`fastpath.rounded_sums_blas`)."""
     K = av.shape[0]
     n = unit.block_size
     floor = (_NO_FLOOR if unit.min_exponent is None else unit.min_exponent) + 1023
     rnd = _rounder(rfmt, unit.output_rounding, unit.overflow)
-    P = np.empty((max(0, min(n, K)), *out_shape))
-    E = np.empty((max(0, min(n, K)), *out_shape), dtype=np.int32)
     d = np.array(np.broadcast_to(c, out_shape), dtype=np.float64)
     ps = np.empty(out_shape)
     scale_base = np.int64(unit.fraction_bits + 2 * 1023)  # minus maxE': 2**(F - maxE)'s field
-    for k0 in range(0, K, n):
-        k1 = min(K, k0 + n)
-        p, e = P[:k1 - k0], E[:k1 - k0]
-        np.multiply(av[k0:k1], bv[k0:k1], out=p)
-        np.add(ae[k0:k1], be[k0:k1], out=e)
+
+    def aligned(p, e):  # the reference's truncated sum of the products p (exponents e)
         mx = np.maximum(e.max(axis=0), floor)
         scale = ((scale_base - mx) << 52).view(np.float64)
         np.multiply(p, scale, out=p)
@@ -738,9 +736,50 @@ def _chain_rounded(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format,
         s = p.sum(axis=0)  # exact: integers below 2**53
         s += 0.0
         s /= scale
-        rnd(s, ps)
+        return s
+
+    if fi is not None and av.ndim == 3 and av.shape[2] == 1 and bv.shape[1] == 1 and K:
+        a2, b2 = av[:, :, 0], bv[:, 0, :]
+        ae2, be2 = ae[:, :, 0], be[:, 0, :]
+        a_hi, a_lo = _block_exponent_range(ae2, n, 1023)
+        b_hi, b_lo = _block_exponent_range(be2, n, 0)
+        step = max(1, CHUNK_ELEMENTS // n)
+        for j, k0 in enumerate(range(0, K, n)):
+            k1 = min(K, k0 + n)
+            bad = fastpath.rounded_sums_blas(a2, b2, k0, k1, unit, fi,
+                                             (a_hi[j], a_lo[j], b_hi[j], b_lo[j]), ps)
+            if bad is not None:  # elements whose products may lose bits: as the reference
+                for s0 in range(0, bad[0].size, step):
+                    ii, jj = bad[0][s0:s0 + step], bad[1][s0:s0 + step]
+                    ps[ii, jj] = aligned(a2[k0:k1, ii] * b2[k0:k1, jj],
+                                         ae2[k0:k1, ii] + be2[k0:k1, jj])
+            rnd(ps, ps)
+            d = _add_c(d, ps, rfmt, unit.c_rounding, unit.overflow)
+        return d
+    P = np.empty((max(0, min(n, K)), *out_shape))
+    E = np.empty((max(0, min(n, K)), *out_shape), dtype=np.int32)
+    for k0 in range(0, K, n):
+        k1 = min(K, k0 + n)
+        p, e = P[:k1 - k0], E[:k1 - k0]
+        np.multiply(av[k0:k1], bv[k0:k1], out=p)
+        np.add(ae[k0:k1], be[k0:k1], out=e)
+        rnd(aligned(p, e), ps)
         d = _add_c(d, ps, rfmt, unit.c_rounding, unit.overflow)
     return d
+
+
+def _block_exponent_range(e: np.ndarray, n: int, bias: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per block of n rows of the exponents e (K, X) (biased by ``bias``, zeros at
+    _ZERO_EXP): the largest and smallest unbiased exponent of the non-zero inputs of each
+    column, (blocks, X) each; -20000 / 20000 where a block's column is all zeros."""
+    K, X = e.shape
+    nb = -(-K // n)
+    live = e > _LIVE_EXP
+    hi = np.full((nb * n, X), -20000, dtype=np.int32)
+    lo = np.full((nb * n, X), 20000, dtype=np.int32)
+    np.subtract(e, bias, out=hi[:K], where=live)
+    np.subtract(e, bias, out=lo[:K], where=live)
+    return hi.reshape(nb, n, X).max(axis=1), lo.reshape(nb, n, X).min(axis=1)
 
 
 def _chain_pairwise(av, _ae, bv, _be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple, *,
@@ -792,6 +831,71 @@ def _limit_reachable(av: np.ndarray, bv: np.ndarray, rfmt: Format) -> bool:
         return bool(np.abs(av).max() * np.abs(bv).max() >= np.ldexp(1.0, rfmt.emax + 1))
 
 
+#: The fast kernels' chunks hold this many times CHUNK_ELEMENTS elements (4-byte types, or
+#: (m, n) arrays only).
+_FAST_CHUNK = 2
+
+
+class _PlainFast:
+    """The plain units' float32 kernel (:func:`fastpath.chain_plain_f32`) over the chunks of
+    one matrix product: the float32 inputs, the exponent range of every column of A and row
+    of B, and int8 exponents per chunk; a chunk whose exponent ranges it cannot handle, and
+    the blocks it hands back, run :func:`_chain`."""
+
+    def __init__(self, p: fastpath.PlainF32, av, ae, bv, be, unit: BlockFMA, rfmt: Format):
+        self.p, self.av, self.ae, self.bv, self.be = p, av, ae, bv, be
+        self.unit, self.rfmt = unit, rfmt
+        with np.errstate(over="ignore"):  # out-of-range values: their chunks are refused
+            self.a32, self.b32 = av.astype(np.float32), bv.astype(np.float32)
+        self.a_live, self.b_live = ae > _LIVE_EXP, be > _LIVE_EXP
+        self.a_rng = self._ranges(ae - 1023, self.a_live)
+        self.b_rng = self._ranges(be, self.b_live)
+        self.b8: dict = {}
+
+    @classmethod
+    def make(cls, av, ae, bv, be, unit: BlockFMA, fi: Format, rfmt: Format,
+             c_fmt: Format) -> _PlainFast | None:
+        p = fastpath.plain_f32_setup(unit, fi, rfmt)
+        if p is None or c_fmt.mantissa_bits > 23 or c_fmt.emax > 127:  # c must be float32
+            return None
+        return cls(p, av, ae, bv, be, unit, rfmt)
+
+    @staticmethod
+    def _ranges(e: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(largest, smallest) exponent of the non-zero inputs of each column of e."""
+        return (np.max(e, axis=0, where=live, initial=-(1 << 20)),
+                np.min(e, axis=0, where=live, initial=1 << 20))
+
+    @staticmethod
+    def _span(rng, i0: int, i1: int) -> tuple[int, int]:
+        hi, lo = int(rng[0][i0:i1].max()), int(rng[1][i0:i1].min())
+        return (lo, hi) if hi >= lo else (0, 0)  # all zeros: any window will do
+
+    def __call__(self, m0: int, m1: int, n0: int, n1: int, cc: np.ndarray) -> np.ndarray:
+        shape = (m1 - m0, n1 - n0)
+
+        def finish(k0: int, d: np.ndarray) -> np.ndarray:  # blocks k0.. by the plain kernel
+            return _chain(self.av[k0:, m0:m1, None], self.ae[k0:, m0:m1, None],
+                          self.bv[k0:, None, n0:n1], self.be[k0:, None, n0:n1],
+                          np.asarray(d, dtype=np.float64), self.unit, self.rfmt, shape)
+
+        lo_a, hi_a = self._span(self.a_rng, m0, m1)
+        lo_b, hi_b = self._span(self.b_rng, n0, n1)
+        if not fastpath.window_ok(self.p, lo_a, hi_a, lo_b, hi_b):
+            return finish(0, cc)
+        a8 = fastpath.int8_exponents(self.ae[:, m0:m1] - 1023, self.a_live[:, m0:m1], hi_a)
+        b8 = self.b8.get((n0, n1))
+        if b8 is None:  # the same columns recur for every row chunk
+            b8 = self.b8[n0, n1] = fastpath.int8_exponents(self.be[:, n0:n1],
+                                                           self.b_live[:, n0:n1], hi_b)
+        zeros = not (self.a_live[:, m0:m1].all() and self.b_live[:, n0:n1].all())
+        check_hi = not fastpath.no_overflow(self.p, float(np.abs(cc).max(initial=0.0)),
+                                            self.a32.shape[0], hi_a, hi_b)
+        return fastpath.chain_plain_f32(self.a32[:, m0:m1], a8, self.b32[:, n0:n1], b8,
+                                        hi_a + hi_b + 2, cc, self.p, finish, zeros=zeros,
+                                        check_hi=check_hi)
+
+
 def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
          outer: bool, trace: list | None = None, fo: Format | None = None) -> np.ndarray:
     """Evaluate chained block FMAs for k-first operands.
@@ -819,7 +923,7 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
     elif kind == "pairwise" and rfmt == FP32:
         chain = functools.partial(_chain_pairwise, fi=fi)
     elif kind == "rounded_sum":
-        chain = _chain_rounded
+        chain = functools.partial(_chain_rounded, fi=fi)
     elif kind == "late":
         chain = _chain_late
         ae16 = np.maximum(ae, _LIVE16).astype(np.int16)  # exponents stay within int16
@@ -835,8 +939,20 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
     if outer:
         M, N = aT_raw.shape[1], b_raw.shape[1]
         out = np.empty((M, N))
-        nc = N if per_k * N <= CHUNK_ELEMENTS else max(1, CHUNK_ELEMENTS // per_k)
-        mc = max(1, CHUNK_ELEMENTS // (per_k * nc))
+        plain = None
+        if unit.is_plain and trace is None and K:
+            plain = _PlainFast.make(av, ae, bv, be, unit, fi, rfmt, fo or rfmt)
+
+        def sizes(per: int, budget: int) -> tuple[int, int]:  # chunk rows, columns
+            nc = N if per * N <= budget else max(1, budget // per)
+            return max(1, budget // (per * nc)), nc
+
+        if plain is not None:  # 4-byte (k, m, n) temporaries: more elements, same memory
+            mc, nc = sizes(per_k, _FAST_CHUNK * CHUNK_ELEMENTS)
+        elif kind == "rounded_sum":  # BLAS block sums: (m, n) temporaries only
+            mc, nc = sizes(1, _FAST_CHUNK * CHUNK_ELEMENTS)
+        else:
+            mc, nc = sizes(per_k, CHUNK_ELEMENTS)
         for m0 in range(0, M, mc):
             m1 = min(M, m0 + mc)
             for n0 in range(0, N, nc):
@@ -845,16 +961,27 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
                 cc = c_fin[m0:m1, n0:n1]
                 args = (av[:, m0:m1, None], ae[:, m0:m1, None], bv[:, None, n0:n1],
                         be[:, None, n0:n1], cc, unit, rfmt, shape)
-                if kind == "late":
+                if plain is not None:
+                    res = plain(m0, m1, n0, n1, cc)
+                elif kind == "late":
                     res = chain(av[:, m0:m1, None], ae16[:, m0:m1, None], bv[:, None, n0:n1],
                                 be16[:, None, n0:n1], cc, unit, rfmt, shape)
                 else:
                     res = chain(*args)
                 if kind is not None and not np.isfinite(res).all():
-                    res = general(*args)  # an overflowed block: the stage-by-stage kernel
+                    # an overflowed block: the stage-by-stage kernel, in chunks of the usual
+                    # size (the fast kernels' chunks can be larger)
+                    rows = max(1, CHUNK_ELEMENTS // (per_k * shape[1]))
+                    for r0 in range(0, shape[0], rows):
+                        r1 = min(shape[0], r0 + rows)
+                        res[r0:r1] = general(av[:, m0 + r0:m0 + r1, None],
+                                             ae[:, m0 + r0:m0 + r1, None], bv[:, None, n0:n1],
+                                             be[:, None, n0:n1], cc[r0:r1], unit, rfmt,
+                                             (r1 - r0, shape[1]))
                 if a_bad[m0:m1].any() or b_bad[n0:n1].any() or c_bad[m0:m1, n0:n1].any():
+                    step = max(1, min(per_k, CHUNK_ELEMENTS // (shape[0] * shape[1])))
                     sp = _specials(aT_raw[:, m0:m1, None], b_raw[:, None, n0:n1],
-                                   c_raw[m0:m1, n0:n1], per_k)
+                                   c_raw[m0:m1, n0:n1], step)
                     if sp is not None:
                         res = np.where(sp[0], sp[1], res)
                 out[m0:m1, n0:n1] = res

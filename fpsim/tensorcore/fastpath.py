@@ -1,0 +1,220 @@
+"""Fast exact kernels for matrix products (``fpsim.tensorcore.matmul``), bit for bit the
+reference kernels of :mod:`fpsim.tensorcore.model` they stand in for (issue 33, "Speed").
+
+Two kernels, each used where a cheap test proves it exact and handing the rest back:
+
+- :func:`chain_plain_f32`, the NVIDIA plain units (c joins the aligned sum) with fp32-range
+  output: the per-product work in 4-byte types. A product of two inputs with at most 12-bit
+  significands (fp16, bf16, tf32, fp8) is exact in float32 where its exponent fits; times the
+  alignment scale ``2**(F - maxE)`` (a power of two) it stays exact, and the float32 -> int32
+  cast truncates toward zero, which is the hardware's sign-magnitude truncation. The block's
+  integer terms are summed in int32 (the unit's bound keeps them below 2**31) and the sum is
+  rounded by masking its float64 bits (toward zero) or by the float32 cast (nearest even).
+  maxE comes from int8 exponent sums. Where a block's exponents leave the ranges these steps
+  need (tiny or huge values, subnormal c with no products), the chunk's remaining blocks go to
+  the reference kernel, starting from the c reached so far.
+- :func:`rounded_sums_blas`, the products' aligned sum of a ``c_addition="rounded_sum"`` unit
+  (B200 fp8): where no product of a block loses a bit to the alignment (its exponent spread,
+  bounded per row of A and column of B, is at most ``F - 2 m``) the truncated sum is the exact
+  sum, and float64 BLAS (dgemm) computes it exactly: every partial sum is a multiple of the
+  smallest product's last bit below 2**53 of them. Other elements are summed as the reference
+  kernel sums them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..formats import Format
+from ..modes import Rounding
+from .gpus import BlockFMA
+
+__all__ = ["PlainF32", "plain_f32_setup", "int8_exponents", "window_ok", "no_overflow",
+           "chain_plain_f32", "rounded_sums_blas"]
+
+_EXP_MASK32 = np.int32(0x7F800000)  # float32 exponent field: bits of 2**floor(log2|x|)
+_I8_ZERO = -64  # int8 exponent of a zero input: every sum with it lies below the real ones
+_I8_LIVE = -63  # int8 exponent sums above this come from two non-zero inputs
+_I8_WINDOW = 60  # at most this sum of spreads keeps real sums in [-62, -2] (zeros <= -65)
+_INT32_MAX = (1 << 31) - 1
+
+
+def _bits(e: int) -> int:
+    """float32 bit pattern of 2**e (normal range)."""
+    return (e + 127) << 23
+
+
+@dataclass(frozen=True)
+class PlainF32:
+    """What :func:`chain_plain_f32` needs of a unit, worked out once per matmul."""
+
+    n: int  # block size
+    F: int  # fraction bits of the alignment
+    c_in_sum: bool  # c's truncated term fits the int32 sum with the products
+    keep: np.uint64 | None  # float64 mask rounding toward zero (None: nearest even by cast)
+    floor_bits: int  # 2**max(mel, -126, F - 126): maxE of a block with no non-zero product
+    tiny_c: float  # |c| below this with no products: maxE under F - 126, not handled here
+    hi_bits: int  # maxE small enough that no block sum reaches 2**127 (no overflow)
+    floor_min: int  # the input exponent sums must reach max(mel, -126) (see chain_plain_f32)
+    mant_in: int
+
+
+def plain_f32_setup(unit: BlockFMA, fi: Format, rfmt: Format) -> PlainF32 | None:
+    """The parameters of :func:`chain_plain_f32` for a plain unit, or None where it does not
+    apply: products wider than float32's 24 bits, an output range other than fp32's, a
+    rounding other than toward zero (or nearest even at fp32's own precision), or int32 sums
+    that could overflow."""
+    n, F, m = unit.block_size, unit.fraction_bits, fi.mantissa_bits
+    if 2 * (m + 1) > 24 or rfmt.emax != 127 or rfmt.emin != -126 or F + 2 > 31:
+        return None
+    mode = unit.output_rounding
+    if mode is Rounding.TOWARD_ZERO:
+        keep = ~np.uint64((1 << (52 - rfmt.mantissa_bits)) - 1)
+    elif mode is Rounding.NEAREST_EVEN and rfmt.mantissa_bits == 23:
+        keep = None
+    else:
+        return None
+    term = (1 << (F + 2)) - 1  # a product's truncated term is below 2**(F + 2)
+    if n * term > _INT32_MAX:
+        return None
+    c_in = n * term + (1 << (F + 1)) - 1 <= _INT32_MAX  # c's term is below 2**(F + 1)
+    floor = -600 if unit.min_exponent is None else unit.min_exponent
+    floor_c = max(floor, -126)
+    # a block sum is below (n + 1) * 2**(maxE + 2): keep it under 2**127
+    hi = min(F + 126, 125 - math.ceil(math.log2(n + 1)))
+    return PlainF32(n, F, c_in, keep, _bits(max(floor_c, F - 126)),
+                    float(np.ldexp(1.0, F - 126)) if F - 126 > floor_c else 0.0,
+                    _bits(hi), floor_c, m)
+
+
+def int8_exponents(e: np.ndarray, live: np.ndarray, top: int) -> np.ndarray:
+    """Exponents (unbiased) as int8 ``e - top - 1`` (at most -1), zeros at _I8_ZERO."""
+    return np.where(live, e - (top + 1), _I8_ZERO).astype(np.int8)
+
+
+def window_ok(p: PlainF32, lo_a: int, hi_a: int, lo_b: int, hi_b: int) -> bool:
+    """Whether one chunk's input exponent ranges (non-zero inputs) suit chain_plain_f32: int8
+    sums keep real and zero products apart, every product is exact in float32 (last bit at
+    least 2**-149, magnitude below 2**126), and every non-zero product lies at or above
+    max(mel, -126, F - 126), so that neither the floor nor c's -126 matter where there are
+    products, and maxE never falls below F - 126 (blocks without products take at least
+    ``floor_bits``)."""
+    return ((hi_a - lo_a) + (hi_b - lo_b) <= _I8_WINDOW
+            and lo_a + lo_b - 2 * p.mant_in >= -149 and hi_a + hi_b + 2 <= 126
+            and lo_a + lo_b >= max(p.floor_min, p.F - 126))
+
+
+def no_overflow(p: PlainF32, c_max: float, K: int, hi_a: int, hi_b: int) -> bool:
+    """Whether every block result of a chunk stays below 2**(hi + 1), hi = the largest maxE
+    handled: each is at most |c| plus the products' magnitudes so far (truncation and rounding
+    toward zero shrink magnitudes; nearest even grows them by at most 2**-24 a block), so
+    max|c| + K * 2**(hi_a + hi_b + 2), with room for the roundings, bounds them all."""
+    hi = ((p.hi_bits >> 23) - 127)
+    bound = (c_max + K * 2.0 ** (hi_a + hi_b + 2)) * (1 + K * 2.0**-20)
+    return bound < 2.0 ** hi
+
+
+def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.ndarray,
+                    off: int, c: np.ndarray, p: PlainF32,
+                    finish: Callable[[int, np.ndarray], np.ndarray], *,
+                    zeros: bool = True, check_hi: bool = True) -> np.ndarray:
+    """Chained plain block FMAs of one (mc, nc) chunk: a32 / a8 (K, mc) float32 values and
+    int8 exponents of A's columns, b32 / b8 (K, nc) of B's rows (see :func:`int8_exponents`,
+    ``off`` = the true exponent of an int8 sum of 0), c (mc, nc) fp32 values; the chunk's
+    exponent ranges passed :func:`window_ok`. ``zeros=False``: no input is zero (every block
+    has non-zero products); ``check_hi=False``: :func:`no_overflow` holds. Where a block's
+    maxE leaves the range handled here, ``finish(k0, c)`` computes the blocks from k0 on."""
+    K, mc = a32.shape
+    nc = b32.shape[1]
+    n = p.n
+    o = 1 if p.c_in_sum else 0  # row 0 of P: c's term
+    P = np.empty((n + o, mc, nc), np.float32)
+    E = np.empty((n, mc, nc), np.int8)
+    mp = np.empty((mc, nc), np.int8)
+    pb = np.empty((mc, nc), np.int32)
+    me = np.empty((mc, nc), np.int32)
+    sc = np.empty((mc, nc), np.int32)
+    scale = sc.view(np.float32)
+    isum = np.empty((mc, nc), np.int32)
+    S = np.empty((mc, nc))
+    Sv = S.view(np.uint64)
+    ct = None if p.c_in_sum else np.empty((mc, nc), np.float32)
+    d = np.array(c, dtype=np.float32)
+    pbias = np.int32(off + 127)
+    # 2**(F - maxE) has the bits (254 + F) * 2**23 - bits(2**maxE): past int32's range, so
+    # the subtraction wraps in int32 and is read back as the right bit pattern
+    sbase = np.int32(((254 + p.F) << 23) - (1 << 32))
+    for k0 in range(0, K, n):
+        k1 = min(K, k0 + n)
+        w = k1 - k0
+        # maxE of the products: the largest int8 exponent sum (zero products at <= -65)
+        np.add(a8[k0:k1, :, None], b8[k0:k1, None, :], out=E[:w])
+        np.maximum.reduce(E[:w], axis=0, out=mp)
+        np.add(mp, pbias, out=pb)
+        np.left_shift(pb, 23, out=pb)
+        if zeros and mp.min() < _I8_LIVE:  # elements without a non-zero product
+            none = mp < _I8_LIVE
+            pb[none] = p.floor_bits  # maxE from c and the floor
+            if p.tiny_c and (none & (d != 0) & (np.abs(d) < p.tiny_c)).any():
+                return finish(k0, d)
+        np.bitwise_and(d.view(np.int32), _EXP_MASK32, out=me)  # c's 2**floor(log2|c|)
+        np.maximum(me, pb, out=me)  # 2**maxE (bit patterns of positive floats compare alike)
+        if check_hi and me.max() > p.hi_bits:
+            return finish(k0, d)
+        np.subtract(sbase, me, out=sc)
+        if o:
+            P[0] = d
+        np.einsum("ki,kj->kij", a32[k0:k1], b32[k0:k1], out=P[o:o + w])  # exact products
+        # times 2**(F - maxE): exact; the int32 sum casts each term, truncating toward zero
+        np.multiply(P[:o + w], scale, out=P[:o + w])
+        np.add.reduce(P[:o + w], axis=0, dtype=np.int32, out=isum)
+        if o:
+            S[...] = isum
+        else:
+            np.multiply(d, scale, out=ct)
+            np.trunc(ct, out=ct)
+            np.add(isum, ct, out=S)  # exact in float64
+        if p.keep is not None:  # toward zero: drop the bits below the output's precision
+            Sv &= p.keep
+        # the rounded sum times 2**(maxE - F): exact (toward zero), or the cast rounds it
+        # to nearest even; a zero sum is +0
+        np.divide(S, scale, out=d, casting="unsafe")
+    return d.astype(np.float64)
+
+
+def rounded_sums_blas(av: np.ndarray, bv: np.ndarray, k0: int, k1: int, unit: BlockFMA,
+                      fi: Format, stats: tuple, out: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+    """One block's aligned, truncated product sums into ``out`` (M, N) by float64 BLAS: av
+    (K, M), bv (K, N) finite input values; ``stats`` = (a_hi, a_lo, b_hi, b_lo), the largest
+    and smallest exponents of this block's non-zero inputs per column of A / row of B (hi
+    below -10000 and lo above 10000 where all are zero). Returns None where the bound on the
+    exponent spread proves every product whole on the alignment grid (so BLAS's exact sum is
+    the truncated one) for every element, else the indices (ii, jj) of the elements that the
+    caller must sum as the reference kernel does."""
+    F, m, n = unit.fraction_bits, fi.mantissa_bits, unit.block_size
+    floor = -600 if unit.min_exponent is None else unit.min_exponent
+    # the spread from the largest exponent bound (or the floor) to the smallest last bit that
+    # loses no bit: to the grid 2**(maxE - F), and within 53 bits for the n-term float64 sum
+    lim = min(F - 2 * m, 51 - 2 * m - math.ceil(math.log2(n)))
+    a_hi, a_lo, b_hi, b_lo = stats
+    np.matmul(av[k0:k1].T, bv[k0:k1], out=out)
+    out += 0.0  # an exactly zero sum is +0, as the reference's
+    a_live, b_live = a_hi > -10000, b_hi > -10000
+    if not (a_live.any() and b_live.any()):
+        return None
+    big = 1 << 20  # a column / row of zeros: never a bad element
+    sa = np.where(a_live, a_hi - a_lo, -big)
+    sb = np.where(b_live, b_hi - b_lo, -big)
+    la = np.where(a_live, a_lo, big)
+    lb = np.where(b_live, b_lo, big)
+    if int(sa.max()) + int(sb.max()) <= lim and int(la.min()) + int(lb.min()) >= floor - lim:
+        return None
+    bad = np.add.outer(sa, sb) > lim
+    bad |= np.add.outer(la, lb) < floor - lim
+    ii, jj = np.nonzero(bad)
+    return (ii, jj) if ii.size else None
