@@ -10,7 +10,7 @@ Two kernels, each used where a cheap test proves it exact and handing the rest b
   cast truncates toward zero, which is the hardware's sign-magnitude truncation. The block's
   integer terms are summed in int32 (the unit's bound keeps them below 2**31) and the sum is
   rounded by masking its float64 bits (toward zero) or by the float32 cast (nearest even).
-  maxE comes from int8 exponent sums. Where a block's exponents leave the ranges these steps
+  maxE comes from uint8 exponent sums. Where a block's exponents leave the ranges these steps
   need (tiny or huge values, subnormal c with no products), the chunk's remaining blocks go to
   the reference kernel, starting from the c reached so far.
 - :func:`rounded_sums_blas`, the products' aligned sum of a ``c_addition="rounded_sum"`` unit
@@ -33,13 +33,10 @@ from ..formats import Format
 from ..modes import Rounding
 from .gpus import BlockFMA
 
-__all__ = ["PlainF32", "plain_f32_setup", "int8_exponents", "window_ok", "no_overflow",
-           "chain_plain_f32", "rounded_sums_blas"]
+__all__ = ["PlainF32", "plain_f32_setup", "biased_exponents", "window", "no_overflow",
+           "chain_plain_f32", "rounded_sums_blas", "sums_in_fp32_range"]
 
 _EXP_MASK32 = np.int32(0x7F800000)  # float32 exponent field: bits of 2**floor(log2|x|)
-_I8_ZERO = -64  # int8 exponent of a zero input: every sum with it lies below the real ones
-_I8_LIVE = -63  # int8 exponent sums above this come from two non-zero inputs
-_I8_WINDOW = 60  # at most this sum of spreads keeps real sums in [-62, -2] (zeros <= -65)
 _INT32_MAX = (1 << 31) - 1
 
 
@@ -91,21 +88,26 @@ def plain_f32_setup(unit: BlockFMA, fi: Format, rfmt: Format) -> PlainF32 | None
                     _bits(hi), floor_c, m)
 
 
-def int8_exponents(e: np.ndarray, live: np.ndarray, top: int) -> np.ndarray:
-    """Exponents (unbiased) as int8 ``e - top - 1`` (at most -1), zeros at _I8_ZERO."""
-    return np.where(live, e - (top + 1), _I8_ZERO).astype(np.int8)
+def biased_exponents(e: np.ndarray, live: np.ndarray, bias: int) -> np.ndarray:
+    """Exponents (unbiased) of the non-zero inputs as uint8 ``e + bias``, zeros at 0."""
+    return np.where(live, e + bias, 0).astype(np.uint8)
 
 
-def window_ok(p: PlainF32, lo_a: int, hi_a: int, lo_b: int, hi_b: int) -> bool:
-    """Whether one chunk's input exponent ranges (non-zero inputs) suit chain_plain_f32: int8
-    sums keep real and zero products apart, every product is exact in float32 (last bit at
-    least 2**-149, magnitude below 2**126), and every non-zero product lies at or above
-    max(mel, -126, F - 126), so that neither the floor nor c's -126 matter where there are
-    products, and maxE never falls below F - 126 (blocks without products take at least
-    ``floor_bits``)."""
-    return ((hi_a - lo_a) + (hi_b - lo_b) <= _I8_WINDOW
-            and lo_a + lo_b - 2 * p.mant_in >= -149 and hi_a + hi_b + 2 <= 126
-            and lo_a + lo_b >= max(p.floor_min, p.F - 126))
+def window(p: PlainF32, lo_a: int, hi_a: int, lo_b: int, hi_b: int) -> int | None:
+    """The uint8 exponent bias of A (that of B is 127 minus it) for inputs whose non-zero
+    exponents lie in [lo_a, hi_a] and [lo_b, hi_b], or None where chain_plain_f32 does not
+    apply. With A's exponents at ``e + alpha`` in [sb + 1, sa + sb + 1] (sa, sb: the spreads),
+    B's at ``e + 127 - alpha`` and zeros at 0, the uint8 sum of a product's two is its
+    exponent's float32 field e_a + e_b + 127 (no wrap: at most 255), and any sum with a zero
+    lies below every real product's. Also needed: every product exact in float32 (last bit at
+    least 2**-149, magnitude below 2**126), and every non-zero product at or above max(mel,
+    -126, F - 126), so that neither the floor nor c's -126 matter where there are products,
+    and maxE never falls below F - 126 (blocks without products take ``floor_bits``)."""
+    sa, sb, lo = hi_a - lo_a, hi_b - lo_b, lo_a + lo_b
+    if (sa + sb > lo + 125 or hi_a + hi_b + 2 > 126 or lo - 2 * p.mant_in < -149
+            or lo < max(p.floor_min, p.F - 126)):
+        return None
+    return sb + 1 - lo_a
 
 
 def no_overflow(p: PlainF32, c_max: float, K: int, hi_a: int, hi_b: int) -> bool:
@@ -119,22 +121,22 @@ def no_overflow(p: PlainF32, c_max: float, K: int, hi_a: int, hi_b: int) -> bool
 
 
 def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.ndarray,
-                    off: int, c: np.ndarray, p: PlainF32,
+                    live: int, c: np.ndarray, p: PlainF32,
                     finish: Callable[[int, np.ndarray], np.ndarray], *,
                     zeros: bool = True, check_hi: bool = True) -> np.ndarray:
     """Chained plain block FMAs of one (mc, nc) chunk: a32 / a8 (K, mc) float32 values and
-    int8 exponents of A's columns, b32 / b8 (K, nc) of B's rows (see :func:`int8_exponents`,
-    ``off`` = the true exponent of an int8 sum of 0), c (mc, nc) fp32 values; the chunk's
-    exponent ranges passed :func:`window_ok`. ``zeros=False``: no input is zero (every block
-    has non-zero products); ``check_hi=False``: :func:`no_overflow` holds. Where a block's
-    maxE leaves the range handled here, ``finish(k0, c)`` computes the blocks from k0 on."""
+    uint8 exponents of A's columns, b32 / b8 (K, nc) of B's rows (:func:`biased_exponents`,
+    biases from :func:`window`), c (mc, nc) fp32 values; an exponent sum below ``live`` has
+    a zero factor. ``zeros=False``: no input is zero (every block has non-zero products);
+    ``check_hi=False``: :func:`no_overflow` holds. Where a block's maxE leaves the range
+    handled here, ``finish(k0, c)`` computes the blocks from k0 on."""
     K, mc = a32.shape
     nc = b32.shape[1]
     n = p.n
     o = 1 if p.c_in_sum else 0  # row 0 of P: c's term
     P = np.empty((n + o, mc, nc), np.float32)
-    E = np.empty((n, mc, nc), np.int8)
-    mp = np.empty((mc, nc), np.int8)
+    E = np.empty((n, mc, nc), np.uint8)
+    mp = np.empty((mc, nc), np.uint8)
     pb = np.empty((mc, nc), np.int32)
     me = np.empty((mc, nc), np.int32)
     sc = np.empty((mc, nc), np.int32)
@@ -144,20 +146,19 @@ def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.nda
     Sv = S.view(np.uint64)
     ct = None if p.c_in_sum else np.empty((mc, nc), np.float32)
     d = np.array(c, dtype=np.float32)
-    pbias = np.int32(off + 127)
+    shift = np.int32(23)
     # 2**(F - maxE) has the bits (254 + F) * 2**23 - bits(2**maxE): past int32's range, so
     # the subtraction wraps in int32 and is read back as the right bit pattern
     sbase = np.int32(((254 + p.F) << 23) - (1 << 32))
     for k0 in range(0, K, n):
         k1 = min(K, k0 + n)
         w = k1 - k0
-        # maxE of the products: the largest int8 exponent sum (zero products at <= -65)
+        # maxE of the products: the largest exponent sum, the float32 field of 2**maxE
         np.add(a8[k0:k1, :, None], b8[k0:k1, None, :], out=E[:w])
         np.maximum.reduce(E[:w], axis=0, out=mp)
-        np.add(mp, pbias, out=pb)
-        np.left_shift(pb, 23, out=pb)
-        if zeros and mp.min() < _I8_LIVE:  # elements without a non-zero product
-            none = mp < _I8_LIVE
+        np.left_shift(mp, shift, out=pb, dtype=np.int32)
+        if zeros and mp.min() < live:  # elements without a non-zero product
+            none = mp < live
             pb[none] = p.floor_bits  # maxE from c and the floor
             if p.tiny_c and (none & (d != 0) & (np.abs(d) < p.tiny_c)).any():
                 return finish(k0, d)
@@ -202,8 +203,7 @@ def rounded_sums_blas(av: np.ndarray, bv: np.ndarray, k0: int, k1: int, unit: Bl
     # loses no bit: to the grid 2**(maxE - F), and within 53 bits for the n-term float64 sum
     lim = min(F - 2 * m, 51 - 2 * m - math.ceil(math.log2(n)))
     a_hi, a_lo, b_hi, b_lo = stats
-    np.matmul(av[k0:k1].T, bv[k0:k1], out=out)
-    out += 0.0  # an exactly zero sum is +0, as the reference's
+    np.matmul(av[k0:k1].T, bv[k0:k1], out=out)  # (a zero sum may be -0: the caller's)
     a_live, b_live = a_hi > -10000, b_hi > -10000
     if not (a_live.any() and b_live.any()):
         return None
@@ -218,3 +218,20 @@ def rounded_sums_blas(av: np.ndarray, bv: np.ndarray, k0: int, k1: int, unit: Bl
     bad |= np.add.outer(la, lb) < floor - lim
     ii, jj = np.nonzero(bad)
     return (ii, jj) if ii.size else None
+
+
+def sums_in_fp32_range(unit: BlockFMA, fi: Format, stats: tuple) -> bool:
+    """Whether every product sum of a block (``stats`` as for :func:`rounded_sums_blas`), exact
+    or truncated, is zero or in fp32's normal range below 2**127, so that rounding it toward
+    zero to fp32 is clearing its low float64 bits: a non-zero sum is a multiple of the smaller
+    of the smallest product's last bit and the alignment grid 2**(maxE - F) (maxE at least
+    the smallest product exponent and the floor), and below n * 2**(largest exponent + 2)."""
+    a_hi, a_lo, b_hi, b_lo = stats
+    a_live, b_live = a_hi > -10000, b_hi > -10000
+    if not (a_live.any() and b_live.any()):
+        return True
+    lo = int(a_lo.min()) + int(b_lo.min())
+    floor = -600 if unit.min_exponent is None else unit.min_exponent
+    last = min(lo - 2 * fi.mantissa_bits, max(lo, floor) - unit.fraction_bits)
+    top = int(a_hi.max()) + int(b_hi.max()) + 2 + math.ceil(math.log2(unit.block_size))
+    return last >= -126 and top <= 127

@@ -744,18 +744,40 @@ def _chain_rounded(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format,
         a_hi, a_lo = _block_exponent_range(ae2, n, 1023)
         b_hi, b_lo = _block_exponent_range(be2, n, 0)
         step = max(1, CHUNK_ELEMENTS // n)
+        # B200's case: a sum rounded toward zero to fp32, c added in float32 to nearest even:
+        # where the block's sums cannot leave fp32's normal range the rounding is a mask, and
+        # c (an fp32 value) stays in float32; a -0 c is made +0 once (the reference's zero
+        # sums are +0, so its c is never -0 after the first block, and neither is this one)
+        f32 = (rfmt == FP32 and unit.output_rounding is Rounding.TOWARD_ZERO
+               and unit.c_rounding is Rounding.NEAREST_EVEN
+               and unit.overflow is not BlockOverflow.SATURATE)
+        if f32:
+            d32 = (d + 0.0).astype(np.float32)
+            ps32 = np.empty(out_shape, np.float32)
+            keep = _out_params(FP32).keep
         for j, k0 in enumerate(range(0, K, n)):
             k1 = min(K, k0 + n)
-            bad = fastpath.rounded_sums_blas(a2, b2, k0, k1, unit, fi,
-                                             (a_hi[j], a_lo[j], b_hi[j], b_lo[j]), ps)
+            stats = (a_hi[j], a_lo[j], b_hi[j], b_lo[j])
+            bad = fastpath.rounded_sums_blas(a2, b2, k0, k1, unit, fi, stats, ps)
             if bad is not None:  # elements whose products may lose bits: as the reference
                 for s0 in range(0, bad[0].size, step):
                     ii, jj = bad[0][s0:s0 + step], bad[1][s0:s0 + step]
                     ps[ii, jj] = aligned(a2[k0:k1, ii] * b2[k0:k1, jj],
                                          ae2[k0:k1, ii] + be2[k0:k1, jj])
+            if f32 and fastpath.sums_in_fp32_range(unit, fi, stats):
+                psv = ps.view(np.uint64)
+                psv &= keep  # toward zero
+                np.copyto(ps32, ps, casting="unsafe")  # exact
+                d32 += ps32  # float32 addition: rounded to nearest even, overflow to inf
+                continue
+            ps += 0.0  # an exactly zero sum is +0, as the reference's
             rnd(ps, ps)
-            d = _add_c(d, ps, rfmt, unit.c_rounding, unit.overflow)
-        return d
+            if f32:
+                d32 = _add_c(d32.astype(np.float64), ps, rfmt, unit.c_rounding,
+                             unit.overflow).astype(np.float32)
+            else:
+                d = _add_c(d, ps, rfmt, unit.c_rounding, unit.overflow)
+        return d32.astype(np.float64) if f32 else d
     P = np.empty((max(0, min(n, K)), *out_shape))
     E = np.empty((max(0, min(n, K)), *out_shape), dtype=np.int32)
     for k0 in range(0, K, n):
@@ -839,8 +861,9 @@ _FAST_CHUNK = 2
 class _PlainFast:
     """The plain units' float32 kernel (:func:`fastpath.chain_plain_f32`) over the chunks of
     one matrix product: the float32 inputs, the exponent range of every column of A and row
-    of B, and int8 exponents per chunk; a chunk whose exponent ranges it cannot handle, and
-    the blocks it hands back, run :func:`_chain`."""
+    of B, and uint8 exponents (biased for the whole matrix where one bias suits it, else per
+    chunk); a chunk whose exponent ranges it cannot handle, and the blocks it hands back,
+    run :func:`_chain`."""
 
     def __init__(self, p: fastpath.PlainF32, av, ae, bv, be, unit: BlockFMA, rfmt: Format):
         self.p, self.av, self.ae, self.bv, self.be = p, av, ae, bv, be
@@ -850,7 +873,13 @@ class _PlainFast:
         self.a_live, self.b_live = ae > _LIVE_EXP, be > _LIVE_EXP
         self.a_rng = self._ranges(ae - 1023, self.a_live)
         self.b_rng = self._ranges(be, self.b_live)
-        self.b8: dict = {}
+        lo_a, hi_a = self._span(self.a_rng, 0, av.shape[1])
+        lo_b, hi_b = self._span(self.b_rng, 0, bv.shape[1])
+        self.bias = fastpath.window(p, lo_a, hi_a, lo_b, hi_b)  # one bias for all chunks
+        if self.bias is not None:
+            self.span = (lo_a, hi_a, lo_b, hi_b)
+            self.a8 = fastpath.biased_exponents(ae - 1023, self.a_live, self.bias)
+            self.b8 = fastpath.biased_exponents(be, self.b_live, 127 - self.bias)
 
     @classmethod
     def make(cls, av, ae, bv, be, unit: BlockFMA, fi: Format, rfmt: Format,
@@ -879,20 +908,24 @@ class _PlainFast:
                           self.bv[k0:, None, n0:n1], self.be[k0:, None, n0:n1],
                           np.asarray(d, dtype=np.float64), self.unit, self.rfmt, shape)
 
-        lo_a, hi_a = self._span(self.a_rng, m0, m1)
-        lo_b, hi_b = self._span(self.b_rng, n0, n1)
-        if not fastpath.window_ok(self.p, lo_a, hi_a, lo_b, hi_b):
-            return finish(0, cc)
-        a8 = fastpath.int8_exponents(self.ae[:, m0:m1] - 1023, self.a_live[:, m0:m1], hi_a)
-        b8 = self.b8.get((n0, n1))
-        if b8 is None:  # the same columns recur for every row chunk
-            b8 = self.b8[n0, n1] = fastpath.int8_exponents(self.be[:, n0:n1],
-                                                           self.b_live[:, n0:n1], hi_b)
+        if self.bias is not None:
+            lo_a, hi_a, lo_b, hi_b = self.span
+            a8, b8 = self.a8[:, m0:m1], self.b8[:, n0:n1]
+        else:  # this chunk's own ranges and bias
+            lo_a, hi_a = self._span(self.a_rng, m0, m1)
+            lo_b, hi_b = self._span(self.b_rng, n0, n1)
+            bias = fastpath.window(self.p, lo_a, hi_a, lo_b, hi_b)
+            if bias is None:
+                return finish(0, cc)
+            a8 = fastpath.biased_exponents(self.ae[:, m0:m1] - 1023, self.a_live[:, m0:m1],
+                                           bias)
+            b8 = fastpath.biased_exponents(self.be[:, n0:n1], self.b_live[:, n0:n1],
+                                           127 - bias)
         zeros = not (self.a_live[:, m0:m1].all() and self.b_live[:, n0:n1].all())
         check_hi = not fastpath.no_overflow(self.p, float(np.abs(cc).max(initial=0.0)),
                                             self.a32.shape[0], hi_a, hi_b)
         return fastpath.chain_plain_f32(self.a32[:, m0:m1], a8, self.b32[:, n0:n1], b8,
-                                        hi_a + hi_b + 2, cc, self.p, finish, zeros=zeros,
+                                        lo_a + lo_b + 127, cc, self.p, finish, zeros=zeros,
                                         check_hi=check_hi)
 
 
