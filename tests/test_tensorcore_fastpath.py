@@ -40,7 +40,8 @@ ROUNDED = [("B200", "fp8_e4m3"), ("B200", "fp8_e5m2"), ("B200-fp8-rz-then-c", "e
                         c_rounding="toward_zero"), "bf16"),
            (tc.BlockFMA(4, -5, "rz", -20, c_addition="rounded_sum", c_rounding="down"),
             "fp16"),
-           (tc.BlockFMA(8, 2, "rz", -20, c_addition="rounded_sum"), "fp16")]  # a high floor
+           (tc.BlockFMA(8, 2, "rz", -20, c_addition="rounded_sum"), "fp16"),  # a high floor
+           (tc.BlockFMA(8, 1, "rz", -133, c_addition="rounded_sum"), "bf16")]  # sums past fp32
 
 
 def _label(v) -> str:
@@ -111,6 +112,8 @@ def _cases(rng, wide: bool):
                    np.full((4, 3), -0.0))
         yield (rng.standard_normal((3, 40)) * 2.0**62, rng.standard_normal((40, 2)) * 2.0**62,
                None)  # partial sums past fp32's range
+        yield (rng.standard_normal((4, 24)) * 2.0**-70, rng.standard_normal((24, 3)) * 2.0**-62,
+               None)  # sums in fp32's subnormal range
 
 
 def _reference(monkeypatch, f):
@@ -238,6 +241,38 @@ def test_plain_sums_where_one_bit_falls_off(monkeypatch, gpu, fin):
     B[0, 0] = B[n, 0] = s
     C = np.array(cs)[:, None]
     _check(monkeypatch, gpu, fin, A, B, C)
+
+
+@pytest.mark.parametrize("gpu,fin", [("A100", "fp16"), ("H100", "bf16"), ("A100", "tf32")],
+                         ids=_label)
+def test_uint8_exponent_sums_keep_zero_products_apart(gpu, fin):
+    """Over a grid of exponent ranges: where ``window`` accepts them, the uint8 sum of two
+    biased exponents is the float32 exponent field e_a + e_b + 127 (no wrap) and at least
+    ``live``, and every sum with a zero factor lies below ``live``."""
+    unit, fi, fo, _ = tc.gpus.resolve_unit(gpu, fin, "fp32")
+    p = fastpath.plain_f32_setup(unit, fi, unit.result_format(fo))
+    edges = 0
+    for lo_a in range(-70, 10, 7):
+        for hi_a in range(lo_a, 64, 9):
+            for lo_b in range(-70, 10, 5):
+                for hi_b in range(lo_b, 64, 11):
+                    bias = fastpath.window(p, lo_a, hi_a, lo_b, hi_b)
+                    lo = lo_a + lo_b
+                    if bias is None:
+                        continue
+                    edges += (hi_a - lo_a) + (hi_b - lo_b) == lo + 125
+                    ea = np.arange(lo_a, hi_a + 1)
+                    eb = np.arange(lo_b, hi_b + 1)
+                    a8 = fastpath.biased_exponents(np.append(ea, 0), np.arange(ea.size + 1)
+                                                   < ea.size, bias).astype(int)
+                    b8 = fastpath.biased_exponents(np.append(eb, 0), np.arange(eb.size + 1)
+                                                   < eb.size, 127 - bias).astype(int)
+                    real = a8[:-1, None] + b8[None, :-1]
+                    assert a8[-1] == b8[-1] == 0
+                    assert np.array_equal(real, ea[:, None] + eb[None, :] + 127)
+                    assert real.max() <= 255 and real.min() >= lo + 127
+                    assert a8.max() < lo + 127 and b8.max() < lo + 127  # sums with a zero
+    assert edges  # the grid reaches the window's edge
 
 
 def test_fast_kernels_hand_back_what_they_cannot_do(monkeypatch):
