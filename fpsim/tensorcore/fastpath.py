@@ -88,9 +88,12 @@ def plain_f32_setup(unit: BlockFMA, fi: Format, rfmt: Format) -> PlainF32 | None
                     _bits(hi), floor_c, m)
 
 
-def biased_exponents(e: np.ndarray, live: np.ndarray, bias: int) -> np.ndarray:
-    """Exponents (unbiased) of the non-zero inputs as uint8 ``e + bias``, zeros at 0."""
-    return np.where(live, e + bias, 0).astype(np.uint8)
+def biased_exponents(e: np.ndarray, live: np.ndarray | None, bias: int) -> np.ndarray:
+    """Exponents ``e`` of the non-zero inputs (``live``; None: all) as uint8 ``e + bias``, zeros
+    at 0."""
+    out = np.zeros(e.shape, np.uint8)
+    np.add(e, bias, out=out, where=True if live is None else live, casting="unsafe")
+    return out
 
 
 def window(p: PlainF32, lo_a: int, hi_a: int, lo_b: int, hi_b: int) -> int | None:
@@ -167,11 +170,12 @@ def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.nda
         if check_hi and me.max() > p.hi_bits:
             return finish(k0, d)
         np.subtract(sbase, me, out=sc)
-        if o:
-            P[0] = d
         np.einsum("ki,kj->kij", a32[k0:k1], b32[k0:k1], out=P[o:o + w])  # exact products
-        # times 2**(F - maxE): exact; the int32 sum casts each term, truncating toward zero
-        np.multiply(P[:o + w], scale, out=P[:o + w])
+        # times 2**(F - maxE): exact (c's term too, in row 0); the int32 sum casts each
+        # term, truncating toward zero
+        if o:
+            np.multiply(d, scale, out=P[0])
+        np.multiply(P[o:o + w], scale, out=P[o:o + w])
         np.add.reduce(P[:o + w], axis=0, dtype=np.int32, out=isum)
         if o:
             S[...] = isum

@@ -97,11 +97,12 @@ def _split(values: np.ndarray, fmt: Format, bias: int) -> tuple[np.ndarray, np.n
     """(finite values with non-finite set to 0, int32 exponents max(floor(log2|x|), emin) +
     bias, with zeros and non-finite at _ZERO_EXP)."""
     fin = np.isfinite(values)
-    vals = np.where(fin, values, 0.0)
+    vals = values if fin.all() else np.where(fin, values, 0.0)
     bits = np.ascontiguousarray(vals).view(_U)
-    e = ((bits >> _U(52)) & _U(0x7FF)).astype(np.int32) - 1023
-    np.maximum(e, fmt.emin, out=e)
-    e += bias
+    e = (bits >> _U(52)).astype(np.int32)  # sign and exponent field: int32 from here on
+    e &= 0x7FF
+    np.maximum(e, fmt.emin + 1023, out=e)
+    e += bias - 1023
     e[vals == 0] = _ZERO_EXP
     return vals, e
 
@@ -855,7 +856,7 @@ def _limit_reachable(av: np.ndarray, bv: np.ndarray, rfmt: Format) -> bool:
 
 #: The fast kernels' chunks hold this many times CHUNK_ELEMENTS elements (4-byte types, or
 #: (m, n) arrays only).
-_FAST_CHUNK = 2
+_FAST_CHUNK = 4
 
 
 class _PlainFast:
@@ -871,15 +872,28 @@ class _PlainFast:
         with np.errstate(over="ignore"):  # out-of-range values: their chunks are refused
             self.a32, self.b32 = av.astype(np.float32), bv.astype(np.float32)
         self.a_live, self.b_live = ae > _LIVE_EXP, be > _LIVE_EXP
-        self.a_rng = self._ranges(ae - 1023, self.a_live)
-        self.b_rng = self._ranges(be, self.b_live)
+        # per column of A / row of B: any zero input, the exponent range of the others
+        self.a_zero, self.b_zero = ~self.a_live.all(axis=0), ~self.b_live.all(axis=0)
+        self.a_rng = self._ranges(ae, self.a_live, self.a_zero, 1023)
+        self.b_rng = self._ranges(be, self.b_live, self.b_zero, 0)
         lo_a, hi_a = self._span(self.a_rng, 0, av.shape[1])
         lo_b, hi_b = self._span(self.b_rng, 0, bv.shape[1])
         self.bias = fastpath.window(p, lo_a, hi_a, lo_b, hi_b)  # one bias for all chunks
         if self.bias is not None:
             self.span = (lo_a, hi_a, lo_b, hi_b)
-            self.a8 = fastpath.biased_exponents(ae - 1023, self.a_live, self.bias)
-            self.b8 = fastpath.biased_exponents(be, self.b_live, 127 - self.bias)
+            self.a8 = self._biased(ae, self.a_live, self.a_zero, self.bias - 1023)
+            self.b8 = self._biased(be, self.b_live, self.b_zero, 127 - self.bias)
+
+    @staticmethod
+    def _ranges(e, live, zero, bias: int) -> tuple[np.ndarray, np.ndarray]:
+        """(largest, smallest) unbiased exponent of the non-zero inputs of each column of e
+        (biased by ``bias``; zeros lie far below every real exponent)."""
+        lo = np.min(e, axis=0, where=live, initial=1 << 20) if zero.any() else e.min(axis=0)
+        return e.max(axis=0) - bias, lo - bias
+
+    @staticmethod
+    def _biased(e, live, zero, bias: int) -> np.ndarray:
+        return fastpath.biased_exponents(e, live if zero.any() else None, bias)
 
     @classmethod
     def make(cls, av, ae, bv, be, unit: BlockFMA, fi: Format, rfmt: Format,
@@ -888,12 +902,6 @@ class _PlainFast:
         if p is None or c_fmt.mantissa_bits > 23 or c_fmt.emax > 127:  # c must be float32
             return None
         return cls(p, av, ae, bv, be, unit, rfmt)
-
-    @staticmethod
-    def _ranges(e: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(largest, smallest) exponent of the non-zero inputs of each column of e."""
-        return (np.max(e, axis=0, where=live, initial=-(1 << 20)),
-                np.min(e, axis=0, where=live, initial=1 << 20))
 
     @staticmethod
     def _span(rng, i0: int, i1: int) -> tuple[int, int]:
@@ -917,11 +925,11 @@ class _PlainFast:
             bias = fastpath.window(self.p, lo_a, hi_a, lo_b, hi_b)
             if bias is None:
                 return finish(0, cc)
-            a8 = fastpath.biased_exponents(self.ae[:, m0:m1] - 1023, self.a_live[:, m0:m1],
-                                           bias)
-            b8 = fastpath.biased_exponents(self.be[:, n0:n1], self.b_live[:, n0:n1],
-                                           127 - bias)
-        zeros = not (self.a_live[:, m0:m1].all() and self.b_live[:, n0:n1].all())
+            a8 = self._biased(self.ae[:, m0:m1], self.a_live[:, m0:m1], self.a_zero[m0:m1],
+                              bias - 1023)
+            b8 = self._biased(self.be[:, n0:n1], self.b_live[:, n0:n1], self.b_zero[n0:n1],
+                              127 - bias)
+        zeros = bool(self.a_zero[m0:m1].any() or self.b_zero[n0:n1].any())
         check_hi = not fastpath.no_overflow(self.p, float(np.abs(cc).max(initial=0.0)),
                                             self.a32.shape[0], hi_a, hi_b)
         return fastpath.chain_plain_f32(self.a32[:, m0:m1], a8, self.b32[:, n0:n1], b8,
