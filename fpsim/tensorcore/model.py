@@ -28,7 +28,13 @@ one sum handle every term):
   (bit operations in the normal range, :func:`fpsim.round` otherwise).
 
 Memory stays bounded: the (k, m, n) temporaries are built for chunks of about
-``CHUNK_ELEMENTS`` elements; Python loops run only over chunks and the K / n blocks.
+``CHUNK_ELEMENTS`` elements (the fast matrix-product kernels of :mod:`.fastpath`: 4-byte
+temporaries, or (m, n) ones only, for chunks ``_FAST_CHUNK`` times as large); Python loops run
+only over chunks and the K / n blocks.
+
+Matrix products of the plain units (fp32-range output) and of the ``rounded_sum`` units take
+the kernels of :mod:`fpsim.tensorcore.fastpath` where those prove themselves exact (issue 33),
+with the same results bit for bit (``tests/test_tensorcore_fastpath.py``).
 
 >>> import numpy as np, fpsim.tensorcore as tc
 >>> float(tc.dot([1.0, 1.0], [1.0, -2.0**-24], -1 + 2.0**-24, gpu="V100"))  # probe D3
