@@ -56,8 +56,8 @@ class PlainF32:
     floor_bits: int  # 2**max(mel, -126, F - 126): maxE of a block with no non-zero product
     tiny_c: float  # |c| below this with no products: maxE under F - 126, not handled here
     hi_bits: int  # maxE small enough that no block sum reaches 2**127 (no overflow)
-    floor_min: int  # the input exponent sums must reach max(mel, -126) (see chain_plain_f32)
-    mant_in: int
+    floor_min: int  # max(mel, -126): non-zero products must reach it (see window)
+    mant_in: int  # fraction bits of the input format
 
 
 def plain_f32_setup(unit: BlockFMA, fi: Format, rfmt: Format) -> PlainF32 | None:
