@@ -28,7 +28,13 @@ one sum handle every term):
   (bit operations in the normal range, :func:`fpsim.round` otherwise).
 
 Memory stays bounded: the (k, m, n) temporaries are built for chunks of about
-``CHUNK_ELEMENTS`` elements; Python loops run only over chunks and the K / n blocks.
+``CHUNK_ELEMENTS`` elements (the fast matrix-product kernels of :mod:`.fastpath`: 4-byte
+temporaries, or (m, n) ones only, for chunks ``_FAST_CHUNK`` times as large); Python loops run
+only over chunks and the K / n blocks.
+
+Matrix products of the plain units (fp32-range output) and of the ``rounded_sum`` units take
+the kernels of :mod:`fpsim.tensorcore.fastpath` where those prove themselves exact (issue 33),
+with the same results bit for bit (``tests/test_tensorcore_fastpath.py``).
 
 >>> import numpy as np, fpsim.tensorcore as tc
 >>> float(tc.dot([1.0, 1.0], [1.0, -2.0**-24], -1 + 2.0**-24, gpu="V100"))  # probe D3
@@ -53,6 +59,7 @@ from ..modes import Overflow, Rounding, Subnormals
 from ..rounding import SIGN, as_float64
 from ..rounding import round as fp_round
 from ..rounding.eft import two_sum
+from . import fastpath
 from .explain import build_explanation
 from .gpus import C_MIN_EXPONENT, MAX_INT_BITS, BlockFMA, BlockOverflow, GpuModel, resolve_unit
 
@@ -96,11 +103,12 @@ def _split(values: np.ndarray, fmt: Format, bias: int) -> tuple[np.ndarray, np.n
     """(finite values with non-finite set to 0, int32 exponents max(floor(log2|x|), emin) +
     bias, with zeros and non-finite at _ZERO_EXP)."""
     fin = np.isfinite(values)
-    vals = np.where(fin, values, 0.0)
+    vals = values if fin.all() else np.where(fin, values, 0.0)
     bits = np.ascontiguousarray(vals).view(_U)
-    e = ((bits >> _U(52)) & _U(0x7FF)).astype(np.int32) - 1023
-    np.maximum(e, fmt.emin, out=e)
-    e += bias
+    e = (bits >> _U(52)).astype(np.int32)  # sign and exponent field: int32 from here on
+    e &= 0x7FF
+    np.maximum(e, fmt.emin + 1023, out=e)
+    e += bias - 1023
     e[vals == 0] = _ZERO_EXP
     return vals, e
 
@@ -712,25 +720,22 @@ def _chain_late(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format,
 
 
 def _chain_rounded(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format,
-                   out_shape: tuple) -> np.ndarray:
+                   out_shape: tuple, *, fi: Format | None = None) -> np.ndarray:
     """Chained aligned block sums with c added to the rounded product sum
     (c_addition="rounded_sum"): :func:`_chain`'s one pass per block over the products alone
     (maxE from them and the floor; a block of zero products sums to +0), the sum rounded to
-    rfmt by the output rounding, then c added by :func:`_add_c`."""
+    rfmt by the output rounding, then c added by :func:`_add_c`. For a matrix product (av
+    (K, m, 1), bv (K, 1, n)) and the input format ``fi``, the sums come from float64 BLAS
+    where they are provably exact (:func:`fastpath.rounded_sums_blas`)."""
     K = av.shape[0]
     n = unit.block_size
     floor = (_NO_FLOOR if unit.min_exponent is None else unit.min_exponent) + 1023
     rnd = _rounder(rfmt, unit.output_rounding, unit.overflow)
-    P = np.empty((max(0, min(n, K)), *out_shape))
-    E = np.empty((max(0, min(n, K)), *out_shape), dtype=np.int32)
     d = np.array(np.broadcast_to(c, out_shape), dtype=np.float64)
     ps = np.empty(out_shape)
     scale_base = np.int64(unit.fraction_bits + 2 * 1023)  # minus maxE': 2**(F - maxE)'s field
-    for k0 in range(0, K, n):
-        k1 = min(K, k0 + n)
-        p, e = P[:k1 - k0], E[:k1 - k0]
-        np.multiply(av[k0:k1], bv[k0:k1], out=p)
-        np.add(ae[k0:k1], be[k0:k1], out=e)
+
+    def aligned(p, e):  # the reference's truncated sum of the products p (exponents e)
         mx = np.maximum(e.max(axis=0), floor)
         scale = ((scale_base - mx) << 52).view(np.float64)
         np.multiply(p, scale, out=p)
@@ -738,9 +743,72 @@ def _chain_rounded(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format,
         s = p.sum(axis=0)  # exact: integers below 2**53
         s += 0.0
         s /= scale
-        rnd(s, ps)
+        return s
+
+    if fi is not None and av.ndim == 3 and av.shape[2] == 1 and bv.shape[1] == 1 and K:
+        a2, b2 = av[:, :, 0], bv[:, 0, :]
+        ae2, be2 = ae[:, :, 0], be[:, 0, :]
+        a_hi, a_lo = _block_exponent_range(ae2, n, 1023)
+        b_hi, b_lo = _block_exponent_range(be2, n, 0)
+        step = max(1, CHUNK_ELEMENTS // n)
+        # B200's case: a sum rounded toward zero to fp32, c added in float32 to nearest even:
+        # where the block's sums cannot leave fp32's normal range the rounding is a mask, and
+        # c (an fp32 value) stays in float32; a -0 c is made +0 once (the reference's zero
+        # sums are +0, so its c is never -0 after the first block, and neither is this one)
+        f32 = (rfmt == FP32 and unit.output_rounding is Rounding.TOWARD_ZERO
+               and unit.c_rounding is Rounding.NEAREST_EVEN
+               and unit.overflow is not BlockOverflow.SATURATE)
+        if f32:
+            d32 = (d + 0.0).astype(np.float32)
+            ps32 = np.empty(out_shape, np.float32)
+            keep = _out_params(FP32).keep
+        for j, k0 in enumerate(range(0, K, n)):
+            k1 = min(K, k0 + n)
+            stats = (a_hi[j], a_lo[j], b_hi[j], b_lo[j])
+            bad = fastpath.rounded_sums_blas(a2, b2, k0, k1, unit, fi, stats, ps)
+            if bad is not None:  # elements whose products may lose bits: as the reference
+                for s0 in range(0, bad[0].size, step):
+                    ii, jj = bad[0][s0:s0 + step], bad[1][s0:s0 + step]
+                    ps[ii, jj] = aligned(a2[k0:k1, ii] * b2[k0:k1, jj],
+                                         ae2[k0:k1, ii] + be2[k0:k1, jj])
+            if f32 and fastpath.sums_in_fp32_range(unit, fi, stats):
+                psv = ps.view(np.uint64)
+                psv &= keep  # toward zero
+                np.copyto(ps32, ps, casting="unsafe")  # exact
+                d32 += ps32  # float32 addition: rounded to nearest even, overflow to inf
+                continue
+            ps += 0.0  # an exactly zero sum is +0, as the reference's
+            rnd(ps, ps)
+            if f32:
+                d32 = _add_c(d32.astype(np.float64), ps, rfmt, unit.c_rounding,
+                             unit.overflow).astype(np.float32)
+            else:
+                d = _add_c(d, ps, rfmt, unit.c_rounding, unit.overflow)
+        return d32.astype(np.float64) if f32 else d
+    P = np.empty((max(0, min(n, K)), *out_shape))
+    E = np.empty((max(0, min(n, K)), *out_shape), dtype=np.int32)
+    for k0 in range(0, K, n):
+        k1 = min(K, k0 + n)
+        p, e = P[:k1 - k0], E[:k1 - k0]
+        np.multiply(av[k0:k1], bv[k0:k1], out=p)
+        np.add(ae[k0:k1], be[k0:k1], out=e)
+        rnd(aligned(p, e), ps)
         d = _add_c(d, ps, rfmt, unit.c_rounding, unit.overflow)
     return d
+
+
+def _block_exponent_range(e: np.ndarray, n: int, bias: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per block of n rows of the exponents e (K, X) (biased by ``bias``, zeros at
+    _ZERO_EXP): the largest and smallest unbiased exponent of the non-zero inputs of each
+    column, (blocks, X) each; -20000 / 20000 where a block's column is all zeros."""
+    K, X = e.shape
+    nb = -(-K // n)
+    live = e > _LIVE_EXP
+    hi = np.full((nb * n, X), -20000, dtype=np.int32)
+    lo = np.full((nb * n, X), 20000, dtype=np.int32)
+    np.subtract(e, bias, out=hi[:K], where=live)
+    np.subtract(e, bias, out=lo[:K], where=live)
+    return hi.reshape(nb, n, X).max(axis=1), lo.reshape(nb, n, X).min(axis=1)
 
 
 def _chain_pairwise(av, _ae, bv, _be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple, *,
@@ -792,6 +860,89 @@ def _limit_reachable(av: np.ndarray, bv: np.ndarray, rfmt: Format) -> bool:
         return bool(np.abs(av).max() * np.abs(bv).max() >= np.ldexp(1.0, rfmt.emax + 1))
 
 
+#: The fast kernels' chunks hold this many times CHUNK_ELEMENTS elements (4-byte types, or
+#: (m, n) arrays only).
+_FAST_CHUNK = 4
+
+
+class _PlainFast:
+    """The plain units' float32 kernel (:func:`fastpath.chain_plain_f32`) over the chunks of
+    one matrix product: the float32 inputs, the exponent range of every column of A and row
+    of B, and uint8 exponents (biased for the whole matrix where one bias suits it, else per
+    chunk); a chunk whose exponent ranges it cannot handle, and the blocks it hands back,
+    run :func:`_chain`."""
+
+    def __init__(self, p: fastpath.PlainF32, av, ae, bv, be, unit: BlockFMA, rfmt: Format):
+        self.p, self.av, self.ae, self.bv, self.be = p, av, ae, bv, be
+        self.unit, self.rfmt = unit, rfmt
+        with np.errstate(over="ignore"):  # out-of-range values: their chunks are refused
+            self.a32, self.b32 = av.astype(np.float32), bv.astype(np.float32)
+        self.a_live, self.b_live = ae > _LIVE_EXP, be > _LIVE_EXP
+        # per column of A / row of B: any zero input, the exponent range of the others
+        self.a_zero, self.b_zero = ~self.a_live.all(axis=0), ~self.b_live.all(axis=0)
+        self.a_rng = self._ranges(ae, self.a_live, self.a_zero, 1023)
+        self.b_rng = self._ranges(be, self.b_live, self.b_zero, 0)
+        lo_a, hi_a = self._span(self.a_rng, 0, av.shape[1])
+        lo_b, hi_b = self._span(self.b_rng, 0, bv.shape[1])
+        self.bias = fastpath.window(p, lo_a, hi_a, lo_b, hi_b)  # one bias for all chunks
+        if self.bias is not None:
+            self.span = (lo_a, hi_a, lo_b, hi_b)
+            self.a8 = self._biased(ae, self.a_live, self.a_zero, self.bias - 1023)
+            self.b8 = self._biased(be, self.b_live, self.b_zero, 127 - self.bias)
+
+    @staticmethod
+    def _ranges(e, live, zero, bias: int) -> tuple[np.ndarray, np.ndarray]:
+        """(largest, smallest) unbiased exponent of the non-zero inputs of each column of e
+        (biased by ``bias``; zeros lie far below every real exponent)."""
+        lo = np.min(e, axis=0, where=live, initial=1 << 20) if zero.any() else e.min(axis=0)
+        return e.max(axis=0) - bias, lo - bias
+
+    @staticmethod
+    def _biased(e, live, zero, bias: int) -> np.ndarray:
+        return fastpath.biased_exponents(e, live if zero.any() else None, bias)
+
+    @classmethod
+    def make(cls, av, ae, bv, be, unit: BlockFMA, fi: Format, rfmt: Format,
+             c_fmt: Format) -> _PlainFast | None:
+        p = fastpath.plain_f32_setup(unit, fi, rfmt)
+        if p is None or c_fmt.mantissa_bits > 23 or c_fmt.emax > 127:  # c must be float32
+            return None
+        return cls(p, av, ae, bv, be, unit, rfmt)
+
+    @staticmethod
+    def _span(rng, i0: int, i1: int) -> tuple[int, int]:
+        hi, lo = int(rng[0][i0:i1].max()), int(rng[1][i0:i1].min())
+        return (lo, hi) if hi >= lo else (0, 0)  # all zeros: any window will do
+
+    def __call__(self, m0: int, m1: int, n0: int, n1: int, cc: np.ndarray) -> np.ndarray:
+        shape = (m1 - m0, n1 - n0)
+
+        def finish(k0: int, d: np.ndarray) -> np.ndarray:  # blocks k0.. by the plain kernel
+            return _chain(self.av[k0:, m0:m1, None], self.ae[k0:, m0:m1, None],
+                          self.bv[k0:, None, n0:n1], self.be[k0:, None, n0:n1],
+                          np.asarray(d, dtype=np.float64), self.unit, self.rfmt, shape)
+
+        if self.bias is not None:
+            lo_a, hi_a, lo_b, hi_b = self.span
+            a8, b8 = self.a8[:, m0:m1], self.b8[:, n0:n1]
+        else:  # this chunk's own ranges and bias
+            lo_a, hi_a = self._span(self.a_rng, m0, m1)
+            lo_b, hi_b = self._span(self.b_rng, n0, n1)
+            bias = fastpath.window(self.p, lo_a, hi_a, lo_b, hi_b)
+            if bias is None:
+                return finish(0, cc)
+            a8 = self._biased(self.ae[:, m0:m1], self.a_live[:, m0:m1], self.a_zero[m0:m1],
+                              bias - 1023)
+            b8 = self._biased(self.be[:, n0:n1], self.b_live[:, n0:n1], self.b_zero[n0:n1],
+                              127 - bias)
+        zeros = bool(self.a_zero[m0:m1].any() or self.b_zero[n0:n1].any())
+        check_hi = not fastpath.no_overflow(self.p, float(np.abs(cc).max(initial=0.0)),
+                                            self.a32.shape[0], hi_a, hi_b)
+        return fastpath.chain_plain_f32(self.a32[:, m0:m1], a8, self.b32[:, n0:n1], b8,
+                                        lo_a + lo_b + 127, cc, self.p, finish, zeros=zeros,
+                                        check_hi=check_hi)
+
+
 def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
          outer: bool, trace: list | None = None, fo: Format | None = None) -> np.ndarray:
     """Evaluate chained block FMAs for k-first operands.
@@ -819,7 +970,7 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
     elif kind == "pairwise" and rfmt == FP32:
         chain = functools.partial(_chain_pairwise, fi=fi)
     elif kind == "rounded_sum":
-        chain = _chain_rounded
+        chain = functools.partial(_chain_rounded, fi=fi)
     elif kind == "late":
         chain = _chain_late
         ae16 = np.maximum(ae, _LIVE16).astype(np.int16)  # exponents stay within int16
@@ -835,8 +986,20 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
     if outer:
         M, N = aT_raw.shape[1], b_raw.shape[1]
         out = np.empty((M, N))
-        nc = N if per_k * N <= CHUNK_ELEMENTS else max(1, CHUNK_ELEMENTS // per_k)
-        mc = max(1, CHUNK_ELEMENTS // (per_k * nc))
+        plain = None
+        if unit.is_plain and trace is None and K:
+            plain = _PlainFast.make(av, ae, bv, be, unit, fi, rfmt, fo or rfmt)
+
+        def sizes(per: int, budget: int) -> tuple[int, int]:  # chunk rows, columns
+            nc = N if per * N <= budget else max(1, budget // per)
+            return max(1, budget // (per * nc)), nc
+
+        if plain is not None:  # 4-byte (k, m, n) temporaries: more elements, same memory
+            mc, nc = sizes(per_k, _FAST_CHUNK * CHUNK_ELEMENTS)
+        elif kind == "rounded_sum":  # BLAS block sums: (m, n) temporaries only
+            mc, nc = sizes(1, _FAST_CHUNK * CHUNK_ELEMENTS)
+        else:
+            mc, nc = sizes(per_k, CHUNK_ELEMENTS)
         for m0 in range(0, M, mc):
             m1 = min(M, m0 + mc)
             for n0 in range(0, N, nc):
@@ -845,16 +1008,27 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
                 cc = c_fin[m0:m1, n0:n1]
                 args = (av[:, m0:m1, None], ae[:, m0:m1, None], bv[:, None, n0:n1],
                         be[:, None, n0:n1], cc, unit, rfmt, shape)
-                if kind == "late":
+                if plain is not None:
+                    res = plain(m0, m1, n0, n1, cc)
+                elif kind == "late":
                     res = chain(av[:, m0:m1, None], ae16[:, m0:m1, None], bv[:, None, n0:n1],
                                 be16[:, None, n0:n1], cc, unit, rfmt, shape)
                 else:
                     res = chain(*args)
                 if kind is not None and not np.isfinite(res).all():
-                    res = general(*args)  # an overflowed block: the stage-by-stage kernel
+                    # an overflowed block: the stage-by-stage kernel, in chunks of the usual
+                    # size (the fast kernels' chunks can be larger)
+                    rows = max(1, CHUNK_ELEMENTS // (per_k * shape[1]))
+                    for r0 in range(0, shape[0], rows):
+                        r1 = min(shape[0], r0 + rows)
+                        res[r0:r1] = general(av[:, m0 + r0:m0 + r1, None],
+                                             ae[:, m0 + r0:m0 + r1, None], bv[:, None, n0:n1],
+                                             be[:, None, n0:n1], cc[r0:r1], unit, rfmt,
+                                             (r1 - r0, shape[1]))
                 if a_bad[m0:m1].any() or b_bad[n0:n1].any() or c_bad[m0:m1, n0:n1].any():
+                    step = max(1, min(per_k, CHUNK_ELEMENTS // (shape[0] * shape[1])))
                     sp = _specials(aT_raw[:, m0:m1, None], b_raw[:, None, n0:n1],
-                                   c_raw[m0:m1, n0:n1], per_k)
+                                   c_raw[m0:m1, n0:n1], step)
                     if sp is not None:
                         res = np.where(sp[0], sp[1], res)
                 out[m0:m1, n0:n1] = res
