@@ -229,11 +229,6 @@ def rounding_context(rounding: Rounding | str = "nearest_even",
     return _use(_LOCAL.autograd_settings.replace(policy=policy))
 
 
-# The old name: not in fpsim.autograd any more; fpsim.training (lm.py, trainer.py) still imports
-# it from here. It goes when those two imports read rounding_context.
-rounding = rounding_context
-
-
 def matmul_accumulation(model: Accumulation | str | tuple):
     """Context manager: the accumulation model of matmul, linear and conv2d (see
     :mod:`fpsim.autograd.accumulate`).

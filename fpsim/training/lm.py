@@ -49,7 +49,7 @@ from threadpoolctl import threadpool_limits
 
 from ..amp import GradScaler, autocast, exponent_histogram, initialize, lost_updates, scale_loss
 from ..autograd import functional as F
-from ..autograd.context import rounding as autograd_rounding
+from ..autograd.context import rounding_context
 from ..autograd.tensor import Tensor, no_grad
 from ..checks import as_int
 from ..formats import FP32, FP64, Format
@@ -494,7 +494,7 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
     fwd_ctx = (lambda: autocast(recipe.autocast)) if recipe.autocast is not None \
         else contextlib.nullcontext
     sr_rng = np.random.default_rng([cfg.seed, 1])
-    update_ctx = (lambda: autograd_rounding("stochastic", rng=sr_rng)) \
+    update_ctx = (lambda: rounding_context("stochastic", rng=sr_rng)) \
         if recipe.update_rounding == "stochastic" else contextlib.nullcontext
     lost_rng = np.random.default_rng([cfg.seed, 2])
     params = dict(model.named_parameters())

@@ -63,7 +63,7 @@ from ..amp import (
     underflow_stats,
 )
 from ..autograd import functional as F
-from ..autograd.context import rounding as autograd_rounding
+from ..autograd.context import rounding_context
 from ..autograd.memory_meter import MemoryMeter
 from ..autograd.tensor import Tensor, no_grad
 from ..datasets import Split, load_digits, minibatches
@@ -446,7 +446,7 @@ def _train(config: TrainConfig | None, data: Split | None,
     shift = 2.0**-cfg.grad_shift  # exact in every format: only the exponents move
     # bf16-sr: the optimizer's writes (weights, momentum) round stochastically, from their own
     # generator so that the batches stay those of every other recipe
-    update_ctx = (lambda: autograd_rounding("stochastic", rng=sr_rng)) \
+    update_ctx = (lambda: rounding_context("stochastic", rng=sr_rng)) \
         if recipe.update_rounding == "stochastic" else contextlib.nullcontext
     sr_rng = np.random.default_rng([cfg.seed, 1])
     lost_rng = np.random.default_rng([cfg.seed, 2])
