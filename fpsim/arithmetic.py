@@ -762,17 +762,54 @@ def _native(name: str, args, c: OpContext):
 # float32 numbers or exact. An inf or NaN result of finite operands (x / 0, 0 / 0, sqrt(-x))
 # is rounded as the general path rounds its float64 twin; a chunk with an inf or NaN operand
 # takes the general path. Equal to it and to MPFR: tests/test_arithmetic_fast.py.
+# fma: the product is exact in float32 (as for mul), the sum's error comes from TwoSum in
+# float32 and the pair is rounded to odd at float32's 24 bits (_fma32_odd): one rounding to
+# odd at p' >= p + 2 bits, then the format's rounding, is one rounding of the exact value in
+# every deterministic mode (Boldo & Melquiond; p <= 12, and the format's quanta are at least
+# 4x float32's, subnormals included), so any deterministic mode runs here.
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _fma32_odd(a, b, d, mode: Rounding):
+    """a * b + d for float32 values of a format whose products are exact in float32, rounded
+    to odd at float32's precision (exact where float32 holds it), or None when the sum is not
+    finite (an inf or NaN operand or product: the general path's)."""
+    p = a * b  # exact
+    s = p + d
+    if s.size and not (s.max() <= _F32_MAX and s.min() >= -_F32_MAX):  # NaN fails too
+        return None
+    bb = s - p  # TwoSum: e = (p - (s - bb)) + (d - bb) exactly
+    e = s - bb
+    np.subtract(p, e, out=e)
+    np.subtract(d, bb, out=bb)
+    e += bb
+    # to odd: truncate toward zero (one step down in magnitude where e's sign is opposite to
+    # s's; s is nonzero where e is), then set the last bit where inexact
+    inexact = e != 0
+    sb = s.view(np.uint32)
+    opp = np.bitwise_xor(sb, e.view(np.uint32), out=bb.view(np.uint32))
+    opp >>= np.uint32(31)
+    opp &= inexact
+    sb -= opp
+    sb |= inexact
+    if mode is Rounding.DOWN:  # an exact zero sum is -0 here (float32 gave +0): _zero_sign
+        zero = s == 0
+        if zero.any():
+            s[zero] = np.where(np.signbit(p[zero]) | np.signbit(d[zero]), -0.0, 0.0)
+    return s
+
+
 _F32_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-            "sqrt": np.sqrt}
+            "sqrt": np.sqrt, "fma": _fma32_odd}
 
 
 @functools.cache
 def _float32_exact_enough(name: str, fmt: Format, mode: Rounding) -> bool:
     p, lo, hi = fmt.precision_bits, fmt.emin - fmt.mantissa_bits, fmt.emax + 1
     # values of fmt: multiples of 2**lo below 2**hi
-    if name == "mul" and 2 * p <= 24 and 2 * lo >= -149 and 2 * hi <= 127:
-        return True  # the product is exact in float32, subnormal or not
-    if mode not in _NEAREST or p > 11:
+    if name in ("mul", "fma") and 2 * p <= 24 and 2 * lo >= -149 and 2 * hi <= 127:
+        return True  # the product is exact in float32, subnormal or not (fma: see above)
+    if name == "fma" or mode not in _NEAREST or p > 11:
         return False
     if name in ("add", "sub", "sqrt", "mul"):
         return hi + 1 <= 127 and 2 * lo >= -149  # below 2**-126: exact (multiples of 2**lo)
@@ -795,6 +832,8 @@ def _float32_path(name: str, args, c: OpContext):
     n = flat[0].size
     out = np.empty(n)
     op = _F32_OPS[name]
+    if name == "fma":
+        op = functools.partial(_fma32_odd, mode=c.mode)
     with np.errstate(all="ignore"), quiet_flags():
         for lo in range(0, n, _CHUNK):
             hi = min(n, lo + _CHUNK)
@@ -806,13 +845,14 @@ def _float32_path(name: str, args, c: OpContext):
                 ops.append(v)
             else:
                 r = op(*ops)
-                v, bad = round_float32(r, c.result)
-                out[lo:hi] = v
-                if bad is not None:  # x / 0, 0 / 0, sqrt(-x): inf or NaN, rounded alone
-                    w = round_with(r[bad].astype(np.float64), c.result)[0]
-                    out[lo + bad] = np.where(np.isnan(r[bad]), np.nan, w)  # _canonical_nans
-                continue
-            # an inf or NaN operand: this chunk by the general path
+                if r is not None:
+                    v, bad = round_float32(r, c.result)
+                    out[lo:hi] = v
+                    if bad is not None:  # x / 0, 0 / 0, sqrt(-x): inf or NaN, rounded alone
+                        w = round_with(r[bad].astype(np.float64), c.result)[0]
+                        out[lo + bad] = np.where(np.isnan(r[bad]), np.nan, w)  # _canonical_nans
+                    continue
+            # an inf or NaN operand (fma: or sum): this chunk by the general path
             vals, snan, _, _ = _operands([a[lo:hi] for a in flat], c, name)
             out[lo:hi] = compute(name, vals, c, snan)[0]
     return out.reshape(shape)

@@ -200,3 +200,58 @@ def test_fma_exact_in_float64_equals_exact_fractions(name: str, mode: str) -> No
             continue  # the sign of an exact zero sum: tests/test_arith_mpfr.py
         want, _ = round_exact(exact, fmt, mode)
         assert same(float(g), want), (x, y, z, g, want)
+
+
+@pytest.mark.parametrize("name", list(F32_FORMATS))
+def test_float32_fma_equals_the_exact_path(monkeypatch, name: str) -> None:
+    """fma on float32 (and float16) operand arrays by the float32 path (TwoSum in float32,
+    rounded to odd at 24 bits, then to the format) equals the flags=True path (the float64
+    kernel) in every deterministic mode: sums that cancel (exact zeros, their sign in mode
+    down), near-midpoint and sticky sums, products and addends far apart, subnormal
+    results, overflow, and chunks with infinities and NaNs; and MPFR's fma to nearest even."""
+    monkeypatch.setattr(arithmetic, "_CHUNK", 512)
+    fmt = F32_FORMATS[name]
+    n = 4000
+    a, b = operands(fmt, n, sum(map(ord, name + "fma")))
+    c, d = operands(fmt, n, 5)
+    rng = np.random.default_rng(9)
+    with np.errstate(invalid="ignore", over="ignore"):  # (formats without inf: NaN)
+        prod = fpsim.round(a * b, fmt, "toward_zero", overflow="saturate")
+        # an addend far below the product (a tie of the product, or one just off it,
+        # decided by the sticky tail that float32's 24 bits lose)
+        tiny = fpsim.round(np.abs(a * b) * 2.0 ** -rng.integers(10, 40, n)
+                           * rng.choice([-1.0, 1.0], n), fmt)
+    c = np.where(rng.random(n) < 0.2, -prod, c)  # cancellation: exact zeros and tails
+    c = np.where(rng.random(n) < 0.3, tiny, c)
+    raw = rng.standard_normal(n) * 2.0 ** rng.integers(-12, 12, n)
+    a = np.where(rng.random(n) < 0.2, raw, a).astype(np.float32)  # not values of fmt
+    b, c = b.astype(np.float32), c.astype(np.float32)
+    a[::89] = 0.0
+    c[::101] = -0.0
+    a[3500:3508] = [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e30, -1e30, 1e-30]
+    b[3600:3603] = [np.inf, 0.0, np.nan]
+    args = (a, b, c)
+    for mode in MODES:
+        cx = arithmetic.context(fmt, mode)
+        assert arithmetic._float32_path("fma", args, cx) is not None, f"{name} {mode}"
+        fast = fpsim.fma(*args, fmt, mode)
+        slow, _ = fpsim.fma(*args, fmt, mode, flags=True)
+        ok = same_bits(fast, slow)
+        i = np.flatnonzero(~ok)
+        assert ok.all(), (f"fma {name} {mode}: {i.size} differ, first {a[i[0]]!r} * "
+                          f"{b[i[0]]!r} + {c[i[0]]!r}: {fast[i[0]]!r} vs {slow[i[0]]!r}")
+        if mode == "nearest_even":
+            with np.errstate(over="ignore"):
+                h = tuple(x.astype(np.float16) for x in args)
+            np.testing.assert_array_equal(fpsim.fma(*h, fmt).view(np.uint64),
+                                          fpsim.fma(*h, fmt, flags=True)[0].view(np.uint64))
+    if fmt.nan_encoding is NaNEncoding.IEEE:
+        got = fpsim.fma(*args, fmt)
+        ctx = gmpy2.context(precision=fmt.precision_bits, emin=fmt.emin - fmt.mantissa_bits + 1,
+                            emax=fmt.emax + 1, subnormalize=True, round=gmpy2.RoundToNearest)
+        for i in np.random.default_rng(3).choice(3400, 300, replace=False):
+            xs = [gmpy2.mpfr(float(fpsim.round(np.float64(v[i]), fmt))) for v in args]
+            with ctx:
+                want = float(gmpy2.fma(*xs))
+            assert same_bits(np.array([got[i]]), np.array([want]))[0], (name, i)
+    assert not arithmetic._float32_exact_enough("fma", fpsim.BF16, Rounding.NEAREST_EVEN)

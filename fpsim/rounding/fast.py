@@ -86,11 +86,9 @@ FLOAT_MODES = {
 def _kernel_float(b, p: KernelParams, mode, overflow, tininess):
     """kernel_general's patterns for ``b`` (float64 patterns) in a deterministic mode
     without flags, flush or DAZ, computed in the float domain (see above)."""
-    e = b >> _U(52)
-    e &= _U(0x7FF)
-    np.maximum(e, p.eminb, out=e)
-    e -= _U(p.m)
-    e <<= _U(52)
+    e = np.bitwise_and(b, _U(0x7FF << 52))  # 2**E, the binade of each element
+    np.maximum(e, splat(p.eminb << _U(52), e.size), out=e)  # 2**max(E, emin)
+    e -= _U(p.m << 52)
     q = e.view(np.float64)  # the quantum of each element
     with np.errstate(over="ignore", invalid="ignore"):
         t = b.view(np.float64) / q
@@ -98,13 +96,38 @@ def _kernel_float(b, p: KernelParams, mode, overflow, tininess):
         t *= q
     if p.enc is NaNEncoding.FNUZ:
         t += 0.0  # -0 + 0 = +0: no negative zero
+    if _within(t, p.max_val):
+        return t.view(np.uint64)
     ok = np.abs(t, out=q) <= p.max_val  # False for overflow, inf and NaN
-    if not ok.all():
-        idx = _overflow_values(t, b.view(np.float64), ok, p, mode, overflow)
-        if idx is not None:
-            t.view(np.uint64)[idx] = kernel_general(b[idx], p, mode, overflow, False, False,
-                                                    tininess, None, None, False)[0]
+    idx = _overflow_values(t, b.view(np.float64), ok, p, mode, overflow)
+    if idx is not None:
+        t.view(np.uint64)[idx] = kernel_general(b[idx], p, mode, overflow, False, False,
+                                                tininess, None, None, False)[0]
     return t.view(np.uint64)
+
+
+def _within(t: np.ndarray, limit: float) -> bool:
+    """Is every element of ``t`` in [-limit, limit]? Two reductions, no temporary (half the
+    time of abs, compare and all); False where ``t`` holds a NaN (max and min propagate it)."""
+    return t.size == 0 or bool(t.max() <= limit and t.min() >= -limit)
+
+
+_SPLATS: dict[tuple, np.ndarray] = {}
+
+
+def splat(value, n: int) -> np.ndarray:
+    """A read-only array of ``n`` copies of the NumPy scalar ``value`` (cached): NumPy's
+    maximum runs 3-4x slower with a scalar operand than with an array of the same length
+    (it has no vectorised loop for a broadcast scalar), the cost of one extra pass."""
+    key = (value.dtype.char, value.item())
+    arr = _SPLATS.get(key)
+    if arr is None or arr.size < n:
+        if len(_SPLATS) > 256:  # formats made on the fly: keep the cache bounded
+            _SPLATS.clear()
+        arr = np.full(max(n, kernel.CHUNK), value)
+        arr.flags.writeable = False  # shared by every thread
+        _SPLATS[key] = arr
+    return arr[:n]
 
 
 _AWAY_ON_OVERFLOW = {  # does an overflow go to the overflow value (inf / NaN)? by sign
@@ -154,23 +177,29 @@ def _round32(x, p: KernelParams, mode, overflow):
     """float32 values ``x`` rounded to the format in the float domain, as float32 (every
     value of a Params.fast32 format is one, and so are inf and NaN), and the positions (or
     None) that kernel_general must redo: inf and NaN inputs. The float32 twin of
-    _kernel_float."""
-    e = x.view(np.uint32) >> np.uint32(23)
-    e &= np.uint32(0xFF)
-    np.maximum(e, p.eminb32, out=e)
-    e -= np.uint32(p.m)
-    e <<= np.uint32(23)
-    q = e.view(np.float32)
+    _kernel_float, with a multiplication by the reciprocal quantum (a power of two, so x
+    times it is x / quantum exactly) built from the same bits: 2**(m - E') has the biased
+    exponent 254 + m - (E' + 127), normal for every finite x (fast32: E' from emin >= m - 126
+    to 127); an inf or NaN input gives an inf or NaN that is redone below."""
+    qb = np.bitwise_and(x.view(np.uint32), _EXP32)  # 2**E, the binade of each element
+    np.maximum(qb, splat(p.eminb32 << _SHIFT32, qb.size), out=qb)  # 2**E', E' = max(E, emin)
+    rb = np.subtract(np.uint32((254 + p.m) << 23), qb)  # 2**(m - E')
+    qb -= np.uint32(p.m << 23)  # the quantum 2**(E' - m), a normal float32
+    q = qb.view(np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
-        t = x / q
+        t = np.multiply(x, rb.view(np.float32), out=rb.view(np.float32))
         FLOAT_MODES[mode](t)
         t *= q
     if p.enc is NaNEncoding.FNUZ:
         t += np.float32(0.0)
-    ok = np.abs(t, out=q) <= p.max_val
-    if ok.all():
+    if _within(t, p.max_val):
         return t, None
+    ok = np.abs(t, out=q) <= p.max_val
     return t, _overflow_values(t, x, ok, p, mode, overflow)
+
+
+_EXP32 = np.uint32(0x7F800000)
+_SHIFT32 = np.uint32(23)
 
 
 def float32_ok(policy: RoundingPolicy) -> bool:
