@@ -766,14 +766,37 @@ def _native(name: str, args, c: OpContext):
 # float32 and the pair is rounded to odd at float32's 24 bits (_fma32_odd): one rounding to
 # odd at p' >= p + 2 bits, then the format's rounding, is one rounding of the exact value in
 # every deterministic mode (Boldo & Melquiond; p <= 12, and the format's quanta are at least
-# 4x float32's, subnormals included), so any deterministic mode runs here.
+# 4x float32's, subnormals included), so any deterministic mode runs here. bf16 (nearest
+# even) too, chunk by chunk where its wider range allows: every product zero or at least
+# 2**-126 (normal, so exact: _fits_float32) and every sum finite; other chunks take the
+# general path.
 _F32_MAX = float(np.finfo(np.float32).max)
+_MAGNITUDE = np.uint32(0x7FFFFFFF)
 
 
-def _fma32_odd(a, b, d, mode: Rounding):
-    """a * b + d for float32 values of a format whose products are exact in float32, rounded
-    to odd at float32's precision (exact where float32 holds it), or None when the sum is not
-    finite (an inf or NaN operand or product: the general path's)."""
+def _fits_float32(a, b) -> bool:
+    """Are all products a * b of this chunk (p <= 12 bit values) exact in float32: zero, or
+    at least 2**-126 in magnitude? From the smallest nonzero magnitudes (the patterns
+    order as magnitudes, and zeros wrap to the top when one is subtracted). (A product or a
+    sum beyond float32 is inf: _fma32_odd's finite test sends its chunk on.)"""
+    least = 1.0
+    for x in (a, b):
+        u = np.bitwise_and(x.view(np.uint32), _MAGNITUDE)
+        u -= np.uint32(1)
+        m = int(u.min()) + 1
+        if m > 0x7F800000:  # all zero (or NaN): no product to lose
+            return True
+        least *= float(np.uint32(m).view(np.float32))
+    return least >= 2.0**-126
+
+
+def _fma32_odd(a, b, d, mode: Rounding, guard: bool = False):
+    """a * b + d for float32 values of a format whose products are exact in float32 (with
+    ``guard``: where _fits_float32 finds them so), rounded to odd at float32's precision
+    (exact where float32 holds it), or None when this chunk is not for it (a sum not finite:
+    an inf or NaN operand or product; or the guard fails): the general path's."""
+    if guard and a.size and not _fits_float32(a, b):
+        return None
     p = a * b  # exact
     s = p + d
     if s.size and not (s.max() <= _F32_MAX and s.min() >= -_F32_MAX):  # NaN fails too
@@ -809,11 +832,21 @@ def _float32_exact_enough(name: str, fmt: Format, mode: Rounding) -> bool:
     # values of fmt: multiples of 2**lo below 2**hi
     if name in ("mul", "fma") and 2 * p <= 24 and 2 * lo >= -149 and 2 * hi <= 127:
         return True  # the product is exact in float32, subnormal or not (fma: see above)
-    if name == "fma" or mode not in _NEAREST or p > 11:
+    if name == "fma":  # bf16: products exact where _fits_float32 says so, chunk by chunk
+        return _fma32_guarded(fmt)
+    if mode not in _NEAREST or p > 11:
         return False
     if name in ("add", "sub", "sqrt", "mul"):
         return hi + 1 <= 127 and 2 * lo >= -149  # below 2**-126: exact (multiples of 2**lo)
     return lo - hi >= -126 and hi - lo <= 127  # div: every nonzero quotient normal
+
+
+def _fma32_guarded(fmt: Format) -> bool:
+    """Does the float32 fma of ``fmt`` need _fits_float32 per chunk? (p <= 12 and quanta at
+    least 4x float32's, as above, but products that may fall below 2**-126 or sums beyond
+    float32: bf16.)"""
+    p, lo, hi = fmt.precision_bits, fmt.emin - fmt.mantissa_bits, fmt.emax + 1
+    return 2 * p <= 24 and lo >= -147 and hi <= 128 and not (2 * lo >= -149 and 2 * hi <= 127)
 
 
 def _float32_path(name: str, args, c: OpContext):
@@ -833,7 +866,7 @@ def _float32_path(name: str, args, c: OpContext):
     out = np.empty(n)
     op = _F32_OPS[name]
     if name == "fma":
-        op = functools.partial(_fma32_odd, mode=c.mode)
+        op = functools.partial(_fma32_odd, mode=c.mode, guard=_fma32_guarded(c.fmt))
     with np.errstate(all="ignore"), quiet_flags():
         for lo in range(0, n, _CHUNK):
             hi = min(n, lo + _CHUNK)

@@ -205,27 +205,56 @@ _SHIFT32 = np.uint32(23)
 def float32_ok(policy: RoundingPolicy) -> bool:
     """Internal API (arithmetic's float32 path): may :func:`round_float32` round by
     ``policy``? (A deterministic mode, no flush or DAZ, a format whose every quantum is a
-    normal float32 of at most 1: fp16, fp8, e5m7, fp6, fp4, ...)
+    normal float32 of at most 1: fp16, fp8, e5m7, fp6, fp4, ...; or bf16's default policy,
+    nearest even with overflow to inf: :func:`bf16_values32`.)
 
     >>> from fpsim.rounding import policy_of
     >>> float32_ok(policy_of("fp16")), float32_ok(policy_of("bf16"))
-    (True, False)
+    (True, True)
+    >>> float32_ok(policy_of("bf16", "up"))
+    False
     """
-    return (kernel_params(policy.fmt).fast32 and policy.rounding in FLOAT_MODES
-            and not (policy.flush or policy.daz))
+    if policy.flush or policy.daz:
+        return False
+    if policy.fmt == BF16:
+        return policy.rounding is Rounding.NEAREST_EVEN and policy.overflow is Overflow.INF
+    return kernel_params(policy.fmt).fast32 and policy.rounding in FLOAT_MODES
 
 
 def round_float32(x: np.ndarray, policy: RoundingPolicy):
     """Internal API (arithmetic's float32 path): flat float32 ``x`` rounded once by a policy
     :func:`float32_ok` accepts, without flags: (float32 values, the positions of inf and NaN
-    inputs, whose values are not set, or None). Overflow is resolved as :func:`round` does.
+    inputs (bf16: of NaN inputs), whose values are not set, or None). Overflow is resolved as
+    :func:`round` does.
 
     >>> from fpsim.rounding import policy_of
     >>> v, bad = round_float32(np.array([1/3, 7e4], np.float32), policy_of("fp16"))
     >>> v.tolist(), bad
     ([0.333251953125, inf], None)
     """
+    if policy.fmt == BF16:
+        return bf16_values32(x)
     return _round32(x, kernel_params(policy.fmt), policy.rounding, policy.overflow)
+
+
+def bf16_values32(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Flat float32 ``x`` rounded to bf16 (nearest even, overflow to inf) as float32 values,
+    and the positions of NaN inputs (values not set) or None: :func:`bf16_nearest_even`'s
+    rule (the carry of ``bits + 0x7FFF + lsb``) without the widening.
+
+    >>> bf16_values32(np.array([1 + 2.0**-8, 3.4e38, -np.inf], np.float32))[0].tolist()
+    [1.0, inf, -inf]
+    """
+    b = x.view(np.uint32)
+    r = b >> _BF16_DROP
+    r &= np.uint32(1)
+    r += _BF16_HALF_MINUS_ONE
+    r += b
+    r &= _BF16_KEEP
+    bad = None
+    if x.size and np.isnan(x.max()):  # NaN propagates through the max: one cheap pass
+        bad = np.flatnonzero(np.isnan(x))  # the carry corrupts a NaN: the caller's
+    return r.view(np.float32), bad
 
 
 def run_float32(flat: np.ndarray, out: np.ndarray, p: KernelParams, fmt: Format, mode, ovf, tin,
@@ -428,6 +457,11 @@ def _apply32(x, fmt, mode, overflow):
     return out.view(np.float64).reshape(x.shape)
 
 
+def _apply_bf16_values32(x):
+    v, bad = bf16_values32(np.ascontiguousarray(x, dtype=np.float32).reshape(-1))
+    return None if bad is not None else v.astype(np.float64).reshape(x.shape)
+
+
 def _stores_by_bits(fmt: Format) -> bool:
     """The formats :func:`store_values` packs by the bits (fp16, ml_dtypes' float8 types)."""
     store = fmt.storage_dtype
@@ -446,7 +480,8 @@ FLOAT64 = FastPath(
 FLOAT32 = FastPath(
     "float32_float_domain", run_float32, lambda f: kernel_params(f).fast32,
     frozenset(FLOAT_MODES), _EVERY_OVERFLOW, frozenset({_F32}), _apply32,
-    "run_chunks on float32 input: round, cast; arithmetic's float32 path (round_float32)")
+    "run_chunks on float32 input: round, cast; arithmetic's float32 path (round_float32: "
+    "operands and results of + - * / sqrt fma)")
 STORE_BITS = FastPath(
     "store_bits", store_values, _stores_by_bits, _EVERY_MODE, _EVERY_OVERFLOW,
     frozenset({_F32, _F64}),
@@ -462,6 +497,11 @@ BF16_CAST = FastPath(
     "bf16_cast", bf16_nearest_even, lambda f: f == BF16, _NEAREST, _TO_INF,
     frozenset({_F32}), lambda x, fmt, _mode, _ovf: bf16_nearest_even(x, fmt, fmt.storage_dtype),
     "cast of a float32 array (array_path): ml_dtypes' own cast", stores=True)
+BF16_VALUES32 = FastPath(
+    "bf16_values32", bf16_values32, lambda f: f == BF16, _NEAREST, _TO_INF,
+    frozenset({_F32}), lambda x, _fmt, _mode, _ovf: _apply_bf16_values32(x),
+    "arithmetic's float32 path (round_float32: fma's operands and results in bf16)",
+    declines_nan=True)
 BYTE_TABLE = FastPath(
     "byte_table", byte_nearest_even, _byte_table_format, _NEAREST, _TO_INF,
     frozenset({_F32}),
@@ -483,7 +523,8 @@ FP16_FROM_F64 = FastPath(
     "fpsim.autograd.context.round_to (fp16, plain settings)", stores=True, nan_payload=False)
 
 REGISTRY: tuple[FastPath, ...] = (FLOAT64, FLOAT32, STORE_BITS, BF16_ROUND, BF16_CAST,
-                                  BYTE_TABLE, NATIVE_CAST, FP16_FROM_F32, FP16_FROM_F64)
+                                  BF16_VALUES32, BYTE_TABLE, NATIVE_CAST, FP16_FROM_F32,
+                                  FP16_FROM_F64)
 _FLOAT64_MODES = FLOAT64.modes  # round_patterns' per-chunk test, without attribute lookups
 FLOAT32_MODES = FLOAT32.modes  # run_chunks' float32 test
 
