@@ -200,3 +200,68 @@ def test_the_kernel_on_the_grid_equals_exact_fractions(fmt_name: str) -> None:
             for xi, gi in zip(x.tolist(), got.tolist(), strict=True):
                 want, _ = round_exact(xi, fmt, mode.value, overflow=overflow.value)
                 assert same(gi, want), f"{fmt_name} {mode.value} {overflow.value}: {xi!r}"
+
+
+class _Draws:
+    """A generator that hands out given 64-bit draws: both sides of a stochastic comparison
+    see the same chosen values (seeded draws never hit the thresholds below)."""
+
+    def __init__(self, rnd: np.ndarray) -> None:
+        self.rnd = rnd
+
+    def integers(self, low, high, size, dtype, endpoint):  # noqa: ARG002 - Generator's API
+        assert tuple(np.atleast_1d(size)) == self.rnd.shape
+        return self.rnd.copy()
+
+
+def _thresholds(x: float, fmt) -> list[int]:
+    """Draws at and next to where kernel_general's stochastic decision for ``x`` flips: the
+    increment that carries exactly (s < 52), ``floor(f * 2**64)`` (s >= 52), and the
+    extremes."""
+    p = kernel.kernel_params(fmt)
+    a = int(np.array(abs(x), np.float64).view(np.uint64))
+    s = max(p.k - (a >> 52), p.c)
+    top = (1 << 64) - 1
+    if s < 52:
+        t = (1 << s) - (a & ((1 << s) - 1))  # the smallest increment that carries
+        cut = [t, t - 1, t | (top ^ ((1 << s) - 1))]
+    else:
+        sig = (a & ((1 << 52) - 1)) | (1 << 52) if a >> 52 else a & ((1 << 52) - 1)
+        rem = sig & ((1 << min(s, 63)) - 1)
+        count = rem << (64 - s) if s <= 64 else rem >> min(s - 64, 63)
+        cut = [count, count - 1, count + 1]
+    return [v for v in cut + [0, top, top >> 1] if 0 <= v <= top]
+
+
+@pytest.mark.parametrize("fmt_name", sorted(n for n, f in PRESETS.items()
+                                            if fast.STOCHASTIC32.formats(f)))
+def test_stochastic32_at_the_draw_thresholds(fmt_name: str) -> None:
+    """float32_stochastic against the general kernel on the grid with chosen draws: for
+    each value the draws where its decision flips (either side, exactly at it) and the
+    extremes 0 and 2**64 - 1, both overflow policies."""
+    fmt = PRESETS[fmt_name]
+    x0 = grid(fmt, np.dtype(np.float32))
+    xs, rs = [], []
+    for v in x0.tolist():
+        cuts = _thresholds(v, fmt) if np.isfinite(v) else [0, 12345]
+        xs += [v] * len(cuts)
+        rs += cuts
+    x = np.array(xs, np.float32)
+    rnd = np.array(rs, np.uint64)
+    # NaNs whose payload a carry would take past the exponent field, with large draws
+    nans = np.array([0x7FFFFFFF, 0xFFFFFFFF, 0x7FBFFFFF, 0xFFC00001], np.uint32).view(np.float32)
+    x = np.concatenate([x, np.repeat(nans, 2)])
+    rnd = np.concatenate([rnd, np.tile(np.array([(1 << 64) - 1, 1 << 63], np.uint64), 4)])
+    for overflow in Overflow:
+        b = widen(x).view(np.uint64)
+        want, _ = kernel.kernel_general(b, kernel.kernel_params(fmt), Rounding.STOCHASTIC,
+                                        overflow, False, False, Tininess.AFTER, _Draws(rnd),
+                                        None, False)
+        out = np.empty(x.size, np.uint64)
+        fast.run_float32(x, out, kernel.kernel_params(fmt), fmt, Rounding.STOCHASTIC,
+                         overflow, Tininess.AFTER, None, _Draws(rnd))
+        bad = out != want
+        i = np.flatnonzero(bad)
+        assert not bad.any(), (f"{fmt_name} {overflow.value}: {i.size} differ; first x="
+                               f"{x[i[0]]!r}, draw {int(rnd[i[0]]):#x}: got "
+                               f"{int(out[i[0]]):#x}, want {int(want[i[0]]):#x}")

@@ -48,8 +48,9 @@ def run_chunks(x64: np.ndarray, fmt, mode, ovf, flush, daz, tin, rng, random_bit
     bits = flat if narrow else flat.view(np.uint64)
     gen = default_rng(rng) if mode is Rounding.STOCHASTIC else None
     if (flat.dtype == np.float32 and p.fast32 and mode in FLOAT32_MODES and pair_lo is None
-            and not (want or flush or daz)):
-        run_float32(flat, out, p, fmt, mode, ovf, tin, store)
+            and not (want or flush or daz)
+            and (random_bits is None or mode is not Rounding.STOCHASTIC)):
+        run_float32(flat, out, p, fmt, mode, ovf, tin, store, gen)  # (stochastic: gen's draws)
         return out, fl
     for lo in range(0, n, step):
         hi = min(n, lo + step)

@@ -134,6 +134,7 @@ _AWAY_ON_OVERFLOW = {  # does an overflow go to the overflow value (inf / NaN)? 
     Rounding.NEAREST_EVEN: (True, True), Rounding.NEAREST_AWAY: (True, True),
     Rounding.UP: (True, False), Rounding.DOWN: (False, True),
     Rounding.TOWARD_ZERO: (False, False), Rounding.ODD: (False, False),
+    Rounding.STOCHASTIC: (True, True),
 }
 
 
@@ -257,24 +258,96 @@ def bf16_values32(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     return r.view(np.float32), bad
 
 
+# -- stochastic rounding of float32 values ----------------------------------------------------
+# kernel_general's stochastic rounding of a chunk, for float32 input to a Params.fast32
+# format with 64-bit draws (random_bits None), from the same draws (one rng.integers call per
+# chunk, as the kernel makes), without its gathers of the elements below 2**emin:
+# - s = max(k - E, c) bits of the float64 pattern go (c = 52 - m; E the biased exponent).
+#   Below s = 52 the kernel adds ``rnd & (2**s - 1)`` to the pattern and clears those bits.
+#   A float32 value's pattern has 29 zero bits at the bottom, so no carry comes out of the
+#   draw's low 29 bits: the same sum on the float32 pattern with the draw's bits 29 and up and
+#   s - 29 bits dropped gives the same carry into the kept bits (only the exponent field's
+#   offset differs, 896, and the fast32 formats overflow inside both ranges).
+# - From s = 52 on (results of at most one or two smallest subnormals qmin, float32
+#   subnormal inputs included) the kernel rounds up when ``rnd < floor(f * 2**64)``, f the
+#   fractional part of |x| / qmin (exact in float64; f * 2**64 < 2**64 is an integer, as
+#   x's last bit is at least 2**-149 and qmin at most 2**-126), to floor(|x| / qmin) + up
+#   units of qmin.
+# Overflow, the sign, fnuz's zero: as _round32; inf and NaN inputs are returned to the caller
+# (the kernel's result for them does not depend on the mode or the draws).
+_MAG32 = np.uint32(0x7FFFFFFF)
+_ONE32 = np.uint32(1)
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _stochastic32(x: np.ndarray, p: KernelParams, overflow, rnd: np.ndarray):
+    """kernel_general's stochastic rounding of float32 ``x`` (one chunk, ``rnd`` its draws,
+    one per element) as float32 values, and the positions of inf and NaN inputs (values not
+    set) or None: see above."""
+    xb = x.view(np.uint32)
+    mag = np.bitwise_and(xb, _MAG32)
+    s = np.right_shift(mag, _SHIFT32).view(np.int32)  # the biased exponent (0 to 255)
+    np.subtract(np.int32(int(p.eminb32) + 23 - p.m), s, out=s)
+    np.maximum(s, splat(np.int32(23 - p.m), s.size), out=s)  # bits dropped, s - 29
+    deep = s >= np.int32(23)
+    mask = np.left_shift(_ONE32, s.view(np.uint32))  # (0 from s = 32 on: deep anyway)
+    mask -= _ONE32
+    r = np.right_shift(rnd, np.uint64(29)).astype(np.uint32)  # the draw's bits 29 to 60
+    r &= mask
+    r += mag
+    np.invert(mask, out=mask)
+    r &= mask
+    sign = np.bitwise_xor(xb, mag, out=mag)
+    if deep.any():
+        idx = np.flatnonzero(deep)
+        v = x[idx].astype(np.float64)
+        np.abs(v, out=v)
+        v *= 2.0 ** (p.m + 127 - int(p.eminb32))  # |x| / qmin, below 2: exact
+        kept = np.floor(v)
+        v -= kept
+        v *= 2.0**64  # an integer: x's last bit is at least 2**-149, qmin at most 2**-126
+        kept += rnd[idx] < v.astype(np.uint64)
+        kept *= 2.0 ** (int(p.eminb32) - 127 - p.m)  # units of qmin: 0, qmin or 2 qmin
+        r[idx] = kept.astype(np.float32).view(np.uint32)
+    r |= sign
+    t = r.view(np.float32)
+    with np.errstate(invalid="ignore"):  # (signalling NaNs, where x is inf or NaN)
+        if p.enc is NaNEncoding.FNUZ:
+            t += np.float32(0.0)  # -0 + 0 = +0: no negative zero
+        # a NaN's payload can carry into anything: its t is not a NaN, so x itself is tested
+        if _within(t, p.max_val) and _within(x, _F32_MAX):
+            return t, None
+        ok = np.abs(t) <= p.max_val
+    ok &= np.isfinite(x)  # inf and NaN: the caller's
+    return t, _overflow_values(t, x, ok, p, Rounding.STOCHASTIC, overflow)
+
+
 def run_float32(flat: np.ndarray, out: np.ndarray, p: KernelParams, fmt: Format, mode, ovf, tin,
-                store: np.dtype | None) -> None:
+                store: np.dtype | None, gen: np.random.Generator | None = None) -> None:
     """:func:`run_chunks` for float32 input to a Params.fast32 format in a deterministic mode
-    without flags, flush or DAZ: each chunk is rounded as float32 (:func:`_round32`, half
-    the bytes of float64 and no widening first), the elements it leaves (overflow, inf,
-    NaN) by kernel_general on their exact float64 widening."""
+    without flags, flush or DAZ, or stochastically with 64-bit draws from ``gen``: each chunk
+    is rounded as float32 (:func:`_round32`, :func:`_stochastic32`: half the bytes of float64
+    and no widening first), the elements it leaves (inf, NaN) by kernel_general on their
+    exact float64 widening (in a deterministic mode for stochastic rounding: the result of
+    inf and NaN does not depend on it, and the generator is not drawn from twice)."""
     step = kernel.CHUNK  # read per call: tests shrink it
     wide = out.view(np.float64) if store is None else None
+    special_mode = Rounding.TOWARD_ZERO if mode is Rounding.STOCHASTIC else mode
     for lo in range(0, flat.size, step):
         x = flat[lo:lo + step]
-        v, bad = _round32(x, p, mode, ovf)
-        if store is None:
-            wide[lo:lo + step] = v  # exact widening
+        if mode is Rounding.STOCHASTIC:  # the kernel's draws for this chunk
+            rnd = gen.integers(0, 1 << 64, size=x.size, dtype=np.uint64, endpoint=False)
+            v, bad = _stochastic32(x, p, ovf, rnd)
         else:
-            out[lo:lo + step] = store_values(v, store, fmt, owned=True)
+            v, bad = _round32(x, p, mode, ovf)
+        with np.errstate(invalid="ignore"):  # (signalling NaNs where ``bad``: redone next)
+            if store is None:
+                wide[lo:lo + step] = v  # exact widening
+            else:
+                out[lo:lo + step] = store_values(v, store, fmt, owned=True)
         if bad is not None:
-            r, _ = kernel_general(widen(x[bad]).view(np.uint64), p, mode, ovf, False, False,
-                                  tin, None, None, False)
+            r, _ = kernel_general(widen(x[bad]).view(np.uint64), p, special_mode, ovf, False,
+                                  False, tin, None, None, False)
             if store is None:
                 out[lo + bad] = r
             else:
@@ -462,6 +535,16 @@ def _apply_bf16_values32(x):
     return None if bad is not None else v.astype(np.float64).reshape(x.shape)
 
 
+def _apply_stochastic32(x, fmt, mode, overflow):
+    """run_float32's stochastic rounding with the generator seeded 0 (one chunk: the
+    draws of _general_values)."""
+    flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+    out = np.empty(flat.size, np.uint64)
+    run_float32(flat, out, kernel_params(fmt), fmt, mode, overflow, Tininess.AFTER, None,
+                np.random.default_rng(0))
+    return out.view(np.float64).reshape(x.shape)
+
+
 def _stores_by_bits(fmt: Format) -> bool:
     """The formats :func:`store_values` packs by the bits (fp16, ml_dtypes' float8 types)."""
     store = fmt.storage_dtype
@@ -482,6 +565,10 @@ FLOAT32 = FastPath(
     frozenset(FLOAT_MODES), _EVERY_OVERFLOW, frozenset({_F32}), _apply32,
     "run_chunks on float32 input: round, cast; arithmetic's float32 path (round_float32: "
     "operands and results of + - * / sqrt fma)")
+STOCHASTIC32 = FastPath(
+    "float32_stochastic", run_float32, lambda f: kernel_params(f).fast32,
+    frozenset({Rounding.STOCHASTIC}), _EVERY_OVERFLOW, frozenset({_F32}), _apply_stochastic32,
+    "run_chunks on float32 input, stochastic rounding with 64-bit draws: round, cast")
 STORE_BITS = FastPath(
     "store_bits", store_values, _stores_by_bits, _EVERY_MODE, _EVERY_OVERFLOW,
     frozenset({_F32, _F64}),
@@ -522,11 +609,11 @@ FP16_FROM_F64 = FastPath(
     frozenset({_F64}), lambda x, _fmt, _mode, _ovf: f64_to_f16(x),
     "fpsim.autograd.context.round_to (fp16, plain settings)", stores=True, nan_payload=False)
 
-REGISTRY: tuple[FastPath, ...] = (FLOAT64, FLOAT32, STORE_BITS, BF16_ROUND, BF16_CAST,
-                                  BF16_VALUES32, BYTE_TABLE, NATIVE_CAST, FP16_FROM_F32,
-                                  FP16_FROM_F64)
+REGISTRY: tuple[FastPath, ...] = (FLOAT64, FLOAT32, STOCHASTIC32, STORE_BITS, BF16_ROUND,
+                                  BF16_CAST, BF16_VALUES32, BYTE_TABLE, NATIVE_CAST,
+                                  FP16_FROM_F32, FP16_FROM_F64)
 _FLOAT64_MODES = FLOAT64.modes  # round_patterns' per-chunk test, without attribute lookups
-FLOAT32_MODES = FLOAT32.modes  # run_chunks' float32 test
+FLOAT32_MODES = FLOAT32.modes | STOCHASTIC32.modes  # run_chunks' float32 test
 
 # round / cast of a whole array: the rows array_path picks from, in order, and its cache
 _ARRAY_ROWS = (BF16_ROUND, BF16_CAST, BYTE_TABLE)
