@@ -173,7 +173,11 @@ def test_every_row_has_a_preset_and_a_domain() -> None:
 
 @pytest.mark.parametrize("args", [("bf16", {}, False, "bf16_round"),
                                   ("bf16", {}, True, "bf16_cast"),
-                                  ("fp8_e4m3", {}, True, "byte_table"),
+                                  ("fp8_e4m3", {}, True, "cast_by_addition"),
+                                  ("fp8_e4m3fnuz", {}, True, "byte_table"),
+                                  ("fp16", {}, True, "cast_by_addition"),
+                                  ("fp16", {}, False, None),
+                                  ("fp16", {"rounding": "up"}, True, None),
                                   ("fp4_e2m1", {}, True, "byte_table"),
                                   ("fp8_e4m3", {}, False, None),
                                   ("bf16", {"subnormals": "flush"}, False, None),
@@ -183,6 +187,33 @@ def test_round_and_cast_dispatch_through_the_registry(args) -> None:
     row = fast.array_path(policy_of(fmt, **opts), np.dtype(np.float32), cast)
     assert (row and row.name) == name
     assert fast.array_path(policy_of(fmt, **opts), np.dtype(np.float64), cast) is None
+
+
+CHUNKED = ["float32_float_domain", "bf16_round", "bf16_cast", "cast_by_addition",
+           "byte_table"]  # the rows that go chunk by chunk (kernel.CHUNK)
+
+
+@pytest.mark.parametrize("name", CHUNKED)
+def test_chunked_rows_across_chunk_boundaries(monkeypatch, name: str) -> None:
+    """With small chunks, the grid shuffled (chunks with and without NaN, infinities,
+    overflow or subnormals, and a short last chunk): the same bits as the kernel."""
+    monkeypatch.setattr(kernel, "CHUNK", 1000)
+    row = ROWS[name]
+    for fmt in PRESETS.values():
+        if not row.formats(fmt):
+            continue
+        x0 = grid(fmt, np.dtype(np.float32))
+        if row.declines_nan:
+            x0 = x0[~np.isnan(x0)]
+        x = np.random.default_rng(0).permutation(np.tile(x0, math.ceil(5500 / x0.size)))
+        with np.errstate(invalid="ignore"):  # (NaN)
+            x[:2200] = np.abs(x[:2200]) * 2.0**-10  # chunks without overflow or NaN
+        x[:1000] = np.where(np.isfinite(x[:1000]), x[:1000], 0.5)
+        for mode in sorted(row.modes, key=lambda m: m.value):
+            for overflow in sorted(row.overflows, key=lambda o: o.value):
+                what = f"{name} {fmt.name} {mode.value} {overflow.value}"
+                assert_same_bits(row, _apply(row, x, fmt, mode, overflow, what),
+                                 reference(row, x, fmt, mode, overflow), x, what)
 
 
 @pytest.mark.parametrize("fmt_name", sorted(PRESETS))

@@ -122,7 +122,7 @@ def splat(value, n: int) -> np.ndarray:
     key = (value.dtype.char, value.item())
     arr = _SPLATS.get(key)
     if arr is None or arr.size < n:
-        if len(_SPLATS) > 256:  # formats made on the fly: keep the cache bounded
+        if len(_SPLATS) > 64:  # formats made on the fly: keep the cache bounded
             _SPLATS.clear()
         arr = np.full(max(n, kernel.CHUNK), value)
         arr.flags.writeable = False  # shared by every thread
@@ -343,6 +343,8 @@ def run_float32(flat: np.ndarray, out: np.ndarray, p: KernelParams, fmt: Format,
         with np.errstate(invalid="ignore"):  # (signalling NaNs where ``bad``: redone next)
             if store is None:
                 wide[lo:lo + step] = v  # exact widening
+            elif store == v.dtype:  # stored as float32 (e5m7, ...): the values themselves
+                out[lo:lo + step] = v
             else:
                 out[lo:lo + step] = store_values(v, store, fmt, owned=True)
         if bad is not None:
@@ -426,6 +428,108 @@ def bf16_nearest_even(x: np.ndarray, _fmt: Format, store: np.dtype | None) -> np
         with np.errstate(invalid="ignore"):  # quiets signalling NaNs, as the kernel
             out[lo:lo + step] = r.view(np.float32)
     return out.reshape(x.shape)
+
+
+# -- cast of float32 to fp16 and one-byte formats in one addition -----------------------------
+# fpsim.rounding.fp16's method for any format stored by its bits (fp16, e5m2, e4m3fn, ...;
+# width w = exponent + mantissa bits <= 15, nearest even): c = 1.5 * 2**(E' + 23 - m) with
+# E' = max(E, emin) has the format's quantum at x as its ulp and x + c stays in c's binade,
+# so the FPU's addition rounds x to the format's grid, ties to even; c also carries
+# (E' - emin) << m plus 2**w where x < 0 in its low bits (both even multiples of the ulp),
+# so the low w + 1 bits of x + c are the format's pattern (a carry into the next binade
+# included). Overflow: |x| is first clamped to the smallest value whose pattern is the
+# overflow value (2**(emax + 1): exponent all ones, inf, for fp16 / e5m2; 480 = 0x7F,
+# NaN, for e4m3fn), which the addition then gives; NaN inputs are stored as the kernel
+# stores them (fp16: sign, quiet bit and the payload's top bits; one byte: ml_dtypes' cast).
+
+
+@dataclass(frozen=True)
+class _Packing:
+    m: int
+    offset: np.uint32  # c's exponent 23 - m above 2**E', its 1.5, and E' + 127 -> E' - emin
+    clamp_binade: np.uint32  # the exponent field of the clamp's binade
+    clamp: np.float32
+    exp_min: np.uint32  # 2**emin's exponent field
+    signs: np.uint32  # float32's sign bit and the format's
+    store: np.dtype
+
+
+_PACKINGS: dict[Format, _Packing] = {}
+
+
+def _packing(fmt: Format) -> _Packing:
+    """The constants of the one-addition cast to ``fmt`` (cached)."""
+    pk = _PACKINGS.get(fmt)
+    if pk is not None:
+        return pk
+    m, width = fmt.mantissa_bits, fmt.exponent_bits + fmt.mantissa_bits
+    if fmt.nan_encoding is NaNEncoding.IEEE:
+        clamp = np.float32(2.0 ** (fmt.emax + 1))
+    else:  # e4m3fn: the pattern above the largest finite value, its NaN
+        clamp = np.float32(float(fmt.max) + 2.0 ** (fmt.emax - m))
+    pk = _Packing(m, np.uint32(((23 - m) << 23) + (1 << 22) - ((128 - fmt.bias) << m)),
+                  clamp.view(np.uint32) & _EXP32, clamp, np.uint32((fmt.emin + 127) << 23),
+                  np.uint32(0x80000000) | np.uint32(1 << width), fmt.storage_dtype)
+    if len(_PACKINGS) > 256:  # formats made on the fly: keep the cache bounded
+        _PACKINGS.clear()
+    _PACKINGS[fmt] = pk
+    return pk
+
+
+def _pack32(x: np.ndarray, out: np.ndarray, pk: _Packing) -> None:
+    """One chunk: the patterns of float32 ``x`` rounded to nearest even into ``out`` (the
+    format's unsigned view), see above."""
+    n = x.size
+    e = np.bitwise_and(x.view(np.uint32), _EXP32)  # 2**E
+    xc, nan = x, None
+    if e.max() >= pk.clamp_binade:  # |x| may reach the clamp; inf, NaN (rare: one test)
+        xc = np.minimum(x, splat(pk.clamp, n))
+        np.maximum(xc, splat(-pk.clamp, n), out=xc)  # (a NaN stays: stored below)
+        np.bitwise_and(xc.view(np.uint32), _EXP32, out=e)
+        nan = np.flatnonzero(np.isnan(x))
+    np.maximum(e, splat(pk.exp_min, n), out=e)  # 2**E'
+    c = np.right_shift(e, np.uint32(23 - pk.m))  # (E' + 127) << m
+    c += e
+    c += pk.offset  # 1.5 * 2**(E' + 23 - m), (E' - emin) << m in the low bits
+    np.right_shift(xc.view(np.uint32), np.uint32(31), out=e)
+    e *= splat(pk.signs, n)  # x's sign, and the format's, where x < 0
+    c += e
+    with np.errstate(invalid="ignore"):  # NaN: stored below
+        y = np.add(xc, c.view(np.float32), out=c.view(np.float32))  # the rounding
+    np.copyto(out, y.view(np.uint32), casting="unsafe")  # the low w + 1 bits: the pattern
+    if nan is not None and nan.size:
+        b = x.view(np.uint32)[nan] | np.uint32(0x00400000)  # quieted, as the kernel does
+        if pk.store == np.float16:
+            h = np.right_shift(b, np.uint32(16)) & np.uint32(0x8000)  # the sign
+            h |= np.right_shift(b, np.uint32(13)) & np.uint32(0x7FFF)  # inf's field, payload
+            out[nan] = h
+        else:
+            out[nan] = b.view(np.float32).astype(pk.store).view(out.dtype)  # ml_dtypes'
+
+
+def cast_by_addition(x: np.ndarray, fmt: Format, store: np.dtype) -> np.ndarray:
+    """:func:`fpsim.cast` of float32 ``x`` with the default policy (nearest even, the
+    format's overflow value, subnormals kept, no flags) to fp16, e5m2 or e4m3fn, chunk by
+    chunk, in one addition per element (see above): the kernel's bits, NaN payloads
+    included. (``store``: the format's storage dtype.)"""
+    step = kernel.CHUNK  # read per call: tests shrink it
+    pk = _packing(fmt)
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty(flat.size, store)
+    bits = out.view(np.dtype(f"u{store.itemsize}"))
+    for lo in range(0, flat.size, step):
+        _pack32(flat[lo:lo + step], bits[lo:lo + step], pk)
+    return out.reshape(x.shape)
+
+
+def _adds_to_pattern(fmt: Format) -> bool:
+    """The formats :func:`cast_by_addition` serves: stored by their bits (fp16, ml_dtypes'
+    float8 types), IEEE's or e4m3fn's NaN encoding (fnuz has no -0; fp6 / fp4 no NaN), and a
+    float32 grid 2 bits finer than theirs."""
+    width, m = fmt.exponent_bits + fmt.mantissa_bits, fmt.mantissa_bits
+    return (_stores_by_bits(fmt) and fmt.nan_encoding in (NaNEncoding.IEEE, NaNEncoding.FN)
+            and 8 * fmt.storage_dtype.itemsize == width + 1 and kernel_params(fmt).fast32
+            and m <= 21 and fmt.emax + 24 - m <= 127)  # c = 1.5 * 2**(E' + 23 - m) finite
 
 
 def byte_nearest_even(x: np.ndarray, fmt: Format, _store: np.dtype) -> np.ndarray | None:
@@ -589,6 +693,10 @@ BF16_VALUES32 = FastPath(
     frozenset({_F32}), lambda x, _fmt, _mode, _ovf: _apply_bf16_values32(x),
     "arithmetic's float32 path (round_float32: fma's operands and results in bf16)",
     declines_nan=True)
+CAST_BY_ADDITION = FastPath(
+    "cast_by_addition", cast_by_addition, _adds_to_pattern, _NEAREST, _TO_INF,
+    frozenset({_F32}), lambda x, fmt, _mode, _ovf: cast_by_addition(x, fmt, fmt.storage_dtype),
+    "cast of a float32 array to fp16, e5m2, e4m3fn (array_path)", stores=True)
 BYTE_TABLE = FastPath(
     "byte_table", byte_nearest_even, _byte_table_format, _NEAREST, _TO_INF,
     frozenset({_F32}),
@@ -610,13 +718,13 @@ FP16_FROM_F64 = FastPath(
     "fpsim.autograd.context.round_to (fp16, plain settings)", stores=True, nan_payload=False)
 
 REGISTRY: tuple[FastPath, ...] = (FLOAT64, FLOAT32, STOCHASTIC32, STORE_BITS, BF16_ROUND,
-                                  BF16_CAST, BF16_VALUES32, BYTE_TABLE, NATIVE_CAST,
-                                  FP16_FROM_F32, FP16_FROM_F64)
+                                  BF16_CAST, BF16_VALUES32, CAST_BY_ADDITION, BYTE_TABLE,
+                                  NATIVE_CAST, FP16_FROM_F32, FP16_FROM_F64)
 _FLOAT64_MODES = FLOAT64.modes  # round_patterns' per-chunk test, without attribute lookups
 FLOAT32_MODES = FLOAT32.modes | STOCHASTIC32.modes  # run_chunks' float32 test
 
 # round / cast of a whole array: the rows array_path picks from, in order, and its cache
-_ARRAY_ROWS = (BF16_ROUND, BF16_CAST, BYTE_TABLE)
+_ARRAY_ROWS = (BF16_ROUND, BF16_CAST, CAST_BY_ADDITION, BYTE_TABLE)
 _ARRAY_INPUTS = frozenset().union(*(row.inputs for row in _ARRAY_ROWS))
 _ARRAY_PATHS: dict[tuple, tuple[Format, FastPath | None]] = {}
 
