@@ -35,7 +35,8 @@ QUIET_PAYLOAD = {np.dtype(np.float64): 0x7FF8000000000123, np.dtype(np.float32):
 TILE = 4096  # past every dispatcher's threshold (512, 2048, 4096 elements)
 # the paths whose implementation changes with the array's size (NumPy's cast below 512 / 2048
 # elements, the table above): their runs of 8 are tiled past TILE too
-SIZE_SWITCHING = {"native_cast", "fp16_from_float32", "fp16_from_float64", "byte_table"}
+SIZE_SWITCHING = {"native_cast", "fp16_from_float32", "fp16_from_float64", "byte_table",
+                  "bf16_cast"}
 
 
 def _points(fmt: Format) -> list[Fraction]:
