@@ -96,6 +96,7 @@ from .rounding import (
     round_flat,
     round_float32,
     round_objects_with,
+    round_rest32,
     round_with,
 )
 from .rounding.eft import two_prod, two_sum_err
@@ -882,7 +883,7 @@ def _float32_path(name: str, args, c: OpContext):
                     v, bad = round_float32(r, c.result)
                     out[lo:hi] = v
                     if bad is not None:  # x / 0, 0 / 0, sqrt(-x): inf or NaN, rounded alone
-                        w = round_with(r[bad].astype(np.float64), c.result)[0]
+                        w = round_rest32(r[bad], c.result)
                         out[lo + bad] = np.where(np.isnan(r[bad]), np.nan, w)  # _canonical_nans
                     continue
             # an inf or NaN operand (fma: or sum): this chunk by the general path

@@ -142,28 +142,25 @@ def _overflow_values(t, x, ok, p: KernelParams, mode, overflow):
     """Where ``ok`` is False and ``x`` finite (``t``, the rounded value, is beyond the largest
     finite value), write into ``t`` what _overflow gives: the overflow value (inf, or NaN
     where the format has no inf) or +-max by mode and policy, with the input's sign (a NaN's
-    sign bit too, as kernel_general's ``r | sign``). In wide-range data a third of the
-    elements overflow: a branch-free blend of the bit patterns over the whole chunk costs
-    less than gathering them, or np.copyto / np.where with a mask. Returns the positions of
-    the inf and NaN inputs (None when there is none), for kernel_general."""
+    sign bit too, as kernel_general's ``r | sign``). Returns the positions of the inf and
+    NaN inputs (None when there is none), for kernel_general. A few elements not ok (an
+    overflow, a NaN, a quotient by zero in a chunk) are gathered; in wide-range data a third
+    of them overflow, and a branch-free blend of the bit patterns over the whole chunk costs
+    less than gathering them, or np.copyto / np.where with a mask."""
+    n = ok.size
+    if 16 * (n - np.count_nonzero(ok)) < n:  # a few: by their positions
+        idx = np.flatnonzero(np.logical_not(ok, out=ok))
+        xs = x[idx]
+        fin = np.isfinite(xs)
+        over = idx[fin]
+        if over.size:
+            t[over] = _overflow_patterns(xs[fin], t.dtype, p, mode, overflow).view(t.dtype)
+        return None if fin.all() else idx[~fin]
     fin = np.isfinite(x)
     over = fin & ~ok
     if over.any():
         u = np.dtype(f"u{t.itemsize}").type
-        sign_bit = u(1) << u(8 * t.itemsize - 1)
-        typ = t.dtype.type
-        ovf_bits = typ(p.ovf_bits.view(np.float64)).view(u)
-        max_bits = typ(p.max_val).view(u)
-        pos_away, neg_away = _AWAY_ON_OVERFLOW[mode]
-        new = x.view(u) & sign_bit
-        if overflow is Overflow.SATURATE or not (pos_away or neg_away):
-            new |= max_bits
-        elif pos_away and neg_away:
-            new |= ovf_bits
-        else:  # the overflow value for one sign, max for the other
-            away = (new != 0) if neg_away else (new == 0)
-            new |= max_bits
-            new += away.astype(u) * u(ovf_bits - max_bits)
+        new = _overflow_patterns(x, t.dtype, p, mode, overflow)
         tb = t.view(u)
         mask = over.astype(u)
         np.negative(mask, out=mask)  # all ones where over
@@ -172,6 +169,27 @@ def _overflow_values(t, x, ok, p: KernelParams, mode, overflow):
         tb ^= new  # tb = new where over, else unchanged
     fin |= ok  # what is left: not ok and not finite
     return None if fin.all() else np.flatnonzero(~fin)
+
+
+def _overflow_patterns(x, dtype: np.dtype, p: KernelParams, mode, overflow):
+    """The patterns (``dtype``'s unsigned view) that an overflow of each ``x`` gives: the
+    overflow value or +-max by mode and policy, with x's sign."""
+    u = np.dtype(f"u{dtype.itemsize}").type
+    sign_bit = u(1) << u(8 * dtype.itemsize - 1)
+    typ = dtype.type
+    ovf_bits = typ(p.ovf_bits.view(np.float64)).view(u)
+    max_bits = typ(p.max_val).view(u)
+    pos_away, neg_away = _AWAY_ON_OVERFLOW[mode]
+    new = x.view(u) & sign_bit
+    if overflow is Overflow.SATURATE or not (pos_away or neg_away):
+        new |= max_bits
+    elif pos_away and neg_away:
+        new |= ovf_bits
+    else:  # the overflow value for one sign, max for the other
+        away = (new != 0) if neg_away else (new == 0)
+        new |= max_bits
+        new += away.astype(u) * u(ovf_bits - max_bits)
+    return new
 
 
 def _round32(x, p: KernelParams, mode, overflow):
@@ -236,6 +254,21 @@ def round_float32(x: np.ndarray, policy: RoundingPolicy):
     if policy.fmt == BF16:
         return bf16_values32(x)
     return _round32(x, kernel_params(policy.fmt), policy.rounding, policy.overflow)
+
+
+def round_rest32(v: np.ndarray, policy: RoundingPolicy) -> np.ndarray:
+    """Internal API (arithmetic's float32 path): the float64 values that :func:`round` gives
+    for the few float32 values ``v`` :func:`round_float32` leaves (inf and NaN): the general
+    kernel on their exact widening, without round's argument handling (a third of its
+    cost), by a deterministic policy float32_ok accepts.
+
+    >>> from fpsim.rounding import policy_of
+    >>> round_rest32(np.array([np.inf, -np.inf], np.float32), policy_of("fp8_e4m3")).tolist()
+    [nan, nan]
+    """
+    r, _ = kernel_general(widen(v).view(np.uint64), kernel_params(policy.fmt), policy.rounding,
+                          policy.overflow, False, False, policy.tininess, None, None, False)
+    return r.view(np.float64)
 
 
 def bf16_values32(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
