@@ -869,8 +869,9 @@ def _float32_path(name: str, args, c: OpContext):
     if name == "fma":
         op = functools.partial(_fma32_odd, mode=c.mode, guard=_fma32_guarded(c.fmt))
     with np.errstate(all="ignore"), quiet_flags():
-        for lo in range(0, n, _CHUNK):
-            hi = min(n, lo + _CHUNK)
+        step = 2 * _CHUNK  # float32 work arrays: the bytes of a float64 chunk, half the calls
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
             ops = []
             for a in flat:
                 v, bad = round_float32(a[lo:hi].astype(np.float32, copy=False), c.convert)
