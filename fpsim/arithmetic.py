@@ -887,9 +887,12 @@ def _float32_path(name: str, args, c: OpContext):
                         w = round_rest32(r[bad], c.result)
                         out[lo + bad] = np.where(np.isnan(r[bad]), np.nan, w)  # _canonical_nans
                     continue
-            # an inf or NaN operand (fma: or sum): this chunk by the general path
-            vals, snan, _, _ = _operands([a[lo:hi] for a in flat], c, name)
-            out[lo:hi] = compute(name, vals, c, snan)[0]
+            # an inf or NaN operand (fma: or sum): this chunk by the general path, in pieces
+            # of _CHUNK (its float64 work arrays)
+            for j in range(lo, hi, _CHUNK):
+                k = min(hi, j + _CHUNK)
+                vals, snan, _, _ = _operands([a[j:k] for a in flat], c, name)
+                out[j:k] = compute(name, vals, c, snan)[0]
     return out.reshape(shape)
 
 
