@@ -4,8 +4,9 @@ domain of formats, modes, policies and input dtypes, at native speed.
 Contract: each path equals :func:`fpsim.rounding.kernel.kernel_general` bit for bit on its
 domain (values, signed zeros, NaN payloads, overflow values), and is taken only there; outside
 its domain the caller uses the kernel. :func:`round_patterns` is the per-chunk dispatch
-between the float-domain path and the kernel. Proofs: tests/test_rounding_fast.py,
-tests/test_native_round.py.
+between the float-domain path and the kernel. Proofs: tests/test_rounding_fast_paths.py
+(every REGISTRY row against the kernel on one grid; stochastic rounding at chosen draws),
+tests/test_rounding_fast.py, tests/test_native_round.py.
 """
 
 from __future__ import annotations
