@@ -6,9 +6,10 @@ Times, in one run, on float32 data (10**7 values by default):
 - wide-range data: N(0, 1) scaled by 2**k, k uniform in [-40, 40] (subnormals, flushes to zero
   and overflows in fp16);
 and prints the time of each and its speed vs reference = native cast time / fpsim time (the
-convention of every fpsim benchmark: 1.0 means as fast as the cast, 0.5 half as fast). Two more
-rows per format: ``fpsim.cast`` (the values at real width, as the native cast gives them) and
-``fpsim.round`` (float64 values) against the native cast followed by widening to float64.
+convention of every fpsim benchmark: 1.0 means as fast as the cast, 0.5 half as fast). Three
+more rows per format: ``fpsim.cast`` (the values at real width, as the native cast gives them),
+``fpsim.round`` (float64 values) against the native cast followed by widening to float64, and
+``fpsim.cast`` against ``fpsim.round`` (the reference column is round's time there).
 
     python benchmarks/bench_rounding.py [--n 10000000] [--repeat 3]
 """
@@ -52,15 +53,18 @@ def main(argv: list[str] | None = None) -> None:
                     t = best_time(lambda: fpsim.round(x, fname, mode, **kw), args.repeat)  # noqa: B023
                     print(f"{label:18s} {fname:8s} {mode.value:14s} {t * 1e3:9.1f} "
                           f"{t_native * 1e3:9.1f} {t_native / t:6.2f}")
-                t = best_time(lambda: fpsim.cast(x, fname), args.repeat)  # noqa: B023
-                print(f"{label:18s} {fname:8s} {'cast (storage)':14s} {t * 1e3:9.1f} "
-                      f"{t_native * 1e3:9.1f} {t_native / t:6.2f}")
+                t_cast = best_time(lambda: fpsim.cast(x, fname), args.repeat)  # noqa: B023
+                print(f"{label:18s} {fname:8s} {'cast (storage)':14s} {t_cast * 1e3:9.1f} "
+                      f"{t_native * 1e3:9.1f} {t_native / t_cast:6.2f}")
                 # round returns float64: against the native cast followed by its widening,
                 # the same output (the 8-byte write alone costs about as much as the cast)
                 t_wide = best_time(lambda: x.astype(dt).astype(np.float64), args.repeat)  # noqa: B023
                 t = best_time(lambda: fpsim.round(x, fname), args.repeat)  # noqa: B023
                 print(f"{label:18s} {fname:8s} {'round vs wide':14s} {t * 1e3:9.1f} "
                       f"{t_wide * 1e3:9.1f} {t_wide / t:6.2f}")
+                # cast against round (the reference here: cast should be no slower)
+                print(f"{label:18s} {fname:8s} {'cast vs round':14s} {t_cast * 1e3:9.1f} "
+                      f"{t * 1e3:9.1f} {t / t_cast:6.2f}")
                 kw = {"rng": 0, "random_bits": 8}
                 t = best_time(lambda: fpsim.round(x, fname, "stochastic", **kw), args.repeat)  # noqa: B023
                 print(f"{label:18s} {fname:8s} {'sr 8 bits':14s} {t * 1e3:9.1f} "

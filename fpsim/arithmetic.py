@@ -96,6 +96,7 @@ from .rounding import (
     round_flat,
     round_float32,
     round_objects_with,
+    round_rest32,
     round_with,
     without_daz,
 )
@@ -756,21 +757,91 @@ def _native(name: str, args, c: OpContext):
 # float32 numbers or exact. An inf or NaN result of finite operands (x / 0, 0 / 0, sqrt(-x))
 # is rounded as the general path rounds its float64 twin; a chunk with an inf or NaN operand
 # takes the general path. Equal to it and to MPFR: tests/test_arithmetic_fast.py.
+# fma: the product is exact in float32 (as for mul), the sum's error comes from TwoSum in
+# float32 and the pair is rounded to odd at float32's 24 bits (_fma32_odd): one rounding to
+# odd at p' >= p + 2 bits, then the format's rounding, is one rounding of the exact value in
+# every deterministic mode (Boldo & Melquiond; p <= 12, and the format's quanta are at least
+# 4x float32's, subnormals included), so any deterministic mode runs here. bf16 (nearest
+# even) too, chunk by chunk where its wider range allows: every product zero or at least
+# 2**-126 (normal, so exact: _fits_float32) and every sum finite; other chunks take the
+# general path.
+_F32_MAX = float(np.finfo(np.float32).max)
+_MAGNITUDE = np.uint32(0x7FFFFFFF)
+
+
+def _fits_float32(a, b) -> bool:
+    """Are all products a * b of this chunk (p <= 12 bit values) exact in float32: zero, or
+    at least 2**-126 in magnitude? From the smallest nonzero magnitudes (the patterns
+    order as magnitudes, and zeros wrap to the top when one is subtracted). (A product or a
+    sum beyond float32 is inf: _fma32_odd's finite test sends its chunk on.)"""
+    least = 1.0
+    for x in (a, b):
+        u = np.bitwise_and(x.view(np.uint32), _MAGNITUDE)
+        u -= np.uint32(1)
+        m = int(u.min()) + 1
+        if m > 0x7F800000:  # all zero (or NaN): no product to lose
+            return True
+        least *= float(np.uint32(m).view(np.float32))
+    return least >= 2.0**-126
+
+
+def _fma32_odd(a, b, d, mode: Rounding, guard: bool = False):
+    """a * b + d for float32 values of a format whose products are exact in float32 (with
+    ``guard``: where _fits_float32 finds them so), rounded to odd at float32's precision
+    (exact where float32 holds it), or None when this chunk is not for it (a sum not finite:
+    an inf or NaN operand or product; or the guard fails): the general path's."""
+    if guard and a.size and not _fits_float32(a, b):
+        return None
+    p = a * b  # exact
+    s = p + d
+    if s.size and not (s.max() <= _F32_MAX and s.min() >= -_F32_MAX):  # NaN fails too
+        return None
+    bb = s - p  # TwoSum: e = (p - (s - bb)) + (d - bb) exactly
+    e = s - bb
+    np.subtract(p, e, out=e)
+    np.subtract(d, bb, out=bb)
+    e += bb
+    # to odd: truncate toward zero (one step down in magnitude where e's sign is opposite to
+    # s's; s is nonzero where e is), then set the last bit where inexact
+    inexact = e != 0
+    sb = s.view(np.uint32)
+    opp = np.bitwise_xor(sb, e.view(np.uint32), out=bb.view(np.uint32))
+    opp >>= np.uint32(31)
+    opp &= inexact
+    sb -= opp
+    sb |= inexact
+    if mode is Rounding.DOWN:  # an exact zero sum is -0 here (float32 gave +0): _zero_sign
+        zero = s == 0
+        if zero.any():
+            s[zero] = np.where(np.signbit(p[zero]) | np.signbit(d[zero]), -0.0, 0.0)
+    return s
+
+
 _F32_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-            "sqrt": np.sqrt}
+            "sqrt": np.sqrt, "fma": _fma32_odd}
 
 
 @functools.cache
 def _float32_exact_enough(name: str, fmt: Format, mode: Rounding) -> bool:
     p, lo, hi = fmt.precision_bits, fmt.emin - fmt.mantissa_bits, fmt.emax + 1
     # values of fmt: multiples of 2**lo below 2**hi
-    if name == "mul" and 2 * p <= 24 and 2 * lo >= -149 and 2 * hi <= 127:
-        return True  # the product is exact in float32, subnormal or not
+    if name in ("mul", "fma") and 2 * p <= 24 and 2 * lo >= -149 and 2 * hi <= 127:
+        return True  # the product is exact in float32, subnormal or not (fma: see above)
+    if name == "fma":  # bf16: products exact where _fits_float32 says so, chunk by chunk
+        return _fma32_guarded(fmt)
     if mode not in _NEAREST or p > 11:
         return False
     if name in ("add", "sub", "sqrt", "mul"):
         return hi + 1 <= 127 and 2 * lo >= -149  # below 2**-126: exact (multiples of 2**lo)
     return lo - hi >= -126 and hi - lo <= 127  # div: every nonzero quotient normal
+
+
+def _fma32_guarded(fmt: Format) -> bool:
+    """Does the float32 fma of ``fmt`` need _fits_float32 per chunk? (p <= 12 and quanta at
+    least 4x float32's, as above, but products that may fall below 2**-126 or sums beyond
+    float32: bf16.)"""
+    p, lo, hi = fmt.precision_bits, fmt.emin - fmt.mantissa_bits, fmt.emax + 1
+    return 2 * p <= 24 and lo >= -147 and hi <= 128 and not (2 * lo >= -149 and 2 * hi <= 127)
 
 
 def _float32_path(name: str, args, c: OpContext):
@@ -789,9 +860,13 @@ def _float32_path(name: str, args, c: OpContext):
     n = flat[0].size
     out = np.empty(n)
     op = _F32_OPS[name]
+    if name == "fma":
+        op = functools.partial(_fma32_odd, mode=c.result.rounding,
+                               guard=_fma32_guarded(c.result.fmt))
     with np.errstate(all="ignore"), quiet_flags():
-        for lo in range(0, n, _CHUNK):
-            hi = min(n, lo + _CHUNK)
+        step = 2 * _CHUNK  # float32 work arrays: the bytes of a float64 chunk, half the calls
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
             ops = []
             for a in flat:
                 v, bad = round_float32(a[lo:hi].astype(np.float32, copy=False), c.conversion)
@@ -800,15 +875,19 @@ def _float32_path(name: str, args, c: OpContext):
                 ops.append(v)
             else:
                 r = op(*ops)
-                v, bad = round_float32(r, c.result)
-                out[lo:hi] = v
-                if bad is not None:  # x / 0, 0 / 0, sqrt(-x): inf or NaN, rounded alone
-                    w = round_with(r[bad].astype(np.float64), c.result)[0]
-                    out[lo + bad] = np.where(np.isnan(r[bad]), np.nan, w)  # _canonical_nans
-                continue
-            # an inf or NaN operand: this chunk by the general path
-            vals, snan, _, _ = _operands([a[lo:hi] for a in flat], c, name)
-            out[lo:hi] = compute(name, vals, c, snan)[0]
+                if r is not None:
+                    v, bad = round_float32(r, c.result)
+                    out[lo:hi] = v
+                    if bad is not None:  # x / 0, 0 / 0, sqrt(-x): inf or NaN, rounded alone
+                        w = round_rest32(r[bad], c.result)
+                        out[lo + bad] = np.where(np.isnan(r[bad]), np.nan, w)  # _canonical_nans
+                    continue
+            # an inf or NaN operand (fma: or sum): this chunk by the general path, in pieces
+            # of _CHUNK (its float64 work arrays)
+            for j in range(lo, hi, _CHUNK):
+                k = min(hi, j + _CHUNK)
+                vals, snan, _, _ = _operands([a[j:k] for a in flat], c, name)
+                out[j:k] = compute(name, vals, c, snan)[0]
     return out.reshape(shape)
 
 

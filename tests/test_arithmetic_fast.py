@@ -200,3 +200,106 @@ def test_fma_exact_in_float64_equals_exact_fractions(name: str, mode: str) -> No
             continue  # the sign of an exact zero sum: tests/test_arith_mpfr.py
         want, _ = round_exact(exact, fmt, mode)
         assert same(float(g), want), (x, y, z, g, want)
+
+
+@pytest.mark.parametrize("name", list(F32_FORMATS))
+def test_float32_fma_equals_the_exact_path(monkeypatch, name: str) -> None:
+    """fma on float32 (and float16) operand arrays by the float32 path (TwoSum in float32,
+    rounded to odd at 24 bits, then to the format) equals the flags=True path (the float64
+    kernel) in every deterministic mode: sums that cancel (exact zeros, their sign in mode
+    down), near-midpoint and sticky sums, products and addends far apart, subnormal
+    results, overflow, and chunks with infinities and NaNs; and MPFR's fma to nearest even."""
+    monkeypatch.setattr(arithmetic, "_CHUNK", 512)
+    fmt = F32_FORMATS[name]
+    n = 4000
+    a, b = operands(fmt, n, sum(map(ord, name + "fma")))
+    c, d = operands(fmt, n, 5)
+    rng = np.random.default_rng(9)
+    with np.errstate(invalid="ignore", over="ignore"):  # (formats without inf: NaN)
+        prod = fpsim.round(a * b, fmt, "toward_zero", overflow="saturate")
+        # an addend far below the product (a tie of the product, or one just off it,
+        # decided by the sticky tail that float32's 24 bits lose)
+        tiny = fpsim.round(np.abs(a * b) * 2.0 ** -rng.integers(10, 40, n)
+                           * rng.choice([-1.0, 1.0], n), fmt)
+    c = np.where(rng.random(n) < 0.2, -prod, c)  # cancellation: exact zeros and tails
+    c = np.where(rng.random(n) < 0.3, tiny, c)
+    raw = rng.standard_normal(n) * 2.0 ** rng.integers(-12, 12, n)
+    a = np.where(rng.random(n) < 0.2, raw, a).astype(np.float32)  # not values of fmt
+    b, c = b.astype(np.float32), c.astype(np.float32)
+    a[::89] = 0.0
+    c[::101] = -0.0
+    a[3500:3508] = [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e30, -1e30, 1e-30]
+    b[3600:3603] = [np.inf, 0.0, np.nan]
+    args = (a, b, c)
+    for mode in MODES:
+        cx = arithmetic.context(fmt, mode)
+        assert arithmetic._float32_path("fma", args, cx) is not None, f"{name} {mode}"
+        fast = fpsim.fma(*args, fmt, mode)
+        slow, _ = fpsim.fma(*args, fmt, mode, flags=True)
+        ok = same_bits(fast, slow)
+        i = np.flatnonzero(~ok)
+        assert ok.all(), (f"fma {name} {mode}: {i.size} differ, first {a[i[0]]!r} * "
+                          f"{b[i[0]]!r} + {c[i[0]]!r}: {fast[i[0]]!r} vs {slow[i[0]]!r}")
+        if mode == "nearest_even":
+            with np.errstate(over="ignore"):
+                h = tuple(x.astype(np.float16) for x in args)
+            np.testing.assert_array_equal(fpsim.fma(*h, fmt).view(np.uint64),
+                                          fpsim.fma(*h, fmt, flags=True)[0].view(np.uint64))
+    if fmt.nan_encoding is NaNEncoding.IEEE:
+        got = fpsim.fma(*args, fmt)
+        ctx = gmpy2.context(precision=fmt.precision_bits, emin=fmt.emin - fmt.mantissa_bits + 1,
+                            emax=fmt.emax + 1, subnormalize=True, round=gmpy2.RoundToNearest)
+        for i in np.random.default_rng(3).choice(3400, 300, replace=False):
+            xs = [gmpy2.mpfr(float(fpsim.round(np.float64(v[i]), fmt))) for v in args]
+            with ctx:
+                want = float(gmpy2.fma(*xs))
+            assert same_bits(np.array([got[i]]), np.array([want]))[0], (name, i)
+
+
+def test_float32_fma_bf16_equals_the_exact_path(monkeypatch) -> None:
+    """bf16's fma by the float32 path (nearest even), chunk by chunk where every product is
+    exact in float32 and no sum leaves it: chunks of values near 1, of tiny products (below
+    2**-126: the general path), of huge ones (beyond float32: the general path), ties
+    decided by a far tail, infinities and NaNs; against the flags path and MPFR."""
+    monkeypatch.setattr(arithmetic, "_CHUNK", 256)
+    fmt, n = fpsim.BF16, 4096
+    a, b = operands(fmt, n, 17)
+    c, _ = operands(fmt, n, 18)
+    rng = np.random.default_rng(4)
+    for v in (a, b):  # no subnormal factors but in chunk 7 (products below 2**-126)
+        small = (np.abs(v) < 2.0**-100) & (np.arange(n) // 256 != 7)
+        v[small] = np.copysign(0.75, v[small])
+    with np.errstate(under="ignore"):
+        tiny = fpsim.round(np.abs(a * b) * 2.0 ** -rng.integers(8, 40, n)
+                           * rng.choice([-1.0, 1.0], n), fmt)
+    c = np.where(rng.random(n) < 0.3, tiny, c)
+    a[1024:1280] *= 2.0**-70  # products below 2**-126
+    b[1024:1280] *= 2.0**-70
+    a[1280:1536] *= 2.0**100  # products beyond float32
+    b[1280:1536] *= 2.0**60
+    c[1536:1792] = fpsim.round(-a[1536:1792] * b[1536:1792], fmt, "toward_zero")
+    a, b, c = (fpsim.round(v, fmt).astype(np.float32) for v in (a, b, c))
+    # -2**-150 + 0 is -0 in bf16; float32's product would be -0 and the sum +0
+    a[1800:1802], b[1800:1802], c[1800:1802] = 2.0**-75, [-(2.0**-75), 2.0**-75], [0.0, -0.0]
+    a[3000:3004] = [np.inf, np.nan, 0.0, -0.0]
+    raw = (rng.standard_normal(n) * 4).astype(np.float32)  # not values of bf16
+    b[2048:2304] = raw[2048:2304]
+    args = (a, b, c)
+    with np.errstate(over="ignore", invalid="ignore"):  # (the chunks it declines)
+        used = [arithmetic._fma32_odd(*(x[i:i + 256] for x in args), Rounding.NEAREST_EVEN,
+                                      guard=True) is not None for i in range(0, n, 256)]
+    assert arithmetic._float32_path("fma", args, arithmetic.context(fmt)) is not None
+    assert used[0] and used[6] and not (used[4] or used[5] or used[7])  # 7: 1800
+    fast = fpsim.fma(*args, fmt)
+    slow, _ = fpsim.fma(*args, fmt, flags=True)
+    ok = same_bits(fast, slow)
+    i = np.flatnonzero(~ok)
+    assert ok.all(), f"{i.size} differ, first at {i[0]}: {fast[i[0]]!r} vs {slow[i[0]]!r}"
+    ctx = gmpy2.context(precision=8, emin=fmt.emin - 6, emax=fmt.emax + 1, subnormalize=True,
+                        round=gmpy2.RoundToNearest)
+    for j in np.random.default_rng(3).choice(n, 400, replace=False):
+        xs = [gmpy2.mpfr(float(fpsim.round(np.float64(v[j]), fmt))) for v in args]
+        with ctx:
+            want = float(gmpy2.fma(*xs))
+        assert same_bits(np.array([fast[j]]), np.array([want]))[0], j
+    assert arithmetic._float32_path("fma", args, arithmetic.context(fmt, "up")) is None

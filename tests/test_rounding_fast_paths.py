@@ -35,7 +35,8 @@ QUIET_PAYLOAD = {np.dtype(np.float64): 0x7FF8000000000123, np.dtype(np.float32):
 TILE = 4096  # past every dispatcher's threshold (512, 2048, 4096 elements)
 # the paths whose implementation changes with the array's size (NumPy's cast below 512 / 2048
 # elements, the table above): their runs of 8 are tiled past TILE too
-SIZE_SWITCHING = {"native_cast", "fp16_from_float32", "fp16_from_float64", "byte_table"}
+SIZE_SWITCHING = {"native_cast", "fp16_from_float32", "fp16_from_float64", "byte_table",
+                  "bf16_cast"}
 
 
 def _points(fmt: Format) -> list[Fraction]:
@@ -173,7 +174,11 @@ def test_every_row_has_a_preset_and_a_domain() -> None:
 
 @pytest.mark.parametrize("args", [("bf16", {}, False, "bf16_round"),
                                   ("bf16", {}, True, "bf16_cast"),
-                                  ("fp8_e4m3", {}, True, "byte_table"),
+                                  ("fp8_e4m3", {}, True, "cast_by_addition"),
+                                  ("fp8_e4m3fnuz", {}, True, "byte_table"),
+                                  ("fp16", {}, True, "cast_by_addition"),
+                                  ("fp16", {}, False, None),
+                                  ("fp16", {"rounding": "up"}, True, None),
                                   ("fp4_e2m1", {}, True, "byte_table"),
                                   ("fp8_e4m3", {}, False, None),
                                   ("bf16", {"subnormals": "flush"}, False, None),
@@ -183,6 +188,33 @@ def test_round_and_cast_dispatch_through_the_registry(args) -> None:
     row = fast.array_path(policy_of(fmt, **opts), np.dtype(np.float32), cast)
     assert (row and row.name) == name
     assert fast.array_path(policy_of(fmt, **opts), np.dtype(np.float64), cast) is None
+
+
+CHUNKED = ["float32_float_domain", "bf16_round", "bf16_cast", "cast_by_addition",
+           "byte_table"]  # the rows that go chunk by chunk (kernel.CHUNK)
+
+
+@pytest.mark.parametrize("name", CHUNKED)
+def test_chunked_rows_across_chunk_boundaries(monkeypatch, name: str) -> None:
+    """With small chunks, the grid shuffled (chunks with and without NaN, infinities,
+    overflow or subnormals, and a short last chunk): the same bits as the kernel."""
+    monkeypatch.setattr(kernel, "CHUNK", 1000)
+    row = ROWS[name]
+    for fmt in PRESETS.values():
+        if not row.formats(fmt):
+            continue
+        x0 = grid(fmt, np.dtype(np.float32))
+        if row.declines_nan:
+            x0 = x0[~np.isnan(x0)]
+        x = np.random.default_rng(0).permutation(np.tile(x0, math.ceil(5500 / x0.size)))
+        with np.errstate(invalid="ignore"):  # (NaN)
+            x[:2200] = np.abs(x[:2200]) * 2.0**-10  # chunks without overflow or NaN
+        x[:1000] = np.where(np.isfinite(x[:1000]), x[:1000], 0.5)
+        for mode in sorted(row.modes, key=lambda m: m.value):
+            for overflow in sorted(row.overflows, key=lambda o: o.value):
+                what = f"{name} {fmt.name} {mode.value} {overflow.value}"
+                assert_same_bits(row, _apply(row, x, fmt, mode, overflow, what),
+                                 reference(row, x, fmt, mode, overflow), x, what)
 
 
 @pytest.mark.parametrize("fmt_name", sorted(PRESETS))
@@ -200,3 +232,68 @@ def test_the_kernel_on_the_grid_equals_exact_fractions(fmt_name: str) -> None:
             for xi, gi in zip(x.tolist(), got.tolist(), strict=True):
                 want, _ = round_exact(xi, fmt, mode.value, overflow=overflow.value)
                 assert same(gi, want), f"{fmt_name} {mode.value} {overflow.value}: {xi!r}"
+
+
+class _Draws:
+    """A generator that hands out given 64-bit draws: both sides of a stochastic comparison
+    see the same chosen values (seeded draws never hit the thresholds below)."""
+
+    def __init__(self, rnd: np.ndarray) -> None:
+        self.rnd = rnd
+
+    def integers(self, low, high, size, dtype, endpoint):  # noqa: ARG002 - Generator's API
+        assert tuple(np.atleast_1d(size)) == self.rnd.shape
+        return self.rnd.copy()
+
+
+def _thresholds(x: float, fmt) -> list[int]:
+    """Draws at and next to where kernel_general's stochastic decision for ``x`` flips: the
+    increment that carries exactly (s < 52), ``floor(f * 2**64)`` (s >= 52), and the
+    extremes."""
+    p = kernel.kernel_params(fmt)
+    a = int(np.array(abs(x), np.float64).view(np.uint64))
+    s = max(p.k - (a >> 52), p.c)
+    top = (1 << 64) - 1
+    if s < 52:
+        t = (1 << s) - (a & ((1 << s) - 1))  # the smallest increment that carries
+        cut = [t, t - 1, t | (top ^ ((1 << s) - 1))]
+    else:
+        sig = (a & ((1 << 52) - 1)) | (1 << 52) if a >> 52 else a & ((1 << 52) - 1)
+        rem = sig & ((1 << min(s, 63)) - 1)
+        count = rem << (64 - s) if s <= 64 else rem >> min(s - 64, 63)
+        cut = [count, count - 1, count + 1]
+    return [v for v in cut + [0, top, top >> 1] if 0 <= v <= top]
+
+
+@pytest.mark.parametrize("fmt_name", sorted(n for n, f in PRESETS.items()
+                                            if fast.STOCHASTIC32.formats(f)))
+def test_stochastic32_at_the_draw_thresholds(fmt_name: str) -> None:
+    """float32_stochastic against the general kernel on the grid with chosen draws: for
+    each value the draws where its decision flips (either side, exactly at it) and the
+    extremes 0 and 2**64 - 1, both overflow policies."""
+    fmt = PRESETS[fmt_name]
+    x0 = grid(fmt, np.dtype(np.float32))
+    xs, rs = [], []
+    for v in x0.tolist():
+        cuts = _thresholds(v, fmt) if np.isfinite(v) else [0, 12345]
+        xs += [v] * len(cuts)
+        rs += cuts
+    x = np.array(xs, np.float32)
+    rnd = np.array(rs, np.uint64)
+    # NaNs whose payload a carry would take past the exponent field, with large draws
+    nans = np.array([0x7FFFFFFF, 0xFFFFFFFF, 0x7FBFFFFF, 0xFFC00001], np.uint32).view(np.float32)
+    x = np.concatenate([x, np.repeat(nans, 2)])
+    rnd = np.concatenate([rnd, np.tile(np.array([(1 << 64) - 1, 1 << 63], np.uint64), 4)])
+    for overflow in Overflow:
+        b = widen(x).view(np.uint64)
+        want, _ = kernel.kernel_general(b, kernel.kernel_params(fmt), Rounding.STOCHASTIC,
+                                        overflow, False, False, Tininess.AFTER, _Draws(rnd),
+                                        None, False)
+        out = np.empty(x.size, np.uint64)
+        fast.run_float32(x, out, kernel.kernel_params(fmt), fmt, Rounding.STOCHASTIC,
+                         overflow, Tininess.AFTER, None, _Draws(rnd))
+        bad = out != want
+        i = np.flatnonzero(bad)
+        assert not bad.any(), (f"{fmt_name} {overflow.value}: {i.size} differ; first x="
+                               f"{x[i[0]]!r}, draw {int(rnd[i[0]]):#x}: got "
+                               f"{int(out[i[0]]):#x}, want {int(want[i[0]]):#x}")

@@ -38,7 +38,7 @@ from .api import round_with  # noqa: E402, F401
 from .chunks import run_chunks  # noqa: E402, F401
 from .convert import listed  # noqa: E402, F401
 from .exact import far_decimal, round_objects_with  # noqa: E402, F401
-from .fast import float32_ok, round_float32  # noqa: E402, F401
+from .fast import float32_ok, round_float32, round_rest32  # noqa: E402, F401
 from .kernel import (  # noqa: E402, F401
     CHUNK,
     EXP_MASK,

@@ -56,8 +56,10 @@ def run_chunks(x64: np.ndarray, policy: RoundingPolicy, want: bool = False,
     bits = flat if narrow else flat.view(np.uint64)
     gen = policy.generator()  # once per call: every chunk draws from it
     if (flat.dtype == np.float32 and p.fast32 and mode in FLOAT32_MODES and pair_lo is None
-            and not (want or policy.flush or policy.daz)):
-        run_float32(flat, out, p, fmt, mode, policy.overflow, policy.tininess, store)
+            and not (want or policy.flush or policy.daz)
+            and policy.random_bits is None):  # (random_bits: stochastic only; the kernel)
+        # (stochastic: gen's draws)
+        run_float32(flat, out, p, fmt, mode, policy.overflow, policy.tininess, store, gen)
         return out, fl
     for lo in range(0, n, step):
         hi = min(n, lo + step)
