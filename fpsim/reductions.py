@@ -181,7 +181,7 @@ def _sequential(X, acc: _Acc):
         return _sequential_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):
         add, fl = _scalar_adder(acc.c)
-        if acc.c.result.rounding in _RUN_MODES:  # runs of adds at one quantum, vectorised
+        if acc.c.result.rounding in _STEP_MODES:  # runs of adds at one quantum, vectorised
             return _run_rows(X, _sequential_runs(add, fl, acc.c), fl, acc.fl)
         return _python_rows(X, _sequential_row(add), fl, acc.fl)
     return _sequential_loop(X, acc)
@@ -206,9 +206,10 @@ def _sequential(X, acc: _Acc):
 # nearest even except at a tie, where the parity of s decides). So a run of such adds is
 # s + cumsum(x rounded to multiples of q), all exact in float64 (multiples of q below
 # 2**(e+2)), checked element by element against the binade's bounds (exact comparisons); the
-# first value that leaves the run goes to the steps. Where runs stay short (sums near zero or
-# a binade boundary), the steps take ever longer stretches between tries, so the cost stays
-# near theirs at worst.
+# first value that leaves the run goes to the steps. Round to odd depends on s's parity too,
+# which a run tracks vectorised (_odd_increments; rounding to odd never reaches 2**(e+1)).
+# Where runs stay short (sums near zero or a binade boundary), the steps take ever longer
+# stretches between tries, so the cost stays near theirs at worst.
 
 _RUN_MODES = frozenset({Rounding.UP, Rounding.DOWN, Rounding.TOWARD_ZERO,
                         Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY})
@@ -411,7 +412,9 @@ def _sequential_runs(add, fl: list[int], c: OpContext):
     inline steps between them (see above); ``add`` is the Python-float adder of ``c``."""
     mode = c.result.rounding
 
-    def increments(neg: bool, _r, f, frac):
+    def increments(neg: bool, _r, f, frac, a0):
+        if mode is Rounding.ODD:
+            return _odd_increments(f, frac, a0), None
         if mode is Rounding.NEAREST_EVEN:
             return f + (frac > 0.5), frac != 0.5  # a tie: the parity of s decides
         if mode is Rounding.NEAREST_AWAY:
@@ -420,18 +423,38 @@ def _sequential_runs(add, fl: list[int], c: OpContext):
             return f + (frac > 0.0), None  # away from zero: toward +inf above 0, -inf below
         return f, None  # toward zero
 
-    return _runs(c, fl, add, _sequential_steps(add, fl, c),
-                 increments if mode in _RUN_MODES else None)
+    # round to odd with no mantissa bit: the kernel's parity is the exponent's, not n's
+    runs_ok = mode in _RUN_MODES or (mode is Rounding.ODD and c.result.fmt.mantissa_bits > 0)
+    return _runs(c, fl, add, _sequential_steps(add, fl, c), increments if runs_ok else None)
+
+
+def _odd_increments(f: np.ndarray, frac: np.ndarray, a0: float) -> np.ndarray:
+    """Round to odd's increments of a run (units of q; f, frac as in :func:`_runs`; a0: the
+    running total's magnitude before it). An inexact add goes up from its floor when that
+    floor is even, so it depends on the total's parity: after an inexact add the total is
+    odd; an exact add (frac 0) adds f's parity. So the parity before add i is that of the
+    last inexact add before i (odd; a0's where none) plus the exact f's since, a cumsum."""
+    inex = frac != 0.0
+    g = np.where(inex, 0.0, f % 2.0)  # exact adds' parities (0 at inexact ones)
+    cg = np.cumsum(g)
+    last = np.maximum.accumulate(np.where(inex, np.arange(f.size), -1))
+    last = np.concatenate(([-1], last[:-1]))  # the last inexact add before each
+    # parity before add i: base + (the exact f's since); base 1 - cg[last] (cg[last] counts
+    # those before it) after an inexact add, a0 at the run's start
+    base = np.where(last < 0, a0 % 2.0, 1.0 - cg[last])
+    par = (base + cg - g) % 2.0
+    return f + (inex & ((par + f) % 2.0 == 0.0))
 
 
 def _runs(c: OpContext, fl: list[int], add, steps, increments, unused=None, skip=None):
     """The row sum of :func:`_sequential_runs` and :func:`_stochastic_runs`: runs while
-    ``increments(neg, r, f, frac)`` (r: the values in units of q, with the run's sign; f, frac:
-    floor(r) and r - floor(r)) gives each add's increment of the magnitude in units of q (and
-    a mask of the values it may take, or None), ``steps(s, values)`` between runs, ``add``
-    for the value after an infinite running total. ``unused(k)``: the run's increments for
-    its last k values were not used (stochastic rounding: their draws go back); ``skip(k)``:
-    k adds to a non-finite running total were skipped (their draws are taken)."""
+    ``increments(neg, r, f, frac, a0)`` (r: the values in units of q, with the run's sign; f,
+    frac: floor(r) and r - floor(r); a0: the total's magnitude in units of q) gives each add's
+    increment of the magnitude in units of q (and a mask of the values it may take, or None),
+    ``steps(s, values)`` between runs, ``add`` for the value after an infinite running total.
+    ``unused(k)``: the run's increments for its last k values were not used (stochastic
+    rounding: their draws go back); ``skip(k)``: k adds to a non-finite running total were
+    skipped (their draws are taken)."""
     fmt, want = c.result.fmt, c.want
     m, tiny, fmax = fmt.mantissa_bits, fmt.smallest_normal, fmt.max
     lo_u, hi_u = float(2**m), float(2 ** (m + 1))  # the binade's bounds in units of q
@@ -472,7 +495,7 @@ def _runs(c: OpContext, fl: list[int], add, steps, increments, unused=None, skip
                 r = x[i:i + w] * (-1.0 / q if neg else 1.0 / q)  # exact: units of q
                 f = np.floor(r)
                 frac = r - f
-                d, may = increments(neg, r, f, frac)
+                d, may = increments(neg, r, f, frac, a / q)
                 tot = np.cumsum(d)
             tot += a / q
             prev = np.empty_like(tot)
@@ -1058,7 +1081,7 @@ def _stochastic_runs(st: _StochasticAdder, c: OpContext):
     carry = np.uint64(1 << cb)
     scale = 2.0**cb
 
-    def increments(_neg: bool, r, f, frac):
+    def increments(_neg: bool, r, f, frac, _a0):
         u = st.take(r.size)
         low = frac * scale
         if rb is None:
