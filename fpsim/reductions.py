@@ -993,8 +993,9 @@ class _StochasticAdder:
                     self._note(i, f, h, a[i], b[i])
         return out
 
-    def add_raw(self, a: float, b: float, u: int) -> float:
-        """:meth:`add1` with the raw draw ``u`` given (bulk draws: the caller took it)."""
+    def add_raw(self, a: float, b: float, u: int | None) -> float:
+        """:meth:`add1` with the raw draw ``u`` given (bulk draws: the caller took it); None
+        draws as :meth:`add1` does (the pair's draw or the kernel's, only the one used)."""
         if self.daz:
             a, b = self._daz(a), self._daz(b)
         s = a + b
@@ -1002,34 +1003,24 @@ class _StochasticAdder:
             bb = s - a
             lo = (a - (s - bb)) + (b - bb)
             if lo != 0:
-                rb = self.rb
-                d = (u >> 11) * (1.0 / 9007199254740992.0) if rb is None else u >> (64 - rb)
+                if u is None:
+                    d = self._pair_draws()[0]
+                else:
+                    rb = self.rb
+                    d = (u >> 11) * (1.0 / 9007199254740992.0) if rb is None \
+                        else u >> (64 - rb)
                 v, f = self._pair(s, lo, d)
                 if self.want:
                     self._note(0, f, s, a, b)
                 return v
-        r, f = self._round(_bits(s), u)
+        r, f = self._round(_bits(s), self._kernel_draws()[0] if u is None else u)
         if self.want:
             self._note(0, f, s, a, b)
         return _float(r)
 
     def add1(self, a: float, b: float) -> float:
         """:meth:`add` for one row, on floats rather than lists (the same draws)."""
-        if self.daz:
-            a, b = self._daz(a), self._daz(b)
-        s = a + b
-        if not self.exact:
-            bb = s - a
-            lo = (a - (s - bb)) + (b - bb)
-            if lo != 0:
-                v, f = self._pair(s, lo, self._pair_draws()[0])
-                if self.want:
-                    self._note(0, f, s, a, b)
-                return v
-        r, f = self._round(_bits(s), self._kernel_draws()[0])
-        if self.want:
-            self._note(0, f, s, a, b)
-        return _float(r)
+        return self.add_raw(a, b, None)
 
     def _daz(self, v: float) -> float:
         """A subnormal operand read as (signed) zero (DAZ)."""
