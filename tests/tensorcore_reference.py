@@ -285,3 +285,22 @@ def dot_generic(a: list, b: list, c: float, u: Unit, g: Generic) -> float:
             break
         d = block_generic(list(a[k0:k0 + u.n]), list(b[k0:k0 + u.n]), d, u, g)
     return d
+
+
+def adversarial(rng, shape, lo: int = -40, hi: int = 40, *, fp16_subnormals: bool = False):
+    """float64 test inputs mixing N(0, 1), wide exponents, powers of two, both zeros and
+    values near 1 (cancellation); with ``fp16_subnormals`` also values in fp16's subnormal
+    range (an eighth kind, so each choice keeps its own random stream)."""
+    import numpy as np
+
+    kind = rng.integers(0, 8 if fp16_subnormals else 7, size=shape)
+    x = rng.standard_normal(shape)
+    x = np.where(kind == 1, x * 2.0 ** rng.integers(lo, hi, size=shape), x)
+    x = np.where(kind == 2, rng.choice([-1.0, 1.0], size=shape)
+                 * 2.0 ** rng.integers(lo, 5, size=shape), x)
+    x = np.where(kind == 3, 0.0, x)
+    x = np.where(kind == 4, -0.0, x)
+    x = np.where(kind == 5, 1 + rng.integers(-4, 4, size=shape) * 2.0**-10, x)
+    if fp16_subnormals:
+        x = np.where(kind == 6, rng.standard_normal(shape) * 2.0**-20, x)
+    return x

@@ -24,6 +24,7 @@ import fpsim.tensorcore as tc
 from fpsim.formats import FP32
 from fpsim.modes import Rounding
 from fpsim.tensorcore import model as tc_model
+from tests.tensorcore_reference import adversarial
 
 AMD = [(g, fin) for g in ("MI100", "MI210", "MI300X") for fin, _ in tc.get_gpu(g).units]
 CUSTOM = [
@@ -49,16 +50,6 @@ CUSTOM = [
 ]
 
 
-def _adversarial(rng, shape, lo=-40, hi=40):
-    kind = rng.integers(0, 7, size=shape)
-    x = rng.standard_normal(shape)
-    x = np.where(kind == 1, x * 2.0 ** rng.integers(lo, hi, size=shape), x)
-    x = np.where(kind == 2, rng.choice([-1.0, 1.0], size=shape)
-                 * 2.0 ** rng.integers(lo, 5, size=shape), x)
-    x = np.where(kind == 3, 0.0, x)
-    x = np.where(kind == 4, -0.0, x)
-    x = np.where(kind == 5, 1 + rng.integers(-4, 4, size=shape) * 2.0**-10, x)
-    return x
 
 
 def _stagewise(monkeypatch, f):
@@ -78,16 +69,16 @@ def _cases(rng, fin):
     huge (partial sums past fp32's range, products below the product limit), -0 c."""
     wide = fin in ("bf16", "tf32")
     for K in (1, 3, 8, 17, 48):
-        yield (_adversarial(rng, (5, K)), _adversarial(rng, (K, 7)),
-               _adversarial(rng, (5, 7)) * 2.0 ** rng.integers(-30, 30))
-    A = _adversarial(rng, (4, 33))
+        yield (adversarial(rng, (5, K)), adversarial(rng, (K, 7)),
+               adversarial(rng, (5, 7)) * 2.0 ** rng.integers(-30, 30))
+    A = adversarial(rng, (4, 33))
     yield A, A.T[:, ::-1].copy(), -A @ A.T[:, ::-1]  # cancellation against c
     A[0] = -0.0  # a row of zero products with c = -0 and +0
-    yield A, np.abs(_adversarial(rng, (33, 2))), np.array([[-0.0, 0.0]] * 4)
+    yield A, np.abs(adversarial(rng, (33, 2))), np.array([[-0.0, 0.0]] * 4)
     if wide:
         for lo, hi in ((-70, -55), (55, 63)):
-            yield (_adversarial(rng, (4, 24)) * 2.0 ** rng.integers(lo, hi, size=(4, 24)),
-                   _adversarial(rng, (24, 3)) * 2.0 ** rng.integers(lo, hi, size=(24, 3)),
+            yield (adversarial(rng, (4, 24)) * 2.0 ** rng.integers(lo, hi, size=(4, 24)),
+                   adversarial(rng, (24, 3)) * 2.0 ** rng.integers(lo, hi, size=(24, 3)),
                    np.full((4, 3), -0.0))
 
 
@@ -101,7 +92,7 @@ def test_specialised_kernels_equal_the_stagewise_kernel(monkeypatch, gpu, fin):
             slow = _stagewise(monkeypatch, lambda A=A, B=B, C=C:
                               tc.matmul(A, B, C, gpu=gpu, input_format=fin))
         assert _same(fast, slow), (gpu, fin, A.shape, np.nonzero(~(fast == slow))[0][:5])
-        a, b, c = A, _adversarial(rng, A.shape), C[:, 0]
+        a, b, c = A, adversarial(rng, A.shape), C[:, 0]
         with np.errstate(all="ignore"):
             fd = tc.dot(a, b, c, gpu=gpu, input_format=fin)
             sd = _stagewise(monkeypatch, lambda a=a, b=b, c=c:

@@ -26,6 +26,7 @@ import fpsim
 import fpsim.tensorcore as tc
 from fpsim.tensorcore import fastpath
 from fpsim.tensorcore import model as tc_model
+from tests.tensorcore_reference import adversarial
 
 PLAIN = [("A100", "fp16"), ("H100", "fp16"), ("A100", "bf16"), ("H100", "bf16"),
          ("A100", "tf32"), ("H100", "tf32"), ("V100", "fp16"), ("H100", "fp8_e4m3"),
@@ -49,16 +50,7 @@ def _label(v) -> str:
 
 
 def _adversarial(rng, shape, lo=-40, hi=40):
-    kind = rng.integers(0, 8, size=shape)
-    x = rng.standard_normal(shape)
-    x = np.where(kind == 1, x * 2.0 ** rng.integers(lo, hi, size=shape), x)
-    x = np.where(kind == 2, rng.choice([-1.0, 1.0], size=shape)
-                 * 2.0 ** rng.integers(lo, 5, size=shape), x)
-    x = np.where(kind == 3, 0.0, x)
-    x = np.where(kind == 4, -0.0, x)
-    x = np.where(kind == 5, 1 + rng.integers(-4, 4, size=shape) * 2.0**-10, x)
-    x = np.where(kind == 6, rng.standard_normal(shape) * 2.0**-20, x)  # fp16 subnormals
-    return x
+    return adversarial(rng, shape, lo, hi, fp16_subnormals=True)
 
 
 def _specials(rng, x):
