@@ -712,9 +712,8 @@ def native_ok(c: OpContext) -> bool:
     bf16 or fp32, nearest even, IEEE policies, no flags: see above, and the rule and format
     table of :func:`fpsim.rounding.native.native_ok`)? Internal API, for
     :mod:`fpsim.reductions` too."""
-    r = c.result
     return not (c.conversion.daz or _FORCE_GENERAL) and rounds_natively(
-        r.fmt, r.rounding, r.overflow, r.subnormals, c.want, arithmetic=True)
+        c.result, c.want, arithmetic=True)
 
 
 def _native(name: str, args, c: OpContext):

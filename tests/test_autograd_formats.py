@@ -16,8 +16,9 @@ import pytest
 import fpsim
 from fpsim.autograd import Tensor, matmul_accumulation, rounding_context
 from fpsim.autograd import functional as F
-from fpsim.autograd.context import NATIVE_RNE, contains, promote_formats, round_to, widen
+from fpsim.autograd.context import contains, promote_formats, round_to, widen
 from fpsim.rounding.fp16 import f32_to_f16, f64_to_f16, f64_to_f32_to_f16
+from fpsim.rounding.native import NATIVE_CAST_FORMATS
 from tests.exact import round_exact
 
 FP16, BF16, FP32, FP64, TF32 = fpsim.FP16, fpsim.BF16, fpsim.FP32, fpsim.FP64, fpsim.TF32
@@ -79,7 +80,8 @@ def hard_inputs(fmt) -> np.ndarray:
                            rng.standard_normal(20000) * 10.0 ** rng.integers(-45, 40, 20000)])
 
 
-@pytest.mark.parametrize("fmt", sorted(NATIVE_RNE, key=lambda f: f.name), ids=lambda f: f.name)
+@pytest.mark.parametrize("fmt", sorted(NATIVE_CAST_FORMATS, key=lambda f: f.name),
+                         ids=lambda f: f.name)
 @pytest.mark.parametrize("source", [np.float64, np.float32])
 def test_native_cast_equals_fpsim_round(fmt, source):
     """round_to's native path (NumPy / ml_dtypes astype, fpsim.rounding.fp16 for fp16) is exactly

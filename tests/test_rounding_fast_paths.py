@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from fpsim.formats import PRESETS, Format
-from fpsim.modes import Overflow, Rounding, Tininess
+from fpsim.modes import Overflow, Rounding
 from fpsim.rounding import fast, kernel, policy_of
 from fpsim.rounding.convert import via_float32, widen
 from tests.exact import round_exact, same
@@ -88,8 +88,7 @@ def kernel_values(x: np.ndarray, fmt: Format, mode: Rounding, overflow: Overflow
     rng = np.random.default_rng(0) if mode is Rounding.STOCHASTIC else None
     b = widen(x) if x.dtype != np.float64 else x  # exact, NaN payloads kept
     r, _ = kernel.kernel_general(np.ascontiguousarray(b).view(np.uint64),
-                                 kernel.kernel_params(fmt), mode, overflow, False, False,
-                                 Tininess.AFTER, rng, None, False)
+                                 kernel.kernel_params(fmt), policy_of(fmt, mode, overflow), rng)
     return r.view(np.float64)
 
 
@@ -130,7 +129,7 @@ def _cases():
 
 def _apply(row, x, fmt, mode, overflow, what):
     """The row on ``x`` (in its domain: it must not decline)."""
-    got = row.apply(x.copy(), fmt, mode, overflow)
+    got = row.apply(x.copy(), policy_of(fmt, mode, overflow))
     assert got is not None, f"{what}: declined an input in its domain"
     return got
 
@@ -155,7 +154,7 @@ def test_fast_path_equals_the_kernel(name: str, fmt_name: str, dtype: np.dtype) 
                 assert_same_bits(row, np.concatenate(got), np.concatenate(want),
                                  np.concatenate(xs), what)
             if row.declines_nan:  # and it does decline NaN input
-                assert row.apply(x0.copy(), fmt, mode, overflow) is None, what
+                assert row.apply(x0.copy(), policy_of(fmt, mode, overflow)) is None, what
 
 
 def test_every_row_has_a_preset_and_a_domain() -> None:
@@ -166,10 +165,12 @@ def test_every_row_has_a_preset_and_a_domain() -> None:
     for row in fast.REGISTRY:
         assert row.modes and row.overflows and row.inputs and row.where
     bf16, e4m3 = PRESETS["bf16"], PRESETS["fp8_e4m3"]
-    assert fast.BF16_ROUND.serves(bf16, Rounding.NEAREST_EVEN, Overflow.INF, np.float32)
-    assert not fast.BF16_ROUND.serves(bf16, Rounding.UP, Overflow.INF, np.float32)
-    assert not fast.BYTE_TABLE.serves(e4m3, Rounding.NEAREST_EVEN, Overflow.SATURATE,
-                                      np.float32)
+    assert fast.BF16_ROUND.serves(policy_of(bf16), np.float32)
+    assert not fast.BF16_ROUND.serves(policy_of(bf16, Rounding.UP), np.float32)
+    assert not fast.BF16_ROUND.serves(policy_of(bf16, subnormals="flush"), np.float32)
+    assert not fast.BYTE_TABLE.serves(policy_of(e4m3, overflow=Overflow.SATURATE), np.float32)
+    assert not fast.STOCHASTIC32.serves(policy_of(e4m3, "stochastic", random_bits=8),
+                                        np.float32)
 
 
 @pytest.mark.parametrize("args", [("bf16", {}, False, "bf16_round"),
@@ -286,12 +287,10 @@ def test_stochastic32_at_the_draw_thresholds(fmt_name: str) -> None:
     rnd = np.concatenate([rnd, np.tile(np.array([(1 << 64) - 1, 1 << 63], np.uint64), 4)])
     for overflow in Overflow:
         b = widen(x).view(np.uint64)
-        want, _ = kernel.kernel_general(b, kernel.kernel_params(fmt), Rounding.STOCHASTIC,
-                                        overflow, False, False, Tininess.AFTER, _Draws(rnd),
-                                        None, False)
+        pol = policy_of(fmt, Rounding.STOCHASTIC, overflow)
+        want, _ = kernel.kernel_general(b, kernel.kernel_params(fmt), pol, _Draws(rnd))
         out = np.empty(x.size, np.uint64)
-        fast.run_float32(x, out, kernel.kernel_params(fmt), fmt, Rounding.STOCHASTIC,
-                         overflow, Tininess.AFTER, None, _Draws(rnd))
+        fast.run_float32(x, out, kernel.kernel_params(fmt), pol, None, _Draws(rnd))
         bad = out != want
         i = np.flatnonzero(bad)
         assert not bad.any(), (f"{fmt_name} {overflow.value}: {i.size} differ; first x="

@@ -34,7 +34,7 @@ from ..formats import (
 from ..modes import Overflow, Rounding, Subnormals, Tininess, as_rounding
 from ..rounding import RoundingPolicy, cast
 from ..rounding.fp16 import f16_to_wide, f32_to_f16, f64_to_f16
-from ..rounding.native import NATIVE_CAST_FORMATS, table_cast_ok, widen_byte
+from ..rounding.native import NATIVE_CAST_FORMATS, native_rounding, table_cast_ok, widen_byte
 from ..rounding.native import cast as native_cast
 
 __all__ = [
@@ -56,10 +56,6 @@ __all__ = [
     "widen",
 ]
 
-# Formats whose native cast rounds to nearest even exactly as fpsim.round does: the one format
-# table of fpsim.rounding.native (NATIVE_CAST_FORMATS, its rule native_ok); round_to's plain
-# settings are that rule's policy part.
-NATIVE_RNE: frozenset[Format] = NATIVE_CAST_FORMATS
 # Formats into which an op may compute in float32 and round with one native cast (inputs in the
 # format, RNE): float32 has p = 24 >= 2q + 2 bits, so by Figueroa's theorem rounding the float32
 # result of + - * / sqrt again to fp16 (q = 11) equals rounding the exact result once, and fp16
@@ -137,11 +133,8 @@ class _Settings:
 
     def __init__(self, policy: RoundingPolicy, accumulation: Accumulation) -> None:
         self.policy = policy
-        # plain: IEEE policies and round to nearest even, where native casts are exact
-        # (tininess only decides flags and flushing: neither happens here)
-        self.plain = (policy.rounding is Rounding.NEAREST_EVEN
-                      and policy.overflow is Overflow.INF
-                      and policy.subnormals is Subnormals.KEEP)
+        # plain: the policy part of fpsim.rounding.native's rule, where native casts are exact
+        self.plain = native_rounding(policy)
         self.accumulation = accumulation
         self._for: dict = {}  # (id(fmt), rounding) -> (fmt, policy): ops ask on every call
 
@@ -392,8 +385,7 @@ def round_to(x: np.ndarray, fmt: Format, rounding: Rounding | str | None = None)
     if rounding is None or rounding is pol.rounding:
         rounding, plain = None, s.plain  # None: the context's own mode (policy_for's key)
     else:
-        plain = (rounding is Rounding.NEAREST_EVEN and pol.overflow is Overflow.INF
-                 and pol.subnormals is Subnormals.KEEP)
+        plain = native_rounding(s.policy_for(fmt, rounding))
     kind = x.dtype.kind
     if flags:
         plain = False  # fpsim.cast computes the IEEE flags and records them in the contexts
@@ -403,7 +395,8 @@ def round_to(x: np.ndarray, fmt: Format, rounding: Rounding | str | None = None)
         if plain:
             if fmt is FP16 or fmt == FP16:  # NumPy's cast is ~30x slower on fp16 subnormals
                 return f64_to_f16(x) if x.dtype == np.float64 else f32_to_f16(x)
-            if fmt in NATIVE_RNE:  # one rounding in every ml_dtypes version (rounding.native)
+            # formats whose native cast is round's nearest even: rounding.native's one table
+            if fmt in NATIVE_CAST_FORMATS:  # (one rounding in every ml_dtypes version)
                 return native_cast(x, sd)
             if fmt == FP64:
                 return x.astype(np.float64)

@@ -59,7 +59,7 @@ def run_chunks(x64: np.ndarray, policy: RoundingPolicy, want: bool = False,
             and not (want or policy.flush or policy.daz)
             and policy.random_bits is None):  # (random_bits: stochastic only; the kernel)
         # (stochastic: gen's draws)
-        run_float32(flat, out, p, fmt, mode, policy.overflow, policy.tininess, store, gen)
+        run_float32(flat, out, p, policy, store, gen)
         return out, fl
     for lo in range(0, n, step):
         hi = min(n, lo + step)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..formats import BF16, FP16, Format, NaNEncoding
-from ..modes import Overflow, Rounding, Tininess
+from ..modes import Overflow, Rounding
 from . import kernel
 from .convert import refuse_nan, via_float32, widen
 from .fp16 import f32_to_f16, f64_to_f16
@@ -37,11 +37,10 @@ def round_patterns(b, p: KernelParams, policy: RoundingPolicy, rng: np.random.Ge
     constants, ``rng``: its generator, both resolved once per call by the caller); returns
     (patterns, flags or None). The per-chunk dispatch: the float-domain path (registry row
     :data:`FLOAT64`) where its domain holds, else the general kernel."""
-    mode, flush, daz = policy.rounding, policy.flush, policy.daz
-    if p.fast and mode in _FLOAT64_MODES and not (want_flags or flush or daz):  # FLOAT64's domain
-        return _kernel_float(b, p, mode, policy.overflow, policy.tininess), None
-    return kernel_general(b, p, mode, policy.overflow, flush, daz, policy.tininess, rng,
-                          policy.random_bits, want_flags)
+    if p.fast and policy.rounding in _FLOAT64_MODES and not (
+            want_flags or policy.flush or policy.daz):  # FLOAT64's domain
+        return _kernel_float(b, p, policy), None
+    return kernel_general(b, p, policy, rng, want_flags)
 
 
 # -- the float-domain path --------------------------------------------------------------------
@@ -86,9 +85,10 @@ FLOAT_MODES = {
 }
 
 
-def _kernel_float(b, p: KernelParams, mode, overflow, tininess):
-    """kernel_general's patterns for ``b`` (float64 patterns) in a deterministic mode
-    without flags, flush or DAZ, computed in the float domain (see above)."""
+def _kernel_float(b, p: KernelParams, policy: RoundingPolicy):
+    """kernel_general's patterns for ``b`` (float64 patterns) by ``policy``, a deterministic
+    mode without flush or DAZ (no flags), computed in the float domain (see above)."""
+    mode, overflow = policy.rounding, policy.overflow
     e = np.bitwise_and(b, _U(0x7FF << 52))  # 2**E, the binade of each element
     np.maximum(e, splat(p.eminb << _U(52), e.size), out=e)  # 2**max(E, emin)
     e -= _U(p.m << 52)
@@ -104,8 +104,7 @@ def _kernel_float(b, p: KernelParams, mode, overflow, tininess):
     ok = np.abs(t, out=q) <= p.max_val  # False for overflow, inf and NaN
     idx = _overflow_values(t, b.view(np.float64), ok, p, mode, overflow)
     if idx is not None:
-        t.view(np.uint64)[idx] = kernel_general(b[idx], p, mode, overflow, False, False,
-                                                tininess, None, None, False)[0]
+        t.view(np.uint64)[idx] = kernel_general(b[idx], p, policy)[0]
     return t.view(np.uint64)
 
 
@@ -198,14 +197,15 @@ def _overflow_patterns(x, dtype: np.dtype, p: KernelParams, mode, overflow):
     return new
 
 
-def _round32(x, p: KernelParams, mode, overflow):
-    """float32 values ``x`` rounded to the format in the float domain, as float32 (every
+def _round32(x, p: KernelParams, policy: RoundingPolicy):
+    """float32 values ``x`` rounded by ``policy`` in the float domain, as float32 (every
     value of a Params.fast32 format is one, and so are inf and NaN), and the positions (or
     None) that kernel_general must redo: inf and NaN inputs. The float32 twin of
     _kernel_float, with a multiplication by the reciprocal quantum (a power of two, so x
     times it is x / quantum exactly) built from the same bits: 2**(m - E') has the biased
     exponent 254 + m - (E' + 127), normal for every finite x (fast32: E' from emin >= m - 126
     to 127); an inf or NaN input gives an inf or NaN that is redone below."""
+    mode, overflow = policy.rounding, policy.overflow
     floor, recip, shift = _consts32(p)
     qb = np.bitwise_and(x.view(np.uint32), _EXP32)  # 2**E, the binade of each element
     np.maximum(qb, splat(floor, qb.size), out=qb)  # 2**E', E' = max(E, emin)
@@ -274,7 +274,7 @@ def round_float32(x: np.ndarray, policy: RoundingPolicy):
     """
     if policy.fmt == BF16:
         return bf16_values32(x)
-    return _round32(x, kernel_params(policy.fmt), policy.rounding, policy.overflow)
+    return _round32(x, kernel_params(policy.fmt), policy)
 
 
 def round_rest32(v: np.ndarray, policy: RoundingPolicy) -> np.ndarray:
@@ -287,8 +287,7 @@ def round_rest32(v: np.ndarray, policy: RoundingPolicy) -> np.ndarray:
     >>> round_rest32(np.array([np.inf, -np.inf], np.float32), policy_of("fp8_e4m3")).tolist()
     [nan, nan]
     """
-    r, _ = kernel_general(widen(v).view(np.uint64), kernel_params(policy.fmt), policy.rounding,
-                          policy.overflow, False, False, policy.tininess, None, None, False)
+    r, _ = kernel_general(widen(v).view(np.uint64), kernel_params(policy.fmt), policy)
     return r.view(np.float64)
 
 
@@ -376,24 +375,27 @@ def _stochastic32(x: np.ndarray, p: KernelParams, overflow, rnd: np.ndarray):
     return t, _overflow_values(t, x, ok, p, Rounding.STOCHASTIC, overflow)
 
 
-def run_float32(flat: np.ndarray, out: np.ndarray, p: KernelParams, fmt: Format, mode, ovf, tin,
+def run_float32(flat: np.ndarray, out: np.ndarray, p: KernelParams, policy: RoundingPolicy,
                 store: np.dtype | None, gen: np.random.Generator | None = None) -> None:
-    """:func:`run_chunks` for float32 input to a Params.fast32 format in a deterministic mode
-    without flags, flush or DAZ, or stochastically with 64-bit draws from ``gen``: each chunk
+    """:func:`run_chunks` for float32 input by ``policy`` (``p``: its format's kernel
+    constants), a Params.fast32 format in a deterministic mode without flags, flush or DAZ,
+    or stochastic rounding with 64-bit draws from ``gen`` (FLOAT32's and STOCHASTIC32's
+    domain): each chunk
     is rounded as float32 (:func:`_round32`, :func:`_stochastic32`: half the bytes of float64
     and no widening first), the elements it leaves (inf, NaN) by kernel_general on their
     exact float64 widening (in a deterministic mode for stochastic rounding: the result of
     inf and NaN does not depend on it, and the generator is not drawn from twice)."""
     step = kernel.CHUNK  # read per call: tests shrink it
+    fmt, mode, ovf = policy.fmt, policy.rounding, policy.overflow
     wide = out.view(np.float64) if store is None else None
-    special_mode = Rounding.TOWARD_ZERO if mode is Rounding.STOCHASTIC else mode
+    special = None if mode is Rounding.STOCHASTIC else policy  # for inf and NaN inputs
     for lo in range(0, flat.size, step):
         x = flat[lo:lo + step]
         if mode is Rounding.STOCHASTIC:  # the kernel's draws for this chunk
             rnd = gen.integers(0, 1 << 64, size=x.size, dtype=np.uint64, endpoint=False)
             v, bad = _stochastic32(x, p, ovf, rnd)
         else:
-            v, bad = _round32(x, p, mode, ovf)
+            v, bad = _round32(x, p, policy)
         with np.errstate(invalid="ignore"):  # (signalling NaNs where ``bad``: redone next)
             if store is None:
                 wide[lo:lo + step] = v  # exact widening
@@ -402,8 +404,9 @@ def run_float32(flat: np.ndarray, out: np.ndarray, p: KernelParams, fmt: Format,
             else:
                 out[lo:lo + step] = store_values(v, store, fmt, owned=True)
         if bad is not None:
-            r, _ = kernel_general(widen(x[bad]).view(np.uint64), p, special_mode, ovf, False,
-                                  False, tin, None, None, False)
+            if special is None:  # any deterministic mode gives the stochastic result
+                special = policy.replace(rounding=Rounding.TOWARD_ZERO, random_bits=None)
+            r, _ = kernel_general(widen(x[bad]).view(np.uint64), p, special)
             if store is None:
                 out[lo + bad] = r
             else:
@@ -634,21 +637,22 @@ def byte_nearest_even(x: np.ndarray, fmt: Format, _store: np.dtype) -> np.ndarra
 class FastPath:
     """One fast path of the rounding core and its domain: the formats (a predicate), modes,
     overflow policies and input dtypes on which it gives the general kernel's bits. No fast
-    path flushes, reads denormals as zero or computes flags: each serves subnormals kept and
-    no flags only.
+    path flushes, reads denormals as zero, takes limited random bits or computes flags: each
+    serves policies without them, and no flags, only.
 
-    ``function`` is the path as its dispatcher calls it; ``apply(x, fmt, mode, overflow)``
-    runs it on a whole array ``x`` of an input dtype, the way its callers do: float64 values,
+    ``function`` is the path as its dispatcher calls it; ``apply(x, policy)`` runs it on a
+    whole array ``x`` of an input dtype by a policy it serves, the way its callers do:
+    float64 values,
     or the format's storage dtype where ``stores``; None where the path declines (the byte
     table on NaN input). ``min_size``: the dispatcher takes it from this many elements (the
     path itself is exact at any size). ``nan_payload``: a NaN keeps the kernel's payload
     (else it is some NaN). ``declines_nan``: the path returns None for an array holding a
     NaN (the caller then takes the kernel). ``where``: who takes it.
 
-    >>> BF16_ROUND.serves(BF16, Rounding.NEAREST_EVEN, Overflow.INF, np.float32)
+    >>> from fpsim.rounding import policy_of
+    >>> BF16_ROUND.serves(policy_of("bf16"), np.float32)
     True
-    >>> [row.name for row in REGISTRY if row.serves(FP16, Rounding.UP, Overflow.INF,
-    ...                                              np.float64)]
+    >>> [row.name for row in REGISTRY if row.serves(policy_of("fp16", "up"), np.float64)]
     ['float64_float_domain', 'store_bits']
     """
 
@@ -658,18 +662,19 @@ class FastPath:
     modes: frozenset[Rounding]
     overflows: frozenset[Overflow]
     inputs: frozenset[np.dtype]
-    apply: Callable[[np.ndarray, Format, Rounding, Overflow], np.ndarray | None]
+    apply: Callable[[np.ndarray, RoundingPolicy], np.ndarray | None]
     where: str
     stores: bool = False
     min_size: int = 0
     nan_payload: bool = True
     declines_nan: bool = False
 
-    def serves(self, fmt: Format, mode: Rounding, overflow: Overflow, dtype) -> bool:
-        """Is rounding ``dtype`` values to ``fmt`` by ``mode`` and ``overflow`` (subnormals
-        kept, no flags) in this path's domain?"""
-        return (mode in self.modes and overflow in self.overflows
-                and np.dtype(dtype) in self.inputs and bool(self.formats(fmt)))
+    def serves(self, policy: RoundingPolicy, dtype) -> bool:
+        """Is rounding ``dtype`` values by ``policy`` (without flags) in this path's domain?
+        Its format, mode and overflow, and no flushing, DAZ or limited random bits."""
+        return (policy.rounding in self.modes and policy.overflow in self.overflows
+                and not (policy.flush or policy.daz) and policy.random_bits is None
+                and np.dtype(dtype) in self.inputs and bool(self.formats(policy.fmt)))
 
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -679,27 +684,26 @@ _EVERY_MODE = frozenset(Rounding)
 _EVERY_OVERFLOW = frozenset(Overflow)
 
 
-def _general_values(x: np.ndarray, fmt: Format, mode: Rounding, overflow: Overflow):
+def _general_values(x: np.ndarray, policy: RoundingPolicy):
     """The general kernel's float64 values for ``x`` (exactly widened, NaN payloads kept;
     stochastic rounding draws from a generator seeded 0: STORE_BITS stores any mode's values)."""
     b = widen(x) if x.dtype != _F64 else x
-    rng = np.random.default_rng(0) if mode is Rounding.STOCHASTIC else None
+    rng = np.random.default_rng(0) if policy.rounding is Rounding.STOCHASTIC else None
     r, _ = kernel_general(np.ascontiguousarray(b).reshape(-1).view(np.uint64),
-                          kernel_params(fmt), mode, overflow, False, False,
-                          Tininess.AFTER, rng, None, False)
+                          kernel_params(policy.fmt), policy, rng)
     return r.view(np.float64).reshape(x.shape)
 
 
-def _apply64(x, fmt, mode, overflow):
+def _apply64(x, policy):
     b = np.ascontiguousarray(x, dtype=np.float64).reshape(-1).view(np.uint64)
-    r = _kernel_float(b, kernel_params(fmt), mode, overflow, Tininess.AFTER)
+    r = _kernel_float(b, kernel_params(policy.fmt), policy)
     return r.view(np.float64).reshape(x.shape)
 
 
-def _apply32(x, fmt, mode, overflow):
+def _apply32(x, policy):
     flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
     out = np.empty(flat.size, np.uint64)
-    run_float32(flat, out, kernel_params(fmt), fmt, mode, overflow, Tininess.AFTER, None)
+    run_float32(flat, out, kernel_params(policy.fmt), policy, None)
     return out.view(np.float64).reshape(x.shape)
 
 
@@ -708,13 +712,12 @@ def _apply_bf16_values32(x):
     return None if bad is not None else v.astype(np.float64).reshape(x.shape)
 
 
-def _apply_stochastic32(x, fmt, mode, overflow):
+def _apply_stochastic32(x, policy):
     """run_float32's stochastic rounding with the generator seeded 0 (one chunk: the
     draws of _general_values)."""
     flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
     out = np.empty(flat.size, np.uint64)
-    run_float32(flat, out, kernel_params(fmt), fmt, mode, overflow, Tininess.AFTER, None,
-                np.random.default_rng(0))
+    run_float32(flat, out, kernel_params(policy.fmt), policy, None, np.random.default_rng(0))
     return out.view(np.float64).reshape(x.shape)
 
 
@@ -745,45 +748,44 @@ STOCHASTIC32 = FastPath(
 STORE_BITS = FastPath(
     "store_bits", store_values, _stores_by_bits, _EVERY_MODE, _EVERY_OVERFLOW,
     frozenset({_F32, _F64}),
-    lambda x, fmt, mode, ovf: store_values(_general_values(x, fmt, mode, ovf),
-                                           fmt.storage_dtype, fmt),
+    lambda x, pol: store_values(_general_values(x, pol), pol.fmt.storage_dtype, pol.fmt),
     "run_chunks / run_float32 with a store dtype: cast writes the rounded values' bits",
     stores=True)
 BF16_ROUND = FastPath(
     "bf16_round", bf16_nearest_even, lambda f: f == BF16, _NEAREST, _TO_INF,
-    frozenset({_F32}), lambda x, fmt, _mode, _ovf: bf16_nearest_even(x, fmt, None),
+    frozenset({_F32}), lambda x, pol: bf16_nearest_even(x, pol.fmt, None),
     "round of a float32 array (array_path)")
 BF16_CAST = FastPath(
     "bf16_cast", bf16_nearest_even, lambda f: f == BF16, _NEAREST, _TO_INF,
-    frozenset({_F32}), lambda x, fmt, _mode, _ovf: bf16_nearest_even(x, fmt, fmt.storage_dtype),
+    frozenset({_F32}), lambda x, pol: bf16_nearest_even(x, pol.fmt, pol.fmt.storage_dtype),
     "cast of a float32 array (array_path): ml_dtypes' own cast", stores=True)
 BF16_VALUES32 = FastPath(
     "bf16_values32", bf16_values32, lambda f: f == BF16, _NEAREST, _TO_INF,
-    frozenset({_F32}), lambda x, _fmt, _mode, _ovf: _apply_bf16_values32(x),
+    frozenset({_F32}), lambda x, _pol: _apply_bf16_values32(x),
     "arithmetic's float32 path (round_float32: fma's operands and results in bf16)",
     declines_nan=True)
 CAST_BY_ADDITION = FastPath(
     "cast_by_addition", cast_by_addition, _adds_to_pattern, _NEAREST, _TO_INF,
-    frozenset({_F32}), lambda x, fmt, _mode, _ovf: cast_by_addition(x, fmt, fmt.storage_dtype),
+    frozenset({_F32}), lambda x, pol: cast_by_addition(x, pol.fmt, pol.fmt.storage_dtype),
     "cast of a float32 array to fp16, e5m2, e4m3fn (array_path)", stores=True)
 BYTE_TABLE = FastPath(
     "byte_table", byte_nearest_even, _byte_table_format, _NEAREST, _TO_INF,
     frozenset({_F32}),
-    lambda x, fmt, _mode, _ovf: byte_nearest_even(x, fmt, fmt.storage_dtype),
+    lambda x, pol: byte_nearest_even(x, pol.fmt, pol.fmt.storage_dtype),
     "cast of a large float32 array (array_path) to an fp8 / fp6 / fp4 type",
     stores=True, min_size=_BYTE_TABLE_MIN, declines_nan=True)
 NATIVE_CAST = FastPath(
     "native_cast", native_cast, NATIVE_CAST_FORMATS.__contains__, _NEAREST, _TO_INF,
-    frozenset({_F32, _F64}), lambda x, fmt, _mode, _ovf: native_cast(x, fmt.storage_dtype),
+    frozenset({_F32, _F64}), lambda x, pol: native_cast(x, pol.fmt.storage_dtype),
     "fpsim.autograd.context.round_to (plain settings); fpsim.arithmetic's native operands",
     stores=True, nan_payload=False)
 FP16_FROM_F32 = FastPath(
     "fp16_from_float32", f32_to_f16, lambda f: f == FP16, _NEAREST, _TO_INF,
-    frozenset({_F32}), lambda x, _fmt, _mode, _ovf: f32_to_f16(x),
+    frozenset({_F32}), lambda x, _pol: f32_to_f16(x),
     "fpsim.autograd.context.round_to (fp16, plain settings)", stores=True, nan_payload=False)
 FP16_FROM_F64 = FastPath(
     "fp16_from_float64", f64_to_f16, lambda f: f == FP16, _NEAREST, _TO_INF,
-    frozenset({_F64}), lambda x, _fmt, _mode, _ovf: f64_to_f16(x),
+    frozenset({_F64}), lambda x, _pol: f64_to_f16(x),
     "fpsim.autograd.context.round_to (fp16, plain settings)", stores=True, nan_payload=False)
 
 REGISTRY: tuple[FastPath, ...] = (FLOAT64, FLOAT32, STOCHASTIC32, STORE_BITS, BF16_ROUND,
@@ -816,10 +818,7 @@ def array_path(pol: RoundingPolicy, dtype: np.dtype, cast: bool) -> FastPath | N
     hit = _ARRAY_PATHS.get(key)
     if hit is not None and hit[0] is fmt:
         return hit[1]
-    row = None
-    if not (pol.flush or pol.daz):
-        row = next((r for r in _ARRAY_ROWS if r.stores == cast
-                    and r.serves(fmt, pol.rounding, pol.overflow, dtype)), None)
+    row = next((r for r in _ARRAY_ROWS if r.stores == cast and r.serves(pol, dtype)), None)
     if len(_ARRAY_PATHS) > 4096:  # formats made on the fly: keep the cache bounded
         _ARRAY_PATHS.clear()
     _ARRAY_PATHS[key] = (fmt, row)

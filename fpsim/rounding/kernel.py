@@ -236,9 +236,21 @@ def _overflow(r, ovf, neg, p: KernelParams, mode: Rounding, overflow: Overflow):
 # kernel or a fast path per chunk.)
 
 
-def kernel_general(b, p: KernelParams, mode, overflow, flush, daz, tininess, rng, random_bits,
-                   want_flags):
-    """Round one chunk of float64 patterns ``b``, any mode and policy, on the patterns."""
+def kernel_general(b, p: KernelParams, policy: RoundingPolicy,
+                   rng: np.random.Generator | None = None, want_flags: bool = False):
+    """Round one chunk of float64 patterns ``b`` by ``policy``, any mode and policy, on the
+    patterns (``p``: the kernel constants of ``policy.fmt``; ``rng``: the policy's generator,
+    resolved once per call by the caller: stochastic rounding only). Returns (patterns, flags
+    or None).
+
+    >>> from fpsim.rounding import policy_of
+    >>> pol = policy_of("fp16", "up")
+    >>> r, _ = kernel_general(np.array([1/3]).view(np.uint64), kernel_params(pol.fmt), pol)
+    >>> r.view(np.float64).tolist()
+    [0.33349609375]
+    """
+    mode, overflow, tininess = policy.rounding, policy.overflow, policy.tininess
+    flush, daz, random_bits = policy.flush, policy.daz, policy.random_bits
     sign = b & SIGN
     a = b ^ sign
     neg = sign >> _U(63)

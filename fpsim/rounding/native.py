@@ -58,9 +58,10 @@ from ..formats import (
     Format,
 )
 from ..modes import Overflow, Rounding, Subnormals
+from .policy import RoundingPolicy
 
 __all__ = ["cast", "f64_to_f32_odd", "narrow_to_byte", "widen_byte", "table_cast_ok",
-           "native_ok", "NATIVE_CAST_FORMATS", "NATIVE_ARITHMETIC_FORMATS"]
+           "native_ok", "native_rounding", "NATIVE_CAST_FORMATS", "NATIVE_ARITHMETIC_FORMATS"]
 
 # The one format table of "may this run natively?" (issue 35 item 2), consulted by
 # fpsim.autograd.context.round_to and fpsim.arithmetic's native path through native_ok:
@@ -77,22 +78,36 @@ NATIVE_CAST_FORMATS: frozenset[Format] = frozenset(
 NATIVE_ARITHMETIC_FORMATS: frozenset[Format] = frozenset({FP16, BF16, FP32})
 
 
-def native_ok(fmt: Format, mode: Rounding, overflow: Overflow, subnormals: Subnormals,
-              flags: bool, *, arithmetic: bool = False) -> bool:
-    """May rounding to ``fmt`` (a cast, or with ``arithmetic=True`` a + - * / sqrt result)
-    run as NumPy's / ml_dtypes' own? Only nearest even, overflow to the format's overflow
-    value, subnormals kept, no flags wanted, and a format of the table above.
+def native_rounding(policy: RoundingPolicy) -> bool:
+    """The policy part of :func:`native_ok`, for any format: nearest even, overflow to the
+    format's overflow value, subnormals kept (tininess only decides flags and flushing:
+    neither happens then). ``policy.fmt`` is not looked at (fpsim.autograd's settings hold
+    a stand-in format).
 
-    >>> from fpsim.formats import FP8_E4M3, FP16
-    >>> native_ok(FP16, Rounding.NEAREST_EVEN, Overflow.INF, Subnormals.KEEP, False)
+    >>> from fpsim.rounding import policy_of
+    >>> native_rounding(policy_of("fp8_e4m3")), native_rounding(policy_of("fp16", "up"))
+    (True, False)
+    """
+    return (policy.rounding is Rounding.NEAREST_EVEN and policy.overflow is Overflow.INF
+            and policy.subnormals is Subnormals.KEEP)
+
+
+def native_ok(policy: RoundingPolicy, flags: bool = False, *, arithmetic: bool = False) -> bool:
+    """May rounding by ``policy`` (a cast, or with ``arithmetic=True`` a + - * / sqrt result)
+    run as NumPy's / ml_dtypes' own? Only without flags, by a :func:`native_rounding` policy,
+    to a format of the table above.
+
+    >>> from fpsim.rounding import policy_of
+    >>> native_ok(policy_of("fp16"))
     True
-    >>> native_ok(FP8_E4M3, Rounding.NEAREST_EVEN, Overflow.INF, Subnormals.KEEP, False,
-    ...           arithmetic=True)  # casts only: fp8 has no native arithmetic
+    >>> native_ok(policy_of("fp8_e4m3"), arithmetic=True)  # casts only: no native arithmetic
+    False
+    >>> native_ok(policy_of("bf16"), flags=True)
     False
     """
-    return (not flags and mode is Rounding.NEAREST_EVEN and overflow is Overflow.INF
-            and subnormals is Subnormals.KEEP
-            and fmt in (NATIVE_ARITHMETIC_FORMATS if arithmetic else NATIVE_CAST_FORMATS))
+    return (not flags and native_rounding(policy)
+            and policy.fmt in (NATIVE_ARITHMETIC_FORMATS if arithmetic else NATIVE_CAST_FORMATS))
+
 
 _NUMPY_FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 _F64 = np.dtype(np.float64)
