@@ -339,7 +339,7 @@ def test_lazy_attribute_and_formats():
 
 
 def test_fast_fp4_rounding_equals_ml_dtypes_cast():
-    from fpsim.mx.quantize import _fp4_rne
+    from fpsim.rounding.native import fp4_nearest_even
 
     # every 331st float32 pattern of [0, 6], both signs, and each decision point's neighbours
     a = np.arange(0, 0x40C00001, 331, dtype=np.int64).astype(np.int32).view(np.float32)
@@ -347,7 +347,7 @@ def test_fast_fp4_rounding_equals_ml_dtypes_cast():
                  np.float32)
     y = np.concatenate([a, -a, t, -t, np.nextafter(t, np.float32(0)),
                         np.nextafter(t, np.float32(9))])
-    np.testing.assert_array_equal(_fp4_rne(y).view(np.uint8),
+    np.testing.assert_array_equal(fp4_nearest_even(y).view(np.uint8),
                                   y.astype(ml_dtypes.float4_e2m1fn).view(np.uint8))
 
 

@@ -64,7 +64,13 @@ from ..flags import Flags, flags_active, record
 from ..integer import round_to_integral
 from ..modes import Rounding, as_rounding
 from ..rounding import round as fp_round
-from ..rounding.native import narrow_to_byte, table_cast_ok, widen_byte
+from ..rounding.native import (
+    FP4_COMPARE_MIN,
+    fp4_nearest_even,
+    narrow_to_byte,
+    table_cast_ok,
+    widen_byte,
+)
 from .formats import (
     E8M0_BIAS,
     MX_FORMATS,
@@ -336,26 +342,6 @@ def _block_amax(blocks: np.ndarray) -> np.ndarray:
     return (blocks.view(_UINT_VIEW[size]) & _ABS_MASK[size]).max(axis=-1).view(blocks.dtype)
 
 
-# fp4 e2m1's decision points between neighbouring codes (0, 0.5, 1, 1.5, 2, 3, 4, 6): a tie
-# goes to the even code, so the comparison is ">=" where the upper neighbour's code is even
-_FP4_COMPARE_MIN = 1 << 14  # smaller arrays: ml_dtypes' cast is faster (fewer passes)
-_FP4_STEPS = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False),
-              (3.5, True), (5.0, False))
-
-
-def _fp4_rne(y: np.ndarray) -> np.ndarray:
-    """float32 values with |y| <= 6 (NaN-free) rounded to nearest even fp4 e2m1: the code
-    magnitude is the number of decision points passed (seven comparisons into uint8, about
-    twice as fast as ml_dtypes' cast on large arrays, slower below _FP4_COMPARE_MIN values;
-    the same results, see the tests), the sign bit is bit 3."""
-    a = np.abs(y)
-    code = np.zeros(y.shape, np.uint8)
-    for t, ties_up in _FP4_STEPS:
-        code += (a >= np.float32(t)) if ties_up else (a > np.float32(t))
-    code |= np.signbit(y).view(np.uint8) << np.uint8(3)
-    return code.view(ml_dtypes.float4_e2m1fn)
-
-
 def _round_elements(y: np.ndarray, fmt: MXFormat, mode: Rounding, rng,
                     has_nan: bool) -> np.ndarray:
     """Elements P (a fresh float32 or float64 array, scaled, NaN where the block is NaN;
@@ -378,8 +364,8 @@ def _round_elements(y: np.ndarray, fmt: MXFormat, mode: Rounding, rng,
     if not fmt.element.has_nan and has_nan:
         y[np.isnan(y)] = 0
     if mode is Rounding.NEAREST_EVEN and y.dtype == _F32:
-        if fmt.element.bits == 4 and y.size >= _FP4_COMPARE_MIN:
-            return _fp4_rne(y)
+        if fmt.element.bits == 4 and y.size >= FP4_COMPARE_MIN:  # the registry's fp4_compare
+            return fp4_nearest_even(y)
         if table_cast_ok(fmt.storage_dtype):  # ml_dtypes' rounding, read from a table
             return narrow_to_byte(y, fmt.storage_dtype)
         return y.astype(fmt.storage_dtype)  # ml_dtypes: one correct rounding from fp32

@@ -17,13 +17,19 @@ from typing import Any
 
 import numpy as np
 
-from ..formats import BF16, FP16, Format, NaNEncoding
+from ..formats import BF16, FP4_E2M1, FP16, Format, NaNEncoding
 from ..modes import Overflow, Rounding
 from . import kernel
 from .convert import refuse_nan, via_float32, widen
 from .fp16 import f32_to_f16, f64_to_f16
 from .kernel import KernelParams, kernel_general, kernel_params
-from .native import NATIVE_CAST_FORMATS, narrow_to_byte, table_cast_ok
+from .native import (
+    FP4_COMPARE_MIN,
+    NATIVE_CAST_FORMATS,
+    fp4_nearest_even,
+    narrow_to_byte,
+    table_cast_ok,
+)
 from .native import cast as native_cast
 from .policy import RoundingPolicy
 
@@ -721,6 +727,12 @@ def _apply_stochastic32(x, policy):
     return out.view(np.float64).reshape(x.shape)
 
 
+def _apply_fp4(x, _pol):
+    """fp4_nearest_even on float32 ``x``, declining NaN (its precondition: fp4 has none)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    return None if np.isnan(x).any() else fp4_nearest_even(x)
+
+
 def _stores_by_bits(fmt: Format) -> bool:
     """The formats :func:`store_values` packs by the bits (fp16, ml_dtypes' float8 types)."""
     store = fmt.storage_dtype
@@ -787,10 +799,15 @@ FP16_FROM_F64 = FastPath(
     "fp16_from_float64", f64_to_f16, lambda f: f == FP16, _NEAREST, _TO_INF,
     frozenset({_F64}), lambda x, _pol: f64_to_f16(x),
     "fpsim.autograd.context.round_to (fp16, plain settings)", stores=True, nan_payload=False)
+FP4_COMPARE = FastPath(
+    "fp4_compare", fp4_nearest_even, lambda f: f == FP4_E2M1, _NEAREST, _EVERY_OVERFLOW,
+    frozenset({_F32}), _apply_fp4,
+    "fpsim.mx.quantize's fp4 e2m1 elements (nearest even; NaN-free, as saturated there)",
+    stores=True, min_size=FP4_COMPARE_MIN, declines_nan=True)
 
 REGISTRY: tuple[FastPath, ...] = (FLOAT64, FLOAT32, STOCHASTIC32, STORE_BITS, BF16_ROUND,
                                   BF16_CAST, BF16_VALUES32, CAST_BY_ADDITION, BYTE_TABLE,
-                                  NATIVE_CAST, FP16_FROM_F32, FP16_FROM_F64)
+                                  NATIVE_CAST, FP16_FROM_F32, FP16_FROM_F64, FP4_COMPARE)
 _FLOAT64_MODES = FLOAT64.modes  # round_patterns' per-chunk test, without attribute lookups
 FLOAT32_MODES = FLOAT32.modes | STOCHASTIC32.modes  # run_chunks' float32 test
 

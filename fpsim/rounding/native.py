@@ -49,6 +49,7 @@ import numpy as np
 
 from ..formats import (
     BF16,
+    FP4_E2M1,
     FP8_E4M3,
     FP8_E4M3FNUZ,
     FP8_E5M2,
@@ -61,7 +62,8 @@ from ..modes import Overflow, Rounding, Subnormals
 from .policy import RoundingPolicy
 
 __all__ = ["cast", "f64_to_f32_odd", "narrow_to_byte", "widen_byte", "table_cast_ok",
-           "native_ok", "native_rounding", "NATIVE_CAST_FORMATS", "NATIVE_ARITHMETIC_FORMATS"]
+           "native_ok", "native_rounding", "fp4_nearest_even", "FP4_COMPARE_MIN",
+           "NATIVE_CAST_FORMATS", "NATIVE_ARITHMETIC_FORMATS"]
 
 # The one format table of "may this run natively?" (issue 35 item 2), consulted by
 # fpsim.autograd.context.round_to and fpsim.arithmetic's native path through native_ok:
@@ -245,3 +247,30 @@ def cast(x: np.ndarray, dtype) -> np.ndarray:
         if x.dtype != _F64 or dtype in _NUMPY_FLOATS:
             return x.astype(dtype)
         return f64_to_f32_odd(x).astype(dtype)
+
+
+# fp4 e2m1's decision points between neighbouring codes (0, 0.5, 1, 1.5, 2, 3, 4, 6): a tie
+# goes to the even code, so the comparison is ">=" where the upper neighbour's code is even
+FP4_COMPARE_MIN = 1 << 14  # smaller arrays: ml_dtypes' cast is faster (fewer passes)
+_FP4_STEPS = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False),
+              (3.5, True), (5.0, False))
+
+
+def fp4_nearest_even(y: np.ndarray) -> np.ndarray:
+    """NaN-free float32 ``y`` rounded to nearest even fp4 e2m1 (its ml_dtypes dtype): the
+    code magnitude is the number of decision points passed (seven comparisons into uint8,
+    about twice as fast as ml_dtypes' cast on large arrays, slower below
+    :data:`FP4_COMPARE_MIN` values; the same results), the sign bit is bit 3. Beyond the
+    last point every value (inf included) gives 6, the format's largest, as the kernel's
+    overflow does for a format without inf or NaN in either overflow policy; a NaN would give
+    a zero (the caller's: fp4 has no NaN). The registry row :data:`fpsim.rounding.fast.FP4_COMPARE`.
+
+    >>> fp4_nearest_even(np.array([0.25, 0.75, -2.6, 7.0], np.float32)).tolist()
+    [0.0, 1.0, -3.0, 6.0]
+    """
+    a = np.abs(y)
+    code = np.zeros(y.shape, np.uint8)
+    for t, ties_up in _FP4_STEPS:
+        code += (a >= np.float32(t)) if ties_up else (a > np.float32(t))
+    code |= np.signbit(y).view(np.uint8) << np.uint8(3)
+    return code.view(FP4_E2M1.storage_dtype)
