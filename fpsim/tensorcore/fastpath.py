@@ -31,6 +31,7 @@ import numpy as np
 
 from ..formats import Format
 from ..modes import Rounding
+from ..rounding.bits import truncation_mask
 from .gpus import BlockFMA
 
 __all__ = ["PlainF32", "plain_f32_setup", "biased_exponents", "window", "no_overflow",
@@ -70,7 +71,7 @@ def plain_f32_setup(unit: BlockFMA, fi: Format, rfmt: Format) -> PlainF32 | None
         return None
     mode = unit.output_rounding
     if mode is Rounding.TOWARD_ZERO:
-        keep = ~np.uint64((1 << (52 - rfmt.mantissa_bits)) - 1)
+        keep = truncation_mask(rfmt)
     elif mode is Rounding.NEAREST_EVEN and rfmt.mantissa_bits == 23:
         keep = None
     else:

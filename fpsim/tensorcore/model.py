@@ -46,7 +46,6 @@ with the same results bit for bit (``tests/test_tensorcore_fastpath.py``).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +57,7 @@ from ..formats import FP32, TF32, Format
 from ..modes import Overflow, Rounding, Subnormals
 from ..rounding import SIGN, as_float64
 from ..rounding import round as fp_round
+from ..rounding.bits import round_normal, truncation_mask
 from ..rounding.eft import two_sum
 from . import fastpath
 from .explain import build_explanation
@@ -124,23 +124,9 @@ def _c_table(floor: int) -> np.ndarray:
 
 # -- output rounding -------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class _OutParams:
-    shift: np.uint64
-    keep: np.uint64  # mask keeping sign, exponent and the format's fraction bits
-    half_m1: np.uint64
-    tiny_m1: np.uint64  # bits of 2**emin, minus one
-    ovf: np.uint64  # bits of 2**(emax + 1): the first exponent that overflows
-    ovf_value: float
-
-
-@functools.cache
-def _out_params(fmt: Format) -> _OutParams:
-    s = 52 - fmt.mantissa_bits
-    tiny = np.array(fmt.smallest_normal).view(_U)[()]
-    ovf_value = float(np.ldexp(1.0, fmt.emax + 1))
-    return _OutParams(_U(s), ~_U((1 << s) - 1), _U((1 << (s - 1)) - 1), tiny - _U(1),
-                      np.array(ovf_value).view(_U)[()], ovf_value)
+def _ovf_value(fmt: Format) -> float:
+    """2**(emax + 1): an exact sum at or past it is +-inf under ``"always_inf"``."""
+    return float(np.ldexp(1.0, fmt.emax + 1))
 
 
 def _core_overflow(overflow: BlockOverflow) -> Overflow:
@@ -152,28 +138,19 @@ def _core_overflow(overflow: BlockOverflow) -> Overflow:
 def _round_out(v: np.ndarray, fmt: Format, mode: Rounding, overflow: BlockOverflow,
                out: np.ndarray) -> np.ndarray:
     """Round exact float64 block values into ``out`` (float64, same shape), overflow per the
-    unit's policy; returns the magnitude bit patterns of the results."""
-    p = _out_params(fmt)
-    b = v.view(_U)
-    a = b & ~SIGN
-    ob = out.view(_U)
-    if a.size and mode in (Rounding.TOWARD_ZERO, Rounding.NEAREST_EVEN):
-        # Fast path: every non-zero value in the normal range (zero wraps to the maximum).
-        if (a - _U(1)).min() >= p.tiny_m1 and a.max() < p.ovf:
-            if mode is Rounding.TOWARD_ZERO:
-                np.bitwise_and(b, p.keep, out=ob)
-                return a  # truncation keeps the exponent field
-            r = (a + p.half_m1 + ((a >> p.shift) & _U(1))) & p.keep
-            if r.max() < p.ovf:
-                np.bitwise_or(r, b & SIGN, out=ob)
-                return r
+    unit's policy; returns uint64 patterns whose exponent fields are the results'. Values in
+    the normal range with finite results take the rounding package's bit path
+    (:func:`fpsim.rounding.bits.round_normal`), the others :func:`fpsim.round`."""
+    mag = round_normal(v, fmt, mode, out)
+    if mag is not None:
+        return mag
     r = np.asarray(fp_round(v, fmt, mode, overflow=_core_overflow(overflow)), dtype=np.float64)
     if overflow is BlockOverflow.ALWAYS_INF:
-        big = np.abs(v) >= p.ovf_value
+        big = np.abs(v) >= _ovf_value(fmt)
         if big.any():
             r = np.where(big, np.copysign(np.inf, v), r)
     out[...] = r
-    return ob & ~SIGN
+    return out.view(_U) & ~SIGN
 
 
 # -- the kernel ------------------------------------------------------------------------------
@@ -324,7 +301,7 @@ def _add_c(c: np.ndarray, s: np.ndarray, rfmt: Format, mode: Rounding,
                        dtype=np.float64)
         if overflow is BlockOverflow.ALWAYS_INF:
             v = c + s
-            big = np.abs(v) >= _out_params(rfmt).ovf_value
+            big = np.abs(v) >= _ovf_value(rfmt)
             if big.any():
                 r = np.where(big, np.copysign(np.inf, v), r)
     return np.array(r, dtype=np.float64).reshape(np.shape(s))
@@ -366,7 +343,7 @@ def _exact_round(terms: np.ndarray, rfmt: Format, mode: Rounding,
     r = np.asarray(fp_round(s_odd + 0.0, rfmt, mode, overflow=_core_overflow(overflow)),
                    dtype=np.float64)
     if overflow is BlockOverflow.ALWAYS_INF:  # an exact sum past the range is +-inf
-        big = np.abs(s_odd) >= _out_params(rfmt).ovf_value
+        big = np.abs(s_odd) >= _ovf_value(rfmt)
         r = np.where(big, np.copysign(np.inf, s_odd), r)
     return r
 
@@ -761,7 +738,7 @@ def _chain_rounded(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format,
         if f32:
             d32 = (d + 0.0).astype(np.float32)
             ps32 = np.empty(out_shape, np.float32)
-            keep = _out_params(FP32).keep
+            keep = truncation_mask(FP32)
         for j, k0 in enumerate(range(0, K, n)):
             k1 = min(K, k0 + n)
             stats = (a_hi[j], a_lo[j], b_hi[j], b_lo[j])
