@@ -67,20 +67,21 @@ def test_gap_stats_against_a_hand_computation():
 
 
 def test_the_table_is_printed_from_the_runs():
-    runs = train_sweep([("batch_size", [2, 4])], seeds=[0, 1], steps=3, **TINY)
+    # large batches of a tiny model: few evaluation batches (512 windows in all)
+    runs = train_sweep([("batch_size", [32, 64])], seeds=[0, 1], steps=3, **TINY)
     assert [(r["value"], r["seed"], r["recipe"]) for r in runs] == [
-        (v, s, r) for v in (2, 4) for s in (0, 1) for r in ("fp32", "fp16-master")]
-    assert [r["tokens"] for r in runs[::4]] == [16, 32]
+        (v, s, r) for v in (32, 64) for s in (0, 1) for r in ("fp32", "fp16-master")]
+    assert [r["tokens"] for r in runs[::4]] == [256, 512]
     # each run is train_lm's with the sweep's configuration
     direct = train_lm("fp16-master", steps=3, warmup=0, eval_every=3, measure_every=1,
-                      batch_size=4, seed=1, eval_batches=1,
-                      final_eval_batches=lm_sweep.EVAL_WINDOWS // 4, **TINY)
+                      batch_size=64, seed=1, eval_batches=1,
+                      final_eval_batches=lm_sweep.EVAL_WINDOWS // 64, **TINY)
     assert runs[7]["val_loss"] == direct.val_loss
     assert runs[7]["grad_underflow"] == direct.grad_underflow > 0
     assert all(r["grad_underflow"] == 0 for r in runs if r["recipe"] == "fp32")
     lines = format_train_sweep(gap_stats(runs)).splitlines()
     assert len(lines) == 4
-    for line, v in zip(lines[2:], (2, 4), strict=True):
+    for line, v in zip(lines[2:], (32, 64), strict=True):
         mine = {r["seed"]: r["val_loss"] for r in runs if r["value"] == v
                 and r["recipe"] == "fp16-master"}
         base = {r["seed"]: r["val_loss"] for r in runs if r["value"] == v
@@ -135,7 +136,7 @@ def test_cli_trains_records_and_reprints(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(lm_sweep, "train_sweep",  # the CLI's call, on the tiny model
                         lambda *a, **k: real(*a, **TINY, **k))
     path = tmp_path / "runs.jsonl"
-    argv = ["--train", "--steps", "2", "--seeds", "0,1", "--sweep", "batch_size=2",
+    argv = ["--train", "--steps", "2", "--seeds", "0,1", "--sweep", "batch_size=64",
             "--recipes", "fp32,fp16-master", "--json", str(path)]
     assert main(argv) == 0
     out = capsys.readouterr().out.splitlines()
