@@ -277,14 +277,14 @@ def format_train_sweep(stats: Sequence[dict[str, Any]]) -> str:
     >>> row[:5], row[-4:]
     (['batch_size', '4', '256', 'fp16-master', '2'], ['0.020', '0.030', '1.23%', 'within'])
     """
-    head = ("setting       tokens  recipe       n  gap by seed           mean    sd     "
+    head = ("setting        tokens  recipe       n  gap by seed           mean    sd     "
             "fp32    sd     range  underflow  verdict")
     lines = [head, "-" * len(head)]
     for s in stats:
         setting = f"{s['axis']} {s['value']}"
         gaps = " ".join(f"{g:+.3f}" for g in s["gaps"])
         lines.append(
-            f"{setting:12s} {s['tokens']:7d}  {s['recipe']:11s} {len(s['seeds']):2d}  "
+            f"{setting:13s} {s['tokens']:7d}  {s['recipe']:11s} {len(s['seeds']):2d}  "
             f"{gaps:20s}  {s['mean_gap']:+.3f}  {s['gap_sd']:.3f}  {s['baseline_mean']:.3f}  "
             f"{s['baseline_sd']:.3f}  {s['baseline_range']:.3f}  "
             f"{100 * s['grad_underflow']:8.2f}%  {s['verdict']}")
