@@ -79,9 +79,11 @@ def test_the_table_is_printed_from_the_runs():
     assert runs[7]["val_loss"] == direct.val_loss
     assert runs[7]["grad_underflow"] == direct.grad_underflow > 0
     assert all(r["grad_underflow"] == 0 for r in runs if r["recipe"] == "fp32")
-    lines = format_train_sweep(gap_stats(runs)).splitlines()
-    assert len(lines) == 4
-    for line, v in zip(lines[2:], (32, 64), strict=True):
+    stats = gap_stats(runs)
+    lines = format_train_sweep(stats).splitlines()
+    assert len(lines) == 5  # header, rule, two settings, the recipe's summary
+    means = []
+    for line, v in zip(lines[2:4], (32, 64), strict=True):
         mine = {r["seed"]: r["val_loss"] for r in runs if r["value"] == v
                 and r["recipe"] == "fp16-master"}
         base = {r["seed"]: r["val_loss"] for r in runs if r["value"] == v
@@ -95,6 +97,17 @@ def test_the_table_is_printed_from_the_runs():
         assert words[9] == f"{(base[0] + base[1]) / 2:.3f}"
         assert words[11] == f"{abs(base[0] - base[1]):.3f}"
         assert words[12] == f"{100 * under:.2f}%"
+        spread = abs(base[0] - base[1])
+        m = sum(gaps) / 2
+        assert words[13] == ("behind" if m > spread else "ahead" if m < -spread else "within")
+        means.append((m, v, 100 * under))
+    counts = {w: sum(s["verdict"] == w for s in stats) for w in ("behind", "within", "ahead")}
+    top = max(means)
+    assert lines[4] == (
+        f"fp16-master vs fp32: behind {counts['behind']}, within {counts['within']}, ahead "
+        f"{counts['ahead']} of 2 settings; largest mean gap {top[0]:+.3f} (batch_size "
+        f"{top[1]}); gradient underflow {min(u for *_, u in means):.2f}-"
+        f"{max(u for *_, u in means):.2f}%")
 
 
 def test_train_sweep_checks_its_arguments():
@@ -144,7 +157,7 @@ def test_cli_trains_records_and_reprints(tmp_path, monkeypatch, capsys):
     assert sorted((r["seed"], r["recipe"]) for r in runs) == [
         (0, "fp16-master"), (0, "fp32"), (1, "fp16-master"), (1, "fp32")]
     table = format_train_sweep(gap_stats(runs))
-    assert "\n".join(out[-3:]) == table
-    assert len(out) == 4 + 3  # a line per finished run, then the table
+    assert "\n".join(out[-4:]) == table
+    assert len(out) == 4 + 4  # a line per finished run, then the table and its summary
     assert main(["--from", str(path)]) == 0
     assert capsys.readouterr().out.rstrip("\n") == table

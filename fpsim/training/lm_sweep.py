@@ -267,7 +267,9 @@ def gap_stats(runs: Sequence[dict[str, Any]], baseline: str = "fp32") -> list[di
 
 
 def format_train_sweep(stats: Sequence[dict[str, Any]]) -> str:
-    """The table of :func:`gap_stats`' rows, one line per setting and recipe.
+    """The table of :func:`gap_stats`' rows, one line per setting and recipe, then a line
+    per recipe counting its verdicts (over the settings with more than one seed) and giving
+    its largest mean gap and the range of its gradient underflow.
 
     >>> st = [dict(axis="batch_size", value=4, tokens=256, recipe="fp16-master",
     ...            seeds=[0, 1], gaps=[0.01, -0.03], mean_gap=-0.01, gap_sd=0.028284,
@@ -276,6 +278,10 @@ def format_train_sweep(stats: Sequence[dict[str, Any]]) -> str:
     >>> row = format_train_sweep(st).splitlines()[2].split()
     >>> row[:5], row[-4:]
     (['batch_size', '4', '256', 'fp16-master', '2'], ['0.020', '0.030', '1.23%', 'within'])
+    >>> print(format_train_sweep(st).splitlines()[-1].replace("; ", "\\n"))
+    fp16-master vs fp32: behind 0, within 1, ahead 0 of 1 settings
+    largest mean gap -0.010 (batch_size 4)
+    gradient underflow 1.23-1.23%
     """
     head = ("setting        tokens  recipe       n  gap by seed           mean    sd     "
             "fp32    sd     range  underflow  verdict")
@@ -288,6 +294,15 @@ def format_train_sweep(stats: Sequence[dict[str, Any]]) -> str:
             f"{gaps:20s}  {s['mean_gap']:+.3f}  {s['gap_sd']:.3f}  {s['baseline_mean']:.3f}  "
             f"{s['baseline_sd']:.3f}  {s['baseline_range']:.3f}  "
             f"{100 * s['grad_underflow']:8.2f}%  {s['verdict']}")
+    for name in dict.fromkeys(s["recipe"] for s in stats):
+        mine = [s for s in stats if s["recipe"] == name]
+        n = {v: sum(s["verdict"] == v for s in mine) for v in ("behind", "within", "ahead")}
+        top = max(mine, key=lambda s: s["mean_gap"])
+        under = [100 * s["grad_underflow"] for s in mine]
+        lines.append(f"{name} vs {mine[0]['baseline']}: behind {n['behind']}, within "
+                     f"{n['within']}, ahead {n['ahead']} of {sum(n.values())} settings; "
+                     f"largest mean gap {top['mean_gap']:+.3f} ({top['axis']} {top['value']}); "
+                     f"gradient underflow {min(under):.2f}-{max(under):.2f}%")
     return "\n".join(lines)
 
 
