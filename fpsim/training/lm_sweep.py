@@ -18,16 +18,29 @@ unscaled fp16 runs out of range first.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..autograd import functional as F
+from ..checks import as_int
 from ..formats import FP16, FP64
 from ..rounding import round as fp_round
-from .lm import LMConfig, OutputRecorder, build_gpt, load_text, without_key_bias_noise
+from ..state import as_seed
+from .lm import (
+    LMConfig,
+    OutputRecorder,
+    build_gpt,
+    lm_config,
+    load_text,
+    train_lm,
+    without_key_bias_noise,
+)
+from .lm_recipes import get_lm_recipe
 
-__all__ = ["underflow_at_init", "underflow_sweep", "SWEEP"]
+__all__ = ["underflow_at_init", "underflow_sweep", "SWEEP", "TRAIN_SWEEP", "train_sweep",
+           "gap_stats", "format_train_sweep", "main"]
 
 # (axis, values): each varies one setting of the quick configuration
 SWEEP: tuple[tuple[str, tuple[int, ...]], ...] = (
@@ -96,10 +109,300 @@ def underflow_sweep(seed: int = 0) -> list[dict[str, Any]]:
     return out
 
 
-if __name__ == "__main__":  # python -m fpsim.training.lm_sweep: the table of docs/lm.md
+# -- training runs along the sweep's axes ---------------------------------------------------
+
+# (axis, values) of the training sweep: tokens per batch at the quick context (256, 1,024
+# and 4,096 tokens) and the deepest model of SWEEP; each varies one setting of the quick model
+TRAIN_SWEEP: tuple[tuple[str, tuple[int, ...]], ...] = (
+    ("batch_size", (4, 16, 64)),
+    ("n_layers", (8,)),
+)
+_AXES = ("d_model", "n_layers", "batch_size", "context")
+EVAL_WINDOWS = 512  # windows of the final losses, the same text for every batch size
+
+
+def _check_sweep(settings: Sequence[tuple[str, Sequence[int]]]) -> list[tuple[str, int]]:
+    """``settings`` as (axis, value) pairs; ValueError naming a bad axis or value."""
+    out = []
+    for item in settings:
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise ValueError(f"a sweep setting is (axis, values), got {item!r}")
+        axis, values = item
+        if axis not in _AXES:
+            raise ValueError(f"sweep axis must be one of {', '.join(_AXES)}, got {axis!r}")
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+            raise ValueError(f"the values of axis {axis} must be a non-empty sequence of "
+                             f"integers, got {values!r}")
+        out.extend((axis, as_int(axis, v, 1)) for v in values)
+    return out
+
+
+def _sweep_config(axis: str, value: int, seed: int, steps: int,
+                  overrides: dict[str, Any]) -> LMConfig:
+    """The quick configuration with ``axis`` set to ``value``, ``steps`` steps (warm-up a
+    tenth of them, as the quick and full runs), evaluated once at the end on
+    :data:`EVAL_WINDOWS` windows whatever the batch size."""
+    base = {"steps": steps, "warmup": steps // 10, "eval_every": steps,
+            "measure_every": max(steps // 4, 1), axis: value}
+    bs = base.get("batch_size", overrides.get("batch_size", LMConfig.batch_size))
+    base["final_eval_batches"] = max(EVAL_WINDOWS // bs, 1)
+    base["eval_batches"] = 1
+    cfg = lm_config(True, seed=seed, **{**base, **overrides})
+    cfg.validate()
+    return cfg
+
+
+def _train_one(task: tuple[str, int, str, LMConfig], data: Any = None) -> dict[str, Any]:
+    """One run of the training sweep as a JSON-ready dict."""
+    axis, value, recipe, cfg = task
+    s = train_lm(recipe, cfg, data=data).summary()
+    return {"axis": axis, "value": value, "tokens": cfg.batch_size * cfg.context,
+            **{k: getattr(cfg, k) for k in _AXES},
+            **{k: s[k] for k in ("recipe", "seed", "steps", "val_loss", "train_loss",
+                                 "grad_underflow", "skipped_steps", "nonfinite_steps",
+                                 "time_s", "cpu_time_s")}}
+
+
+def train_sweep(settings: Sequence[tuple[str, Sequence[int]]] = TRAIN_SWEEP,
+                seeds: Sequence[int] = (0, 1, 2),
+                recipes: Sequence[str] = ("fp32", "fp16-master"), steps: int = 200,
+                jobs: int = 1, data: Any = None,
+                progress: Callable[[dict[str, Any]], None] | None = None,
+                **overrides: Any) -> list[dict[str, Any]]:
+    """Train ``recipes`` (names of :data:`fpsim.training.lm_recipes.LM_RECIPES`) for
+    ``steps`` steps at every setting of ``settings`` ((axis, values) pairs, one setting of
+    the quick configuration varied at a time) and every seed: one dict per run with the
+    setting (``axis``, ``value``, ``tokens`` per batch and the model's sizes), ``recipe``,
+    ``seed``, ``val_loss``, ``train_loss``, ``grad_underflow`` (measured against the exact
+    fp64 gradients on a step in four, :func:`~fpsim.training.lm.train_lm`), skipped and
+    non-finite steps and times. ``overrides`` are further :class:`LMConfig` fields;
+    ``jobs`` > 1 trains in that many processes (same results); ``progress`` is called with
+    each run's dict as it finishes (in the order they finish). Runs in the order
+    setting, seed, recipe.
+
+    >>> rs = train_sweep([("batch_size", [2])], seeds=[0], steps=2, d_model=16, n_heads=2,
+    ...                  n_layers=1, context=8)
+    >>> [(r["recipe"], r["tokens"]) for r in rs]
+    [('fp32', 16), ('fp16-master', 16)]
+    """
+    pairs = _check_sweep(settings)
+    steps = as_int("steps", steps, 1)
+    seeds = [as_seed(s) for s in seeds]
+    if not seeds:
+        raise ValueError("train_sweep needs at least one seed")
+    names = [get_lm_recipe(r).name for r in recipes]
+    if not names:
+        raise ValueError("train_sweep needs at least one recipe")
+    jobs = as_int("jobs", jobs, 1)
+    tasks = [(axis, v, r, _sweep_config(axis, v, s, steps, overrides))
+             for axis, v in pairs for s in seeds for r in names]
+    out: list[dict[str, Any] | None] = [None] * len(tasks)
+    if jobs <= 1 or len(tasks) == 1:
+        data = load_text() if data is None else data
+        for i, t in enumerate(tasks):
+            out[i] = _train_one(t, data)
+            if progress is not None:
+                progress(out[i])
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(min(jobs, len(tasks)),
+                                 mp_context=multiprocessing.get_context()) as pool:
+            futures = {pool.submit(_train_one, t): i for i, t in enumerate(tasks)}
+            for f in as_completed(futures):
+                out[futures[f]] = f.result()
+                if progress is not None:
+                    progress(out[futures[f]])
+    return [r for r in out if r is not None]
+
+
+def gap_stats(runs: Sequence[dict[str, Any]], baseline: str = "fp32") -> list[dict[str, Any]]:
+    """Per setting and per recipe other than ``baseline``, over the seeds both ran: the
+    gaps ``val_loss(recipe) - val_loss(baseline)`` by seed, their mean and sample standard
+    deviation (ddof 1; 0 for one seed), the baseline's own spread over those seeds (sample
+    standard deviation and range, max - min), the recipe's mean ``grad_underflow``, and
+    ``verdict``: "behind" / "ahead" where the mean gap is beyond the baseline's range,
+    "within" otherwise ("one seed" where there is no spread to compare with). Settings and
+    recipes in the order they first appear in ``runs``.
+
+    >>> runs = [dict(axis="batch_size", value=4, tokens=256, recipe=r, seed=s, val_loss=v,
+    ...              grad_underflow=u) for r, s, v, u in [("fp32", 0, 2.0, 0.0),
+    ...         ("fp32", 1, 2.2, 0.0), ("fp16", 0, 2.1, 0.1), ("fp16", 1, 2.1, 0.3)]]
+    >>> st = gap_stats(runs)[0]
+    >>> st["recipe"], [round(g, 6) for g in st["gaps"]], round(st["mean_gap"], 6)
+    ('fp16', [0.1, -0.1], 0.0)
+    >>> round(st["baseline_range"], 6), round(st["grad_underflow"], 6), st["verdict"]
+    (0.2, 0.2, 'within')
+    """
+    by: dict[tuple[str, int], dict[str, dict[int, dict[str, Any]]]] = {}
+    for r in runs:
+        by.setdefault((r["axis"], r["value"]), {}).setdefault(r["recipe"], {})[r["seed"]] = r
+    out = []
+    for (axis, value), recs in by.items():
+        base = recs.get(baseline, {})
+        for name, seeds in recs.items():
+            if name == baseline:
+                continue
+            common = [s for s in seeds if s in base]
+            if not common:
+                continue
+            gaps = np.array([seeds[s]["val_loss"] - base[s]["val_loss"] for s in common])
+            b = np.array([base[s]["val_loss"] for s in common])
+            mean = float(gaps.mean())
+            rng = float(b.max() - b.min())
+            verdict = "one seed" if len(common) < 2 else "behind" if mean > rng else \
+                "ahead" if mean < -rng else "within"
+            out.append({
+                "axis": axis, "value": value, "tokens": seeds[common[0]]["tokens"],
+                "recipe": name, "seeds": common, "gaps": gaps.tolist(), "mean_gap": mean,
+                "gap_sd": float(gaps.std(ddof=1)) if len(common) > 1 else 0.0,
+                "baseline": baseline, "baseline_mean": float(b.mean()),
+                "baseline_sd": float(b.std(ddof=1)) if len(common) > 1 else 0.0,
+                "baseline_range": rng,
+                "grad_underflow": float(np.mean([seeds[s]["grad_underflow"]
+                                                 for s in common])),
+                "verdict": verdict})
+    return out
+
+
+def format_train_sweep(stats: Sequence[dict[str, Any]]) -> str:
+    """The table of :func:`gap_stats`' rows, one line per setting and recipe, then a line
+    per recipe counting its verdicts (over the settings with more than one seed) and giving
+    its largest mean gap and the range of its gradient underflow.
+
+    >>> st = [dict(axis="batch_size", value=4, tokens=256, recipe="fp16-master",
+    ...            seeds=[0, 1], gaps=[0.01, -0.03], mean_gap=-0.01, gap_sd=0.028284,
+    ...            baseline="fp32", baseline_mean=2.5, baseline_sd=0.02, baseline_range=0.03,
+    ...            grad_underflow=0.0123, verdict="within")]
+    >>> row = format_train_sweep(st).splitlines()[2].split()
+    >>> row[:5], row[-4:]
+    (['batch_size', '4', '256', 'fp16-master', '2'], ['0.020', '0.030', '1.23%', 'within'])
+    >>> print(format_train_sweep(st).splitlines()[-1].replace("; ", "\\n"))
+    fp16-master vs fp32: behind 0, within 1, ahead 0 of 1 settings
+    largest mean gap -0.010 (batch_size 4)
+    gradient underflow 1.23-1.23%
+    """
+    head = ("setting        tokens  recipe       n  gap by seed           mean    sd     "
+            "fp32    sd     range  underflow  verdict")
+    lines = [head, "-" * len(head)]
+    for s in stats:
+        setting = f"{s['axis']} {s['value']}"
+        gaps = " ".join(f"{g:+.3f}" for g in s["gaps"])
+        lines.append(
+            f"{setting:13s} {s['tokens']:7d}  {s['recipe']:11s} {len(s['seeds']):2d}  "
+            f"{gaps:20s}  {s['mean_gap']:+.3f}  {s['gap_sd']:.3f}  {s['baseline_mean']:.3f}  "
+            f"{s['baseline_sd']:.3f}  {s['baseline_range']:.3f}  "
+            f"{100 * s['grad_underflow']:8.2f}%  {s['verdict']}")
+    for name in dict.fromkeys(s["recipe"] for s in stats):
+        mine = [s for s in stats if s["recipe"] == name]
+        n = {v: sum(s["verdict"] == v for s in mine) for v in ("behind", "within", "ahead")}
+        top = max(mine, key=lambda s: s["mean_gap"])
+        under = [100 * s["grad_underflow"] for s in mine]
+        lines.append(f"{name} vs {mine[0]['baseline']}: behind {n['behind']}, within "
+                     f"{n['within']}, ahead {n['ahead']} of {sum(n.values())} settings; "
+                     f"largest mean gap {top['mean_gap']:+.3f} ({top['axis']} {top['value']}); "
+                     f"gradient underflow {min(under):.2f}-{max(under):.2f}%")
+    return "\n".join(lines)
+
+
+_USAGE = ("usage: python -m fpsim.training.lm_sweep [--train [--steps N] [--seeds S,S,...] "
+          "[--recipes R,R,...] [--sweep AXIS=V,V,...]... [--jobs N] [--json PATH]] "
+          "| --from PATH")
+
+
+def _ints(option: str, text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",")]
+    except ValueError:
+        raise ValueError(f"{option} takes comma-separated integers, got {text!r}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m fpsim.training.lm_sweep``: without options the underflow table of
+    docs/lm.md (:func:`underflow_sweep`); ``--train``: :func:`train_sweep` (``--steps``,
+    ``--seeds``, ``--recipes``, ``--sweep AXIS=V,V`` repeatable, ``--jobs``; ``--json PATH``
+    appends each run's dict to PATH as one JSON line as it finishes) and the table of
+    :func:`format_train_sweep`; ``--from PATH``: that table from runs recorded with
+    ``--json``. A bad argument prints one error line and returns 2.
+
+    >>> main(["--train", "--steps", "0"])  # the error line goes to stderr
+    2
+    """
+    import json
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    opts: dict[str, Any] = {"sweep": []}
+    takes = {"--steps", "--seeds", "--recipes", "--sweep", "--jobs", "--json", "--from"}
+    try:
+        i = 0
+        while i < len(args):
+            a = args[i]
+            if a == "--train":
+                opts["train"] = True
+                i += 1
+                continue
+            if a not in takes:
+                raise ValueError(f"unknown argument {a!r} ({_USAGE})")
+            if i + 1 >= len(args):
+                raise ValueError(f"{a} needs a value")
+            v = args[i + 1]
+            i += 2
+            if a == "--sweep":
+                axis, eq, values = v.partition("=")
+                if not eq:
+                    raise ValueError(f"--sweep takes AXIS=V,V,..., got {v!r}")
+                opts["sweep"].append((axis, _ints("--sweep", values)))
+            elif a in ("--steps", "--jobs"):
+                if not v.lstrip("-").isdigit():
+                    raise ValueError(f"{a} takes an integer, got {v!r}")
+                opts[a[2:]] = int(v)
+            elif a == "--seeds":
+                opts["seeds"] = _ints(a, v)
+            elif a == "--recipes":
+                opts["recipes"] = [r for r in v.split(",") if r]
+            else:
+                opts[a[2:]] = v
+        given = {k for k, v in opts.items() if v}
+        if "from" in given and given != {"from"}:
+            raise ValueError("--from takes no other option")
+        if given - {"train", "from"} and "train" not in given:
+            raise ValueError(f"--steps, --seeds, --recipes, --sweep, --jobs and --json go "
+                             f"with --train ({_USAGE})")
+        if "from" in opts:
+            with open(opts["from"], encoding="utf-8") as f:
+                runs = [json.loads(line) for line in f if line.strip()]
+            print(format_train_sweep(gap_stats(runs)))
+            return 0
+        if opts.get("train"):
+            path = opts.get("json")
+
+            def record(run: dict[str, Any]) -> None:
+                print(f"{run['axis']} {run['value']} seed {run['seed']} {run['recipe']}: "
+                      f"val {run['val_loss']:.4f}, underflow "
+                      f"{100 * run['grad_underflow']:.2f}%, cpu {run['cpu_time_s']:.0f} s",
+                      flush=True)
+                if path is not None:
+                    with open(path, "a", encoding="utf-8") as f:
+                        f.write(json.dumps(run) + "\n")
+
+            kw = {k: opts[k] for k in ("steps", "seeds", "recipes", "jobs") if k in opts}
+            runs = train_sweep(opts["sweep"] or TRAIN_SWEEP, progress=record, **kw)
+            print(format_train_sweep(gap_stats(runs)))
+            return 0
+    except (ValueError, TypeError, KeyError, OSError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"lm_sweep: error: {msg}", file=sys.stderr)
+        return 2
     for row in underflow_sweep():
         print(f"{row['axis']:10s} {row[row['axis']]:5d}  tokens {row['tokens']:6d}  "
               f"fp16 underflow {100 * row['underflow']:6.2f}%  (activations "
               f"{100 * row['activation_underflow']:6.2f}%, weights "
               f"{100 * row['weight_underflow']:6.2f}%); share of the norm lost: activations "
               f"{row['activation_norm_lost']:.1e}, weights {row['weight_norm_lost']:.1e}")
+    return 0
+
+
+if __name__ == "__main__":  # python -m fpsim.training.lm_sweep: the tables of docs/lm.md
+    raise SystemExit(main())

@@ -1,0 +1,163 @@
+"""The training sweep of issue 31 (fpsim.training.lm_sweep.train_sweep, gap_stats,
+format_train_sweep and ``python -m fpsim.training.lm_sweep``) on a tiny GPT; the
+underflow-at-initialisation sweep is tested in tests/test_lm.py."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from fpsim.training import lm_sweep
+from fpsim.training.lm import train_lm
+from fpsim.training.lm_sweep import format_train_sweep, gap_stats, main, train_sweep
+
+TINY = dict(d_model=16, n_heads=2, n_layers=1, context=8)
+
+
+def _run(axis, value, recipe, seed, val, under=0.0):
+    return dict(axis=axis, value=value, tokens=value * 64, recipe=recipe, seed=seed,
+                val_loss=val, grad_underflow=under)
+
+
+def test_gap_stats_against_a_hand_computation():
+    runs = [
+        # batch 4: fp32 2.0, 2.1, 2.3; fp16-master 2.05, 2.05, 2.45 -> gaps +0.05, -0.05,
+        # +0.15 (mean 0.05, sd sqrt((0 + 0.01 + 0.01) / 2) = 0.1); fp32 range 0.3, sd
+        # sqrt(((-2/15)^2 + (-1/30)^2 + (1/6)^2) / 2) = sqrt(7/300)
+        _run("batch_size", 4, "fp32", 0, 2.0), _run("batch_size", 4, "fp32", 1, 2.1),
+        _run("batch_size", 4, "fp32", 2, 2.3),
+        _run("batch_size", 4, "fp16-master", 0, 2.05, 0.01),
+        _run("batch_size", 4, "fp16-master", 1, 2.05, 0.02),
+        _run("batch_size", 4, "fp16-master", 2, 2.45, 0.06),
+        # depth 8: a recipe 0.1 and 0.09 behind a baseline that spreads 0.01; seed 5 has no
+        # baseline and is left out; another recipe 0.2 ahead on one seed
+        _run("n_layers", 8, "fp32", 0, 2.0), _run("n_layers", 8, "fp32", 1, 2.01),
+        _run("n_layers", 8, "fp16-master", 0, 2.1, 0.1),
+        _run("n_layers", 8, "fp16-master", 1, 2.1, 0.2),
+        _run("n_layers", 8, "fp16-master", 5, 9.0, 0.9),
+        _run("n_layers", 8, "mixed-fp16", 1, 1.81, 0.0),
+    ]
+    a, b, c = gap_stats(runs)
+    assert (a["axis"], a["value"], a["recipe"], a["seeds"]) == ("batch_size", 4,
+                                                                 "fp16-master", [0, 1, 2])
+    assert a["gaps"] == pytest.approx([0.05, -0.05, 0.15], abs=1e-12)
+    assert a["mean_gap"] == pytest.approx(0.05, abs=1e-12)
+    assert a["gap_sd"] == pytest.approx(0.1, abs=1e-12)
+    assert a["baseline_mean"] == pytest.approx(6.4 / 3, abs=1e-12)
+    assert a["baseline_sd"] == pytest.approx(math.sqrt(7 / 300), abs=1e-12)
+    assert a["baseline_range"] == pytest.approx(0.3, abs=1e-12)
+    assert a["grad_underflow"] == pytest.approx(0.03, abs=1e-12)
+    assert a["verdict"] == "within"
+    assert (b["recipe"], b["seeds"]) == ("fp16-master", [0, 1])
+    assert b["gaps"] == pytest.approx([0.1, 0.09], abs=1e-12)
+    assert b["mean_gap"] == pytest.approx(0.095, abs=1e-12)
+    assert b["baseline_range"] == pytest.approx(0.01, abs=1e-12)
+    assert b["grad_underflow"] == pytest.approx(0.15, abs=1e-12)
+    assert b["verdict"] == "behind"
+    assert (c["recipe"], c["seeds"], c["gap_sd"], c["verdict"]) == ("mixed-fp16", [1], 0.0,
+                                                                     "one seed")
+    assert c["mean_gap"] == pytest.approx(-0.2, abs=1e-12)
+    # ahead: the mean gap (-0.5 on every seed) below minus the baseline's range (0.3)
+    ahead = runs[:3] + [dict(r, recipe="fp16-master", val_loss=r["val_loss"] - 0.5)
+                        for r in runs[:3]]
+    assert gap_stats(ahead)[0]["mean_gap"] == pytest.approx(-0.5, abs=1e-12)
+    assert gap_stats(ahead)[0]["verdict"] == "ahead"
+
+
+def test_the_table_is_printed_from_the_runs():
+    # large batches of a tiny model: few evaluation batches (512 windows in all)
+    runs = train_sweep([("batch_size", [32, 64])], seeds=[0, 1], steps=3, **TINY)
+    assert [(r["value"], r["seed"], r["recipe"]) for r in runs] == [
+        (v, s, r) for v in (32, 64) for s in (0, 1) for r in ("fp32", "fp16-master")]
+    assert [r["tokens"] for r in runs[::4]] == [256, 512]
+    # each run is train_lm's with the sweep's configuration
+    direct = train_lm("fp16-master", steps=3, warmup=0, eval_every=3, measure_every=1,
+                      batch_size=64, seed=1, eval_batches=1,
+                      final_eval_batches=lm_sweep.EVAL_WINDOWS // 64, **TINY)
+    assert runs[7]["val_loss"] == direct.val_loss
+    assert runs[7]["grad_underflow"] == direct.grad_underflow > 0
+    assert all(r["grad_underflow"] == 0 for r in runs if r["recipe"] == "fp32")
+    stats = gap_stats(runs)
+    lines = format_train_sweep(stats).splitlines()
+    assert len(lines) == 5  # header, rule, two settings, the recipe's summary
+    means = []
+    for line, v in zip(lines[2:4], (32, 64), strict=True):
+        mine = {r["seed"]: r["val_loss"] for r in runs if r["value"] == v
+                and r["recipe"] == "fp16-master"}
+        base = {r["seed"]: r["val_loss"] for r in runs if r["value"] == v
+                and r["recipe"] == "fp32"}
+        gaps = [mine[s] - base[s] for s in (0, 1)]
+        under = sum(r["grad_underflow"] for r in runs if r["value"] == v
+                    and r["recipe"] == "fp16-master") / 2
+        words = line.split()
+        assert words[:5] == ["batch_size", str(v), str(8 * v), "fp16-master", "2"]
+        assert words[5:8] == [f"{g:+.3f}" for g in gaps] + [f"{sum(gaps) / 2:+.3f}"]
+        assert words[9] == f"{(base[0] + base[1]) / 2:.3f}"
+        assert words[11] == f"{abs(base[0] - base[1]):.3f}"
+        assert words[12] == f"{100 * under:.2f}%"
+        spread = abs(base[0] - base[1])
+        m = sum(gaps) / 2
+        assert words[13] == ("behind" if m > spread else "ahead" if m < -spread else "within")
+        means.append((m, v, 100 * under))
+    counts = {w: sum(s["verdict"] == w for s in stats) for w in ("behind", "within", "ahead")}
+    top = max(means)
+    assert lines[4] == (
+        f"fp16-master vs fp32: behind {counts['behind']}, within {counts['within']}, ahead "
+        f"{counts['ahead']} of 2 settings; largest mean gap {top[0]:+.3f} (batch_size "
+        f"{top[1]}); gradient underflow {min(u for *_, u in means):.2f}-"
+        f"{max(u for *_, u in means):.2f}%")
+
+
+def test_train_sweep_checks_its_arguments():
+    for bad, what in (([("width", [2])], "sweep axis must be one of"),
+                      ([("batch_size", [])], "non-empty sequence"),
+                      ([("batch_size", [0])], "batch_size"),
+                      ([("batch_size",)], "(axis, values)")):
+        with pytest.raises(ValueError, match=what.replace("(", r"\(").replace(")", r"\)")):
+            train_sweep(bad, seeds=[0], steps=1, **TINY)
+    with pytest.raises(ValueError, match="at least one seed"):
+        train_sweep(seeds=[], steps=1, **TINY)
+    with pytest.raises(ValueError, match="fp33"):
+        train_sweep(recipes=["fp33"], steps=1, **TINY)
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["--train", "--steps", "x"], "--steps takes an integer, got 'x'"),
+    (["--train", "--steps", "0"], "steps must be >= 1, got 0"),
+    (["--train", "--seeds", "0,a"], "--seeds takes comma-separated integers, got '0,a'"),
+    (["--train", "--sweep", "width=2"], "sweep axis must be one of"),
+    (["--train", "--sweep", "batch_size"], "--sweep takes AXIS=V,V,..., got 'batch_size'"),
+    (["--train", "--recipes", "fp33"], "fp33"),
+    (["--train", "--jobs"], "--jobs needs a value"),
+    (["--steps", "5"], "go with --train"),
+    (["--from", "x.jsonl", "--train"], "--from takes no other option"),
+    (["--from", "/nonexistent/runs.jsonl"], "No such file"),
+    (["--trian"], "unknown argument '--trian'"),
+])
+def test_cli_bad_arguments_give_one_clear_error_line(argv, what, capsys):
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("lm_sweep: error: ") and err.count("\n") == 1
+    assert what in err
+
+
+def test_cli_trains_records_and_reprints(tmp_path, monkeypatch, capsys):
+    real = lm_sweep.train_sweep
+    monkeypatch.setattr(lm_sweep, "train_sweep",  # the CLI's call, on the tiny model
+                        lambda *a, **k: real(*a, **TINY, **k))
+    path = tmp_path / "runs.jsonl"
+    argv = ["--train", "--steps", "2", "--seeds", "0,1", "--sweep", "batch_size=64",
+            "--recipes", "fp32,fp16-master", "--json", str(path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    runs = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted((r["seed"], r["recipe"]) for r in runs) == [
+        (0, "fp16-master"), (0, "fp32"), (1, "fp16-master"), (1, "fp32")]
+    table = format_train_sweep(gap_stats(runs))
+    assert "\n".join(out[-4:]) == table
+    assert len(out) == 4 + 4  # a line per finished run, then the table and its summary
+    assert main(["--from", str(path)]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == table
