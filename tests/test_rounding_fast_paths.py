@@ -36,7 +36,7 @@ TILE = 4096  # past every dispatcher's threshold (512, 2048, 4096 elements)
 # the paths whose implementation changes with the array's size (NumPy's cast below 512 / 2048
 # elements, the table above): their runs of 8 are tiled past TILE too
 SIZE_SWITCHING = {"native_cast", "fp16_from_float32", "fp16_from_float64", "byte_table",
-                  "bf16_cast"}
+                  "bf16_cast", "fp16_via_float32"}
 
 
 def _points(fmt: Format) -> list[Fraction]:
@@ -93,6 +93,8 @@ def kernel_values(x: np.ndarray, fmt: Format, mode: Rounding, overflow: Overflow
 
 
 def reference(row, x, fmt, mode, overflow):
+    if row.via is not None:  # two roundings by design: to ``via`` first (nearest even)
+        x = kernel_values(x, row.via, Rounding.NEAREST_EVEN, Overflow.INF)
     v = kernel_values(x, fmt, mode, overflow)
     if not row.stores:
         return v

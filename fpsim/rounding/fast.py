@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from ..formats import BF16, FP4_E2M1, FP16, Format, NaNEncoding
+from ..formats import BF16, FP4_E2M1, FP16, FP32, Format, NaNEncoding
 from ..modes import Overflow, Rounding
 from . import kernel
 from .convert import refuse_nan, via_float32, widen
-from .fp16 import f32_to_f16, f64_to_f16
+from .fp16 import f32_to_f16, f64_to_f16, f64_to_f32_to_f16
 from .kernel import KernelParams, kernel_general, kernel_params
 from .native import (
     FP4_COMPARE_MIN,
@@ -653,7 +653,10 @@ class FastPath:
     table on NaN input). ``min_size``: the dispatcher takes it from this many elements (the
     path itself is exact at any size). ``nan_payload``: a NaN keeps the kernel's payload
     (else it is some NaN). ``declines_nan``: the path returns None for an array holding a
-    NaN (the caller then takes the kernel). ``where``: who takes it.
+    NaN (the caller then takes the kernel). ``where``: who takes it. ``via``: a format the
+    path rounds to first (nearest even, overflow to inf), as its callers mean it to (an fp32
+    accumulator stored as fp16: two roundings); its reference is then the kernel's rounding
+    to ``via`` followed by the kernel's rounding by the policy (None: one rounding).
 
     >>> from fpsim.rounding import policy_of
     >>> BF16_ROUND.serves(policy_of("bf16"), np.float32)
@@ -674,6 +677,7 @@ class FastPath:
     min_size: int = 0
     nan_payload: bool = True
     declines_nan: bool = False
+    via: Format | None = None
 
     def serves(self, policy: RoundingPolicy, dtype) -> bool:
         """Is rounding ``dtype`` values by ``policy`` (without flags) in this path's domain?
@@ -804,10 +808,16 @@ FP4_COMPARE = FastPath(
     frozenset({_F32}), _apply_fp4,
     "fpsim.mx.quantize's fp4 e2m1 elements (nearest even; NaN-free, as saturated there)",
     stores=True, min_size=FP4_COMPARE_MIN, declines_nan=True)
+FP16_VIA_F32 = FastPath(
+    "fp16_via_float32", f64_to_f32_to_f16, lambda f: f == FP16, _NEAREST, _TO_INF,
+    frozenset({_F64}), lambda x, _pol: f64_to_f32_to_f16(x),
+    "fpsim.autograd's fp32 accumulator stored as fp16 (accumulate's fp32 matmul result, "
+    "functional's fp16 linear)", stores=True, nan_payload=False, via=FP32)
 
 REGISTRY: tuple[FastPath, ...] = (FLOAT64, FLOAT32, STOCHASTIC32, STORE_BITS, BF16_ROUND,
                                   BF16_CAST, BF16_VALUES32, CAST_BY_ADDITION, BYTE_TABLE,
-                                  NATIVE_CAST, FP16_FROM_F32, FP16_FROM_F64, FP4_COMPARE)
+                                  NATIVE_CAST, FP16_FROM_F32, FP16_FROM_F64, FP4_COMPARE,
+                                  FP16_VIA_F32)
 _FLOAT64_MODES = FLOAT64.modes  # round_patterns' per-chunk test, without attribute lookups
 FLOAT32_MODES = FLOAT32.modes | STOCHASTIC32.modes  # run_chunks' float32 test
 
