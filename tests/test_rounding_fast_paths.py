@@ -36,7 +36,7 @@ TILE = 4096  # past every dispatcher's threshold (512, 2048, 4096 elements)
 # the paths whose implementation changes with the array's size (NumPy's cast below 512 / 2048
 # elements, the table above): their runs of 8 are tiled past TILE too
 SIZE_SWITCHING = {"native_cast", "fp16_from_float32", "fp16_from_float64", "byte_table",
-                  "bf16_cast"}
+                  "bf16_cast", "fp16_via_float32"}
 
 
 def _points(fmt: Format) -> list[Fraction]:
@@ -93,6 +93,8 @@ def kernel_values(x: np.ndarray, fmt: Format, mode: Rounding, overflow: Overflow
 
 
 def reference(row, x, fmt, mode, overflow):
+    if row.via is not None:  # two roundings by design: to ``via`` first (nearest even)
+        x = kernel_values(x, row.via, Rounding.NEAREST_EVEN, Overflow.INF)
     v = kernel_values(x, fmt, mode, overflow)
     if not row.stores:
         return v
@@ -296,3 +298,49 @@ def test_stochastic32_at_the_draw_thresholds(fmt_name: str) -> None:
         assert not bad.any(), (f"{fmt_name} {overflow.value}: {i.size} differ; first x="
                                f"{x[i[0]]!r}, draw {int(rnd[i[0]]):#x}: got "
                                f"{int(out[i[0]]):#x}, want {int(want[i[0]]):#x}")
+
+
+# -- the widenings ----------------------------------------------------------------------------
+
+def _widening_cases():
+    sources = {np.dtype(np.float16), np.dtype(np.float32)}
+    sources |= {f.storage_dtype for f in PRESETS.values() if f.storage_dtype.itemsize <= 4}
+    for row in fast.WIDENINGS:
+        for src in sorted(sources, key=str):
+            for out in sorted(row.outputs, key=str):
+                if row.serves(src, out):
+                    yield pytest.param(row.name, src, out, id=f"{row.name}-{src}-{out}")
+
+
+def _every_pattern(dtype: np.dtype) -> np.ndarray:
+    """Every pattern of a one- or two-byte type; float32: a spread, and its specials."""
+    if dtype.itemsize <= 2:
+        return np.arange(1 << (8 * dtype.itemsize)).astype(f"u{dtype.itemsize}").view(dtype)
+    spread = np.arange(0, 1 << 32, 65537, dtype=np.uint64).astype(np.uint32)
+    special = np.array([0, 1, 0x7F7FFFFF, 0x7F800000, 0x7F800001, 0x7FC00123, 0x00800000],
+                       np.uint32)
+    return np.concatenate([spread, special, special | np.uint32(1 << 31)]).view(dtype)
+
+
+@pytest.mark.parametrize(("name", "src", "out"), list(_widening_cases()))
+def test_widening_equals_astype(name: str, src: np.dtype, out: np.dtype) -> None:
+    """Every WIDENINGS row against the library's astype: the same bits where that is not a
+    NaN, a NaN where it is; on every pattern (tiled past the row's size switch) and on a
+    short run below it."""
+    row = {w.name: w for w in fast.WIDENINGS}[name]
+    x0 = _every_pattern(src)
+    for x in (np.tile(x0, math.ceil(max(TILE, row.min_size) / x0.size)), x0[:100]):
+        got = row.apply(x, out)
+        with np.errstate(invalid="ignore"):
+            want = x.astype(out)
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        u = f"u{want.itemsize}"
+        nan = np.isnan(want)
+        bad = np.isnan(got) != nan
+        bad |= (got.view(u) != want.view(u)) & ~nan
+        assert not bad.any(), (f"{name} {src} -> {out}: {int(bad.sum())} differ; first "
+                               f"pattern {int(x.view(f'u{src.itemsize}')[np.argmax(bad)]):#x}")
+
+
+def test_every_widening_has_a_case() -> None:
+    assert {c.values[0] for c in _widening_cases()} == {w.name for w in fast.WIDENINGS}

@@ -34,7 +34,13 @@ from ..formats import (
 from ..modes import Overflow, Rounding, Subnormals, Tininess, as_rounding
 from ..rounding import RoundingPolicy, cast
 from ..rounding.fp16 import f16_to_wide, f32_to_f16, f64_to_f16
-from ..rounding.native import NATIVE_CAST_FORMATS, native_rounding, table_cast_ok, widen_byte
+from ..rounding.native import (
+    NATIVE_CAST_FORMATS,
+    native_rounding,
+    table_cast_ok,
+    widen_bf16,
+    widen_byte,
+)
 from ..rounding.native import cast as native_cast
 
 __all__ = [
@@ -85,7 +91,6 @@ class Accumulation:
 _KINDS = ("fp32", "exact", "sgemm", "sequential", "pairwise", "tensorcore")
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 _BF16_DTYPE = BF16.storage_dtype
-_WIDE_FAST_MIN = 2048  # below this, astype's own overhead is smaller than the fast paths'
 _FLAG_STACK = _state.flag_stack  # the active flag contexts (fpsim.flags.flags_active reads it)
 _SIMPLE = {k: Accumulation(k) for k in ("fp32", "exact", "sgemm")}  # frozen: shared
 _VALID = ('"fp32", "exact", "sgemm", ("sequential", fmt), ("pairwise", fmt), '
@@ -418,16 +423,11 @@ def widen(x: np.ndarray, dtype=np.float64) -> np.ndarray:
         return f16_to_wide(x, dtype)
     if x.dtype.kind not in "fV":
         raise TypeError(f"expected floating-point values, got dtype {x.dtype}")
-    if x.size >= _WIDE_FAST_MIN:
-        if x.dtype == _BF16_DTYPE:
-            # bf16 is float32's top half: a shift is the exact widening (ml_dtypes' own rule),
-            # about 2x faster than its astype
-            u = x.view(np.uint16).astype(np.uint32)
-            u <<= np.uint32(16)
-            with np.errstate(invalid="ignore"):
-                return u.view(np.float32).astype(dtype, copy=False)
-        if table_cast_ok(x.dtype) and np.dtype(dtype) in (_F64, _F32):
-            return widen_byte(x, dtype)  # fp8 / fp6 / fp4: a 256-entry table, ~5x astype
+    # the registry fpsim.rounding.fast.WIDENINGS' rows (each switches to astype when small)
+    if x.dtype == _BF16_DTYPE:
+        return widen_bf16(x, dtype)  # a shift: bf16 is float32's top half
+    if table_cast_ok(x.dtype) and np.dtype(dtype) in (_F64, _F32):
+        return widen_byte(x, dtype)  # fp8 / fp6 / fp4: a 256-entry table, ~5x astype
     # the cast is exact, but a signalling NaN (fp32 tensors and ml_dtypes formats store them)
     # sets the FPU's invalid flag on the way, which NumPy reports as a RuntimeWarning that
     # means nothing here

@@ -17,18 +17,21 @@ from typing import Any
 
 import numpy as np
 
-from ..formats import BF16, FP4_E2M1, FP16, Format, NaNEncoding
+from ..formats import BF16, FP4_E2M1, FP16, FP32, Format, NaNEncoding
 from ..modes import Overflow, Rounding
 from . import kernel
 from .convert import refuse_nan, via_float32, widen
-from .fp16 import f32_to_f16, f64_to_f16
+from .fp16 import SMALL, f16_to_wide, f32_to_f16, f64_to_f16, f64_to_f32_to_f16
 from .kernel import KernelParams, kernel_general, kernel_params
 from .native import (
     FP4_COMPARE_MIN,
     NATIVE_CAST_FORMATS,
+    TABLE_MIN,
     fp4_nearest_even,
     narrow_to_byte,
     table_cast_ok,
+    widen_bf16,
+    widen_byte,
 )
 from .native import cast as native_cast
 from .policy import RoundingPolicy
@@ -653,7 +656,10 @@ class FastPath:
     table on NaN input). ``min_size``: the dispatcher takes it from this many elements (the
     path itself is exact at any size). ``nan_payload``: a NaN keeps the kernel's payload
     (else it is some NaN). ``declines_nan``: the path returns None for an array holding a
-    NaN (the caller then takes the kernel). ``where``: who takes it.
+    NaN (the caller then takes the kernel). ``where``: who takes it. ``via``: a format the
+    path rounds to first (nearest even, overflow to inf), as its callers mean it to (an fp32
+    accumulator stored as fp16: two roundings); its reference is then the kernel's rounding
+    to ``via`` followed by the kernel's rounding by the policy (None: one rounding).
 
     >>> from fpsim.rounding import policy_of
     >>> BF16_ROUND.serves(policy_of("bf16"), np.float32)
@@ -674,6 +680,7 @@ class FastPath:
     min_size: int = 0
     nan_payload: bool = True
     declines_nan: bool = False
+    via: Format | None = None
 
     def serves(self, policy: RoundingPolicy, dtype) -> bool:
         """Is rounding ``dtype`` values by ``policy`` (without flags) in this path's domain?
@@ -804,10 +811,70 @@ FP4_COMPARE = FastPath(
     frozenset({_F32}), _apply_fp4,
     "fpsim.mx.quantize's fp4 e2m1 elements (nearest even; NaN-free, as saturated there)",
     stores=True, min_size=FP4_COMPARE_MIN, declines_nan=True)
+FP16_VIA_F32 = FastPath(
+    "fp16_via_float32", f64_to_f32_to_f16, lambda f: f == FP16, _NEAREST, _TO_INF,
+    frozenset({_F64}), lambda x, _pol: f64_to_f32_to_f16(x),
+    "fpsim.autograd's fp32 accumulator stored as fp16 (accumulate's fp32 matmul result, "
+    "functional's fp16 linear)", stores=True, nan_payload=False, via=FP32)
 
 REGISTRY: tuple[FastPath, ...] = (FLOAT64, FLOAT32, STOCHASTIC32, STORE_BITS, BF16_ROUND,
                                   BF16_CAST, BF16_VALUES32, CAST_BY_ADDITION, BYTE_TABLE,
-                                  NATIVE_CAST, FP16_FROM_F32, FP16_FROM_F64, FP4_COMPARE)
+                                  NATIVE_CAST, FP16_FROM_F32, FP16_FROM_F64, FP4_COMPARE,
+                                  FP16_VIA_F32)
+
+
+# -- the widenings ----------------------------------------------------------------------------
+# The other direction: stored values to float32 / float64, exactly. Each row equals NumPy's /
+# ml_dtypes' astype on every value (a NaN stays a NaN; ``widen`` keeps a signalling NaN
+# signalling, which astype quiets); tests/test_rounding_fast_paths.py checks every row on
+# every pattern of its source types (float32: a spread of patterns), across its size switch.
+
+
+@dataclass(frozen=True)
+class Widening:
+    """One exact widening and its domain: source dtypes (a predicate), output dtypes.
+    ``apply(x, out_dtype)`` runs it on a whole array; ``min_size``: from this many elements
+    it takes its own method (below, the library's astype: the same values); ``where``: who
+    takes it.
+
+    >>> import ml_dtypes
+    >>> [w.name for w in WIDENINGS if w.serves(np.dtype(ml_dtypes.bfloat16), np.float32)]
+    ['bf16_shift']
+    """
+
+    name: str
+    function: Callable[..., Any]
+    sources: Callable[[np.dtype], bool]
+    outputs: frozenset[np.dtype]
+    apply: Callable[[np.ndarray, np.dtype], np.ndarray]
+    where: str
+    min_size: int = 0
+
+    def serves(self, source, out) -> bool:
+        """Does this row widen ``source`` arrays to ``out``?"""
+        return np.dtype(out) in self.outputs and bool(self.sources(np.dtype(source)))
+
+
+_F16 = np.dtype(np.float16)
+WIDEN_EXACT = Widening(
+    "exact_float64", widen, lambda d: d.kind in "fV" and d.itemsize <= 4, frozenset({_F64}),
+    lambda x, _out: widen(x),
+    "the kernel's input (run_chunks, round_rest32, run_float32's inf and NaN): every float "
+    "type to float64, a signalling NaN kept signalling")
+WIDEN_F16 = Widening(
+    "fp16_table", f16_to_wide, lambda d: d == _F16, frozenset({_F32, _F64}), f16_to_wide,
+    "fpsim.autograd.context.widen (fp16 tensors): a 65536-entry table", min_size=SMALL)
+WIDEN_BF16 = Widening(
+    "bf16_shift", widen_bf16, lambda d: d == BF16.storage_dtype, frozenset({_F32, _F64}),
+    widen_bf16, "fpsim.autograd.context.widen (bf16 tensors): a 16-bit shift",
+    min_size=TABLE_MIN)
+WIDEN_BYTE = Widening(
+    "byte_table", widen_byte, table_cast_ok, frozenset({_F32, _F64}), widen_byte,
+    "fpsim.autograd.context.widen (fp8 / fp6 / fp4 tensors), fpsim.mx's element values: a "
+    "256-entry table", min_size=TABLE_MIN)
+
+WIDENINGS: tuple[Widening, ...] = (WIDEN_EXACT, WIDEN_F16, WIDEN_BF16, WIDEN_BYTE)
+
 _FLOAT64_MODES = FLOAT64.modes  # round_patterns' per-chunk test, without attribute lookups
 FLOAT32_MODES = FLOAT32.modes | STOCHASTIC32.modes  # run_chunks' float32 test
 

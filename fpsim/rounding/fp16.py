@@ -27,7 +27,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["f32_to_f16", "f64_to_f16", "f64_to_f32_to_f16", "f16_to_wide"]
+__all__ = ["f32_to_f16", "f64_to_f16", "f64_to_f32_to_f16", "f16_to_wide", "SMALL"]
 
 _U32 = np.uint32
 _U64 = np.uint64
@@ -35,7 +35,7 @@ _U64 = np.uint64
 
 # The work arrays, per thread: two threads casting at once must not share one (issue 32).
 _SCRATCH = threading.local()
-_SMALL = 512  # below this many elements NumPy's own (equally exact) cast is cheaper
+SMALL = 512  # below this many elements NumPy's own (equally exact) cast is cheaper
 _SCRATCH_MAX = 1 << 20  # largest reused work array, in elements
 
 
@@ -120,7 +120,7 @@ def f32_to_f16(x: np.ndarray) -> np.ndarray:
     >>> f32_to_f16(np.array([2.0**-25 * 3, 65520.0, 0.1], dtype=np.float32)).tolist()
     [1.1920928955078125e-07, inf, 0.0999755859375]
     """
-    if np.size(x) < _SMALL:
+    if np.size(x) < SMALL:
         with np.errstate(over="ignore", invalid="ignore"):
             return np.asarray(x, dtype=np.float32).astype(np.float16)
     return _pack(np.ascontiguousarray(x, dtype=np.float32).reshape(-1), _U32, 23, np.shape(x))
@@ -135,11 +135,13 @@ def f64_to_f32_to_f16(x: np.ndarray) -> np.ndarray:
     ([1.0], [1.0009765625])
     """
     x = np.asarray(x, dtype=np.float64)
-    if x.size < _SMALL or x.size > _SCRATCH_MAX:
-        with np.errstate(over="ignore"):
+    # (a signalling NaN sets the FPU's invalid flag on the way: it stays a NaN, as in
+    # f32_to_f16 and f64_to_f16, which silence it too)
+    if x.size < SMALL or x.size > _SCRATCH_MAX:
+        with np.errstate(over="ignore", invalid="ignore"):
             return f32_to_f16(x.astype(np.float32))
     f = _scratch(3, x.size, np.float32).reshape(x.shape)
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         np.copyto(f, x, casting="same_kind")
     return f32_to_f16(f)
 
@@ -150,7 +152,7 @@ def f64_to_f16(x: np.ndarray) -> np.ndarray:
     >>> f64_to_f16(np.array([1 + 2.0**-11 + 2.0**-40])).tolist()  # above the tie: rounds up
     [1.0009765625]
     """
-    if np.size(x) < _SMALL:
+    if np.size(x) < SMALL:
         with np.errstate(over="ignore", invalid="ignore"):
             return np.asarray(x, dtype=np.float64).astype(np.float16)
     return _pack(np.ascontiguousarray(x, dtype=np.float64).reshape(-1), _U64, 52, np.shape(x))
@@ -176,7 +178,7 @@ def f16_to_wide(x: np.ndarray, dtype=np.float64) -> np.ndarray:
     """
     table = _F16_TO_F64 if dtype == np.float64 else _F16_TO_F32
     n = x.size
-    if n < _SMALL or n > _SCRATCH_MAX:  # small: plain indexing has the least overhead
+    if n < SMALL or n > _SCRATCH_MAX:  # small: plain indexing has the least overhead
         return table[x.view(np.uint16)]
     idx = _scratch(5, n, np.intp)
     np.copyto(idx, x.view(np.uint16).reshape(-1))

@@ -63,7 +63,7 @@ from .policy import RoundingPolicy
 
 __all__ = ["cast", "f64_to_f32_odd", "narrow_to_byte", "widen_byte", "table_cast_ok",
            "native_ok", "native_rounding", "fp4_nearest_even", "FP4_COMPARE_MIN",
-           "NATIVE_CAST_FORMATS", "NATIVE_ARITHMETIC_FORMATS"]
+           "widen_bf16", "TABLE_MIN", "NATIVE_CAST_FORMATS", "NATIVE_ARITHMETIC_FORMATS"]
 
 # The one format table of "may this run natively?" (issue 35 item 2), consulted by
 # fpsim.autograd.context.round_to and fpsim.arithmetic's native path through native_ok:
@@ -145,7 +145,7 @@ def f64_to_f32_odd(x: np.ndarray) -> np.ndarray:
 
 
 _F32 = np.dtype(np.float32)
-_TABLE_MIN = 2048  # below this many elements ml_dtypes' own cast has less overhead
+TABLE_MIN = 2048  # below this many elements ml_dtypes' own cast has less overhead
 
 
 def table_cast_ok(dtype) -> bool:
@@ -199,10 +199,29 @@ def widen_byte(x: np.ndarray, wide=np.float32) -> np.ndarray:
     [0.5, -448.0]
     """
     wide = np.dtype(wide)
-    if x.size < _TABLE_MIN:
+    if x.size < TABLE_MIN:
         with np.errstate(invalid="ignore"):
             return x.astype(wide)
     return np.take(_widen_table(x.dtype, wide), x.view(np.uint8).astype(np.intp))
+
+
+def widen_bf16(x: np.ndarray, wide=np.float32) -> np.ndarray:
+    """``x.astype(wide)`` for a bfloat16 array ``x``: bf16 is float32's top half, so from
+    :data:`TABLE_MIN` elements a 16-bit shift is the exact widening to float32 (ml_dtypes'
+    own rule, NaN payloads included; about 2x faster than its astype), then NumPy's cast to
+    ``wide``; below that, ml_dtypes' astype (less overhead).
+
+    >>> import ml_dtypes
+    >>> widen_bf16(np.array([1.5, -2.0**-133], ml_dtypes.bfloat16), np.float64).tolist()
+    [1.5, -9.183549615799121e-41]
+    """
+    if x.size < TABLE_MIN:
+        with np.errstate(invalid="ignore"):  # a signalling NaN: exact, nothing to warn of
+            return x.astype(wide)
+    u = x.view(np.uint16).astype(np.uint32)
+    u <<= np.uint32(16)
+    with np.errstate(invalid="ignore"):
+        return u.view(np.float32).astype(wide, copy=False)
 
 
 def narrow_to_byte(x: np.ndarray, dtype) -> np.ndarray:
@@ -217,7 +236,7 @@ def narrow_to_byte(x: np.ndarray, dtype) -> np.ndarray:
     [0.3125, nan, -0.0]
     """
     dtype = np.dtype(dtype)
-    if x.size < _TABLE_MIN:
+    if x.size < TABLE_MIN:
         with np.errstate(over="ignore", invalid="ignore"):
             return x.astype(dtype)
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
@@ -241,7 +260,7 @@ def cast(x: np.ndarray, dtype) -> np.ndarray:
     [0.1015625, nan]
     """
     dtype = np.dtype(dtype)
-    if x.dtype in (_F64, _F32) and x.size >= _TABLE_MIN and table_cast_ok(dtype):
+    if x.dtype in (_F64, _F32) and x.size >= TABLE_MIN and table_cast_ok(dtype):
         return narrow_to_byte(f64_to_f32_odd(x) if x.dtype == _F64 else x, dtype)
     with np.errstate(over="ignore", invalid="ignore"):
         if x.dtype != _F64 or dtype in _NUMPY_FLOATS:
