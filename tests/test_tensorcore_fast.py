@@ -204,3 +204,20 @@ def test_exact_sums_where_float64_would_round(fin, a, b, c):
     B = np.array([b, [1.0] * len(b)]).T
     got = tc.matmul(A, B, C, gpu="MI100", input_format=fin)
     assert got[3, 0] == want
+
+
+@pytest.mark.parametrize("fin", ["fp16", "bf16"])
+def test_exact_blas_sums_with_many_elements_recomputed(monkeypatch, fin):
+    """MI100's matrix products take float64 BLAS block sums and recompute the elements the
+    exactness bound does not cover, a bounded number at a time: with tiny chunks (several
+    steps of recomputed elements per block) and inputs spanning wide exponent ranges (most
+    elements recomputed), the results equal the stage-by-stage kernel's."""
+    rng = np.random.default_rng(1617)
+    A = adversarial(rng, (9, 13), -60, 60) * 2.0 ** rng.integers(-20, 20, size=(9, 13))
+    B = adversarial(rng, (13, 11), -60, 60)
+    C = adversarial(rng, (9, 11)) * 2.0**-30
+    with np.errstate(all="ignore"):
+        want = _stagewise(monkeypatch, lambda: tc.matmul(A, B, C, gpu="MI100", input_format=fin))
+        monkeypatch.setattr(tc_model, "CHUNK_ELEMENTS", 24)
+        got = tc.matmul(A, B, C, gpu="MI100", input_format=fin)
+    assert _same(got, want)

@@ -568,9 +568,17 @@ def _chain_exact(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tup
     order and is rounded once; the bounds come from the exponents of each row of A and
     column of B over the block (a product's lowest bit is at least 2**(e_a + e_b - 2 m_in),
     its magnitude below 2**(e_a + e_b + 2)) and of c (c_bits fraction bits), so they cost a
-    few operations per output. Other elements take :func:`_exact_round`."""
+    few operations per output. Other elements take :func:`_exact_round`.
+
+    For a matrix product (av (K, m, 1), bv (K, 1, n)) the block sums come from float64 BLAS
+    (dgemm), which adds the same terms in another order: where the bound above holds every
+    partial sum of them, in any order, is a multiple of 2**lo below 2**(53 + lo), so every
+    addition (and fused multiply-add) is exact and the sum is the same exact value; only the
+    products of the other elements are formed, to be summed by :func:`_exact_round`."""
     K = av.shape[0]
     n = unit.block_size
+    blas = av.ndim == 3 and av.shape[2] == 1 and bv.shape[1] == 1
+    a2, b2 = (av[:, :, 0], bv[:, 0, :]) if blas else (None, None)
     rnd = _rounder(rfmt, unit.output_rounding, unit.overflow)
     span = MAX_INT_BITS - int(np.ceil(np.log2(n + 1)))
     f = np.arange(2048, dtype=np.int32)
@@ -580,14 +588,18 @@ def _chain_exact(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tup
     lows[0] = -_ZERO_EXP
     ae_lo = np.where(ae > _LIVE_EXP, ae, -_ZERO_EXP)  # zero inputs: no lowest bit
     be_lo = np.where(be > _LIVE_EXP, be, -_ZERO_EXP)
-    P = np.empty((max(0, min(n, K)), *out_shape))
+    P = None if blas else np.empty((max(0, min(n, K)), *out_shape))
     d = np.array(np.broadcast_to(c, out_shape), dtype=np.float64)
     s = np.empty(out_shape)
     with np.errstate(invalid="ignore", over="ignore"):
         for k0 in range(0, K, n):
             k1 = min(K, k0 + n)
-            p = P[:k1 - k0]
-            np.multiply(av[k0:k1], bv[k0:k1], out=p)
+            if blas:  # exact where the bound holds (the others are recomputed below)
+                np.matmul(a2[k0:k1].T, b2[k0:k1], out=s)
+            else:
+                p = P[:k1 - k0]
+                np.multiply(av[k0:k1], bv[k0:k1], out=p)
+                p.sum(axis=0, out=s)
             ta = ae[k0:k1].max(axis=0) + 2  # per row of A / column of B over the block
             tb = be[k0:k1].max(axis=0)
             la = ae_lo[k0:k1].min(axis=0) - 2 * fi.mantissa_bits
@@ -608,10 +620,19 @@ def _chain_exact(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tup
                 top = np.maximum(ta + tb, np.take(tops, field))
                 top -= np.minimum(la + lb, np.take(lows, field))
                 slow = top > span
-            p.sum(axis=0, out=s)
             s += d
             s += 0.0  # an exactly zero sum is +0
             if slow is not None and slow.any():
+                if blas:  # the products of the other elements, a bounded number at a time
+                    ii, jj = np.nonzero(slow)
+                    dd = d[ii, jj]
+                    rnd(s, d)
+                    step = max(1, CHUNK_ELEMENTS // n)
+                    for s0 in range(0, ii.size, step):
+                        i, j = ii[s0:s0 + step], jj[s0:s0 + step]
+                        t = np.concatenate([dd[s0:s0 + step][None], a2[k0:k1, i] * b2[k0:k1, j]])
+                        d[i, j] = _exact_round(t, rfmt, unit.output_rounding, unit.overflow)
+                    continue
                 t = np.concatenate([d[slow][None], p[:, slow]])
                 rnd(s, d)
                 d[slow] = _exact_round(t, rfmt, unit.output_rounding, unit.overflow)
