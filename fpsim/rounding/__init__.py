@@ -6,7 +6,12 @@ One rule, every copy of it in one package, by concept:
   the stochastic generator: :func:`seed`, :func:`default_rng`);
 - :mod:`~fpsim.rounding.kernel`: the general bit kernel on float64 patterns and on exact wide
   values, the reference for everything else;
-- :mod:`~fpsim.rounding.fast`: the fast paths, each equal to the kernel on its domain;
+- :mod:`~fpsim.rounding.fast`: the fast paths, each equal to the kernel on its domain, in
+  one registry (``REGISTRY``; the exact widenings: ``WIDENINGS``);
+- :mod:`~fpsim.rounding.native`: NumPy's / ml_dtypes' casts where they round once, the
+  one-byte tables, fp4 by comparisons, bf16's widening, and the one rule of "may this run
+  natively?" (``native_ok``); :mod:`~fpsim.rounding.fp16`: fp16's casts by the FPU's
+  addition; :mod:`~fpsim.rounding.eft`: the error-free transformations;
 - :mod:`~fpsim.rounding.convert`: exact input conversion and result shaping;
 - :mod:`~fpsim.rounding.chunks`: the chunked drivers over arrays;
 - :mod:`~fpsim.rounding.exact`: ints, Fractions, Decimals and object arrays, rounded once

@@ -255,7 +255,8 @@ def float32_ok(policy: RoundingPolicy) -> bool:
     """Internal API (arithmetic's float32 path): may :func:`round_float32` round by
     ``policy``? (A deterministic mode, no flush or DAZ, a format whose every quantum is a
     normal float32 of at most 1: fp16, fp8, e5m7, fp6, fp4, ...; or bf16's default policy,
-    nearest even with overflow to inf: :func:`bf16_values32`.)
+    nearest even with overflow to inf: :func:`bf16_values32`.) The domains of the registry's
+    rows :data:`FLOAT32` and :data:`BF16_VALUES32`, which round_float32 takes.
 
     >>> from fpsim.rounding import policy_of
     >>> float32_ok(policy_of("fp16")), float32_ok(policy_of("bf16"))
@@ -263,11 +264,7 @@ def float32_ok(policy: RoundingPolicy) -> bool:
     >>> float32_ok(policy_of("bf16", "up"))
     False
     """
-    if policy.flush or policy.daz:
-        return False
-    if policy.fmt == BF16:
-        return policy.rounding is Rounding.NEAREST_EVEN and policy.overflow is Overflow.INF
-    return kernel_params(policy.fmt).fast32 and policy.rounding in FLOAT_MODES
+    return FLOAT32.serves(policy, _F32) or BF16_VALUES32.serves(policy, _F32)
 
 
 def round_float32(x: np.ndarray, policy: RoundingPolicy):
