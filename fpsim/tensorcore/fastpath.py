@@ -154,7 +154,6 @@ def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.nda
     # 2**(F - maxE) has the bits (254 + F) * 2**23 - bits(2**maxE): past int32's range, so
     # the subtraction wraps in int32 and is read back as the right bit pattern
     sbase = np.int32(((254 + p.F) << 23) - (1 << 32))
-    fshift = np.int32(p.F << 23)
     for k0 in range(0, K, n):
         k1 = min(K, k0 + n)
         w = k1 - k0
@@ -188,11 +187,11 @@ def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.nda
         if p.keep is not None:  # toward zero: drop the bits below the output's precision
             Sv &= p.keep
         # the sum to float32: exact (toward zero), or the cast rounds it to nearest even;
-        # then times 2**(maxE - F) in float32, exact: a non-zero integer sum times a grid of
-        # at least 2**-126 is normal (a zero sum is +0). Cheaper than a float64 division.
+        # then divided by 2**(F - maxE) in float32, exact: a non-zero integer sum times a
+        # grid of at least 2**-126 is normal (a zero sum is +0). Cheaper than a float64
+        # division.
         np.copyto(d, S, casting="unsafe")
-        np.subtract(me, fshift, out=sc)  # 2**(maxE - F)'s bits (normal: maxE >= F - 126)
-        np.multiply(d, scale, out=d)
+        np.divide(d, scale, out=d)
     return d.astype(np.float64)
 
 

@@ -155,6 +155,16 @@ def _round_out(v: np.ndarray, fmt: Format, mode: Rounding, overflow: BlockOverfl
 
 # -- the kernel ------------------------------------------------------------------------------
 
+def _products(av: np.ndarray, bv: np.ndarray, out: np.ndarray) -> None:
+    """The products av * bv into ``out``: for a matrix product's operands (av (k, m, 1), bv
+    (k, 1, n)) by einsum, whose outer-product loop writes (k, m, n) faster than the
+    broadcasting multiply (the same products: one multiplication each)."""
+    if av.ndim == 3 and av.shape[2] == 1 and bv.shape[1] == 1:
+        np.einsum("ki,kj->kij", av[:, :, 0], bv[:, 0, :], out=out)
+    else:
+        np.multiply(av, bv, out=out)
+
+
 def _specials(araw, braw, c, step: int) -> tuple[np.ndarray, np.ndarray] | None:
     """Special values over the whole dot product: (mask, value) or None if there are none.
 
@@ -201,7 +211,7 @@ def _chain(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple,
         k1 = min(K, k0 + n)
         w = k1 - k0
         if w > 0:
-            np.multiply(av[k0:k1], bv[k0:k1], out=P[1:w + 1])
+            _products(av[k0:k1], bv[k0:k1], P[1:w + 1])
             np.add(ae[k0:k1], be[k0:k1], out=E[1:w + 1])
         p = P[:w + 1]
         cin = P[0].copy() if trace is not None else None
@@ -502,7 +512,7 @@ def _chain_general(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: t
         k1 = min(K, k0 + n)
         P = np.empty((k1 - k0, *out_shape))  # writable temporaries: scaled in place
         E = np.empty((k1 - k0, *out_shape), dtype=np.int32)
-        np.multiply(av[k0:k1], bv[k0:k1], out=P)
+        _products(av[k0:k1], bv[k0:k1], P)
         if need_e:
             np.add(ae[k0:k1], be[k0:k1], out=E)
         cin = d
@@ -668,7 +678,7 @@ def _chain_late(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format,
         k1 = min(K, k0 + n)
         w = k1 - k0
         wp = w + w % G
-        np.multiply(av[k0:k1], bv[k0:k1], out=P[:w])
+        _products(av[k0:k1], bv[k0:k1], P[:w])
         np.add(ae[k0:k1], be[k0:k1], out=E[:w])
         if wp > w:  # an odd last block: an empty product closes the odd group
             P[w:wp] = 0.0
