@@ -169,7 +169,8 @@ def test_cli_trains_records_and_reprints(tmp_path, monkeypatch, capsys):
     assert sorted((r["seed"], r["recipe"]) for r in runs) == [
         (0, "fp16-master"), (0, "fp32"), (1, "fp16-master"), (1, "fp32")]
     table = format_train_sweep(gap_stats(runs))
-    assert "\n".join(out[-4:]) == table
-    assert len(out) == 4 + 4  # a line per finished run, then the table and its summary
+    cpu = f"4 runs, {sum(r['cpu_time_s'] for r in runs):.0f} s of CPU time"
+    assert out[-5:] == table.splitlines() + [cpu]
+    assert len(out) == 4 + 5  # a line per finished run, the table, its summary, the time
     assert main(["--from", str(path)]) == 0
-    assert capsys.readouterr().out.rstrip("\n") == table
+    assert capsys.readouterr().out.splitlines() == table.splitlines() + [cpu]

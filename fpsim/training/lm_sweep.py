@@ -311,6 +311,11 @@ def format_train_sweep(stats: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _print_table(runs: Sequence[dict[str, Any]]) -> None:
+    print(format_train_sweep(gap_stats(runs)))
+    print(f"{len(runs)} runs, {sum(r['cpu_time_s'] for r in runs):.0f} s of CPU time")
+
+
 _USAGE = ("usage: python -m fpsim.training.lm_sweep [--train [--steps N] [--seeds S,S,...] "
           "[--recipes R,R,...] [--sweep AXIS=V,V,...]... [--jobs N] [--json PATH]] "
           "| --from PATH")
@@ -378,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "from" in opts:
             with open(opts["from"], encoding="utf-8") as f:
                 runs = [json.loads(line) for line in f if line.strip()]
-            print(format_train_sweep(gap_stats(runs)))
+            _print_table(runs)
             return 0
         if opts.get("train"):
             path = opts.get("json")
@@ -394,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             kw = {k: opts[k] for k in ("steps", "seeds", "recipes", "jobs") if k in opts}
             runs = train_sweep(opts["sweep"] or TRAIN_SWEEP, progress=record, **kw)
-            print(format_train_sweep(gap_stats(runs)))
+            _print_table(runs)
             return 0
     except (ValueError, TypeError, KeyError, OSError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
