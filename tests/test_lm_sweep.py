@@ -64,6 +64,14 @@ def test_gap_stats_against_a_hand_computation():
                         for r in runs[:3]]
     assert gap_stats(ahead)[0]["mean_gap"] == pytest.approx(-0.5, abs=1e-12)
     assert gap_stats(ahead)[0]["verdict"] == "ahead"
+    # mixed: a mean gap of +0.05 beyond a range of 0.01, the seeds on either side
+    mixed = runs[6:8] + [dict(runs[8], val_loss=2.2), dict(runs[9], val_loss=1.91)]
+    st = gap_stats(mixed)[0]
+    assert st["gaps"] == pytest.approx([0.2, -0.1], abs=1e-12)
+    assert st["verdict"] == "mixed"
+    # within the range on average, whatever the seeds do
+    assert gap_stats(runs[6:8] + [dict(runs[8], val_loss=2.3), dict(runs[9], val_loss=1.72)]
+                     )[0]["verdict"] == "within"
 
 
 def test_the_table_is_printed_from_the_runs():
@@ -99,13 +107,17 @@ def test_the_table_is_printed_from_the_runs():
         assert words[12] == f"{100 * under:.2f}%"
         spread = abs(base[0] - base[1])
         m = sum(gaps) / 2
-        assert words[13] == ("behind" if m > spread else "ahead" if m < -spread else "within")
+        assert words[13] == ("within" if abs(m) <= spread else
+                             "behind" if min(gaps) > spread else
+                             "ahead" if max(gaps) < -spread else "mixed")
         means.append((m, v, 100 * under))
-    counts = {w: sum(s["verdict"] == w for s in stats) for w in ("behind", "within", "ahead")}
+    counts = {w: sum(s["verdict"] == w for s in stats)
+              for w in ("behind", "within", "mixed", "ahead")}
     top = max(means)
     assert lines[4] == (
-        f"fp16-master vs fp32: behind {counts['behind']}, within {counts['within']}, ahead "
-        f"{counts['ahead']} of 2 settings; largest mean gap {top[0]:+.3f} (batch_size "
+        f"fp16-master vs fp32: behind {counts['behind']}, within {counts['within']}, mixed "
+        f"{counts['mixed']}, ahead {counts['ahead']} of 2 settings; largest mean gap "
+        f"{top[0]:+.3f} (batch_size "
         f"{top[1]}); gradient underflow {min(u for *_, u in means):.2f}-"
         f"{max(u for *_, u in means):.2f}%")
 
@@ -157,7 +169,8 @@ def test_cli_trains_records_and_reprints(tmp_path, monkeypatch, capsys):
     assert sorted((r["seed"], r["recipe"]) for r in runs) == [
         (0, "fp16-master"), (0, "fp32"), (1, "fp16-master"), (1, "fp32")]
     table = format_train_sweep(gap_stats(runs))
-    assert "\n".join(out[-4:]) == table
-    assert len(out) == 4 + 4  # a line per finished run, then the table and its summary
+    cpu = f"4 runs, {sum(r['cpu_time_s'] for r in runs):.0f} s of CPU time"
+    assert out[-5:] == table.splitlines() + [cpu]
+    assert len(out) == 4 + 5  # a line per finished run, the table, its summary, the time
     assert main(["--from", str(path)]) == 0
-    assert capsys.readouterr().out.rstrip("\n") == table
+    assert capsys.readouterr().out.splitlines() == table.splitlines() + [cpu]

@@ -222,9 +222,10 @@ def gap_stats(runs: Sequence[dict[str, Any]], baseline: str = "fp32") -> list[di
     gaps ``val_loss(recipe) - val_loss(baseline)`` by seed, their mean and sample standard
     deviation (ddof 1; 0 for one seed), the baseline's own spread over those seeds (sample
     standard deviation and range, max - min), the recipe's mean ``grad_underflow``, and
-    ``verdict``: "behind" / "ahead" where the mean gap is beyond the baseline's range,
-    "within" otherwise ("one seed" where there is no spread to compare with). Settings and
-    recipes in the order they first appear in ``runs``.
+    ``verdict``: "within" where the mean gap is within the baseline's range (in absolute
+    value), else "behind" / "ahead" where every seed's gap is beyond that range on the same
+    side, "mixed" where the seeds disagree ("one seed" where there is no spread to compare
+    with). Settings and recipes in the order they first appear in ``runs``.
 
     >>> runs = [dict(axis="batch_size", value=4, tokens=256, recipe=r, seed=s, val_loss=v,
     ...              grad_underflow=u) for r, s, v, u in [("fp32", 0, 2.0, 0.0),
@@ -251,8 +252,10 @@ def gap_stats(runs: Sequence[dict[str, Any]], baseline: str = "fp32") -> list[di
             b = np.array([base[s]["val_loss"] for s in common])
             mean = float(gaps.mean())
             rng = float(b.max() - b.min())
-            verdict = "one seed" if len(common) < 2 else "behind" if mean > rng else \
-                "ahead" if mean < -rng else "within"
+            # beyond the baseline's spread on average is not enough: the seeds must agree
+            verdict = "one seed" if len(common) < 2 else "within" if abs(mean) <= rng else \
+                "behind" if (gaps > rng).all() else "ahead" if (gaps < -rng).all() else \
+                "mixed"
             out.append({
                 "axis": axis, "value": value, "tokens": seeds[common[0]]["tokens"],
                 "recipe": name, "seeds": common, "gaps": gaps.tolist(), "mean_gap": mean,
@@ -279,7 +282,7 @@ def format_train_sweep(stats: Sequence[dict[str, Any]]) -> str:
     >>> row[:5], row[-4:]
     (['batch_size', '4', '256', 'fp16-master', '2'], ['0.020', '0.030', '1.23%', 'within'])
     >>> print(format_train_sweep(st).splitlines()[-1].replace("; ", "\\n"))
-    fp16-master vs fp32: behind 0, within 1, ahead 0 of 1 settings
+    fp16-master vs fp32: behind 0, within 1, mixed 0, ahead 0 of 1 settings
     largest mean gap -0.010 (batch_size 4)
     gradient underflow 1.23-1.23%
     """
@@ -296,14 +299,21 @@ def format_train_sweep(stats: Sequence[dict[str, Any]]) -> str:
             f"{100 * s['grad_underflow']:8.2f}%  {s['verdict']}")
     for name in dict.fromkeys(s["recipe"] for s in stats):
         mine = [s for s in stats if s["recipe"] == name]
-        n = {v: sum(s["verdict"] == v for s in mine) for v in ("behind", "within", "ahead")}
+        n = {v: sum(s["verdict"] == v for s in mine)
+             for v in ("behind", "within", "mixed", "ahead")}
         top = max(mine, key=lambda s: s["mean_gap"])
         under = [100 * s["grad_underflow"] for s in mine]
         lines.append(f"{name} vs {mine[0]['baseline']}: behind {n['behind']}, within "
-                     f"{n['within']}, ahead {n['ahead']} of {sum(n.values())} settings; "
+                     f"{n['within']}, mixed {n['mixed']}, ahead {n['ahead']} of "
+                     f"{sum(n.values())} settings; "
                      f"largest mean gap {top['mean_gap']:+.3f} ({top['axis']} {top['value']}); "
                      f"gradient underflow {min(under):.2f}-{max(under):.2f}%")
     return "\n".join(lines)
+
+
+def _print_table(runs: Sequence[dict[str, Any]]) -> None:
+    print(format_train_sweep(gap_stats(runs)))
+    print(f"{len(runs)} runs, {sum(r['cpu_time_s'] for r in runs):.0f} s of CPU time")
 
 
 _USAGE = ("usage: python -m fpsim.training.lm_sweep [--train [--steps N] [--seeds S,S,...] "
@@ -373,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "from" in opts:
             with open(opts["from"], encoding="utf-8") as f:
                 runs = [json.loads(line) for line in f if line.strip()]
-            print(format_train_sweep(gap_stats(runs)))
+            _print_table(runs)
             return 0
         if opts.get("train"):
             path = opts.get("json")
@@ -389,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             kw = {k: opts[k] for k in ("steps", "seeds", "recipes", "jobs") if k in opts}
             runs = train_sweep(opts["sweep"] or TRAIN_SWEEP, progress=record, **kw)
-            print(format_train_sweep(gap_stats(runs)))
+            _print_table(runs)
             return 0
     except (ValueError, TypeError, KeyError, OSError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
