@@ -12,6 +12,8 @@ One rule, every copy of it in one package, by concept:
   one-byte tables, fp4 by comparisons, bf16's widening, and the one rule of "may this run
   natively?" (``native_ok``); :mod:`~fpsim.rounding.fp16`: fp16's casts by the FPU's
   addition; :mod:`~fpsim.rounding.eft`: the error-free transformations;
+  :mod:`~fpsim.rounding.bits`: rounding of values known to be normal by masking their bit
+  patterns (the tensor-core model's output rounding; None hands anything else back);
 - :mod:`~fpsim.rounding.convert`: exact input conversion and result shaping;
 - :mod:`~fpsim.rounding.chunks`: the chunked drivers over arrays;
 - :mod:`~fpsim.rounding.exact`: ints, Fractions, Decimals and object arrays, rounded once
