@@ -116,7 +116,8 @@ def test_the_table_is_printed_from_the_runs():
     top = max(means)
     assert lines[4] == (
         f"fp16-master vs fp32: behind {counts['behind']}, within {counts['within']}, mixed "
-        f"{counts['mixed']}, ahead {counts['ahead']} of 2 settings; largest mean gap "
+        f"{counts['mixed']}, ahead {counts['ahead']} of 2 settings with 2+ seeds; "
+        f"largest mean gap "
         f"{top[0]:+.3f} (batch_size "
         f"{top[1]}); gradient underflow {min(u for *_, u in means):.2f}-"
         f"{max(u for *_, u in means):.2f}%")
