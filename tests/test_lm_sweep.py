@@ -116,7 +116,8 @@ def test_the_table_is_printed_from_the_runs():
     top = max(means)
     assert lines[4] == (
         f"fp16-master vs fp32: behind {counts['behind']}, within {counts['within']}, mixed "
-        f"{counts['mixed']}, ahead {counts['ahead']} of 2 settings; largest mean gap "
+        f"{counts['mixed']}, ahead {counts['ahead']} of 2 settings with 2+ seeds; "
+        f"largest mean gap "
         f"{top[0]:+.3f} (batch_size "
         f"{top[1]}); gradient underflow {min(u for *_, u in means):.2f}-"
         f"{max(u for *_, u in means):.2f}%")
@@ -174,3 +175,14 @@ def test_cli_trains_records_and_reprints(tmp_path, monkeypatch, capsys):
     assert len(out) == 4 + 5  # a line per finished run, the table, its summary, the time
     assert main(["--from", str(path)]) == 0
     assert capsys.readouterr().out.splitlines() == table.splitlines() + [cpu]
+
+
+def test_the_docs_table_is_the_recorded_runs(capsys):
+    """docs/lm.md's training-sweep table is what ``--from`` prints from the runs recorded in
+    docs/data/lm_train_sweep.jsonl."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert main(["--from", str(root / "docs/data/lm_train_sweep.jsonl")]) == 0
+    printed = capsys.readouterr().out
+    assert f"```\n{printed}```" in (root / "docs/lm.md").read_text()

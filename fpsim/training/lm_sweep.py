@@ -282,7 +282,7 @@ def format_train_sweep(stats: Sequence[dict[str, Any]]) -> str:
     >>> row[:5], row[-4:]
     (['batch_size', '4', '256', 'fp16-master', '2'], ['0.020', '0.030', '1.23%', 'within'])
     >>> print(format_train_sweep(st).splitlines()[-1].replace("; ", "\\n"))
-    fp16-master vs fp32: behind 0, within 1, mixed 0, ahead 0 of 1 settings
+    fp16-master vs fp32: behind 0, within 1, mixed 0, ahead 0 of 1 settings with 2+ seeds
     largest mean gap -0.010 (batch_size 4)
     gradient underflow 1.23-1.23%
     """
@@ -305,7 +305,7 @@ def format_train_sweep(stats: Sequence[dict[str, Any]]) -> str:
         under = [100 * s["grad_underflow"] for s in mine]
         lines.append(f"{name} vs {mine[0]['baseline']}: behind {n['behind']}, within "
                      f"{n['within']}, mixed {n['mixed']}, ahead {n['ahead']} of "
-                     f"{sum(n.values())} settings; "
+                     f"{sum(n.values())} settings with 2+ seeds; "
                      f"largest mean gap {top['mean_gap']:+.3f} ({top['axis']} {top['value']}); "
                      f"gradient underflow {min(under):.2f}-{max(under):.2f}%")
     return "\n".join(lines)
