@@ -154,6 +154,7 @@ def test_cli_does_not_overwrite_files(tmp_path, capsys):
     assert (tmp_path / "lm_results.json").read_text() == "mine"
 
 
+@pytest.mark.slow  # ~10 s: two short training runs through the command line
 def test_cli_json_and_outputs(tmp_path, capsys):
     out = tmp_path / "o"
     assert main(["lm", "--steps", "2", "--recipes", "fp32,mixed-bf16", "--json", "--jobs",

@@ -23,6 +23,11 @@ FORMATS = [fpsim.BF16, fpsim.FP16, fpsim.FP32, fpsim.FP8_E4M3, fpsim.FP8_E5M2,
            fpsim.FP8_E4M3FNUZ, fpsim.FP4_E2M1, fpsim.Format(3, 2, nan_encoding="fn"),
            fpsim.Format(2, 0, nan_encoding="fn")]
 OPTIONS = [{}, {"overflow": "saturate"}, {"tininess": "before"}]
+# the loops are ~3 s a format: the lowest-versions run (which leaves out `slow`) keeps three
+# formats, one of each storage (bfloat16, float16, a one-byte ml_dtypes type); the main run all
+_CORE = ("bf16", "fp16", "fp8_e4m3")
+LOOP_FORMATS = [f if f.name in _CORE else pytest.param(f, marks=pytest.mark.slow)
+                for f in FORMATS]
 
 
 def _data(fmt, seed: int, n: int = 400) -> np.ndarray:
@@ -56,13 +61,13 @@ def _check(fmt, X, mode, opts, seed=None, bitgen=np.random.PCG64):
             assert np.array_equal(_bits(plain), _bits(want)), (fmt.name, mode, opts)
 
 
-@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+@pytest.mark.parametrize("fmt", LOOP_FORMATS, ids=lambda f: f.name)
 def test_inline_kahan_equals_the_loop(fmt):
     for k, mode in enumerate(MODES):
         _check(fmt, _data(fmt, k, 120), mode, OPTIONS[k % len(OPTIONS)])
 
 
-@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+@pytest.mark.parametrize("fmt", LOOP_FORMATS, ids=lambda f: f.name)
 def test_inline_kahan_stochastic_equals_the_loop(fmt):
     """Same draws: one raw 64-bit value per operation, in order; random_bits widths of every
     class (the kernel's carry from their top bits), several seeds and bit generators."""
@@ -86,6 +91,7 @@ def test_inline_kahan_takes_the_fast_path():
     assert ok(fpsim.arithmetic.context(e2m0, "up"))
 
 
+@pytest.mark.slow  # ~30 s of CPU: 3,000-value loops in every mode
 def test_long_walk_several_binades():
     """A long random walk (the binade cache in use for most steps, crossing binades both
     ways) and a sum that grows through many binade tops, every mode, bf16 and fp16."""
