@@ -119,3 +119,24 @@ def test_short_kahan_sums_against_fractions(fmt):
         got, fl = fpsim.sum(X, fmt, axis=1, order="kahan", rounding=mode, flags=True)
         assert _same(got, want), (mode, got, want)
         assert np.array_equal(fl, wfl), (mode, fl, wfl)
+
+
+@pytest.mark.parametrize("fmt", [fpsim.FP8_E4M3, fpsim.FP8_E5M2, fpsim.BF16], ids=lambda f: f.name)
+def test_kahan_nan_running_sum_skipped(fmt, monkeypatch):
+    """A sum that overflows to inf / NaN and stays there (the absorbing state the row sum
+    skips up to the next NaN value), NaN values after it (payloads differ), and a row that
+    starts at NaN: the loop's values, flags and draws, with short stretches so that each
+    branch of the skip runs."""
+    monkeypatch.setattr(reductions, "_NAN_TRY", 16)
+    rng = np.random.default_rng(5)
+    big = float(fmt.max) / 4
+    grow = np.concatenate([np.full(8, big), rng.standard_normal(300)])
+    grow[150] = np.nan
+    grow[200] = -np.inf
+    start_nan = np.concatenate([[np.nan], rng.standard_normal(200)])
+    for row in (grow, start_nan):
+        X = np.asarray(fpsim.round(row, fmt))[None, :]
+        for k, mode in enumerate(MODES):
+            _check(fmt, X, mode, OPTIONS[k % len(OPTIONS)])
+        for k, rb in enumerate([None, 13, 40]):
+            _check(fmt, X, "stochastic", {"random_bits": rb}, seed=k)
