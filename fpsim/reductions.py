@@ -292,9 +292,13 @@ def _sequential_steps(add, fl: list[int], c: OpContext):
 # While s lies in a normal binade [2**e, 2**(e+1)) below the top one (quantum Q = 2**(e - m))
 # and s + y lands in it too, t is s + y rounded to a multiple of Q (no ulp call), d = t - s is
 # exact (Sterbenz; t == s: the exact zero, -0 when rounding down), and d - y, a multiple of
-# min(Q, q1), is exact when it is below min(Q, q1) * 2**(m+1) in magnitude (at most p bits).
-# Anything else (the sum near zero, leaving the binade or overflowing, an inexact float64 sum,
-# zero or special operands) is the exact adder's, and then s's binade is found again. The
+# min(Q, q1), is exact when it is below min(Q, q1) * 2**(m+1) in magnitude (at most p bits),
+# else rounded inline as y is (its own quantum) when it is exact in float64 and normal. When
+# s + y leaves s's binade (a walk across a power of two), t is rounded inline as y is, and
+# d = t - s checked to be a normal value of the format (else the exact adder rounds it); then
+# s's binade is found again. Anything else (the sum at zero, subnormal or overflowing, an
+# inexact float64 sum, zero or special operands) is the exact adder's. A NaN running sum
+# with a NaN compensation absorbs every further value but a NaN (_kahan_rows). The
 # stochastic variant rounds by the kernel's carry: the draw's increment inc (c = 52 - m bits)
 # carries a magnitude with r = |v| % q up when r >= q * (1 - inc / 2**c).
 
@@ -419,21 +423,55 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                 else:
                     t = u
                 d = t - s or zd  # exact (Sterbenz)
-                w = d - y
                 r = (Q if Q < q1 else q1) * P
-                if w and -r < w < r:
-                    comp = w  # exact
-                elif not w and y:
-                    comp = zd
+                moved = t * sg == H  # rounded up to the top of the binade
+            elif (s and y and qlo <= (qt := ulp(u) * K) < qhi
+                  and (not two_sum or (u - s == y and u - y == s))):
+                # t leaves s's binade (a walk across a power of two): rounded as y above
+                rem = u % qt
+                if rem:
+                    t = u - rem
+                    h = (hp if u > 0 else hn) * qt
+                    if (rem > h or (rem == h and ((t / qt) % 2.0 == 1.0 if ne else u > 0))
+                            or (odd and (t / qt) % 2.0 == 0.0)):
+                        t += qt
+                    ix = True
                 else:
-                    comp = add(d, -y)
-                s = t
-                if t * sg == H:  # rounded up to the top of the binade
-                    sg, L, H, Q, th, Qt = binade(s)
+                    t = u
+                d = t - s or zd
+                qd = ulp(d) * K
+                if d and not (qlo <= qd < qhi and not d % qd
+                              and (not two_sum or (d + s == t and t - d == s))):
+                    d = add(t, -s)  # not a normal value of the format, or inexact
+                r, moved = 0.0, True
             else:
                 t = add(s, y)
                 comp = add(add(t, -s), -y)
                 s = t
+                sg, L, H, Q, th, Qt = binade(s)
+                continue
+            w = d - y
+            if w and -r < w < r:
+                comp = w  # exact
+            elif not w and y:
+                comp = zd
+            elif (w and qlo <= (qw := ulp(w) * K) < qhi
+                  and (not two_sum or (w + y == d and d - w == y))):
+                rem = w % qw  # c = fl(d - y) rounded inline as y above (directed modes
+                if rem:  # leave a c of more than p bits after each add that rounds up)
+                    comp = w - rem
+                    h = (hp if w > 0 else hn) * qw
+                    if (rem > h or (rem == h and ((comp / qw) % 2.0 == 1.0 if ne
+                                                  else w > 0))
+                            or (odd and (comp / qw) % 2.0 == 0.0)):
+                        comp += qw
+                    ix = True
+                else:
+                    comp = w
+            else:
+                comp = add(d, -y)
+            s = t
+            if moved:
                 sg, L, H, Q, th, Qt = binade(s)
         if ix:
             fl[0] |= inexact_f
@@ -1219,21 +1257,52 @@ def _kahan_fast_stochastic(st: _StochasticAdder, c: OpContext):
                     else:
                         t = u
                     d = t - s  # exact (Sterbenz), +0 if t == s
-                    w = d - y
                     r = (Q if Q < q1 else q1) * P
-                    if w and -r < w < r:
-                        comp = w  # exact
-                    elif not w and y:
-                        comp = 0.0
+                    moved = t * sg == H  # rounded up to the top of the binade
+                elif (s and y and qlo <= (qt := ulp(u) * K) < qhi
+                      and (not two_sum or (u - s == y and u - y == s))):
+                    rem = u % qt  # t leaves s's binade: rounded as y above (draw k + 1)
+                    if rem:
+                        t = u - rem
+                        qw = qt * W[k + 1]
+                        if (rem >= qw) if u > 0 else (rem > qt - qw):
+                            t += qt
+                        ix = True
                     else:
-                        comp = add(d, -y, int(U[k + 3]))
-                    s = t
-                    if t * sg == H:  # rounded up to the top of the binade
-                        sg, L, H, Q, Qt = binade(s)
+                        t = u
+                    d = t - s
+                    qd = ulp(d) * K
+                    if d and not (qlo <= qd < qhi and not d % qd
+                                  and (not two_sum or (d + s == t and t - d == s))):
+                        d = add(t, -s, int(U[k + 2]))  # not a normal value, or inexact
+                    r, moved = 0.0, True
                 else:
                     t = add(s, y, int(U[k + 1]))
                     comp = add(add(t, -s, int(U[k + 2])), -y, int(U[k + 3]))
                     s = t
+                    sg, L, H, Q, Qt = binade(s)
+                    k += 4
+                    continue
+                w = d - y
+                if w and -r < w < r:
+                    comp = w  # exact
+                elif not w and y:
+                    comp = 0.0
+                elif (w and qlo <= (q3 := ulp(w) * K) < qhi
+                      and (not two_sum or (w + y == d and d - w == y))):
+                    rem = w % q3  # c = fl(d - y) inline, as y above (draw k + 3)
+                    if rem:
+                        comp = w - rem
+                        qw = q3 * W[k + 3]
+                        if (rem >= qw) if w > 0 else (rem > q3 - qw):
+                            comp += q3
+                        ix = True
+                    else:
+                        comp = w
+                else:
+                    comp = add(d, -y, int(U[k + 3]))
+                s = t
+                if moved:
                     sg, L, H, Q, Qt = binade(s)
                 k += 4
         if ix:

@@ -88,12 +88,14 @@ def test_inline_kahan_takes_the_fast_path():
 
 def test_long_walk_several_binades():
     """A long random walk (the binade cache in use for most steps, crossing binades both
-    ways) and a sum that grows through many binade tops, every mode, bf16 and fp16."""
+    ways: t and d rounded inline across a power of two; in directed modes c = fl(d - y)
+    rounded inline too) and a sum that grows through many binade tops, every mode, bf16,
+    fp16 and fp32."""
     rng = np.random.default_rng(7)
     walk = rng.standard_normal(3000)
     walk[1000:1100] *= 64  # large steps: t leaves s's binade
     grow = rng.random(3000) * 2.0 ** rng.integers(-8, 3, 3000)
-    for fmt in (fpsim.BF16, fpsim.FP16):
+    for fmt in (fpsim.BF16, fpsim.FP16, fpsim.FP32):
         X = np.asarray(fpsim.round(np.vstack([walk, grow]), fmt))
         for mode in MODES:
             _check(fmt, X, mode, {})
