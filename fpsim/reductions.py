@@ -296,8 +296,11 @@ def _sequential_steps(add, fl: list[int], c: OpContext):
 # else rounded inline as y is (its own quantum) when it is exact in float64 and normal. When
 # s + y leaves s's binade (a walk across a power of two), t is rounded inline as y is, and
 # d = t - s checked to be a normal value of the format (else the exact adder rounds it); then
-# s's binade is found again. Anything else (the sum at zero, subnormal or overflowing, an
-# inexact float64 sum, zero or special operands) is the exact adder's. A NaN running sum
+# s's binade is found again (kept per running sum: _memo). In the top binade a result beyond
+# the largest finite value is that value where the adder's overflow gives it (toward zero, odd,
+# the saturate policy, up / down on one side: a saturated sum stays inline). Anything else
+# (the sum at zero, subnormal or overflowing to inf / NaN, an inexact float64 sum, zero or
+# special operands) is the exact adder's. A NaN running sum
 # with a NaN compensation absorbs every further value but a NaN (_kahan_rows). The
 # stochastic variant rounds by the kernel's carry: the draw's increment inc (c = 52 - m bits)
 # carries a magnitude with r = |v| % q up when r >= q * (1 - inc / 2**c).
@@ -311,6 +314,26 @@ def _binade(s: float, fmt: Format):
     e = math.frexp(a)[1] - 1
     return (-1.0 if s < 0 else 1.0, math.ldexp(1.0, e), math.ldexp(1.0, e + 1),
             math.ldexp(1.0, e - fmt.mantissa_bits))
+
+
+_MEMO_MAX = 1 << 12  # running sums whose binade a Kahan row sum keeps
+
+
+def _memo(binade_of):
+    """``binade_of`` with its results kept per running sum (a sum that hovers in narrow
+    binades, e.g. fp8's, finds its binade again every few steps; a dict lookup costs less
+    than frexp and three ldexp). Zero's two signs share their entry, as their binade does."""
+    memo: dict[float, tuple] = {}
+
+    def binade(s: float):
+        b = memo.get(s)
+        if b is None:
+            if len(memo) >= _MEMO_MAX:
+                memo.clear()
+            b = memo[s] = binade_of(s)
+        return b
+
+    return binade
 
 
 def _kahan_fast_ok(c: OpContext) -> bool:
@@ -378,25 +401,35 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
     hp, hn = {Rounding.UP: (0.0, 0.0), Rounding.DOWN: (2.0, 2.0), Rounding.ODD: (2.0, 2.0),
               Rounding.TOWARD_ZERO: (2.0, 0.0)}.get(mode, (0.5, 0.5))
     zd = -0.0 if mode is Rounding.DOWN and fmt.nan_encoding is not NaNEncoding.FNUZ else 0.0
-    inexact_f = int(Flags.INEXACT)
+    inexact_f, over_f = int(Flags.INEXACT), int(Flags.OVERFLOW | Flags.INEXACT)
+    # the top binade inline too: a result beyond fmax is fmax where the adder's overflow
+    # gives fmax for its sign (saturating sums: fp8's e4m3 in toward-zero and odd rounding)
+    fmax, top = fmt.max, 2.0**fmt.emax
+    sat = c.result.overflow is Overflow.SATURATE or fmt.nan_encoding is NaNEncoding.NONE
+    max_pos = sat or mode in (Rounding.TOWARD_ZERO, Rounding.ODD, Rounding.DOWN)
+    max_neg = sat or mode in (Rounding.TOWARD_ZERO, Rounding.ODD, Rounding.UP)
 
-    def binade(s: float):
+    def binade_of(s: float):
         """(sign, L, H, Q, th, Qt): th, the magnitude's threshold in s's binade (as hp, hn);
         Qt: s + y is exact in float64 when y is a multiple of Qt. L = inf: none."""
         b = _binade(s, fmt) if s - s == 0.0 else None
         if b is None:
-            return 1.0, inf, 0.0, 1.0, 0.0, 0.0
+            if not (s - s == 0.0 and top <= (-s if s < 0 else s) <= fmax):
+                return 1.0, inf, 0.0, 1.0, 0.0, 0.0
+            b = -1.0 if s < 0 else 1.0, top, inf, qhi  # the top binade: t > fmax checked
         sg, L, H, Q = b
         away = (mode is Rounding.UP and sg > 0) or (mode is Rounding.DOWN and sg < 0)
         return sg, L, H, Q, (0.0 if away else 0.5 if hp == 0.5 else 2.0) * Q, L * 2.0**-52
 
+    binade = _memo(binade_of)
+
     def steps(s: float, comp: float, xs: list) -> tuple[float, float]:
-        ix = False
+        ix = ov = False
         sg, L, H, Q, th, Qt = binade(s)
         for x in xs:
             v = x - comp  # y = fl(x - comp)
             q1 = ulp(v) * K
-            if qlo <= q1 < qhi and (not two_sum or (v - x == -comp and v + comp == x)):
+            if qlo <= q1 < inf and (not two_sum or (v - x == -comp and v + comp == x)):
                 rem = v % q1
                 if rem:
                     y = v - rem
@@ -407,6 +440,11 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                     ix = True
                 else:
                     y = v
+                if q1 >= qhi and not -fmax <= y <= fmax:  # overflow
+                    if max_pos if y > 0 else max_neg:
+                        y, ov = (fmax if y > 0 else -fmax), True
+                    else:
+                        y, q1 = add(x, -comp), 0.0
             else:
                 y, q1 = add(x, -comp), 0.0
             u = s + y  # t = fl(s + y), in s's binade
@@ -419,13 +457,21 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                             or (odd and (t / Q) % 2.0 == 0.0)):
                         t += Q
                     ix = True
-                    t *= sg
                 else:
-                    t = u
+                    t = a
+                if t > fmax:  # the top binade: overflow
+                    if not (max_pos if sg > 0 else max_neg):
+                        t = add(s, y)
+                        comp = add(add(t, -s), -y)
+                        s = t
+                        sg, L, H, Q, th, Qt = binade(s)
+                        continue
+                    t, ov = fmax, True
+                t *= sg
                 d = t - s or zd  # exact (Sterbenz)
                 r = (Q if Q < q1 else q1) * P
                 moved = t * sg == H  # rounded up to the top of the binade
-            elif (s and y and qlo <= (qt := ulp(u) * K) < qhi
+            elif (s and y and qlo <= (qt := ulp(u) * K) < inf
                   and (not two_sum or (u - s == y and u - y == s))):
                 # t leaves s's binade (a walk across a power of two): rounded as y above
                 rem = u % qt
@@ -438,6 +484,14 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                     ix = True
                 else:
                     t = u
+                if qt >= qhi and not -fmax <= t <= fmax:  # overflow
+                    if not (max_pos if u > 0 else max_neg):
+                        t = add(s, y)
+                        comp = add(add(t, -s), -y)
+                        s = t
+                        sg, L, H, Q, th, Qt = binade(s)
+                        continue
+                    t, ov = (fmax if u > 0 else -fmax), True
                 d = t - s or zd
                 qd = ulp(d) * K
                 if d and not (qlo <= qd < qhi and not d % qd
@@ -475,6 +529,8 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                 sg, L, H, Q, th, Qt = binade(s)
         if ix:
             fl[0] |= inexact_f
+        if ov:
+            fl[0] |= over_f
         return s, comp
 
     return _kahan_rows(steps)
@@ -790,12 +846,14 @@ def _kahan_fast_stochastic(st: StochasticAdder, c: OpContext):
     ulp, inf, add = math.ulp, math.inf, st.add_raw
     mask = np.uint64((1 << cb) - 1)
 
-    def binade(s: float):
+    def binade_of(s: float):
         b = _binade(s, fmt) if s - s == 0.0 else None
         if b is None:
             return 1.0, inf, 0.0, 1.0, 0.0
         sg, L, H, Q = b
         return sg, L, H, Q, L * 2.0**-52
+
+    binade = _memo(binade_of)
 
     def steps(s: float, comp: float, xs: list) -> tuple[float, float]:
         ix = False

@@ -142,3 +142,21 @@ def test_kahan_nan_running_sum_skipped(fmt, monkeypatch):
             _check(fmt, X, mode, OPTIONS[k % len(OPTIONS)])
         for k, rb in enumerate([None, 13, 40]):
             _check(fmt, X, "stochastic", {"random_bits": rb}, seed=k)
+
+
+@pytest.mark.parametrize("fmt", [fpsim.FP8_E4M3, fpsim.FP8_E5M2, fpsim.FP8_E4M3FNUZ,
+                                 fpsim.BF16], ids=lambda f: f.name)
+def test_kahan_saturating_sum(fmt):
+    """A sum held at the largest finite value (the top binade inline: toward zero, odd, the
+    saturate policy, and up / down on the side that saturates), with steps that overflow
+    y and t both ways and steps back below: the loop's values and flags."""
+    rng = np.random.default_rng(9)
+    big = float(fmt.max)
+    row = np.concatenate([[big / 2, big / 2], rng.standard_normal(150) * big / 8,
+                          rng.standard_normal(150) * big / 64, [-big, -big / 2],
+                          rng.standard_normal(100) * big / 16])
+    for sign in (1.0, -1.0):
+        X = np.asarray(fpsim.round(sign * row, fmt))[None, :]
+        for mode in MODES:
+            for opts in ({}, {"overflow": "saturate"}):
+                _check(fmt, X, mode, opts)
