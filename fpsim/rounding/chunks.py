@@ -13,7 +13,7 @@ import numpy as np
 
 from . import kernel
 from .convert import refuse_nan, widen
-from .fast import FLOAT32, STOCHASTIC32, round_patterns, run_float32, store_values
+from .fast import float32_path, round_patterns, run_float32, store_values
 from .kernel import (
     ONE,
     ZERO,
@@ -56,8 +56,7 @@ def run_chunks(x64: np.ndarray, policy: RoundingPolicy, want: bool = False,
     narrow = flat.dtype != np.float64  # float16/32 input: widen chunk by chunk (exact)
     bits = flat if narrow else flat.view(np.uint64)
     gen = policy.generator()  # once per call: every chunk draws from it
-    if (flat.dtype == np.float32 and pair_lo is None and not want
-            and (FLOAT32.serves(policy, _F32) or STOCHASTIC32.serves(policy, _F32))):
+    if flat.dtype == _F32 and pair_lo is None and not want and float32_path(policy):
         # the registry's float32 rows (stochastic: gen's draws)
         run_float32(flat, out, p, policy, store, gen)
         return out, fl

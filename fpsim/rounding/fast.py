@@ -910,3 +910,31 @@ def array_path(pol: RoundingPolicy, dtype: np.dtype, cast: bool) -> FastPath | N
         _ARRAY_PATHS.clear()
     _ARRAY_PATHS[key] = (fmt, row)
     return row
+
+
+# run_chunks on a float32 array: the float32 rows it asks, and their answers per policy
+_FLOAT32_ROWS = (FLOAT32, STOCHASTIC32)
+_FLOAT32_PATHS: dict[tuple, tuple[Format, FastPath | None]] = {}
+
+
+def float32_path(pol: RoundingPolicy) -> FastPath | None:
+    """The registry's row that :func:`fpsim.rounding.chunks.run_chunks` takes for a float32
+    array by ``pol`` without flags (``FLOAT32`` or ``STOCHASTIC32``, by their ``serves``), or
+    None: one dict lookup per call, keyed as :func:`array_path`'s.
+
+    >>> from fpsim.rounding import policy_of
+    >>> float32_path(policy_of("fp8_e4m3", "up")).name
+    'float32_float_domain'
+    >>> float32_path(policy_of("bf16", "stochastic", random_bits=8)) is None
+    True
+    """
+    fmt = pol.fmt
+    key = (id(fmt), pol.rounding, pol.overflow, pol.flush or pol.daz, pol.random_bits)
+    hit = _FLOAT32_PATHS.get(key)
+    if hit is not None and hit[0] is fmt:
+        return hit[1]
+    row = next((r for r in _FLOAT32_ROWS if r.serves(pol, _F32)), None)
+    if len(_FLOAT32_PATHS) > 4096:  # formats made on the fly: keep the cache bounded
+        _FLOAT32_PATHS.clear()
+    _FLOAT32_PATHS[key] = (fmt, row)
+    return row
