@@ -102,6 +102,7 @@ from .rounding import (
 )
 from .rounding.eft import two_prod, two_sum_err
 from .rounding.native import cast as native_cast
+from .rounding.native import fma32_odd
 from .rounding.native import native_ok as rounds_natively
 
 __all__ = ["add", "sub", "mul", "div", "sqrt", "fma"]
@@ -757,67 +758,15 @@ def _native(name: str, args, c: OpContext):
 # is rounded as the general path rounds its float64 twin; a chunk with an inf or NaN operand
 # takes the general path. Equal to it and to MPFR: tests/test_arithmetic_fast.py.
 # fma: the product is exact in float32 (as for mul), the sum's error comes from TwoSum in
-# float32 and the pair is rounded to odd at float32's 24 bits (_fma32_odd): one rounding to
-# odd at p' >= p + 2 bits, then the format's rounding, is one rounding of the exact value in
-# every deterministic mode (Boldo & Melquiond; p <= 12, and the format's quanta are at least
-# 4x float32's, subnormals included), so any deterministic mode runs here. bf16 (nearest
-# even) too, chunk by chunk where its wider range allows: every product zero or at least
-# 2**-126 (normal, so exact: _fits_float32) and every sum finite; other chunks take the
-# general path.
-_F32_MAX = float(np.finfo(np.float32).max)
-_MAGNITUDE = np.uint32(0x7FFFFFFF)
-
-
-def _fits_float32(a, b) -> bool:
-    """Are all products a * b of this chunk (p <= 12 bit values) exact in float32: zero, or
-    at least 2**-126 in magnitude? From the smallest nonzero magnitudes (the patterns
-    order as magnitudes, and zeros wrap to the top when one is subtracted). (A product or a
-    sum beyond float32 is inf: _fma32_odd's finite test sends its chunk on.)"""
-    least = 1.0
-    for x in (a, b):
-        u = np.bitwise_and(x.view(np.uint32), _MAGNITUDE)
-        u -= np.uint32(1)
-        m = int(u.min()) + 1
-        if m > 0x7F800000:  # all zero (or NaN): no product to lose
-            return True
-        least *= float(np.uint32(m).view(np.float32))
-    return least >= 2.0**-126
-
-
-def _fma32_odd(a, b, d, mode: Rounding, guard: bool = False):
-    """a * b + d for float32 values of a format whose products are exact in float32 (with
-    ``guard``: where _fits_float32 finds them so), rounded to odd at float32's precision
-    (exact where float32 holds it), or None when this chunk is not for it (a sum not finite:
-    an inf or NaN operand or product; or the guard fails): the general path's."""
-    if guard and a.size and not _fits_float32(a, b):
-        return None
-    p = a * b  # exact
-    s = p + d
-    if s.size and not (s.max() <= _F32_MAX and s.min() >= -_F32_MAX):  # NaN fails too
-        return None
-    bb = s - p  # TwoSum: e = (p - (s - bb)) + (d - bb) exactly
-    e = s - bb
-    np.subtract(p, e, out=e)
-    np.subtract(d, bb, out=bb)
-    e += bb
-    # to odd: truncate toward zero (one step down in magnitude where e's sign is opposite to
-    # s's; s is nonzero where e is), then set the last bit where inexact
-    inexact = e != 0
-    sb = s.view(np.uint32)
-    opp = np.bitwise_xor(sb, e.view(np.uint32), out=bb.view(np.uint32))
-    opp >>= np.uint32(31)
-    opp &= inexact
-    sb -= opp
-    sb |= inexact
-    if mode is Rounding.DOWN:  # an exact zero sum is -0 here (float32 gave +0): _zero_sign
-        zero = s == 0
-        if zero.any():
-            s[zero] = np.where(np.signbit(p[zero]) | np.signbit(d[zero]), -0.0, 0.0)
-    return s
-
-
+# float32 and the pair is rounded to odd at float32's 24 bits (rounding.native.fma32_odd):
+# one rounding to odd at p' >= p + 2 bits, then the format's rounding, is one rounding of the
+# exact value in every deterministic mode (Boldo & Melquiond; p <= 12, and the format's quanta
+# are at least 4x float32's, subnormals included), so any deterministic mode runs here. bf16
+# (nearest even) too, chunk by chunk where its wider range allows: every product zero or at
+# least 2**-126 (normal, so exact: rounding.native.fits_float32) and every sum finite; other
+# chunks take the general path.
 _F32_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-            "sqrt": np.sqrt, "fma": _fma32_odd}
+            "sqrt": np.sqrt, "fma": fma32_odd}
 
 
 @functools.cache
@@ -826,7 +775,7 @@ def _float32_exact_enough(name: str, fmt: Format, mode: Rounding) -> bool:
     # values of fmt: multiples of 2**lo below 2**hi
     if name in ("mul", "fma") and 2 * p <= 24 and 2 * lo >= -149 and 2 * hi <= 127:
         return True  # the product is exact in float32, subnormal or not (fma: see above)
-    if name == "fma":  # bf16: products exact where _fits_float32 says so, chunk by chunk
+    if name == "fma":  # bf16: products exact where fits_float32 says so, chunk by chunk
         return _fma32_guarded(fmt)
     if mode not in _NEAREST or p > 11:
         return False
@@ -836,7 +785,7 @@ def _float32_exact_enough(name: str, fmt: Format, mode: Rounding) -> bool:
 
 
 def _fma32_guarded(fmt: Format) -> bool:
-    """Does the float32 fma of ``fmt`` need _fits_float32 per chunk? (p <= 12 and quanta at
+    """Does the float32 fma of ``fmt`` need fits_float32 per chunk? (p <= 12 and quanta at
     least 4x float32's, as above, but products that may fall below 2**-126 or sums beyond
     float32: bf16.)"""
     p, lo, hi = fmt.precision_bits, fmt.emin - fmt.mantissa_bits, fmt.emax + 1
@@ -860,7 +809,7 @@ def _float32_path(name: str, args, c: OpContext):
     out = np.empty(n)
     op = _F32_OPS[name]
     if name == "fma":
-        op = functools.partial(_fma32_odd, mode=c.result.rounding,
+        op = functools.partial(fma32_odd, rounding=c.result.rounding,
                                guard=_fma32_guarded(c.result.fmt))
     with np.errstate(all="ignore"), quiet_flags():
         step = 2 * _CHUNK  # float32 work arrays: the bytes of a float64 chunk, half the calls

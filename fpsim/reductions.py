@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import enum
 import math
-import struct
 
 import numpy as np
 
@@ -93,7 +92,8 @@ from .checks import broadcast_shape
 from .flags import Flags
 from .formats import FP64, Format, NaNEncoding, get_float_format
 from .modes import Overflow, Rounding, Subnormals, Tininess
-from .rounding import EXP_MASK, FRAC, HIDDEN, QUIET, SIGN, RoundingPolicy, kernel_params
+from .rounding import RoundingPolicy
+from .rounding.scalar import StochasticAdder, bits64, scalar_adder
 
 __all__ = ["Order", "sum", "dot"]
 
@@ -292,9 +292,16 @@ def _sequential_steps(add, fl: list[int], c: OpContext):
 # While s lies in a normal binade [2**e, 2**(e+1)) below the top one (quantum Q = 2**(e - m))
 # and s + y lands in it too, t is s + y rounded to a multiple of Q (no ulp call), d = t - s is
 # exact (Sterbenz; t == s: the exact zero, -0 when rounding down), and d - y, a multiple of
-# min(Q, q1), is exact when it is below min(Q, q1) * 2**(m+1) in magnitude (at most p bits).
-# Anything else (the sum near zero, leaving the binade or overflowing, an inexact float64 sum,
-# zero or special operands) is the exact adder's, and then s's binade is found again. The
+# min(Q, q1), is exact when it is below min(Q, q1) * 2**(m+1) in magnitude (at most p bits),
+# else rounded inline as y is (its own quantum) when it is exact in float64 and normal. When
+# s + y leaves s's binade (a walk across a power of two), t is rounded inline as y is, and
+# d = t - s checked to be a normal value of the format (else the exact adder rounds it); then
+# s's binade is found again (kept per running sum: _memo). In the top binade a result beyond
+# the largest finite value is that value where the adder's overflow gives it (toward zero, odd,
+# the saturate policy, up / down on one side: a saturated sum stays inline). Anything else
+# (the sum at zero, subnormal or overflowing to inf / NaN, an inexact float64 sum, zero or
+# special operands) is the exact adder's. A NaN running sum
+# with a NaN compensation absorbs every further value but a NaN (_kahan_rows). The
 # stochastic variant rounds by the kernel's carry: the draw's increment inc (c = 52 - m bits)
 # carries a magnitude with r = |v| % q up when r >= q * (1 - inc / 2**c).
 
@@ -309,6 +316,26 @@ def _binade(s: float, fmt: Format):
             math.ldexp(1.0, e - fmt.mantissa_bits))
 
 
+_MEMO_MAX = 1 << 12  # running sums whose binade a Kahan row sum keeps
+
+
+def _memo(binade_of):
+    """``binade_of`` with its results kept per running sum (a sum that hovers in narrow
+    binades, e.g. fp8's, finds its binade again every few steps; a dict lookup costs less
+    than frexp and three ldexp). Zero's two signs share their entry, as their binade does."""
+    memo: dict[float, tuple] = {}
+
+    def binade(s: float):
+        b = memo.get(s)
+        if b is None:
+            if len(memo) >= _MEMO_MAX:
+                memo.clear()
+            b = memo[s] = binade_of(s)
+        return b
+
+    return binade
+
+
 def _kahan_fast_ok(c: OpContext) -> bool:
     """The inline Kahan steps apply: no DAZ, subnormal results kept (exact d - y below
     2**emin stays), ties and round-to-odd only with a mantissa bit (parity is the
@@ -318,6 +345,41 @@ def _kahan_fast_ok(c: OpContext) -> bool:
             and (mode is Rounding.STOCHASTIC or mode in _STEP_MODES)
             and (fmt.mantissa_bits > 0
                  or mode not in (Rounding.NEAREST_EVEN, Rounding.ODD)))
+
+
+_NAN_TRY = 1 << 12  # values per stretch of Kahan steps between looks for a NaN running sum
+
+
+def _kahan_rows(steps, take=None):
+    """The Kahan order's row sum for :func:`_python_rows` from ``steps(s, comp, values) ->
+    (s, comp)`` (the inline steps), a stretch at a time. A NaN running sum with a NaN
+    compensation is absorbing: every operation has a NaN operand and returns its NaN, so
+    once one step from such a state gives back the same two patterns, every further value
+    that is not a NaN gives them too (and the same flags, already ORed). Those values are
+    skipped up to the next NaN value (``take(k)``: the k raw draws of the skipped
+    operations, stochastic rounding), instead of four operations each in the exact adder
+    (an fp8 sum that overflowed to NaN took seconds per 1e6 values)."""
+
+    def row_sum(s: float, xs: list) -> float:
+        comp, i, n = 0.0, 0, len(xs)
+        while i < n:
+            if s != s and comp != comp:
+                s1, c1 = steps(s, comp, xs[i:i + 1])
+                i += 1
+                if bits64(s1) == bits64(s) and bits64(c1) == bits64(comp):
+                    nan = np.flatnonzero(np.isnan(np.asarray(xs[i:], np.float64)))
+                    j = i + int(nan[0]) if nan.size else n  # the next NaN value, or the end
+                    if take is not None:
+                        for k in range(i, j, _DRAW_BLOCK):
+                            take(4 * (min(j, k + _DRAW_BLOCK) - k))
+                    i = j
+                s, comp = s1, c1
+                continue
+            s, comp = steps(s, comp, xs[i:i + _NAN_TRY])
+            i += _NAN_TRY
+        return s
+
+    return row_sum
 
 
 def _kahan_fast(add, fl: list[int], c: OpContext):
@@ -339,25 +401,35 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
     hp, hn = {Rounding.UP: (0.0, 0.0), Rounding.DOWN: (2.0, 2.0), Rounding.ODD: (2.0, 2.0),
               Rounding.TOWARD_ZERO: (2.0, 0.0)}.get(mode, (0.5, 0.5))
     zd = -0.0 if mode is Rounding.DOWN and fmt.nan_encoding is not NaNEncoding.FNUZ else 0.0
-    inexact_f = int(Flags.INEXACT)
+    inexact_f, over_f = int(Flags.INEXACT), int(Flags.OVERFLOW | Flags.INEXACT)
+    # the top binade inline too: a result beyond fmax is fmax where the adder's overflow
+    # gives fmax for its sign (saturating sums: fp8's e4m3 in toward-zero and odd rounding)
+    fmax, top = fmt.max, 2.0**fmt.emax
+    sat = c.result.overflow is Overflow.SATURATE or fmt.nan_encoding is NaNEncoding.NONE
+    max_pos = sat or mode in (Rounding.TOWARD_ZERO, Rounding.ODD, Rounding.DOWN)
+    max_neg = sat or mode in (Rounding.TOWARD_ZERO, Rounding.ODD, Rounding.UP)
 
-    def binade(s: float):
+    def binade_of(s: float):
         """(sign, L, H, Q, th, Qt): th, the magnitude's threshold in s's binade (as hp, hn);
         Qt: s + y is exact in float64 when y is a multiple of Qt. L = inf: none."""
         b = _binade(s, fmt) if s - s == 0.0 else None
         if b is None:
-            return 1.0, inf, 0.0, 1.0, 0.0, 0.0
+            if not (s - s == 0.0 and top <= (-s if s < 0 else s) <= fmax):
+                return 1.0, inf, 0.0, 1.0, 0.0, 0.0
+            b = -1.0 if s < 0 else 1.0, top, inf, qhi  # the top binade: t > fmax checked
         sg, L, H, Q = b
         away = (mode is Rounding.UP and sg > 0) or (mode is Rounding.DOWN and sg < 0)
         return sg, L, H, Q, (0.0 if away else 0.5 if hp == 0.5 else 2.0) * Q, L * 2.0**-52
 
-    def row_sum(s: float, xs: list) -> float:
-        comp, ix = 0.0, False
+    binade = _memo(binade_of)
+
+    def steps(s: float, comp: float, xs: list) -> tuple[float, float]:
+        ix = ov = False
         sg, L, H, Q, th, Qt = binade(s)
         for x in xs:
             v = x - comp  # y = fl(x - comp)
             q1 = ulp(v) * K
-            if qlo <= q1 < qhi and (not two_sum or (v - x == -comp and v + comp == x)):
+            if qlo <= q1 < inf and (not two_sum or (v - x == -comp and v + comp == x)):
                 rem = v % q1
                 if rem:
                     y = v - rem
@@ -368,6 +440,11 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                     ix = True
                 else:
                     y = v
+                if q1 >= qhi and not -fmax <= y <= fmax:  # overflow
+                    if max_pos if y > 0 else max_neg:
+                        y, ov = (fmax if y > 0 else -fmax), True
+                    else:
+                        y, q1 = add(x, -comp), 0.0
             else:
                 y, q1 = add(x, -comp), 0.0
             u = s + y  # t = fl(s + y), in s's binade
@@ -380,31 +457,83 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                             or (odd and (t / Q) % 2.0 == 0.0)):
                         t += Q
                     ix = True
-                    t *= sg
+                else:
+                    t = a
+                if t > fmax:  # the top binade: overflow
+                    if not (max_pos if sg > 0 else max_neg):
+                        t = add(s, y)
+                        comp = add(add(t, -s), -y)
+                        s = t
+                        sg, L, H, Q, th, Qt = binade(s)
+                        continue
+                    t, ov = fmax, True
+                t *= sg
+                d = t - s or zd  # exact (Sterbenz)
+                r = (Q if Q < q1 else q1) * P
+                moved = t * sg == H  # rounded up to the top of the binade
+            elif (s and y and qlo <= (qt := ulp(u) * K) < inf
+                  and (not two_sum or (u - s == y and u - y == s))):
+                # t leaves s's binade (a walk across a power of two): rounded as y above
+                rem = u % qt
+                if rem:
+                    t = u - rem
+                    h = (hp if u > 0 else hn) * qt
+                    if (rem > h or (rem == h and ((t / qt) % 2.0 == 1.0 if ne else u > 0))
+                            or (odd and (t / qt) % 2.0 == 0.0)):
+                        t += qt
+                    ix = True
                 else:
                     t = u
-                d = t - s or zd  # exact (Sterbenz)
-                w = d - y
-                r = (Q if Q < q1 else q1) * P
-                if w and -r < w < r:
-                    comp = w  # exact
-                elif not w and y:
-                    comp = zd
-                else:
-                    comp = add(d, -y)
-                s = t
-                if t * sg == H:  # rounded up to the top of the binade
-                    sg, L, H, Q, th, Qt = binade(s)
+                if qt >= qhi and not -fmax <= t <= fmax:  # overflow
+                    if not (max_pos if u > 0 else max_neg):
+                        t = add(s, y)
+                        comp = add(add(t, -s), -y)
+                        s = t
+                        sg, L, H, Q, th, Qt = binade(s)
+                        continue
+                    t, ov = (fmax if u > 0 else -fmax), True
+                d = t - s or zd
+                qd = ulp(d) * K
+                if d and not (qlo <= qd < qhi and not d % qd
+                              and (not two_sum or (d + s == t and t - d == s))):
+                    d = add(t, -s)  # not a normal value of the format, or inexact
+                r, moved = 0.0, True
             else:
                 t = add(s, y)
                 comp = add(add(t, -s), -y)
                 s = t
                 sg, L, H, Q, th, Qt = binade(s)
+                continue
+            w = d - y
+            if w and -r < w < r:
+                comp = w  # exact
+            elif not w and y:
+                comp = zd
+            elif (w and qlo <= (qw := ulp(w) * K) < qhi
+                  and (not two_sum or (w + y == d and d - w == y))):
+                rem = w % qw  # c = fl(d - y) rounded inline as y above (directed modes
+                if rem:  # leave a c of more than p bits after each add that rounds up)
+                    comp = w - rem
+                    h = (hp if w > 0 else hn) * qw
+                    if (rem > h or (rem == h and ((comp / qw) % 2.0 == 1.0 if ne
+                                                  else w > 0))
+                            or (odd and (comp / qw) % 2.0 == 0.0)):
+                        comp += qw
+                    ix = True
+                else:
+                    comp = w
+            else:
+                comp = add(d, -y)
+            s = t
+            if moved:
+                sg, L, H, Q, th, Qt = binade(s)
         if ix:
             fl[0] |= inexact_f
-        return s
+        if ov:
+            fl[0] |= over_f
+        return s, comp
 
-    return row_sum
+    return _kahan_rows(steps)
 
 
 def _sequential_runs(add, fl: list[int], c: OpContext):
@@ -534,18 +663,8 @@ def _runs(c: OpContext, fl: list[int], add, steps, increments, unused=None, skip
 # With few output rows, each step of the sequential / Kahan loop is a handful of NumPy calls
 # on arrays of one or a few elements: their fixed cost (microseconds each), not arithmetic,
 # is the time. For deterministic modes, the same correctly rounded add (and its flags) runs on
-# Python floats instead. It is the IEEE rounding of the exact sum, as the kernel computes it:
-# s = fl(a + b) and its exact error lo (TwoSum), the value's binade from s (one lower where s
-# is a power of two and lo < 0), its quantum q = 2**(max(e, emin) - m), the position of
-# (s + lo) / q between two multiples of q (exact: a multiple of q scaled by a power of two;
-# lo only decides ties, exact hits and which side of a grid point), the mode's choice,
-# overflow and flush-to-zero as the kernel's policies. tests/test_reductions_steps.py checks
-# it against the Fraction reference and the vectorised loop, values and zero signs.
-# Mirror, on Python floats, of the rounding package's bit kernel (fpsim/rounding/kernel.py:
-# _increment_round, _round_low, _overflow; fast.round_patterns' dispatch; pair.py's stochastic
-# branch for _StochasticAdder below): a change to the rounding there must be made here too,
-# and the other way round; tests/test_reductions_steps.py, test_reductions_fast.py and
-# test_reductions_stochastic_fast.py compare the two.
+# Python floats instead: fpsim.rounding.scalar (scalar_adder, StochasticAdder, the same
+# rounding and flags, the same draws with stochastic rounding).
 
 _SCALAR_ROWS = 16  # at most this many outputs take the Python-float path
 
@@ -604,162 +723,15 @@ def _scalar_ok(c: OpContext, rows: int) -> bool:
 
 
 def _scalar_adder(c: OpContext):
-    """fl(a + b) in c's format, mode and policies for Python floats a, b (values of the
-    format, or any float64 values whose sum and TwoSum error neither overflow nor underflow:
-    the exact products of order='wide'): the vectorised kernel's result, value and sign.
-    Returns ``(add, flags)``: with ``c.want``, ``add`` ORs each op's IEEE flags into
-    ``flags[0]`` (as the kernel and :class:`_Acc` give them: INEXACT, UNDERFLOW by the
-    tininess rule, OVERFLOW, INVALID for inf - inf and for NaN in a format without NaN)."""
-    fmt, mode, want = c.result.fmt, c.result.rounding, c.want
-    m, emin = fmt.mantissa_bits, fmt.emin
-    fmax = fmt.max
-    tiny = fmt.smallest_normal
-    flush = c.result.subnormals is Subnormals.FLUSH or not fmt.subnormals
-    before = c.result.tininess is Tininess.BEFORE
-    fnuz = fmt.nan_encoding is NaNEncoding.FNUZ
-    daz = c.conversion.daz
-    no_nan = fmt.nan_encoding is NaNEncoding.NONE
-    if c.result.overflow is Overflow.SATURATE or no_nan:
-        beyond = fmax  # what an overflow "away" gives
-    elif fmt.nan_encoding is NaNEncoding.IEEE:
-        beyond = math.inf
-    else:
-        beyond = math.nan
-    saturate = c.result.overflow is Overflow.SATURATE
-    frexp, ldexp, isfinite, copysign = math.frexp, math.ldexp, math.isfinite, math.copysign
-    inexact_f, under_f = int(Flags.INEXACT), int(Flags.UNDERFLOW)
-    over_f, invalid_f = int(Flags.OVERFLOW | Flags.INEXACT), int(Flags.INVALID)
-    flags = [0]
-
-    def up_from(odd: bool, frac: float, lo: float, neg: bool) -> bool:
-        """Round the inexact magnitude (n + frac) * q (+ lo) up to (n + 1) * q? (``odd``: is
-        the lower neighbour n * q odd, i.e. its last kept bit set?)"""
-        if mode is Rounding.TOWARD_ZERO:
-            return False
-        if mode is Rounding.UP:
-            return not neg
-        if mode is Rounding.DOWN:
-            return neg
-        if mode is Rounding.ODD:
-            return not odd
-        if frac == 0.5 and lo == 0.0:  # a tie
-            return mode is Rounding.NEAREST_AWAY or odd
-        return frac > 0.5 or (frac == 0.5 and lo > 0.0)
-
-    def rounded(mag: float, lo: float, e: int, neg: bool) -> tuple[float, bool]:
-        """(mag + lo) rounded with the quantum 2**(e - m), and whether inexact (mag, lo:
-        magnitude and error, lo's sign relative to mag's). Exact scalings by powers of two:
-        the position of the value between two multiples of q is t's fraction, and lo only
-        decides a tie, an exact hit, or the side of a grid point (|lo| is at most half the
-        spacing of the fractions t can have)."""
-        q = ldexp(1.0, e - m)
-        t = mag / q
-        n = math.floor(t)
-        frac = t - n
-        if frac == 0.0:
-            if lo == 0.0:
-                return mag, False  # exact
-            if lo < 0.0:  # just below the grid point n * q: above half of the step below
-                n -= 1.0
-                frac = 0.75
-        # The kernel's last kept bit: the significand's (n's) for m >= 1; with no mantissa
-        # bit, a normal n * q = 2**e is odd when the last bit of its (float64) biased exponent
-        # is set, e even, while the subnormal range's n (0) is even, as in the kernel.
-        odd = n % 2.0 == 1.0 if m or n == 0.0 else e % 2 == 0
-        return (n + (1.0 if up_from(odd, frac, lo, neg) else 0.0)) * q, True
-
-    def add(a: float, b: float) -> float:
-        if daz:  # subnormal operands (a running total too) read as zero, as in fpsim.add
-            if -tiny < a < tiny:
-                a = copysign(0.0, a)
-            if -tiny < b < tiny:
-                b = copysign(0.0, b)
-        s = a + b
-        if not isfinite(s):  # inf or NaN operands, inf - inf: the kernel keeps the value
-            if want and s != s and (no_nan or (a == a and b == b)):
-                flags[0] |= invalid_f
-            return s
-        bb = s - a
-        lo = (a - (s - bb)) + (b - bb)  # TwoSum: s + lo == a + b exactly
-        if s == 0.0:  # an exact zero
-            if mode is Rounding.DOWN:
-                s = -0.0 if (copysign(1.0, a) < 0 or copysign(1.0, b) < 0) else 0.0
-            return 0.0 if fnuz else s
-        neg = s < 0.0
-        mag = -s if neg else s
-        if neg:
-            lo = -lo
-        f, ex = frexp(mag)
-        e = ex - 1  # 2**e <= mag < 2**(e+1)
-        if f == 0.5 and lo < 0.0:
-            e -= 1  # a power of two minus a little: the binade below
-        if e < emin:  # below 2**emin: subnormal results
-            is_tiny = True
-            if (flush or want) and not before:
-                is_tiny = rounded(mag, lo, e, neg)[0] < tiny  # unbounded exponent
-            if flush and is_tiny:
-                if want:
-                    flags[0] |= under_f | inexact_f
-                return 0.0 if fnuz else copysign(0.0, s)
-            r, inexact = rounded(mag, lo, emin, neg)
-            if want and inexact:
-                flags[0] |= (under_f | inexact_f) if is_tiny else inexact_f
-        else:
-            r, inexact = rounded(mag, lo, e, neg)
-            if want and inexact:
-                flags[0] |= inexact_f
-        if r > fmax:
-            if want:
-                flags[0] |= over_f
-            if saturate:
-                r = fmax
-            elif mode in (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY):
-                r = beyond
-            elif mode is Rounding.UP:
-                r = fmax if neg else beyond
-            elif mode is Rounding.DOWN:
-                r = beyond if neg else fmax
-            else:
-                r = fmax
-        if r == 0.0 and fnuz:
-            return 0.0
-        return -r if neg else r
-
-    return add, flags
+    """rounding.scalar.scalar_adder by the add's result policy, DAZ and flags."""
+    return scalar_adder(c.result, c.conversion.daz, c.want)
 
 
-# -- few outputs, stochastic rounding: the same draws, the rounding on Python ints -------------
-#
-# Each rounded add of the vectorised loop draws exactly one random value per row, in row
-# order, from c.result.rng: rng.integers(0, 2**64, dtype=uint64) when the step's sums are exact in
-# float64 for every row (round_flat -> run_chunks -> _kernel), else (TwoSum errors, formats
-# whose adds are not exact in float64, e.g. bf16) the pair path's rng.random() or, with
-# random_bits = r, rng.integers(0, 2**r) (round_pair's stochastic branch). Every one of these
-# consumes one next_uint64 of the bit generator per value (r > 32: Lemire's bounded integer
-# with a power-of-two range never rejects and is u >> (64 - r); random() is
-# (u >> 11) * 2**-53 for PCG64, PCG64DXSM, Philox and SFC64, not MT19937), and a batch of n
-# raw draws is the stream of n single ones. So the raw values are drawn in blocks, exactly as
-# many as the loop consumes (the generator ends in the same state), and each op's rounding
-# mirrors the kernel's integer code on float64 patterns. Where random() or 32-bit integers
-# would be needed and the identity does not hold, each op draws as the loop does.
-# tests/test_reductions_stochastic_fast.py checks values, flags and the generator's state.
-
-_RAW_DOUBLE_BITGENS = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
-_DRAW_BLOCK = 1 << 14  # raw values per bulk draw: bounded memory
-_M64 = (1 << 64) - 1
-# the kernel's float64 pattern constants as Python ints
-_SIGN64, _EXP64, _QUIET64, _HIDDEN64, _FRAC64 = (
-    int(v) for v in (SIGN, EXP_MASK, QUIET, HIDDEN, FRAC))
-_pack_d, _unpack_q = struct.Struct("<d").pack, struct.Struct("<Q").unpack
-_pack_q, _unpack_d = struct.Struct("<Q").pack, struct.Struct("<d").unpack
-
-
-def _bits(x: float) -> int:
-    return _unpack_q(_pack_d(x))[0]
-
-
-def _float(b: int) -> float:
-    return _unpack_d(_pack_q(b))[0]
+def _stochastic_adder(c: OpContext, rows: int, ops: int) -> StochasticAdder:
+    """rounding.scalar.StochasticAdder for ``ops`` adds on ``rows`` rows in c's policy (its
+    pair path skipped where every add of two values of the format is exact in float64)."""
+    return StochasticAdder(c.result, rows, ops, exact=plan_for(c.result.fmt).add_exact,
+                           daz=c.conversion.daz, want=c.want)
 
 
 def _stochastic_ok(c: OpContext, rows: int) -> bool:
@@ -769,271 +741,8 @@ def _stochastic_ok(c: OpContext, rows: int) -> bool:
             and fast_paths_on())
 
 
-class _StochasticAdder:
-    """fl(a + b) with stochastic rounding for lists of ``rows`` Python floats (values of the
-    format), as :class:`_Acc`'s add computes it (values, flags per row, the generator's
-    draws); ``ops`` is the number of adds the caller will make (the raw draws taken)."""
-
-    def __init__(self, c: OpContext, rows: int, ops: int):
-        fmt = c.result.fmt
-        p = kernel_params(fmt)
-        self.rows, self.want, self.rng, self.rb = rows, c.want, c.result.rng, c.result.random_bits
-        self.m, self.emin, self.tiny = fmt.mantissa_bits, fmt.emin, fmt.smallest_normal
-        self.c, self.k = int(p.c), int(p.k)
-        self.max_bits, self.tiny_bits = int(p.max_bits), int(p.tiny_bits)
-        self.qmin = _float(int(p.qmin_bits))
-        self.ovf_bits, self.low_emin = int(p.ovf_bits), bool(p.low_emin)
-        self.enc = p.enc
-        self.flush = c.result.subnormals is Subnormals.FLUSH or not fmt.subnormals
-        self.after = c.result.tininess is Tininess.AFTER
-        self.saturate = c.result.overflow is Overflow.SATURATE
-        self.exact = plan_for(fmt).add_exact  # every add is exact in float64: no pair path
-        self.daz = c.conversion.daz
-        self.fl = [0] * rows
-        self.bulk = self.exact or (
-            type(c.result.rng.bit_generator) in _RAW_DOUBLE_BITGENS if self.rb is None
-            else self.rb > 32)
-        self.left = ops * rows  # raw draws still to take (bulk)
-        self.buf = np.empty(0, np.uint64)  # drawn, not yet used: buf[pos:]
-        self.pos = 0
-
-    # -- the draws ---------------------------------------------------------------------------
-    def _ensure(self, k: int) -> None:
-        """At least k raw draws in the buffer (bulk draws of at most what is left to take)."""
-        avail = self.buf.size - self.pos
-        if avail < k:
-            size = min(self.left, max(k - avail, _DRAW_BLOCK * self.rows))
-            new = self.rng.integers(0, 1 << 64, size=size, dtype=np.uint64)
-            self.left -= size
-            self.buf = np.concatenate([self.buf[self.pos:], new])
-            self.pos = 0
-
-    def _raw(self) -> list[int]:
-        self._ensure(self.rows)
-        i = self.pos
-        self.pos = i + self.rows
-        return self.buf[i:i + self.rows].tolist()
-
-    def take(self, k: int) -> np.ndarray:
-        """The next k raw draws (bulk only), as the next k adds of one row use them."""
-        self._ensure(k)
-        i = self.pos
-        self.pos = i + k
-        return self.buf[i:i + k]
-
-    def unget(self, k: int) -> None:
-        """The last k draws taken were not used: the next adds use them."""
-        self.pos -= k
-
-    def _kernel_draws(self) -> list[int]:
-        if self.bulk:
-            return self._raw()
-        return self.rng.integers(0, 1 << 64, size=self.rows, dtype=np.uint64,
-                                 endpoint=False).tolist()
-
-    def _pair_draws(self) -> list:
-        rb = self.rb
-        if self.bulk:
-            raw = self._raw()
-            if rb is None:
-                return [(u >> 11) * (1.0 / 9007199254740992.0) for u in raw]
-            return [u >> (64 - rb) for u in raw]
-        if rb is None:
-            return self.rng.random(self.rows).tolist()
-        return self.rng.integers(0, 1 << rb, size=self.rows).tolist()
-
-    # -- rounding on float64 patterns (rounding._kernel and friends, one element) ------------
-    def _inc(self, a: int, s: int, u: int) -> int:
-        """_increment_round, stochastic: (a + the random increment) with s low bits cleared."""
-        mask = (1 << s) - 1
-        rb = self.rb
-        if rb is None:
-            inc = u & mask
-        else:
-            inc = ((u >> (64 - rb)) << max(s - rb, 0)) & mask
-        return (a + inc) & ~mask
-
-    def _low(self, a: int, u: int) -> int:
-        """_round_low / _deep_round, stochastic."""
-        eb = a >> 52
-        if self.low_emin:
-            eb = max(eb, 1)
-        s = max(self.k - eb, self.c)
-        r = self._inc(a, min(s, 52), u)
-        if s >= max(52, self.c + 1) and a != 0:
-            sig = (a & _FRAC64) | (_HIDDEN64 if a >> 52 else 0)
-            s63 = min(s, 63)
-            kept, rem = sig >> s63, sig & ((1 << s63) - 1)
-            rb = 64 if self.rb is None else self.rb
-            v = u if self.rb is None else u >> (64 - rb)
-            sh = s - rb
-            count = rem >> min(sh, 63) if sh >= 0 else (rem << min(-sh, 63)) & _M64
-            r = _bits((kept + (1 if v < count else 0)) * self.qmin)
-        return r
-
-    def _round(self, b: int, u: int | None) -> tuple[int, int]:
-        """rounding._kernel on one pattern: stochastic with the raw draw u, or (u None)
-        round to nearest even of a value on the format's grid (the pair path's last step:
-        only overflow, flush and specials act). Returns (pattern, flags)."""
-        sign = b & _SIGN64
-        a = b ^ sign
-        if u is None:
-            r = a  # on the grid: nearest even keeps it (below 2**emin too)
-        else:
-            r = self._inc(a, self.c, u)
-        low = a < self.tiny_bits
-        if low and u is not None:
-            r = self._low(a, u)
-        fl = (_INEXACT if r != a else 0) if self.want else 0
-        if low and (self.want or self.flush):
-            tiny = a != 0
-            if tiny and self.after:
-                al, lim = a, self.tiny_bits
-                if self.low_emin and al < _HIDDEN64:
-                    al, lim = _bits(_float(al) * 2.0**64), self.tiny_bits + (64 << 52)
-                r_unb = al if u is None else self._inc(al, self.c, u)
-                tiny = r_unb < lim
-            if tiny:
-                if self.flush:
-                    r = 0
-                    fl |= _UNDER | _INEXACT
-                elif self.want and fl:
-                    fl |= _UNDER
-        if a > self.max_bits:
-            if a >= _EXP64:  # inf or NaN
-                enc = self.enc
-                if a > _EXP64:
-                    r = a | _QUIET64
-                    fl = _INVALID if (not a & _QUIET64 or enc is NaNEncoding.NONE) else 0
-                else:
-                    if enc is NaNEncoding.IEEE:
-                        r, fl = _EXP64, 0
-                    elif enc is NaNEncoding.NONE or self.saturate:
-                        r, fl = self.max_bits, _INEXACT
-                    else:
-                        r, fl = _EXP64 | _QUIET64, _INVALID
-                fl = fl if self.want else 0
-            elif r > self.max_bits:
-                r = self.max_bits if self.saturate else self.ovf_bits
-                if self.want:
-                    fl |= _OVER | _INEXACT
-        if self.enc is NaNEncoding.FNUZ and r == 0:
-            sign = 0
-        return r | sign, fl
-
-    def _toward_zero(self, b: int) -> float:
-        """rounding._kernel toward zero, saturating, on one finite pattern (the pair path's
-        t0)."""
-        sign = b & _SIGN64
-        a = b ^ sign
-        r = a & ~((1 << self.c) - 1)
-        if a < self.tiny_bits:
-            eb = a >> 52
-            if self.low_emin:
-                eb = max(eb, 1)
-            s = max(self.k - eb, self.c)
-            r = a & ~((1 << min(s, 52)) - 1)
-            if s >= max(52, self.c + 1) and a != 0:
-                sig = (a & _FRAC64) | (_HIDDEN64 if a >> 52 else 0)
-                r = _bits((sig >> min(s, 63)) * self.qmin)
-        if r > self.max_bits:
-            r = self.max_bits
-        if self.enc is NaNEncoding.FNUZ and r == 0:
-            sign = 0
-        return _float(r | sign)
-
-    def _pair(self, hi: float, lo: float, d) -> tuple[float, int]:
-        """rounding._round_pair_core's stochastic branch for one TwoSum pair, draw d."""
-        if not math.isfinite(hi):
-            r, fl = self._round(_bits(hi), None)
-            return _float(r), fl
-        hb = _bits(hi)
-        inexact = 1 if lo != 0 else 0
-        v = ((hb - (((hb ^ _bits(lo)) >> 63) & inexact)) | inexact) & _M64  # _odd_from_pair
-        t0 = self._toward_zero(v)
-        e = max((_bits(abs(t0)) >> 52) - 1023, self.emin)
-        ulp = math.ldexp(1.0, e - self.m)
-        prob = abs((hi - t0) + lo) / ulp
-        if self.rb is None:
-            up = d < prob
-        else:
-            up = float(d) < math.floor(prob * float(1 << self.rb))
-        res = t0 + math.copysign(ulp, hi) if up else t0
-        r, fl = self._round(_bits(res), None)
-        if self.want and (hi != t0 or lo != 0):
-            fl |= _INEXACT
-            if abs(res) < self.tiny:
-                fl |= _UNDER
-        return _float(r), fl
-
-    def add(self, a: list[float], b: list[float]) -> list[float]:
-        """One vectorised add of _Acc: row i gets fl(a[i] + b[i]); the flags OR into fl."""
-        if self.daz:
-            a, b = [self._daz(v) for v in a], [self._daz(v) for v in b]
-        s = [x + y for x, y in zip(a, b, strict=True)]
-        out = []
-        if self.exact:
-            los = None
-        else:
-            los = []
-            for x, y, h in zip(a, b, s, strict=True):
-                bb = h - x
-                los.append((x - (h - bb)) + (y - bb))
-        if los is None or not any(lo != 0 for lo in los):
-            for i, (h, u) in enumerate(zip(s, self._kernel_draws(), strict=True)):
-                r, f = self._round(_bits(h), u)
-                out.append(_float(r))
-                if self.want:
-                    self._note(i, f, h, a[i], b[i])
-        else:
-            for i, (h, lo, d) in enumerate(zip(s, los, self._pair_draws(), strict=True)):
-                v, f = self._pair(h, lo, d)
-                out.append(v)
-                if self.want:
-                    self._note(i, f, h, a[i], b[i])
-        return out
-
-    def add_raw(self, a: float, b: float, u: int | None) -> float:
-        """:meth:`add1` with the raw draw ``u`` given (bulk draws: the caller took it); None
-        draws as :meth:`add1` does (the pair's draw or the kernel's, only the one used)."""
-        if self.daz:
-            a, b = self._daz(a), self._daz(b)
-        s = a + b
-        if not self.exact:
-            bb = s - a
-            lo = (a - (s - bb)) + (b - bb)
-            if lo != 0:
-                if u is None:
-                    d = self._pair_draws()[0]
-                else:
-                    rb = self.rb
-                    d = (u >> 11) * (1.0 / 9007199254740992.0) if rb is None \
-                        else u >> (64 - rb)
-                v, f = self._pair(s, lo, d)
-                if self.want:
-                    self._note(0, f, s, a, b)
-                return v
-        r, f = self._round(_bits(s), self._kernel_draws()[0] if u is None else u)
-        if self.want:
-            self._note(0, f, s, a, b)
-        return _float(r)
-
-    def add1(self, a: float, b: float) -> float:
-        """:meth:`add` for one row, on floats rather than lists (the same draws)."""
-        return self.add_raw(a, b, None)
-
-    def _daz(self, v: float) -> float:
-        """A subnormal operand read as (signed) zero (DAZ)."""
-        return math.copysign(0.0, v) if -self.tiny < v < self.tiny else v
-
-    def _note(self, i: int, f: int, s: float, a: float, b: float) -> None:
-        if s != s and a == a and b == b:  # inf - inf (_Acc._note: INVALID replaces)
-            f = _INVALID
-        self.fl[i] |= f
-
-
-_INEXACT, _UNDER = int(Flags.INEXACT), int(Flags.UNDERFLOW)
-_OVER, _INVALID = int(Flags.OVERFLOW), int(Flags.INVALID)
+_INEXACT = int(Flags.INEXACT)
+_DRAW_BLOCK = 1 << 14  # raw draws per take of a skipped stretch: bounded memory
 
 
 def _columns(X, block: int = 4096):
@@ -1044,7 +753,7 @@ def _columns(X, block: int = 4096):
 
 def _sequential_stochastic(X, acc: _Acc):
     rows, n = X.shape
-    st = _StochasticAdder(acc.c, rows, n - 1)
+    st = _stochastic_adder(acc.c, rows, n - 1)
     if rows == 1 and st.bulk:  # runs at one quantum: the same draws, taken in blocks
         return _run_rows(X, _stochastic_runs(st, acc.c), st.fl, acc.fl)
     if rows == 1:  # floats rather than lists of one (the same draws)
@@ -1058,7 +767,7 @@ def _sequential_stochastic(X, acc: _Acc):
     return np.array(s, dtype=np.float64)
 
 
-def _stochastic_runs(st: _StochasticAdder, c: OpContext):
+def _stochastic_runs(st: StochasticAdder, c: OpContext):
     """The sequential order's row sum (one row, raw draws in bulk) by runs at one quantum, as
     :func:`_sequential_runs`, with the stochastic adder's rounding of each add in the run:
     add k uses raw draw k. Which branch rounds it depends on x alone: s + x is exact in
@@ -1101,7 +810,7 @@ def _stochastic_runs(st: _StochasticAdder, c: OpContext):
 
 def _kahan_stochastic(X, acc: _Acc):
     rows, n = X.shape
-    st = _StochasticAdder(acc.c, rows, 4 * (n - 1))
+    st = _stochastic_adder(acc.c, rows, 4 * (n - 1))
     if rows == 1 and st.bulk and _kahan_fast_ok(acc.c):  # inline steps, draws in blocks
         return _python_rows(X, _kahan_fast_stochastic(st, acc.c), st.fl, acc.fl)
     if rows == 1:  # floats rather than lists of one (the same draws)
@@ -1123,11 +832,11 @@ def _kahan_stochastic(X, acc: _Acc):
 _KAHAN_BLOCK = 1 << 12  # values per block of draws of the inline stochastic steps
 
 
-def _kahan_fast_stochastic(st: _StochasticAdder, c: OpContext):
+def _kahan_fast_stochastic(st: StochasticAdder, c: OpContext):
     """:func:`_kahan_fast` with stochastic rounding (one row, raw draws in bulk): operation
-    j of the row uses raw draw j, as :meth:`_StochasticAdder.add1` would take it; the inline
+    j of the row uses raw draw j, as :meth:`StochasticAdder.add1` would take it; the inline
     rounding is the kernel's carry (see above: up when |v| % q >= q * W, W = 1 - inc / 2**c),
-    every other case :meth:`_StochasticAdder.add_raw` with the same draw."""
+    every other case :meth:`StochasticAdder.add_raw` with the same draw."""
     fmt = c.result.fmt
     m, cb, rb = fmt.mantissa_bits, st.c, st.rb
     K = 2.0**cb  # ulp(v) * K: v's quantum in the format
@@ -1137,15 +846,17 @@ def _kahan_fast_stochastic(st: _StochasticAdder, c: OpContext):
     ulp, inf, add = math.ulp, math.inf, st.add_raw
     mask = np.uint64((1 << cb) - 1)
 
-    def binade(s: float):
+    def binade_of(s: float):
         b = _binade(s, fmt) if s - s == 0.0 else None
         if b is None:
             return 1.0, inf, 0.0, 1.0, 0.0
         sg, L, H, Q = b
         return sg, L, H, Q, L * 2.0**-52
 
-    def row_sum(s: float, xs: list) -> float:
-        comp, ix = 0.0, False
+    binade = _memo(binade_of)
+
+    def steps(s: float, comp: float, xs: list) -> tuple[float, float]:
+        ix = False
         sg, L, H, Q, Qt = binade(s)
         for j in range(0, len(xs), _KAHAN_BLOCK):
             block = xs[j:j + _KAHAN_BLOCK]
@@ -1184,28 +895,59 @@ def _kahan_fast_stochastic(st: _StochasticAdder, c: OpContext):
                     else:
                         t = u
                     d = t - s  # exact (Sterbenz), +0 if t == s
-                    w = d - y
                     r = (Q if Q < q1 else q1) * P
-                    if w and -r < w < r:
-                        comp = w  # exact
-                    elif not w and y:
-                        comp = 0.0
+                    moved = t * sg == H  # rounded up to the top of the binade
+                elif (s and y and qlo <= (qt := ulp(u) * K) < qhi
+                      and (not two_sum or (u - s == y and u - y == s))):
+                    rem = u % qt  # t leaves s's binade: rounded as y above (draw k + 1)
+                    if rem:
+                        t = u - rem
+                        qw = qt * W[k + 1]
+                        if (rem >= qw) if u > 0 else (rem > qt - qw):
+                            t += qt
+                        ix = True
                     else:
-                        comp = add(d, -y, int(U[k + 3]))
-                    s = t
-                    if t * sg == H:  # rounded up to the top of the binade
-                        sg, L, H, Q, Qt = binade(s)
+                        t = u
+                    d = t - s
+                    qd = ulp(d) * K
+                    if d and not (qlo <= qd < qhi and not d % qd
+                                  and (not two_sum or (d + s == t and t - d == s))):
+                        d = add(t, -s, int(U[k + 2]))  # not a normal value, or inexact
+                    r, moved = 0.0, True
                 else:
                     t = add(s, y, int(U[k + 1]))
                     comp = add(add(t, -s, int(U[k + 2])), -y, int(U[k + 3]))
                     s = t
                     sg, L, H, Q, Qt = binade(s)
+                    k += 4
+                    continue
+                w = d - y
+                if w and -r < w < r:
+                    comp = w  # exact
+                elif not w and y:
+                    comp = 0.0
+                elif (w and qlo <= (q3 := ulp(w) * K) < qhi
+                      and (not two_sum or (w + y == d and d - w == y))):
+                    rem = w % q3  # c = fl(d - y) inline, as y above (draw k + 3)
+                    if rem:
+                        comp = w - rem
+                        qw = q3 * W[k + 3]
+                        if (rem >= qw) if w > 0 else (rem > q3 - qw):
+                            comp += q3
+                        ix = True
+                    else:
+                        comp = w
+                else:
+                    comp = add(d, -y, int(U[k + 3]))
+                s = t
+                if moved:
+                    sg, L, H, Q, Qt = binade(s)
                 k += 4
         if ix:
             st.fl[0] |= _INEXACT
-        return s
+        return s, comp
 
-    return row_sum
+    return _kahan_rows(steps, st.take)
 
 
 def _sequential_loop(X, acc: _Acc):

@@ -20,6 +20,7 @@ import fpsim
 from fpsim import arithmetic
 from fpsim.formats import Format, NaNEncoding
 from fpsim.modes import Rounding
+from fpsim.rounding.native import fma32_odd
 
 FORMATS = {"fp16": fpsim.FP16, "bf16": fpsim.BF16, "e4m3": fpsim.FP8_E4M3, "e5m2": fpsim.FP8_E5M2,
            "e5m7": Format(5, 7), "e8m24 (p = 25)": Format(8, 24), "e6m3": Format(6, 3)}
@@ -279,8 +280,8 @@ def test_float32_fma_bf16_equals_the_exact_path(monkeypatch) -> None:
     b[2048:2304] = raw[2048:2304]
     args = (a, b, c)
     with np.errstate(over="ignore", invalid="ignore"):  # (the chunks it declines)
-        used = [arithmetic._fma32_odd(*(x[i:i + 256] for x in args), Rounding.NEAREST_EVEN,
-                                      guard=True) is not None for i in range(0, n, 256)]
+        used = [fma32_odd(*(x[i:i + 256] for x in args), Rounding.NEAREST_EVEN,
+                          guard=True) is not None for i in range(0, n, 256)]
     assert arithmetic._float32_path("fma", args, arithmetic.context(fmt)) is not None
     assert used[0] and used[6] and not (used[4] or used[5] or used[7])  # 7: 1800
     fast = fpsim.fma(*args, fmt)

@@ -6,12 +6,23 @@ tests fail on the code before the fix under ml_dtypes 0.5 (the README's lowest-v
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
 import fpsim
 from fpsim.autograd import Tensor
-from fpsim.rounding.native import cast, f64_to_f32_odd, narrow_to_byte, table_cast_ok, widen_byte
+from fpsim.modes import Rounding
+from fpsim.rounding.native import (
+    cast,
+    f64_to_f32_odd,
+    fits_float32,
+    fma32_odd,
+    narrow_to_byte,
+    table_cast_ok,
+    widen_byte,
+)
 from tests.exact import round_exact
 
 ML_FORMATS = sorted((f for f in fpsim.PRESETS.values()
@@ -83,6 +94,45 @@ def test_f64_to_f32_odd_is_round_to_odd():
     for v in x[:50]:  # 0-d arrays (a Tensor of one value): the same, in place of scalars
         assert f64_to_f32_odd(np.array(v)).view(np.uint32) == f64_to_f32_odd(
             np.array([v])).view(np.uint32)[0]
+
+
+def test_fma32_odd_is_the_exact_value_rounded_to_odd():
+    """arithmetic's float32 fma (moved into rounding.native): a * b + d of bf16 and e4m3
+    values against exact Fractions rounded to odd at float32 (tests/exact.py, independent of
+    the kernel), chunk by chunk as the caller goes (guarded chunks declined where a product
+    leaves float32's normal range; sums beyond float32 and NaN declined); an exact zero sum
+    is +0 but rounding down (-0), or -0 + -0."""
+    rng = np.random.default_rng(11)
+    n, chunk = 4096, 64
+    for name, span in (("bf16", 40), ("fp8_e4m3", 5)):
+        a, b, d = (np.asarray(fpsim.round(rng.standard_normal(n) * 2.0 ** rng.integers(
+            -span, span, n), name)).astype(np.float32) for _ in range(3))
+        d[:256] = -(a[:256] * b[:256])  # exact zero sums
+        d[256:300] = -0.0
+        a[256:300] = -0.0
+        a[300:310] = [np.inf, np.nan, *[3.0e38] * 8]
+        b[300:310] = 1e30
+        used = 0
+        for lo in range(0, n, chunk):
+            args = [v[lo:lo + chunk] for v in (a, b, d)]
+            guard = name == "bf16"
+            for mode in (Rounding.NEAREST_EVEN, Rounding.DOWN):
+                with np.errstate(over="ignore", invalid="ignore"):
+                    r = fma32_odd(*[v.copy() for v in args], mode, guard=guard)
+                if r is None:
+                    assert (guard and not fits_float32(*args[:2])) or not np.isfinite(
+                        args[0].astype(np.float64) * args[1] + args[2]).all()
+                    continue
+                used += 1
+                for x, y, z, got in zip(*args, r, strict=True):
+                    exact = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
+                    want, _ = round_exact(exact, fpsim.FP32, "odd")
+                    assert float(got) == want, (name, float(x), float(y), float(z))
+                    if exact == 0:
+                        neg = mode is Rounding.DOWN and (np.signbit(x * y) or np.signbit(z))
+                        neg = neg or (np.signbit(x * y) and np.signbit(z))
+                        assert np.signbit(got) == neg, (name, mode, float(x), float(z))
+        assert used >= n // chunk  # most chunks take the path (two modes each)
 
 
 @pytest.mark.parametrize("name", ["bf16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz",

@@ -94,12 +94,14 @@ def test_inline_kahan_takes_the_fast_path():
 @pytest.mark.slow  # ~30 s of CPU: 3,000-value loops in every mode
 def test_long_walk_several_binades():
     """A long random walk (the binade cache in use for most steps, crossing binades both
-    ways) and a sum that grows through many binade tops, every mode, bf16 and fp16."""
+    ways: t and d rounded inline across a power of two; in directed modes c = fl(d - y)
+    rounded inline too) and a sum that grows through many binade tops, every mode, bf16,
+    fp16 and fp32."""
     rng = np.random.default_rng(7)
     walk = rng.standard_normal(3000)
     walk[1000:1100] *= 64  # large steps: t leaves s's binade
     grow = rng.random(3000) * 2.0 ** rng.integers(-8, 3, 3000)
-    for fmt in (fpsim.BF16, fpsim.FP16):
+    for fmt in (fpsim.BF16, fpsim.FP16, fpsim.FP32):
         X = np.asarray(fpsim.round(np.vstack([walk, grow]), fmt))
         for mode in MODES:
             _check(fmt, X, mode, {})
@@ -125,3 +127,42 @@ def test_short_kahan_sums_against_fractions(fmt):
         got, fl = fpsim.sum(X, fmt, axis=1, order="kahan", rounding=mode, flags=True)
         assert _same(got, want), (mode, got, want)
         assert np.array_equal(fl, wfl), (mode, fl, wfl)
+
+
+@pytest.mark.parametrize("fmt", [fpsim.FP8_E4M3, fpsim.FP8_E5M2, fpsim.BF16], ids=lambda f: f.name)
+def test_kahan_nan_running_sum_skipped(fmt, monkeypatch):
+    """A sum that overflows to inf / NaN and stays there (the absorbing state the row sum
+    skips up to the next NaN value), NaN values after it (payloads differ), and a row that
+    starts at NaN: the loop's values, flags and draws, with short stretches so that each
+    branch of the skip runs."""
+    monkeypatch.setattr(reductions, "_NAN_TRY", 16)
+    rng = np.random.default_rng(5)
+    big = float(fmt.max) / 4
+    grow = np.concatenate([np.full(8, big), rng.standard_normal(300)])
+    grow[150] = np.nan
+    grow[200] = -np.inf
+    start_nan = np.concatenate([[np.nan], rng.standard_normal(200)])
+    for row in (grow, start_nan):
+        X = np.asarray(fpsim.round(row, fmt))[None, :]
+        for k, mode in enumerate(MODES):
+            _check(fmt, X, mode, OPTIONS[k % len(OPTIONS)])
+        for k, rb in enumerate([None, 13, 40]):
+            _check(fmt, X, "stochastic", {"random_bits": rb}, seed=k)
+
+
+@pytest.mark.parametrize("fmt", [fpsim.FP8_E4M3, fpsim.FP8_E5M2, fpsim.FP8_E4M3FNUZ,
+                                 fpsim.BF16], ids=lambda f: f.name)
+def test_kahan_saturating_sum(fmt):
+    """A sum held at the largest finite value (the top binade inline: toward zero, odd, the
+    saturate policy, and up / down on the side that saturates), with steps that overflow
+    y and t both ways and steps back below: the loop's values and flags."""
+    rng = np.random.default_rng(9)
+    big = float(fmt.max)
+    row = np.concatenate([[big / 2, big / 2], rng.standard_normal(150) * big / 8,
+                          rng.standard_normal(150) * big / 64, [-big, -big / 2],
+                          rng.standard_normal(100) * big / 16])
+    for sign in (1.0, -1.0):
+        X = np.asarray(fpsim.round(sign * row, fmt))[None, :]
+        for mode in MODES:
+            for opts in ({}, {"overflow": "saturate"}):
+                _check(fmt, X, mode, opts)

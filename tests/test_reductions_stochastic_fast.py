@@ -12,6 +12,7 @@ import pytest
 
 import fpsim
 from fpsim import reductions
+from fpsim.rounding.scalar import RAW_DOUBLE_BITGENS
 from tests.test_reductions_steps import _hard_rows
 
 FORMATS = [fpsim.FP16, fpsim.BF16, fpsim.FP32, fpsim.FP8_E4M3, fpsim.FP8_E5M2,
@@ -174,7 +175,7 @@ def test_raw_draw_identities():
             g.integers(0, 10, 3, dtype=np.int32)
             assert g.integers(0, 1 << r, 60).tolist() == [u >> (64 - r) for u in raw]
         same = g3.random(60).tolist() == [(u >> 11) * 2.0**-53 for u in raw]
-        assert same == (bitgen in reductions._RAW_DOUBLE_BITGENS), bitgen
+        assert same == (bitgen in RAW_DOUBLE_BITGENS), bitgen
 
 
 @pytest.mark.parametrize("fmt", [fpsim.BF16, fpsim.FP32, fpsim.Format(10, 30, bias=1000)],
@@ -214,7 +215,7 @@ def test_draw_conversions_equal_the_generator_calls(bitgen):
                 g = np.random.Generator(bitgen(21))
                 ref = np.random.Generator(bitgen(21))
                 c = fpsim.arithmetic.context(fmt, "stochastic", rng=g, random_bits=rb)
-                st = reductions._StochasticAdder(c, rows, 4)
+                st = reductions._stochastic_adder(c, rows, 4)
                 assert st._kernel_draws() == ref.integers(0, 2**64, rows,
                                                           dtype=np.uint64).tolist()
                 if not st.exact:

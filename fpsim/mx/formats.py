@@ -36,11 +36,11 @@ from ..formats import (
     Format,
     IntFormat,
 )
+from ..rounding.scale import E8M0_BIAS
 
 __all__ = ["MXFormat", "ScaleMode", "MX_FORMATS", "get_mx_format", "as_scale_mode",
            "E8M0_BIAS", "E8M0_NAN", "MXINT8_FRACTION_BITS"]
 
-E8M0_BIAS = 127  # E8M0 value = 2**(code - 127), codes 0..254 (spec section 5.4.1)
 E8M0_NAN = 255  # the one NaN code of E8M0
 MXINT8_FRACTION_BITS = 6  # MXINT8 elements are int8 * 2**-6 (spec section 5.3.2)
 

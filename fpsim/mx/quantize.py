@@ -71,6 +71,7 @@ from ..rounding.native import (
     table_cast_ok,
     widen_byte,
 )
+from ..rounding.scale import e8m0_exponent as scale_exponent
 from .formats import (
     E8M0_BIAS,
     MX_FORMATS,
@@ -261,7 +262,9 @@ def nvfp4_per_tensor_scale(x) -> float:
 
 def e8m0_exponent(amax: np.ndarray, fmt: MXFormat | str, mode: ScaleMode | str) -> np.ndarray:
     """The shared exponent ``s`` (int32, in [-127, 128]; 128 marks the NaN scale) of blocks with
-    largest magnitudes ``amax`` (float32 or float64), before the NaN code is applied.
+    largest magnitudes ``amax`` (float32 or float64), before the NaN code is applied: the
+    rounding package's rule (:func:`fpsim.rounding.scale.e8m0_exponent`) for ``fmt``'s
+    elements.
 
     >>> import numpy as np
     >>> from fpsim.mx.formats import get_mx_format, ScaleMode
@@ -271,45 +274,7 @@ def e8m0_exponent(amax: np.ndarray, fmt: MXFormat | str, mode: ScaleMode | str) 
     [0, 1, 0, 1]
     """
     fmt, mode = get_mx_format(fmt), as_scale_mode(mode)  # a preset's name, a mode's name too
-    amax = np.asarray(amax)
-    if amax.ndim == 0:  # frexp of a 0-d array gives scalars; the in-place fixes need arrays
-        return e8m0_exponent(amax.reshape(1), fmt, mode).reshape(())
-    m, k = np.frexp(amax)  # amax = m * 2**k, m in [0.5, 1): floor(log2 amax) = k - 1
-    k = k.astype(np.int32)
-    # finite nonzero blocks are the rule: the zero / inf / NaN fixes run only when needed
-    special = not bool(amax.all() and np.isfinite(amax).all())  # amax >= 0: zero, inf, NaN
-    if mode is ScaleMode.RCEIL:
-        elem_max = amax.dtype.type(fmt.elem_max)
-        with np.errstate(over="ignore", invalid="ignore"):
-            descale = (amax / elem_max).astype(amax.dtype)  # rounded, as the hardware does
-        dm, dk = np.frexp(descale)
-        e = dk.astype(np.int32) - (dm == 0.5)  # ceil(log2(descale))
-        # a tiny nonzero amax can give descale 0 too (amax / elem_max below float32's range)
-        if special or not bool((descale > 0).all() and (descale < np.inf).all()):
-            e[descale == 0] = -E8M0_BIAS
-            e[np.isinf(descale)] = E8M0_BIAS  # satfinite: inf -> code 254
-        np.maximum(e, -E8M0_BIAS, out=e)
-        np.minimum(e, E8M0_BIAS, out=e)
-        if special:
-            e[np.isnan(descale)] = _SCALE_MAX
-        return e
-    e = k - 1
-    if mode is ScaleMode.CEIL:
-        e = e + (m != 0.5)
-    elif mode is ScaleMode.EVEN:
-        # torchao adds half a unit of the element's last mantissa place to the bit pattern of
-        # amax and truncates: the exponent moves up iff 2m >= 2 - 2**-(mbits + 1).
-        e = e + (2 * m >= 2 - 2.0 ** -(fmt.elem_mbits + 1))
-    e = e.astype(np.int32, copy=False)
-    if special:
-        e[amax == 0] = -E8M0_BIAS - 1
-        e[np.isinf(amax)] = _SCALE_MAX  # the exponent field of inf: 2**128
-    e -= fmt.elem_emax
-    np.maximum(e, -E8M0_BIAS, out=e)
-    np.minimum(e, _SCALE_MAX, out=e)
-    if special:
-        e[np.isnan(amax)] = _SCALE_MAX
-    return e
+    return scale_exponent(amax, fmt.elem_emax, fmt.elem_mbits, fmt.elem_max, mode.value)
 
 
 def _as_input(x, nvfp4: bool) -> np.ndarray:
@@ -490,7 +455,7 @@ def quantize(
         scales = s8
         nan_blocks = bool(np.isnan(amax).any())  # the clip and the e4m3 cast keep NaN only
     else:
-        se = e8m0_exponent(amax, f, smode)
+        se = scale_exponent(amax, f.elem_emax, f.elem_mbits, f.elem_max, smode.value)
         nan = se == _SCALE_MAX
         nan_blocks = bool(nan.any())
         codes = (se + E8M0_BIAS).astype(np.uint8)  # the NaN exponent 128 is code 255 (NaN)

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..formats import Format
+from ..formats import FP32, TF32, Format
 from ..modes import Rounding
 from .kernel import SIGN
 
-__all__ = ["truncation_mask", "round_normal"]
+__all__ = ["truncation_mask", "round_normal", "truncate_to_tf32"]
 
 _U = np.uint64
 
@@ -39,6 +39,30 @@ def truncation_mask(fmt: Format) -> np.uint64:
     1.0078125
     """
     return ~_U((1 << (52 - fmt.mantissa_bits)) - 1)
+
+
+_TF32_DROP = np.uint32((1 << (FP32.mantissa_bits - TF32.mantissa_bits)) - 1)  # 13 low bits
+_QUIET32 = np.uint32(1 << 22)
+
+
+def truncate_to_tf32(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded toward zero to tf32 (float32 array, ``x``'s shape), as tensor
+    cores read an fp32 operand: the low 13 bits of each pattern dropped. That is the kernel's
+    rounding toward zero over the whole range (tf32 has fp32's exponents, its subnormal
+    quantum is 2**-136; inf stays inf); a NaN stays a quiet NaN (a signalling one whose
+    payload lies in the dropped bits would read as inf), its payload's low bits dropped. The
+    registry row ``TF32_TRUNCATE`` (:mod:`fpsim.rounding.fast`) checks it against the kernel.
+
+    >>> import numpy as np
+    >>> truncate_to_tf32(np.array([1 - 2.0**-24, -0.1], np.float32)).tolist()
+    [0.99951171875, -0.0999755859375]
+    """
+    x = np.asarray(x, dtype=np.float32)
+    b = np.atleast_1d(x).view(np.uint32) & ~_TF32_DROP
+    nan = np.isnan(x.reshape(b.shape))
+    if nan.any():
+        b[nan] |= _QUIET32
+    return b.view(np.float32).reshape(x.shape)
 
 
 @dataclass(frozen=True)

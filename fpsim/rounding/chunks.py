@@ -13,7 +13,7 @@ import numpy as np
 
 from . import kernel
 from .convert import refuse_nan, widen
-from .fast import FLOAT32_MODES, round_patterns, run_float32, store_values
+from .fast import float32_path, round_patterns, run_float32, store_values
 from .kernel import (
     ONE,
     ZERO,
@@ -27,6 +27,7 @@ from .kernel import (
 from .policy import RoundingPolicy, without_daz
 
 _U = np.uint64
+_F32 = np.dtype(np.float32)
 
 
 def run_chunks(x64: np.ndarray, policy: RoundingPolicy, want: bool = False,
@@ -46,7 +47,7 @@ def run_chunks(x64: np.ndarray, policy: RoundingPolicy, want: bool = False,
     step = kernel.CHUNK  # read per call: tests shrink it
     if pair_lo is not None:
         policy = without_daz(policy)
-    fmt, mode = policy.fmt, policy.rounding
+    fmt = policy.fmt
     p = kernel_params(fmt)
     flat = np.ascontiguousarray(x64).reshape(-1)
     n = flat.size
@@ -55,10 +56,8 @@ def run_chunks(x64: np.ndarray, policy: RoundingPolicy, want: bool = False,
     narrow = flat.dtype != np.float64  # float16/32 input: widen chunk by chunk (exact)
     bits = flat if narrow else flat.view(np.uint64)
     gen = policy.generator()  # once per call: every chunk draws from it
-    if (flat.dtype == np.float32 and p.fast32 and mode in FLOAT32_MODES and pair_lo is None
-            and not (want or policy.flush or policy.daz)
-            and policy.random_bits is None):  # (random_bits: stochastic only; the kernel)
-        # (stochastic: gen's draws)
+    if flat.dtype == _F32 and pair_lo is None and not want and float32_path(policy):
+        # the registry's float32 rows (stochastic: gen's draws)
         run_float32(flat, out, p, policy, store, gen)
         return out, fl
     for lo in range(0, n, step):

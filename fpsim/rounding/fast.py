@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from ..formats import BF16, FP4_E2M1, FP16, FP32, Format, NaNEncoding
+from ..formats import BF16, FP4_E2M1, FP16, FP32, TF32, Format, NaNEncoding
 from ..modes import Overflow, Rounding
 from . import kernel
+from .bits import truncate_to_tf32
 from .convert import refuse_nan, via_float32, widen
 from .fp16 import SMALL, f16_to_wide, f32_to_f16, f64_to_f16, f64_to_f32_to_f16
 from .kernel import KernelParams, kernel_general, kernel_params
@@ -813,11 +814,17 @@ FP16_VIA_F32 = FastPath(
     frozenset({_F64}), lambda x, _pol: f64_to_f32_to_f16(x),
     "fpsim.autograd's fp32 accumulator stored as fp16 (accumulate's fp32 matmul result, "
     "functional's fp16 linear)", stores=True, nan_payload=False, via=FP32)
+TF32_TRUNCATE = FastPath(
+    "tf32_truncate", truncate_to_tf32, lambda f: f == TF32, frozenset({Rounding.TOWARD_ZERO}),
+    _EVERY_OVERFLOW, frozenset({_F32}),
+    lambda x, _pol: truncate_to_tf32(x).astype(np.float64),
+    "fpsim.tensorcore.convert_input (tf32 operands: the hardware drops 13 bits of fp32)",
+    nan_payload=False)
 
 REGISTRY: tuple[FastPath, ...] = (FLOAT64, FLOAT32, STOCHASTIC32, STORE_BITS, BF16_ROUND,
                                   BF16_CAST, BF16_VALUES32, CAST_BY_ADDITION, BYTE_TABLE,
                                   NATIVE_CAST, FP16_FROM_F32, FP16_FROM_F64, FP4_COMPARE,
-                                  FP16_VIA_F32)
+                                  FP16_VIA_F32, TF32_TRUNCATE)
 
 
 # -- the widenings ----------------------------------------------------------------------------
@@ -873,7 +880,6 @@ WIDEN_BYTE = Widening(
 WIDENINGS: tuple[Widening, ...] = (WIDEN_EXACT, WIDEN_F16, WIDEN_BF16, WIDEN_BYTE)
 
 _FLOAT64_MODES = FLOAT64.modes  # round_patterns' per-chunk test, without attribute lookups
-FLOAT32_MODES = FLOAT32.modes | STOCHASTIC32.modes  # run_chunks' float32 test
 
 # round / cast of a whole array: the rows array_path picks from, in order, and its cache
 _ARRAY_ROWS = (BF16_ROUND, BF16_CAST, CAST_BY_ADDITION, BYTE_TABLE)
@@ -903,4 +909,32 @@ def array_path(pol: RoundingPolicy, dtype: np.dtype, cast: bool) -> FastPath | N
     if len(_ARRAY_PATHS) > 4096:  # formats made on the fly: keep the cache bounded
         _ARRAY_PATHS.clear()
     _ARRAY_PATHS[key] = (fmt, row)
+    return row
+
+
+# run_chunks on a float32 array: the float32 rows it asks, and their answers per policy
+_FLOAT32_ROWS = (FLOAT32, STOCHASTIC32)
+_FLOAT32_PATHS: dict[tuple, tuple[Format, FastPath | None]] = {}
+
+
+def float32_path(pol: RoundingPolicy) -> FastPath | None:
+    """The registry's row that :func:`fpsim.rounding.chunks.run_chunks` takes for a float32
+    array by ``pol`` without flags (``FLOAT32`` or ``STOCHASTIC32``, by their ``serves``), or
+    None: one dict lookup per call, keyed as :func:`array_path`'s.
+
+    >>> from fpsim.rounding import policy_of
+    >>> float32_path(policy_of("fp8_e4m3", "up")).name
+    'float32_float_domain'
+    >>> float32_path(policy_of("bf16", "stochastic", random_bits=8)) is None
+    True
+    """
+    fmt = pol.fmt
+    key = (id(fmt), pol.rounding, pol.overflow, pol.flush or pol.daz, pol.random_bits)
+    hit = _FLOAT32_PATHS.get(key)
+    if hit is not None and hit[0] is fmt:
+        return hit[1]
+    row = next((r for r in _FLOAT32_ROWS if r.serves(pol, _F32)), None)
+    if len(_FLOAT32_PATHS) > 4096:  # formats made on the fly: keep the cache bounded
+        _FLOAT32_PATHS.clear()
+    _FLOAT32_PATHS[key] = (fmt, row)
     return row

@@ -228,11 +228,12 @@ def _overflow(r, ovf, neg, p: KernelParams, mode: Rounding, overflow: Overflow):
     return r ^ val  # val where ovf, else r
 
 
-# Mirrored in fpsim/reductions.py: its few-output Python-float paths (_scalar_adder, and
-# _StochasticAdder for the kernel, _increment_round, _round_low, _overflow and pair.py's
-# stochastic branch, draws included) redo this rounding per element. A change to the rounding
-# here must be made there too, and the other way round; tests/test_reductions_steps.py and
-# tests/test_reductions_stochastic_fast.py compare the two. (fast.round_patterns picks this
+# Mirrored in fpsim/rounding/scalar.py: the Python-float adds of the reductions' few-output
+# paths (scalar_adder, and StochasticAdder for the kernel, _increment_round, _round_low,
+# _overflow and pair.py's stochastic branch, draws included) redo this rounding per element.
+# A change to the rounding here must be made there too, and the other way round;
+# tests/test_rounding_scalar.py, test_reductions_steps.py and test_reductions_stochastic_fast.py
+# compare the two. (fast.round_patterns picks this
 # kernel or a fast path per chunk.)
 
 

@@ -61,7 +61,8 @@ from ..formats import (
 from ..modes import Overflow, Rounding, Subnormals
 from .policy import RoundingPolicy
 
-__all__ = ["cast", "f64_to_f32_odd", "narrow_to_byte", "widen_byte", "table_cast_ok",
+__all__ = ["cast", "f64_to_f32_odd", "fma32_odd", "fits_float32", "narrow_to_byte",
+           "widen_byte", "table_cast_ok",
            "native_ok", "native_rounding", "fp4_nearest_even", "FP4_COMPARE_MIN",
            "widen_bf16", "TABLE_MIN", "NATIVE_CAST_FORMATS", "NATIVE_ARITHMETIC_FORMATS"]
 
@@ -293,3 +294,75 @@ def fp4_nearest_even(y: np.ndarray) -> np.ndarray:
         code += (a >= np.float32(t)) if ties_up else (a > np.float32(t))
     code |= np.signbit(y).view(np.uint8) << np.uint8(3)
     return code.view(FP4_E2M1.storage_dtype)
+
+
+# -- fma of float32 values rounded to odd (fpsim.arithmetic's float32 path) -------------------
+_F32_MAX = float(np.finfo(np.float32).max)
+_MAGNITUDE = np.uint32(0x7FFFFFFF)
+
+
+def fits_float32(a: np.ndarray, b: np.ndarray) -> bool:
+    """Are all products ``a * b`` of these float32 arrays (values of at most 12 significant
+    bits) exact in float32: zero, or at least 2**-126 in magnitude? Decided from the smallest
+    nonzero magnitudes (the patterns order as magnitudes, and zeros wrap to the top when one
+    is subtracted). A product or a sum beyond float32 is inf: :func:`fma32_odd`'s finite
+    test declines its chunk.
+
+    >>> fits_float32(np.float32([1.0, 0.0]), np.float32([2.0**-100, 3.0]))
+    True
+    >>> fits_float32(np.float32([2.0**-20]), np.float32([2.0**-110]))
+    False
+    """
+    least = 1.0
+    for x in (a, b):
+        u = np.bitwise_and(x.view(np.uint32), _MAGNITUDE)
+        u -= np.uint32(1)
+        m = int(u.min()) + 1
+        if m > 0x7F800000:  # all zero (or NaN): no product to lose
+            return True
+        least *= float(np.uint32(m).view(np.float32))
+    return least >= 2.0**-126
+
+
+def fma32_odd(a: np.ndarray, b: np.ndarray, d: np.ndarray, rounding: Rounding,
+              guard: bool = False) -> np.ndarray | None:
+    """``a * b + d`` for float32 arrays of values whose products are exact in float32 (with
+    ``guard``: where :func:`fits_float32` finds them so), rounded to odd at float32's
+    precision (exact where float32 holds it; float32 result), or None when these arrays are
+    not for it (a sum not finite: an inf or NaN operand or product; or the guard fails).
+    Rounding the result once more to a format of at most 22 bits (p + 2 <= 24) in any
+    deterministic mode is one rounding of the exact value (Boldo & Melquiond), which is what
+    :mod:`fpsim.arithmetic`'s float32 fma does; ``rounding``: that mode, for the sign of an
+    exact zero sum (-0 rounding down). tests/test_native_round.py checks it against the
+    kernel's rounding to odd of the exact (Fraction) value.
+
+    >>> a = np.float32([1 + 2.0**-8])  # a * a = 1 + 2**-7 + 2**-16, exact in float32
+    >>> r = fma32_odd(a, a, np.float32([2.0**-30]), Rounding.NEAREST_EVEN)
+    >>> float(r[0]) == 1 + 2.0**-7 + 2.0**-16 + 2.0**-23  # 2**-30 dropped: last bit set
+    True
+    """
+    if guard and a.size and not fits_float32(a, b):
+        return None
+    p = a * b  # exact
+    s = p + d
+    if s.size and not (s.max() <= _F32_MAX and s.min() >= -_F32_MAX):  # NaN fails too
+        return None
+    bb = s - p  # TwoSum: e = (p - (s - bb)) + (d - bb) exactly
+    e = s - bb
+    np.subtract(p, e, out=e)
+    np.subtract(d, bb, out=bb)
+    e += bb
+    # to odd: truncate toward zero (one step down in magnitude where e's sign is opposite to
+    # s's; s is nonzero where e is), then set the last bit where inexact
+    inexact = e != 0
+    sb = s.view(np.uint32)
+    opp = np.bitwise_xor(sb, e.view(np.uint32), out=bb.view(np.uint32))
+    opp >>= np.uint32(31)
+    opp &= inexact
+    sb -= opp
+    sb |= inexact
+    if rounding is Rounding.DOWN:  # an exact zero sum is -0 here (float32 gave +0)
+        zero = s == 0
+        if zero.any():
+            s[zero] = np.where(np.signbit(p[zero]) | np.signbit(d[zero]), -0.0, 0.0)
+    return s

@@ -57,7 +57,7 @@ from ..formats import FP32, TF32, Format
 from ..modes import Overflow, Rounding, Subnormals
 from ..rounding import SIGN, as_float64
 from ..rounding import round as fp_round
-from ..rounding.bits import round_normal, truncation_mask
+from ..rounding.bits import round_normal, truncate_to_tf32, truncation_mask
 from ..rounding.eft import two_sum
 from . import fastpath
 from .explain import build_explanation
@@ -70,7 +70,6 @@ CHUNK_ELEMENTS = 1 << 17
 _ZERO_EXP = -20000  # exponent of a zero term: below every real one, and 2x fits int32
 _NO_FLOOR = -600  # "no mel": below every real term exponent (>= -2 * 126 - 2 * 23)
 _LIVE_EXP = -5000  # biased exponents below this belong to zero terms (_ZERO_EXP and below)
-_TF32_DROP = np.uint32((1 << (FP32.mantissa_bits - TF32.mantissa_bits)) - 1)
 _U = np.uint64
 
 
@@ -93,9 +92,7 @@ def convert_input(x: npt.ArrayLike, input_format: Format | str) -> np.ndarray:
     fmt = get_float_format(input_format)
     if fmt == TF32:
         x32 = np.asarray(fp_round(x, FP32), dtype=np.float64).astype(np.float32)
-        bits = np.atleast_1d(x32).view(np.uint32) & ~_TF32_DROP
-        out = bits.view(np.float32).astype(np.float64).reshape(np.shape(x32))
-        return out
+        return truncate_to_tf32(x32).astype(np.float64)  # (fp_round's NaNs are quiet)
     return np.asarray(fp_round(x, fmt), dtype=np.float64)
 
 

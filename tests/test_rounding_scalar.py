@@ -1,0 +1,84 @@
+"""The rounded add on Python floats (``fpsim.rounding.scalar``, moved in from the reductions)
+against the vectorised kernel (``fpsim.add`` with flags: the general path) on one grid of
+operand pairs per format: sums at and between neighbours, ties, subnormal and zero results
+(signs included), the overflow edge, infinities and NaN; every deterministic mode with the
+policies, and stochastic rounding with the same generator (values, flags and the draws)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import fpsim
+from fpsim.arithmetic import plan_for
+from fpsim.rounding import policy_of
+from fpsim.rounding.scalar import StochasticAdder, bits64, float64_of, scalar_adder
+
+FORMATS = ["bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp6_e2m3",
+           "fp4_e2m1"]
+MODES = ["nearest_even", "nearest_away", "toward_zero", "up", "down", "odd"]
+POLICIES = [{}, {"overflow": "saturate"}, {"subnormals": "flush"}, {"tininess": "before"}]
+
+
+def _pairs(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Operand pairs of values of the format whose exact sums land on the grid's regions."""
+    fmt = fpsim.get_format(name)
+    m, tiny, big = fmt.mantissa_bits, fmt.smallest_normal, float(fmt.max)
+    q = 2.0 ** (fmt.emin - m)  # the subnormal spacing
+    rng = np.random.default_rng(len(name))
+    base = [1.0, 1.5, tiny, 2 * tiny, big, big / 2, 3 * q, q, 0.0, -0.0]
+    deltas = [q, -q, 2.0 ** -(m + 1), -(2.0 ** -(m + 1)), 2.0 ** -(m + 2), 2.0 ** -m,
+              tiny / 2, big / 4, -tiny, 0.0, -0.0, 1.0]
+    a = [x for x in base for _ in deltas] + list(rng.standard_normal(200) * 4)
+    b = [d for _ in base for d in deltas] + list(rng.standard_normal(200) * 2.0 ** -m)
+    a += [math.inf, math.inf, -math.inf, math.nan, 1.0]
+    b += [1.0, -math.inf, -math.inf, 1.0, math.nan]
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (np.asarray(fpsim.round(np.array(a), fmt)),
+                np.asarray(fpsim.round(np.array(b), fmt)))
+
+
+def _bits(v) -> np.ndarray:
+    v = np.asarray(v, np.float64)
+    return np.where(np.isnan(v), np.uint64(0x7FF8 << 48), v.view(np.uint64))
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_scalar_adder_equals_the_kernel(name: str) -> None:
+    a, b = _pairs(name)
+    for mode in MODES:
+        for opts in POLICIES:
+            add, flags = scalar_adder(policy_of(name, mode, **opts), want=True)
+            got, fl = [], []
+            for x, y in zip(a.tolist(), b.tolist(), strict=True):
+                flags[0] = 0
+                got.append(add(x, y))
+                fl.append(flags[0])
+            want, wfl = fpsim.add(a, b, name, mode, flags=True, **opts)
+            assert np.array_equal(_bits(got), _bits(want)), (name, mode, opts)
+            assert np.array_equal(np.array(fl, np.uint8), wfl), (name, mode, opts)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_stochastic_adder_equals_the_kernel(name: str) -> None:
+    """One add of all pairs as rows (one draw per row, in order): the kernel's values and
+    flags from a generator with the same seed, which ends in the same state."""
+    a, b = _pairs(name)
+    exact = plan_for(fpsim.get_format(name)).add_exact
+    for rb in (None, 3, 40):
+        g, ref = np.random.default_rng(4), np.random.default_rng(4)
+        st = StochasticAdder(policy_of(name, "stochastic", rng=g, random_bits=rb), a.size, 1,
+                             exact=exact, want=True)
+        got = st.add(a.tolist(), b.tolist())
+        want, wfl = fpsim.add(a, b, name, "stochastic", rng=ref, random_bits=rb, flags=True)
+        assert np.array_equal(_bits(got), _bits(want)), (name, rb)
+        assert np.array_equal(np.array(st.fl, np.uint8), wfl), (name, rb)
+        assert g.integers(1 << 62) == ref.integers(1 << 62), (name, rb)
+
+
+def test_patterns_round_trip() -> None:
+    for v in (0.0, -0.0, 1.0, -2.5, 5e-324, math.inf):
+        assert float64_of(bits64(v)) == v and math.copysign(1, float64_of(bits64(v))) == \
+            math.copysign(1, v)
