@@ -983,6 +983,12 @@ def cast_to(input: Tensor, fmt: Format | str,
 
 
 # ---------------------------------------------------------------------- elementwise
+def _own(wide: np.ndarray, stored: np.ndarray) -> np.ndarray | None:
+    """``wide`` (``widen(stored)``) as an ``out=`` buffer when it is a fresh array of the op's
+    own, else None (a float64 input's widening is the stored array itself: never written)."""
+    return None if wide is stored or wide.base is not None else wide
+
+
 def _unary(x: Tensor, forward, backward_of, op: str) -> Tensor:
     """A float64 elementwise op: ``forward(x64)`` rounded once; ``backward_of(x64, out, g64)``
     the float64 gradient (out: the rounded output)."""
@@ -1132,40 +1138,48 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
             cdf = 0.5 * erfc(-v * _SQRT1_2)
             return g * (cdf + v * _INV_SQRT_2PI * np.exp(-0.5 * v * v))
     elif approximate == "tanh":
-        saved = {}  # the forward's tanh, for the backward (the GPT's costliest elementwise op)
-
-        # 0.5 v (1 + tanh(c (v + 0.044715 v^3))), evaluated in this order, in place
-        def fwd(v):
-            t = v * v
-            t *= v
-            t *= 0.044715
-            t += v
-            t *= _SQRT_2_PI
-            np.tanh(t, out=t)
-            saved["t"] = t
-            r = t + 1.0
-            r *= 0.5 * v
-            return r
-
-        # g (0.5 (1 + t) + 0.5 v (1 - t^2) c (1 + 3 * 0.044715 v^2)), the same order
-        def grad(v, _o, g):
-            t = saved["t"]  # kept (not changed): a second backward reads it again
-            dt = t * t
-            np.subtract(1.0, dt, out=dt)
-            dt *= _SQRT_2_PI
-            w = (3 * 0.044715) * v
-            w *= v
-            w += 1.0
-            dt *= w
-            dt *= 0.5 * v
-            r = t + 1.0
-            r *= 0.5
-            r += dt
-            r *= g
-            return r
+        return _gelu_tanh(x)
     else:
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return _unary(x, fwd, grad, "gelu")
+
+
+def _gelu_tanh(x: Tensor) -> Tensor:
+    """GELU's tanh form in float64, one rounding (the GPT's costliest elementwise op): the
+    forward keeps only its tanh for the backward, not the widened input (rewidened there), and
+    both passes work in place in the arrays they create (fewer fresh temporaries)."""
+    v = widen(x._data)
+    with np.errstate(all="ignore"):
+        # 0.5 v (1 + tanh(c (v + 0.044715 v^3))), evaluated in this order
+        t = v * v
+        t *= v
+        t *= 0.044715
+        t += v
+        t *= _SQRT_2_PI
+        np.tanh(t, out=t)  # kept (not changed): a second backward reads it again
+        r = t + 1.0
+        r *= np.multiply(0.5, v, out=_own(v, x._data))
+        out = round_to(r, x.fmt)
+    del v, r
+
+    # g (0.5 (1 + t) + 0.5 v (1 - t^2) c (1 + 3 * 0.044715 v^2)), the same order
+    def backward(g):
+        v = widen(x._data)
+        dt = t * t
+        np.subtract(1.0, dt, out=dt)
+        dt *= _SQRT_2_PI
+        w = (3 * 0.044715) * v
+        w *= v
+        w += 1.0
+        dt *= w
+        dt *= np.multiply(0.5, v, out=_own(v, x._data))
+        r = np.add(t, 1.0, out=w)
+        r *= 0.5
+        r += dt
+        r *= widen(g)
+        return (r,)
+
+    return make_result(out, x.fmt, (x,), backward, "gelu")
 
 
 def _need_dim(dim, op: str) -> int:
@@ -1186,12 +1200,18 @@ def softmax(input: Tensor, dim: int | None = None) -> Tensor:
     (d,) = _axes(_need_dim(dim, "softmax"), x.ndim)
     x64 = widen(x._data)
     with np.errstate(all="ignore"):
-        e = np.exp(x64 - x64.max(axis=d, keepdims=True, initial=-np.inf))
-        out = round_to(e / e.sum(axis=d, keepdims=True), x.fmt)
+        # the same float64 ops in one buffer (the widened copy when it is one): fewer fresh
+        # temporaries, the attention's largest arrays
+        e = np.subtract(x64, x64.max(axis=d, keepdims=True, initial=-np.inf),
+                        out=_own(x64, x._data))
+        np.exp(e, out=e)
+        out = round_to(np.divide(e, e.sum(axis=d, keepdims=True), out=e), x.fmt)
 
     def backward(g):
         y, g64 = widen(out), widen(g)
-        return (y * (g64 - (g64 * y).sum(axis=d, keepdims=True)),)
+        r = g64 * y
+        np.subtract(g64, r.sum(axis=d, keepdims=True), out=r)
+        return (np.multiply(y, r, out=r),)
 
     return make_result(out, x.fmt, (x,), backward, "softmax")
 
@@ -1309,14 +1329,19 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None,
     axes = tuple(range(x.ndim - k, x.ndim))
     x64 = widen(x._data)
     with np.errstate(all="ignore"):  # infinities and NaNs give NaN silently, as PyTorch
+        # the float64 ops of (x - mu) * rstd * w + b, x - mu computed once, in buffers of
+        # their own (fewer fresh temporaries)
         mu = x64.mean(axis=axes, keepdims=True)
-        var = ((x64 - mu) ** 2).mean(axis=axes, keepdims=True)
+        xhat = np.subtract(x64, mu, out=_own(x64, x._data))
+        sq = np.square(xhat)  # ** 2's own loop
+        var = sq.mean(axis=axes, keepdims=True)
         rstd = 1.0 / np.sqrt(var + eps)
-        xhat = (x64 - mu) * rstd
-        y = xhat if w64 is None else xhat * w64
+        xhat *= rstd
+        y = xhat if w64 is None else np.multiply(xhat, w64, out=sq)
         if b64 is not None:
-            y = y + b64
+            y = np.add(y, b64, out=sq)
     out = round_to(y, fmt)
+    del x64, sq, y
     n = int(np.prod(ns))
     lead = tuple(range(x.ndim - k))
 
@@ -1325,9 +1350,14 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None,
         grads = []
         gxhat = g64 if w64 is None else g64 * w64
         if x._requires_grad:
-            gx = rstd / n * (n * gxhat - gxhat.sum(axis=axes, keepdims=True)
-                             - xhat * (gxhat * xhat).sum(axis=axes, keepdims=True))
-            grads.append(gx)
+            # rstd / n * (n gxhat - sum(gxhat) - xhat sum(gxhat xhat)), the same ops in two
+            # buffers
+            r = gxhat * xhat
+            s2 = r.sum(axis=axes, keepdims=True)
+            np.multiply(n, gxhat, out=r)
+            r -= gxhat.sum(axis=axes, keepdims=True)
+            r -= np.multiply(xhat, s2, out=None if gxhat is g64 else gxhat)
+            grads.append(np.multiply(rstd / n, r, out=r))
         else:
             grads.append(None)
         if wt is not None:
