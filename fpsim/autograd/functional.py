@@ -989,6 +989,25 @@ def _own(wide: np.ndarray, stored: np.ndarray) -> np.ndarray | None:
     return None if wide is stored or wide.base is not None else wide
 
 
+# Elements per block of the blocked elementwise kernels (softmax, tanh GELU): 128 KiB of
+# float64, so that a block's temporaries stay in cache and come from memory the allocator
+# reuses; whole-array float64 temporaries of megabytes cost page faults at every op.
+_BLOCK = 1 << 14
+
+
+def _tiles(a: np.ndarray, width: int, split: bool) -> tuple[np.ndarray, list]:
+    """``a`` as rows of ``width`` elements (a 2-D view) and the row slices of about
+    :data:`_BLOCK` elements to process it by, when ``split`` (the caller's results are the
+    same block by block: elementwise ops, reductions along rows, a rounding that draws no
+    random bits), ``a`` is C-contiguous and makes more than one block; else ``a`` itself and
+    one index, ``...``, for the whole-array computation."""
+    step = builtins.max(1, _BLOCK // builtins.max(width, 1))
+    if split and a.size > _BLOCK and a.size // width > step and a.flags.c_contiguous:
+        rows = a.reshape(-1, width)
+        return rows, [slice(i, i + step) for i in range(0, rows.shape[0], step)]
+    return a, [...]
+
+
 def _unary(x: Tensor, forward, backward_of, op: str) -> Tensor:
     """A float64 elementwise op: ``forward(x64)`` rounded once; ``backward_of(x64, out, g64)``
     the float64 gradient (out: the rounded output)."""
@@ -1145,41 +1164,58 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
 
 
 def _gelu_tanh(x: Tensor) -> Tensor:
-    """GELU's tanh form in float64, one rounding (the GPT's costliest elementwise op): the
-    forward keeps only its tanh for the backward, not the widened input (rewidened there), and
-    both passes work in place in the arrays they create (fewer fresh temporaries)."""
-    v = widen(x._data)
+    """GELU's tanh form in float64, one rounding (the GPT's costliest elementwise op), block by
+    block (:func:`_tiles`): the forward keeps only its tanh for the backward, not the widened
+    input (rewidened there), and both passes work in place in the arrays they create."""
+    xs, blocks = _tiles(x._data, 1, plain_rounding())
+    one = len(blocks) == 1
+    fmt = x.fmt
+    t_all = None if one else np.empty(xs.shape)  # the tanh, kept for the backward
+    out = None if one else np.empty(xs.shape, fmt.storage_dtype)
     with np.errstate(all="ignore"):
-        # 0.5 v (1 + tanh(c (v + 0.044715 v^3))), evaluated in this order
-        t = v * v
-        t *= v
-        t *= 0.044715
-        t += v
-        t *= _SQRT_2_PI
-        np.tanh(t, out=t)  # kept (not changed): a second backward reads it again
-        r = t + 1.0
-        r *= np.multiply(0.5, v, out=_own(v, x._data))
-        out = round_to(r, x.fmt)
-    del v, r
+        for b in blocks:
+            xb = xs[b]
+            v = widen(xb)
+            # 0.5 v (1 + tanh(c (v + 0.044715 v^3))), evaluated in this order
+            t = np.multiply(v, v, out=None if one else t_all[b])
+            t *= v
+            t *= 0.044715
+            t += v
+            t *= _SQRT_2_PI
+            np.tanh(t, out=t)  # kept (not changed): a second backward reads it again
+            r = t + 1.0
+            r *= np.multiply(0.5, v, out=_own(v, xb))
+            if one:
+                t_all, out = t, round_to(r, fmt)
+            else:
+                out[b] = round_to(r, fmt)
+    if not one:
+        out = out.reshape(x._data.shape)
 
     # g (0.5 (1 + t) + 0.5 v (1 - t^2) c (1 + 3 * 0.044715 v^2)), the same order
     def backward(g):
-        v = widen(x._data)
-        dt = t * t
-        np.subtract(1.0, dt, out=dt)
-        dt *= _SQRT_2_PI
-        w = (3 * 0.044715) * v
-        w *= v
-        w += 1.0
-        dt *= w
-        dt *= np.multiply(0.5, v, out=_own(v, x._data))
-        r = np.add(t, 1.0, out=w)
-        r *= 0.5
-        r += dt
-        r *= widen(g)
-        return (r,)
+        gs = g if one else g.reshape(xs.shape)
+        res = None if one else np.empty(xs.shape)
+        for b in blocks:
+            xb, t = xs[b], t_all[b]
+            v = widen(xb)
+            dt = t * t
+            np.subtract(1.0, dt, out=dt)
+            dt *= _SQRT_2_PI
+            w = (3 * 0.044715) * v
+            w *= v
+            w += 1.0
+            dt *= w
+            dt *= np.multiply(0.5, v, out=_own(v, xb))
+            r = np.add(t, 1.0, out=w if one else res[b])
+            r *= 0.5
+            r += dt
+            r *= widen(gs[b])
+            if one:
+                res = r
+        return (res if one else res.reshape(x._data.shape),)
 
-    return make_result(out, x.fmt, (x,), backward, "gelu")
+    return make_result(out, fmt, (x,), backward, "gelu")
 
 
 def _need_dim(dim, op: str) -> int:
@@ -1198,20 +1234,41 @@ def softmax(input: Tensor, dim: int | None = None) -> Tensor:
     input = autocast_args("softmax", input)
     x = as_tensor(input)
     (d,) = _axes(_need_dim(dim, "softmax"), x.ndim)
-    x64 = widen(x._data)
+    xd = x._data
+    # block by block along the rows when the softmax runs along the last (contiguous) axis
+    xs, blocks = _tiles(xd, xd.shape[-1] if xd.ndim else 1,
+                        d == xd.ndim - 1 and plain_rounding())
+    one = len(blocks) == 1
+    ax = d if one else -1
+    out = None if one else np.empty(xs.shape, x.fmt.storage_dtype)
     with np.errstate(all="ignore"):
-        # the same float64 ops in one buffer (the widened copy when it is one): fewer fresh
-        # temporaries, the attention's largest arrays
-        e = np.subtract(x64, x64.max(axis=d, keepdims=True, initial=-np.inf),
-                        out=_own(x64, x._data))
-        np.exp(e, out=e)
-        out = round_to(np.divide(e, e.sum(axis=d, keepdims=True), out=e), x.fmt)
+        for b in blocks:
+            xb = xs[b]
+            x64 = widen(xb)
+            # the same float64 ops in one buffer (the widened copy when it is one)
+            e = np.subtract(x64, x64.max(axis=ax, keepdims=True, initial=-np.inf),
+                            out=_own(x64, xb))
+            np.exp(e, out=e)
+            o = round_to(np.divide(e, e.sum(axis=ax, keepdims=True), out=e), x.fmt)
+            if one:
+                out = o
+            else:
+                out[b] = o
+    if not one:
+        out = out.reshape(xd.shape)
 
     def backward(g):
-        y, g64 = widen(out), widen(g)
-        r = g64 * y
-        np.subtract(g64, r.sum(axis=d, keepdims=True), out=r)
-        return (np.multiply(y, r, out=r),)
+        gs = g if one else g.reshape(xs.shape)
+        ys = out if one else out.reshape(xs.shape)
+        res = None if one else np.empty(xs.shape)
+        for b in blocks:
+            y, g64 = widen(ys[b]), widen(gs[b])
+            r = np.multiply(g64, y, out=None if one else res[b])
+            np.subtract(g64, r.sum(axis=ax, keepdims=True), out=r)
+            np.multiply(y, r, out=r)
+            if one:
+                res = r
+        return (res if one else res.reshape(xd.shape),)
 
     return make_result(out, x.fmt, (x,), backward, "softmax")
 
