@@ -99,3 +99,58 @@ def test_stochastic_rounding_does_not_split(monkeypatch):
         F.softmax(Tensor(x0, "bf16"), dim=-1)
         F.gelu(Tensor(x0, "bf16"), approximate="tanh")
     assert calls == [False, False]
+
+
+def _sgemm_bias_cases():
+    rng = np.random.default_rng(11)
+    f32 = np.finfo(np.float32)
+    acc = (rng.normal(0, 1, (50, 8)) * 2.0 ** rng.integers(-140, 128, (50, 8))).astype(
+        np.float32)
+    acc[0, :4] = [f32.max, -f32.max, np.inf, np.nan]
+    acc[1, :3] = [f32.smallest_subnormal, -f32.smallest_subnormal, 0.0]
+    bias = (rng.normal(0, 1, 8) * 2.0 ** rng.integers(-149, 127, 8)).astype(np.float32)
+    bias[:3] = [f32.max, -np.inf, -f32.smallest_subnormal]
+    return acc, bias.astype(np.float64)
+
+
+@pytest.mark.parametrize("shape", [(50, 8), (2, 25, 8)])
+def test_sgemm_bias_float32_add_equals_float64_sum_rounded(shape):
+    """The sgemm model's bias: float32's own add (the fast path) gives the float64 sum rounded
+    once to fp32 (the formula), on overflow, subnormals, infinities and NaN."""
+    from fpsim.autograd import accumulate
+    from fpsim.autograd.context import as_accumulation, round_to
+    from fpsim.formats import FP32
+
+    acc, bias = _sgemm_bias_cases()
+    acc = acc.reshape(shape)
+    with np.errstate(all="ignore"):
+        want = round_to(acc + bias, FP32)
+        got = accumulate.add_bias(acc.copy(), bias, as_accumulation("sgemm"))
+    assert got.dtype == np.float32
+    assert got.tobytes() == want.tobytes()
+    with np.errstate(all="ignore"):  # a bias that is no fp32 value: the float64 sum
+        odd = bias + 2.0 ** -40
+        assert accumulate.add_bias(acc.copy(), odd, as_accumulation("sgemm")).tobytes() == \
+            round_to(acc + odd, FP32).tobytes()
+
+
+@pytest.mark.parametrize("fmt", _FORMATS)
+@pytest.mark.parametrize("transpose", [False, True])
+def test_masked_fill_copy_equals_where(fmt, transpose):
+    """masked_fill's copy-and-fill path gives np.where's array (values, dtype, layout), forward
+    and backward, for a broadcast mask."""
+    rng = np.random.default_rng(2)
+    x0 = rng.normal(0.0, 2.0, (3, 2, 9, 9))
+    x0 = x0.transpose(0, 1, 3, 2) if transpose else x0
+    mask = np.triu(np.ones((9, 9), bool), 1)
+    x = Tensor(x0, fmt, requires_grad=True)
+    y = F.masked_fill(x, mask, -np.inf)
+    fill = np.asarray(-np.inf, x.data.dtype)
+    want = np.where(np.broadcast_to(mask, x.shape), fill, x.data)
+    assert y.data.dtype == want.dtype and y.data.tobytes(order="A") == want.tobytes(order="A")
+    assert y.data.strides == want.strides
+    g = rng.normal(0.0, 1.0, x.shape)
+    y.backward(g)
+    gw = np.where(np.broadcast_to(mask, x.shape), np.zeros((), x.grad.dtype),
+                  Tensor(g, fmt).data)
+    assert x.grad.tobytes() == gw.tobytes()

@@ -1314,9 +1314,20 @@ def masked_fill(input: Tensor, mask, value: float) -> Tensor:
         raise ValueError(f"masked_fill: mask shape {m.shape} cannot be broadcast to the input "
                          f"shape {x.shape}") from None
     fill = round_to(np.asarray(float(value), dtype=_F64), x.fmt)
-    out = np.where(m, fill, x._data)
-    return make_result(out, x.fmt, (x,), lambda g: (np.where(m, np.zeros((), g.dtype), g),),
+    out = _where(m, fill, x._data)
+    return make_result(out, x.fmt, (x,), lambda g: (_where(m, np.zeros((), g.dtype), g),),
                        "masked_fill")
+
+
+def _where(m: np.ndarray, fill: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """``np.where(m, fill, a)`` for a 0-d ``fill`` of ``a``'s dtype: a copy of a C-contiguous
+    ``a`` filled where ``m`` (``np.copyto``, about twice as fast as np.where's three-operand
+    loop), else np.where itself."""
+    if a.flags.c_contiguous and fill.dtype == a.dtype:
+        out = a.copy()
+        np.copyto(out, fill, where=m)
+        return out
+    return np.where(m, fill, a)
 
 
 # ------------------------------------------------------------------- regularisation
