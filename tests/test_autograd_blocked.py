@@ -1,8 +1,9 @@
 """The blocked elementwise kernels of fpsim.autograd.functional (issue 31's speed-up of the GPT
-step): softmax and the tanh GELU process large C-contiguous arrays block by block
-(``functional._tiles``); their values and gradients must be those of the whole-array
-computation, bit for bit, in every format and on special values, and under non-plain
-rounding (stochastic) they must not split at all.
+step): softmax, the tanh GELU and layer_norm's forward process large C-contiguous arrays
+block by block (``functional._tiles``); their values and gradients must be those of the
+whole-array computation, bit for bit, in every format and on special values, and under
+non-plain rounding (stochastic) they must not split at all. Also the sgemm bias add and
+masked_fill's copy path against their formulas.
 """
 
 from __future__ import annotations
@@ -15,15 +16,27 @@ from fpsim.autograd import functional as F
 
 _SHAPES = [(16, 4, 64, 64), (3, 20001), (40000,), (333, 65), (5, 9, 1001), (7, 3)]
 _FORMATS = ["fp32", "fp64", "fp16", "bf16"]
+_OPS = ["softmax", "gelu", "layer_norm", "layer_norm_plain"]
 
 
 def _run(op: str, x0: np.ndarray, fmt: str, g0: np.ndarray, dim: int = -1):
     x = Tensor(x0, fmt, requires_grad=True)
-    y = F.softmax(x, dim=dim) if op == "softmax" else F.gelu(x, approximate="tanh")
+    n = x0.shape[-1]
+    rng = np.random.default_rng(n)
+    w = Tensor(rng.normal(1.0, 0.5, n), fmt, requires_grad=True)
+    b = Tensor(rng.normal(0.0, 0.5, n), fmt, requires_grad=True)
+    if op == "softmax":
+        y = F.softmax(x, dim=dim)
+    elif op == "gelu":
+        y = F.gelu(x, approximate="tanh")
+    elif op == "layer_norm":
+        y = F.layer_norm(x, n, w, b)
+    else:  # layer_norm without the affine part
+        y = F.layer_norm(x, n)
     y.backward(g0, retain_graph=True)
-    first = x.grad.copy()
+    first = [t.grad.copy() for t in (x, w, b) if t.grad is not None]
     y.backward(g0)  # a second backward reads what the forward kept, unchanged
-    return y.data.copy(), first, x.grad.copy()
+    return [y.data.copy(), *first, *(t.grad.copy() for t in (x, w, b) if t.grad is not None)]
 
 
 def _data(shape: tuple, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -34,7 +47,7 @@ def _data(shape: tuple, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return x0, rng.normal(0.0, 1.0, shape)
 
 
-@pytest.mark.parametrize("op", ["softmax", "gelu"])
+@pytest.mark.parametrize("op", _OPS)
 @pytest.mark.parametrize("fmt", _FORMATS)
 @pytest.mark.parametrize("shape", _SHAPES)
 def test_blocks_equal_whole_array(monkeypatch, op, fmt, shape):
@@ -47,9 +60,9 @@ def test_blocks_equal_whole_array(monkeypatch, op, fmt, shape):
         assert a.tobytes() == b.tobytes()
 
 
-@pytest.mark.parametrize("op", ["softmax", "gelu"])
+@pytest.mark.parametrize("op", _OPS)
 def test_blocks_with_small_block_size(monkeypatch, op):
-    """Many blocks, a partial last one, rows longer than a block (one row per block)."""
+    """Many blocks, a partial last one, rows longer than a block (two rows a block)."""
     x0, g0 = _data((37, 130), 3)
     monkeypatch.setattr(F, "_BLOCK", 1 << 40)
     whole = _run(op, x0, "fp32", g0)
@@ -63,24 +76,52 @@ def test_tiles_whole_array_cases(monkeypatch):
     monkeypatch.setattr(F, "_BLOCK", 16)
     a = np.zeros((8, 10), np.float32)
     rows, blocks = F._tiles(a, 10, True)
-    assert rows.shape == (8, 10) and len(blocks) == 8
+    assert rows.shape == (8, 10) and blocks == [slice(0, 2), slice(2, 4), slice(4, 6),
+                                                slice(6, 8)]
+    rows, blocks = F._tiles(np.zeros((7, 10)), 10, True)  # no one-row tail
+    assert blocks == [slice(0, 2), slice(2, 4), slice(4, 7)]
     assert F._tiles(a, 10, False)[1] == [...]  # not asked to split
     assert F._tiles(a.T, 8, True)[1] == [...]  # not C-contiguous
-    assert F._tiles(np.zeros((1, 100)), 100, True)[1] == [...]  # one row: one block
+    assert F._tiles(np.zeros((2, 100)), 100, True)[1] == [...]  # two rows: one block
+    assert F._tiles(np.zeros((3, 100)), 100, True)[1] == [...]  # 2 + a row: one block
+    assert F._tiles(np.zeros((4, 100)), 100, True)[1] == [slice(0, 2), slice(2, 4)]
+    for n in range(1, 40):  # every row once, in order, two rows a block at least
+        a = np.zeros((n, 3))
+        rows, blocks = F._tiles(a, 3, True)
+        if blocks != [...]:
+            got = [i for b in blocks for i in range(n)[b]]
+            assert got == list(range(n)) and min(b.stop - b.start for b in blocks) >= 2
     assert F._tiles(np.zeros(()), 1, True)[1] == [...]
 
 
-@pytest.mark.parametrize("op", ["softmax", "gelu"])
+@pytest.mark.parametrize("op", _OPS)
 def test_non_contiguous_and_other_dims_equal_whole_array(monkeypatch, op):
-    x0, g0 = _data((64, 300), 5)
-    xt = x0.T  # a transposed input: the whole-array path, its layout kept
-    for dim in (-1, 0):
-        got = _run(op, xt, "fp32", g0.T, dim)
-        monkeypatch.setattr(F, "_BLOCK", 1 << 40)
-        want = _run(op, xt, "fp32", g0.T, dim)
-        monkeypatch.undo()
-        for a, b in zip(got, want, strict=True):
-            assert a.tobytes() == b.tobytes()
+    """A transposed (non-contiguous) input takes the whole-array path, its layout kept; so
+    does a softmax along another dim than the last."""
+    x0, g0 = _data((300, 64), 5)
+
+    def run():
+        x = Tensor(x0, "fp32", requires_grad=True)
+        assert not F.transpose(x, 0, 1).data.flags.c_contiguous  # (64, 300), a view
+        outs = []
+        for dim in ((-1, 0) if op == "softmax" else (-1,)):
+            xt = F.transpose(x, 0, 1)
+            if op == "softmax":
+                y = F.softmax(xt, dim=dim)
+            elif op == "gelu":
+                y = F.gelu(xt, approximate="tanh")
+            else:
+                y = F.layer_norm(xt, 300)
+            y.backward(g0.T)
+            outs += [y.data.copy(order="K"), x.grad.copy()]
+            x.grad = None
+        return outs
+
+    got = run()
+    monkeypatch.setattr(F, "_BLOCK", 1 << 40)
+    want = run()
+    for a, b in zip(got, want, strict=True):
+        assert a.strides == b.strides and a.tobytes(order="A") == b.tobytes(order="A")
 
 
 def test_stochastic_rounding_does_not_split(monkeypatch):
@@ -98,7 +139,8 @@ def test_stochastic_rounding_does_not_split(monkeypatch):
     with rounding_context("stochastic", 0):
         F.softmax(Tensor(x0, "bf16"), dim=-1)
         F.gelu(Tensor(x0, "bf16"), approximate="tanh")
-    assert calls == [False, False]
+        F.layer_norm(Tensor(x0, "bf16"), 1000)
+    assert calls == [False, False, False]
 
 
 def _sgemm_bias_cases():

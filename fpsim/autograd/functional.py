@@ -997,14 +997,18 @@ _BLOCK = 1 << 14
 
 def _tiles(a: np.ndarray, width: int, split: bool) -> tuple[np.ndarray, list]:
     """``a`` as rows of ``width`` elements (a 2-D view) and the row slices of about
-    :data:`_BLOCK` elements to process it by, when ``split`` (the caller's results are the
-    same block by block: elementwise ops, reductions along rows, a rounding that draws no
-    random bits), ``a`` is C-contiguous and makes more than one block; else ``a`` itself and
-    one index, ``...``, for the whole-array computation."""
-    step = builtins.max(1, _BLOCK // builtins.max(width, 1))
-    if split and a.size > _BLOCK and a.size // width > step and a.flags.c_contiguous:
-        rows = a.reshape(-1, width)
-        return rows, [slice(i, i + step) for i in range(0, rows.shape[0], step)]
+    :data:`_BLOCK` elements (two rows at least) to process it by, when ``split`` (the caller's
+    results are the same block by block: elementwise ops, reductions along rows, a rounding
+    that draws no random bits), ``a`` is C-contiguous and makes more than one block; else
+    ``a`` itself and one index, ``...``, for the whole-array computation."""
+    # at least two rows a block, the last included: NumPy runs a one-row block's loops as 1-D
+    # ones, whose NaN results can carry another sign or payload than the 2-D loops give
+    step = builtins.max(2, _BLOCK // builtins.max(width, 1))
+    n = a.size // width if width else 0
+    if split and a.size > _BLOCK and n >= 2 * step and a.flags.c_contiguous:
+        starts = range(0, n - 1 if n % step == 1 else n, step)  # no one-row tail
+        return a.reshape(n, width), [slice(i, i + step) for i in starts[:-1]] + \
+            [slice(starts[-1], n)]
     return a, [...]
 
 
@@ -1395,20 +1399,39 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None,
                          f"dimensions of input shape {x.shape}")
     parents, fmt, wt, w64, bt, b64 = _affine_parts(x, weight, bias, ns)
     axes = tuple(range(x.ndim - k, x.ndim))
-    x64 = widen(x._data)
+    xd = x._data
+    # block by block along the rows over one normalised dim (:func:`_tiles`); x - mu, rstd and
+    # xhat as whole arrays for the backward
+    xs, blocks = _tiles(xd, ns[0] if k == 1 else 1, k == 1 and plain_rounding())
+    one = len(blocks) == 1
+    ax = axes if one else -1
+    if not one:
+        xhat_all, rstd_all = np.empty(xs.shape), np.empty((xs.shape[0], 1))
+        out = np.empty(xs.shape, fmt.storage_dtype)
     with np.errstate(all="ignore"):  # infinities and NaNs give NaN silently, as PyTorch
-        # the float64 ops of (x - mu) * rstd * w + b, x - mu computed once, in buffers of
-        # their own (fewer fresh temporaries)
-        mu = x64.mean(axis=axes, keepdims=True)
-        xhat = np.subtract(x64, mu, out=_own(x64, x._data))
-        sq = np.square(xhat)  # ** 2's own loop
-        var = sq.mean(axis=axes, keepdims=True)
-        rstd = 1.0 / np.sqrt(var + eps)
-        xhat *= rstd
-        y = xhat if w64 is None else np.multiply(xhat, w64, out=sq)
-        if b64 is not None:
-            y = np.add(y, b64, out=sq)
-    out = round_to(y, fmt)
+        for blk in blocks:
+            xb = xs[blk]
+            x64 = widen(xb)
+            # the float64 ops of (x - mu) * rstd * w + b, x - mu computed once, in buffers of
+            # their own (fewer fresh temporaries)
+            mu = x64.mean(axis=ax, keepdims=True)
+            xhat = np.subtract(x64, mu, out=_own(x64, xb) if one else xhat_all[blk])
+            sq = np.square(xhat)  # ** 2's own loop
+            var = sq.mean(axis=ax, keepdims=True)
+            rstd = 1.0 / np.sqrt(var + eps)
+            xhat *= rstd
+            y = xhat if w64 is None else np.multiply(xhat, w64, out=sq)
+            if b64 is not None:
+                y = np.add(y, b64, out=sq)
+            if one:
+                out = round_to(y, fmt)
+            else:
+                rstd_all[blk] = rstd
+                out[blk] = round_to(y, fmt)
+    if not one:
+        out = out.reshape(xd.shape)
+        xhat = xhat_all.reshape(xd.shape)
+        rstd = rstd_all.reshape(xd.shape[:-1] + (1,))
     del x64, sq, y
     n = int(np.prod(ns))
     lead = tuple(range(x.ndim - k))
