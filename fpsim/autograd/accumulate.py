@@ -132,6 +132,15 @@ def add_bias(acc: np.ndarray, bias: np.ndarray, model: Accumulation) -> np.ndarr
         acc += bias  # in place: gemm_acc's array is fresh
         return acc
     if model.kind == "sgemm":
+        if acc.dtype == np.float32 and plain_rounding() \
+                and np.broadcast_shapes(acc.shape, bias.shape) == acc.shape:
+            b32 = bias.astype(np.float32)
+            if np.array_equal(b32, bias):  # fp32 values: float32's own add is the same
+                # rounding of the exact sum (float64 holds it to 53 >= 2 * 24 + 2 bits, so the
+                # float64 sum rounded to fp32 is the correctly rounded sum), without the
+                # float64 temporary; acc is gemm_acc's fresh array
+                acc += b32
+                return acc
         return round_to(acc + bias, FP32)  # float64 sum of two fp32 values: one rounding
     if model.kind == "tensorcore":
         return round_to(acc + bias, FP32).astype(np.float64)

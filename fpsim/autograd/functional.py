@@ -983,6 +983,35 @@ def cast_to(input: Tensor, fmt: Format | str,
 
 
 # ---------------------------------------------------------------------- elementwise
+def _own(wide: np.ndarray, stored: np.ndarray) -> np.ndarray | None:
+    """``wide`` (``widen(stored)``) as an ``out=`` buffer when it is a fresh array of the op's
+    own, else None (a float64 input's widening is the stored array itself: never written)."""
+    return None if wide is stored or wide.base is not None else wide
+
+
+# Elements per block of the blocked elementwise kernels (softmax, tanh GELU): 128 KiB of
+# float64, so that a block's temporaries stay in cache and come from memory the allocator
+# reuses; whole-array float64 temporaries of megabytes cost page faults at every op.
+_BLOCK = 1 << 14
+
+
+def _tiles(a: np.ndarray, width: int, split: bool) -> tuple[np.ndarray, list]:
+    """``a`` as rows of ``width`` elements (a 2-D view) and the row slices of about
+    :data:`_BLOCK` elements (two rows at least) to process it by, when ``split`` (the caller's
+    results are the same block by block: elementwise ops, reductions along rows, a rounding
+    that draws no random bits), ``a`` is C-contiguous and makes more than one block; else
+    ``a`` itself and one index, ``...``, for the whole-array computation."""
+    # at least two rows a block, the last included: NumPy runs a one-row block's loops as 1-D
+    # ones, whose NaN results can carry another sign or payload than the 2-D loops give
+    step = builtins.max(2, _BLOCK // builtins.max(width, 1))
+    n = a.size // width if width else 0
+    if split and a.size > _BLOCK and n >= 2 * step and a.flags.c_contiguous:
+        starts = range(0, n - 1 if n % step == 1 else n, step)  # no one-row tail
+        return a.reshape(n, width), [slice(i, i + step) for i in starts[:-1]] + \
+            [slice(starts[-1], n)]
+    return a, [...]
+
+
 def _unary(x: Tensor, forward, backward_of, op: str) -> Tensor:
     """A float64 elementwise op: ``forward(x64)`` rounded once; ``backward_of(x64, out, g64)``
     the float64 gradient (out: the rounded output)."""
@@ -1132,24 +1161,48 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
             cdf = 0.5 * erfc(-v * _SQRT1_2)
             return g * (cdf + v * _INV_SQRT_2PI * np.exp(-0.5 * v * v))
     elif approximate == "tanh":
-        saved = {}  # the forward's tanh, for the backward (the GPT's costliest elementwise op)
+        return _gelu_tanh(x)
+    else:
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _unary(x, fwd, grad, "gelu")
 
-        # 0.5 v (1 + tanh(c (v + 0.044715 v^3))), evaluated in this order, in place
-        def fwd(v):
-            t = v * v
+
+def _gelu_tanh(x: Tensor) -> Tensor:
+    """GELU's tanh form in float64, one rounding (the GPT's costliest elementwise op), block by
+    block (:func:`_tiles`): the forward keeps only its tanh for the backward, not the widened
+    input (rewidened there), and both passes work in place in the arrays they create."""
+    xs, blocks = _tiles(x._data, 1, plain_rounding())
+    one = len(blocks) == 1
+    fmt = x.fmt
+    t_all = None if one else np.empty(xs.shape)  # the tanh, kept for the backward
+    out = None if one else np.empty(xs.shape, fmt.storage_dtype)
+    with np.errstate(all="ignore"):
+        for b in blocks:
+            xb = xs[b]
+            v = widen(xb)
+            # 0.5 v (1 + tanh(c (v + 0.044715 v^3))), evaluated in this order
+            t = np.multiply(v, v, out=None if one else t_all[b])
             t *= v
             t *= 0.044715
             t += v
             t *= _SQRT_2_PI
-            np.tanh(t, out=t)
-            saved["t"] = t
+            np.tanh(t, out=t)  # kept (not changed): a second backward reads it again
             r = t + 1.0
-            r *= 0.5 * v
-            return r
+            r *= np.multiply(0.5, v, out=_own(v, xb))
+            if one:
+                t_all, out = t, round_to(r, fmt)
+            else:
+                out[b] = round_to(r, fmt)
+    if not one:
+        out = out.reshape(x._data.shape)
 
-        # g (0.5 (1 + t) + 0.5 v (1 - t^2) c (1 + 3 * 0.044715 v^2)), the same order
-        def grad(v, _o, g):
-            t = saved["t"]  # kept (not changed): a second backward reads it again
+    # g (0.5 (1 + t) + 0.5 v (1 - t^2) c (1 + 3 * 0.044715 v^2)), the same order
+    def backward(g):
+        gs = g if one else g.reshape(xs.shape)
+        res = None if one else np.empty(xs.shape)
+        for b in blocks:
+            xb, t = xs[b], t_all[b]
+            v = widen(xb)
             dt = t * t
             np.subtract(1.0, dt, out=dt)
             dt *= _SQRT_2_PI
@@ -1157,15 +1210,16 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
             w *= v
             w += 1.0
             dt *= w
-            dt *= 0.5 * v
-            r = t + 1.0
+            dt *= np.multiply(0.5, v, out=_own(v, xb))
+            r = np.add(t, 1.0, out=w if one else res[b])
             r *= 0.5
             r += dt
-            r *= g
-            return r
-    else:
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _unary(x, fwd, grad, "gelu")
+            r *= widen(gs[b])
+            if one:
+                res = r
+        return (res if one else res.reshape(x._data.shape),)
+
+    return make_result(out, fmt, (x,), backward, "gelu")
 
 
 def _need_dim(dim, op: str) -> int:
@@ -1184,14 +1238,41 @@ def softmax(input: Tensor, dim: int | None = None) -> Tensor:
     input = autocast_args("softmax", input)
     x = as_tensor(input)
     (d,) = _axes(_need_dim(dim, "softmax"), x.ndim)
-    x64 = widen(x._data)
+    xd = x._data
+    # block by block along the rows when the softmax runs along the last (contiguous) axis
+    xs, blocks = _tiles(xd, xd.shape[-1] if xd.ndim else 1,
+                        d == xd.ndim - 1 and plain_rounding())
+    one = len(blocks) == 1
+    ax = d if one else -1
+    out = None if one else np.empty(xs.shape, x.fmt.storage_dtype)
     with np.errstate(all="ignore"):
-        e = np.exp(x64 - x64.max(axis=d, keepdims=True, initial=-np.inf))
-        out = round_to(e / e.sum(axis=d, keepdims=True), x.fmt)
+        for b in blocks:
+            xb = xs[b]
+            x64 = widen(xb)
+            # the same float64 ops in one buffer (the widened copy when it is one)
+            e = np.subtract(x64, x64.max(axis=ax, keepdims=True, initial=-np.inf),
+                            out=_own(x64, xb))
+            np.exp(e, out=e)
+            o = round_to(np.divide(e, e.sum(axis=ax, keepdims=True), out=e), x.fmt)
+            if one:
+                out = o
+            else:
+                out[b] = o
+    if not one:
+        out = out.reshape(xd.shape)
 
     def backward(g):
-        y, g64 = widen(out), widen(g)
-        return (y * (g64 - (g64 * y).sum(axis=d, keepdims=True)),)
+        gs = g if one else g.reshape(xs.shape)
+        ys = out if one else out.reshape(xs.shape)
+        res = None if one else np.empty(xs.shape)
+        for b in blocks:
+            y, g64 = widen(ys[b]), widen(gs[b])
+            r = np.multiply(g64, y, out=None if one else res[b])
+            np.subtract(g64, r.sum(axis=ax, keepdims=True), out=r)
+            np.multiply(y, r, out=r)
+            if one:
+                res = r
+        return (res if one else res.reshape(xd.shape),)
 
     return make_result(out, x.fmt, (x,), backward, "softmax")
 
@@ -1237,9 +1318,20 @@ def masked_fill(input: Tensor, mask, value: float) -> Tensor:
         raise ValueError(f"masked_fill: mask shape {m.shape} cannot be broadcast to the input "
                          f"shape {x.shape}") from None
     fill = round_to(np.asarray(float(value), dtype=_F64), x.fmt)
-    out = np.where(m, fill, x._data)
-    return make_result(out, x.fmt, (x,), lambda g: (np.where(m, np.zeros((), g.dtype), g),),
+    out = _where(m, fill, x._data)
+    return make_result(out, x.fmt, (x,), lambda g: (_where(m, np.zeros((), g.dtype), g),),
                        "masked_fill")
+
+
+def _where(m: np.ndarray, fill: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """``np.where(m, fill, a)`` for a 0-d ``fill`` of ``a``'s dtype: a copy of a C-contiguous
+    ``a`` filled where ``m`` (``np.copyto``, about twice as fast as np.where's three-operand
+    loop), else np.where itself."""
+    if a.flags.c_contiguous and fill.dtype == a.dtype:
+        out = a.copy()
+        np.copyto(out, fill, where=m)
+        return out
+    return np.where(m, fill, a)
 
 
 # ------------------------------------------------------------------- regularisation
@@ -1307,16 +1399,40 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None,
                          f"dimensions of input shape {x.shape}")
     parents, fmt, wt, w64, bt, b64 = _affine_parts(x, weight, bias, ns)
     axes = tuple(range(x.ndim - k, x.ndim))
-    x64 = widen(x._data)
+    xd = x._data
+    # block by block along the rows over one normalised dim (:func:`_tiles`); x - mu, rstd and
+    # xhat as whole arrays for the backward
+    xs, blocks = _tiles(xd, ns[0] if k == 1 else 1, k == 1 and plain_rounding())
+    one = len(blocks) == 1
+    ax = axes if one else -1
+    if not one:
+        xhat_all, rstd_all = np.empty(xs.shape), np.empty((xs.shape[0], 1))
+        out = np.empty(xs.shape, fmt.storage_dtype)
     with np.errstate(all="ignore"):  # infinities and NaNs give NaN silently, as PyTorch
-        mu = x64.mean(axis=axes, keepdims=True)
-        var = ((x64 - mu) ** 2).mean(axis=axes, keepdims=True)
-        rstd = 1.0 / np.sqrt(var + eps)
-        xhat = (x64 - mu) * rstd
-        y = xhat if w64 is None else xhat * w64
-        if b64 is not None:
-            y = y + b64
-    out = round_to(y, fmt)
+        for blk in blocks:
+            xb = xs[blk]
+            x64 = widen(xb)
+            # the float64 ops of (x - mu) * rstd * w + b, x - mu computed once, in buffers of
+            # their own (fewer fresh temporaries)
+            mu = x64.mean(axis=ax, keepdims=True)
+            xhat = np.subtract(x64, mu, out=_own(x64, xb) if one else xhat_all[blk])
+            sq = np.square(xhat)  # ** 2's own loop
+            var = sq.mean(axis=ax, keepdims=True)
+            rstd = 1.0 / np.sqrt(var + eps)
+            xhat *= rstd
+            y = xhat if w64 is None else np.multiply(xhat, w64, out=sq)
+            if b64 is not None:
+                y = np.add(y, b64, out=sq)
+            if one:
+                out = round_to(y, fmt)
+            else:
+                rstd_all[blk] = rstd
+                out[blk] = round_to(y, fmt)
+    if not one:
+        out = out.reshape(xd.shape)
+        xhat = xhat_all.reshape(xd.shape)
+        rstd = rstd_all.reshape(xd.shape[:-1] + (1,))
+    del x64, sq, y
     n = int(np.prod(ns))
     lead = tuple(range(x.ndim - k))
 
@@ -1325,9 +1441,14 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None,
         grads = []
         gxhat = g64 if w64 is None else g64 * w64
         if x._requires_grad:
-            gx = rstd / n * (n * gxhat - gxhat.sum(axis=axes, keepdims=True)
-                             - xhat * (gxhat * xhat).sum(axis=axes, keepdims=True))
-            grads.append(gx)
+            # rstd / n * (n gxhat - sum(gxhat) - xhat sum(gxhat xhat)), the same ops in two
+            # buffers
+            r = gxhat * xhat
+            s2 = r.sum(axis=axes, keepdims=True)
+            np.multiply(n, gxhat, out=r)
+            r -= gxhat.sum(axis=axes, keepdims=True)
+            r -= np.multiply(xhat, s2, out=None if gxhat is g64 else gxhat)
+            grads.append(np.multiply(rstd / n, r, out=r))
         else:
             grads.append(None)
         if wt is not None:

@@ -170,8 +170,12 @@ def _cross_entropy_classes(x: Tensor, t: np.ndarray, reduction: str) -> Tensor:
     n, c = x._data.shape
     x64 = widen(x._data)
     with np.errstate(all="ignore"):
-        z = x64 - x64.max(axis=1, keepdims=True, initial=-np.inf)
-        logp = round_to(z - np.log(np.exp(z).sum(axis=1, keepdims=True)), fmt)
+        # the same float64 ops in two buffers: the widened copy (when it is one) and exp's
+        z = np.subtract(x64, x64.max(axis=1, keepdims=True, initial=-np.inf),
+                        out=None if x64 is x._data else x64)
+        e = np.exp(z)
+        logp = round_to(np.subtract(z, np.log(e.sum(axis=1, keepdims=True)), out=e), fmt)
+        del x64, z, e
         rows = np.arange(n)
         val = np.multiply(-1.0, widen(logp[rows, t])).sum()
         if reduction == "mean":
@@ -182,7 +186,10 @@ def _cross_entropy_classes(x: Tensor, t: np.ndarray, reduction: str) -> Tensor:
         # nll_loss's gradient as the engine stores it, in log_softmax's output format (an op
         # result has no grad_fmt of its own)
         gl = widen(round_to(_nll_grad(g, n, c, rows, t, reduction), fmt))
-        return (gl - np.exp(widen(logp)) * gl.sum(axis=1, keepdims=True),)
+        lp = widen(logp)
+        r = np.exp(lp, out=None if lp is logp else lp)  # in place in a fresh widening
+        r *= gl.sum(axis=1, keepdims=True)
+        return (np.subtract(gl, r, out=r),)
 
     return make_result(out, fmt, (x,), backward, "cross_entropy")
 
