@@ -599,3 +599,25 @@ def test_fp16_kernels_patch_sparse_and_dense_specials(share, source):
     assert same_bits(got, ref).all()
     nan = np.isnan(xs)
     assert (got.view(np.uint16)[nan] == 0x7E00).all()
+
+
+@pytest.mark.parametrize("source", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(512,), (3, 700), (64, 64, 3)])
+def test_fp16_kernels_all_nan_shortcut(source, shape):
+    """An all-NaN array (a diverged run's) takes the kernels' shortcut: the quiet NaN 0x7E00 of
+    the patch, for NaN of either sign and any payload; an array whose first value is NaN but
+    not all the rest takes the full path; both equal fpsim.round's patterns."""
+    rng = np.random.default_rng(len(shape))
+    n = int(np.prod(shape))
+    pats = rng.integers(1, 1 << 22, size=n).astype(np.uint32) | np.uint32(0x7F800000)
+    pats |= (rng.random(n) < 0.5).astype(np.uint32) << np.uint32(31)  # both signs
+    with np.errstate(invalid="ignore"):
+        x = pats.view(np.float32).astype(source).reshape(shape)
+    kern = f64_to_f16 if source == np.float64 else f32_to_f16
+    got = kern(x)
+    assert got.shape == shape and (got.view(np.uint16) == 0x7E00).all()
+    assert got.base is None  # the result owns its memory, as the full path's
+    mixed = x.copy()
+    mixed.reshape(-1)[1:: 7] = rng.standard_normal(mixed.size)[1::7] * 1e-6  # subnormals too
+    ref = fpsim.round(mixed.astype(np.float64), FP16)
+    assert same_bits(kern(mixed), ref).all()
