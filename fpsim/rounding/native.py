@@ -64,7 +64,8 @@ from .policy import RoundingPolicy
 __all__ = ["cast", "f64_to_f32_odd", "fma32_odd", "fits_float32", "narrow_to_byte",
            "widen_byte", "table_cast_ok",
            "native_ok", "native_rounding", "fp4_nearest_even", "FP4_COMPARE_MIN",
-           "widen_bf16", "TABLE_MIN", "NATIVE_CAST_FORMATS", "NATIVE_ARITHMETIC_FORMATS"]
+           "widen_bf16", "TABLE_MIN", "bf16_by_bits", "BF16_BITS_MIN", "NATIVE_CAST_FORMATS",
+           "NATIVE_ARITHMETIC_FORMATS"]
 
 # The one format table of "may this run natively?" (issue 35 item 2), consulted by
 # fpsim.autograd.context.round_to and fpsim.arithmetic's native path through native_ok:
@@ -250,6 +251,74 @@ def narrow_to_byte(x: np.ndarray, dtype) -> np.ndarray:
     return np.take(_narrow_table(dtype), idx).view(dtype)
 
 
+BF16_BITS_MIN = 8192  # from this many elements rounding by the bits beats ml_dtypes' cast
+_U32, _U64 = np.uint32, np.uint64
+_F64_ABS = _U64(0x7FFFFFFFFFFFFFFF)
+_F64_INF = _U64(0x7FF0000000000000)
+_F64_DROP = _U64(45)  # bf16 keeps 7 of float64's 52 fraction bits
+_F64_LOW = _U64((1 << 45) - 1)
+_F32_SMALLEST_NORMAL_M1 = _U32(0x007FFFFF)  # 2**-126's pattern minus 1
+
+
+def bf16_by_bits(x: np.ndarray) -> np.ndarray | None:
+    """``cast(x, bfloat16)`` for a float32 or float64 array by integer rounding of its
+    patterns (nearest even: ``bits + half - 1 + lsb``, the low bits dropped; about 2x the
+    speed of ml_dtypes' cast, and no float64 -> float32 rounding to odd first), or None
+    where it declines: a NaN in ``x`` (ml_dtypes stores its canonical NaN), or, from float64,
+    a nonzero result below 2**-126 (bf16's subnormals have fewer than 8 significant bits).
+    bf16 has float32's exponent field, so from float32 the carry of the addition goes into
+    the exponent as rounding does (subnormals included; 0x7F7F8000 and up rounds to inf).
+    From float64 the rounding to 8 significant bits is exact in float64's pattern; its value
+    is a float32 number (normal, or zero), or 2**128 and beyond, which float32's cast makes
+    inf as bf16's overflow to inf does; the float32 pattern's high half is the bf16 pattern.
+    tests/test_nativecast.py checks it against ml_dtypes' cast from float32 and the one
+    rounding from float64.
+
+    >>> bf16_by_bits(np.array([1 + 2.0**-8 + 2.0**-30, -3.4e38, 0.0])).tolist()
+    [1.0078125, -inf, 0.0]
+    """
+    import ml_dtypes
+
+    flat = np.ascontiguousarray(x).reshape(-1)
+    if flat.dtype == _F32:
+        if flat.size and np.isnan(flat.max()):  # max propagates NaN: one reduction
+            return None
+        b = flat.view(_U32)
+    elif flat.dtype == _F64:
+        u = flat.view(_U64)
+        a = np.bitwise_and(u, _F64_ABS)
+        if flat.size and a.max() > _F64_INF:  # a NaN
+            return None
+        r = np.right_shift(u, _F64_DROP, out=a)  # float64's kept lsb: ties go to even
+        r &= _U64(1)
+        r += u
+        r += _U64((1 << 44) - 1)
+        r &= ~_F64_LOW  # x rounded to 8 significant bits (a carry moves to the next binade)
+        with np.errstate(over="ignore"):
+            y = r.view(np.float64).astype(np.float32)  # exact, or inf beyond float32's range
+        b = y.view(_U32)
+        m = np.bitwise_and(b, _U32(0x7FFFFFFF))
+        m -= _U32(1)  # zeros wrap to the top
+        if flat.size and m.min() < _F32_SMALLEST_NORMAL_M1:  # a bf16 subnormal
+            return None
+        return (b >> _U32(16)).astype(np.uint16).view(ml_dtypes.bfloat16).reshape(x.shape)
+    else:
+        raise TypeError(f"bf16_by_bits takes float32 or float64, got {flat.dtype}")
+    r = np.right_shift(b, _U32(16))
+    r &= _U32(1)
+    r += _U32(0x7FFF)
+    r += b
+    r >>= _U32(16)
+    return r.astype(np.uint16).view(ml_dtypes.bfloat16).reshape(x.shape)
+
+
+@functools.cache
+def _is_bf16(dtype: np.dtype) -> bool:
+    import ml_dtypes
+
+    return dtype == np.dtype(ml_dtypes.bfloat16)
+
+
 def cast(x: np.ndarray, dtype) -> np.ndarray:
     """``x.astype(dtype)`` rounded once to nearest even (a new array): NumPy's own cast for
     NumPy types and for float16 / float32 sources; for a float64 source and an ml_dtypes type,
@@ -261,6 +330,10 @@ def cast(x: np.ndarray, dtype) -> np.ndarray:
     [0.1015625, nan]
     """
     dtype = np.dtype(dtype)
+    if x.size >= BF16_BITS_MIN and x.dtype in (_F64, _F32) and _is_bf16(dtype):
+        r = bf16_by_bits(x)
+        if r is not None:
+            return r
     if x.dtype in (_F64, _F32) and x.size >= TABLE_MIN and table_cast_ok(dtype):
         return narrow_to_byte(f64_to_f32_odd(x) if x.dtype == _F64 else x, dtype)
     with np.errstate(over="ignore", invalid="ignore"):
