@@ -498,3 +498,34 @@ def test_rceil_scale_of_tiny_blocks(name):
 
     got = e8m0_exponent(amax, fmt, ScaleMode.RCEIL)
     assert got.tolist() == [expected(a) for a in amax]
+
+
+@pytest.mark.parametrize("name", ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2",
+                                  "mxfp4", "nvfp4"])
+@pytest.mark.parametrize("mode", ["stochastic", "toward_zero", "up", "nearest_away"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_round_elements_byte_table_equals_mldtypes_cast(name, mode, dtype):
+    """_round_elements' non-nearest modes store the rounded element values through the byte
+    table (from float32) instead of ml_dtypes' cast from float64: the same bytes, on values
+    spanning the element range (subnormals, zeros of both signs, saturation, inf), small and
+    table-sized arrays."""
+    from fpsim.mx.quantize import _round_elements
+    from fpsim.rounding import round as fp_round
+
+    fmt = mx.get_mx_format(name)
+    rng = np.random.default_rng(len(name))
+    for n in (37, 5000):
+        y = rng.standard_normal(n) * fmt.elem_max / 3
+        y[::5] *= 2.0**-12
+        y[1::11] = 0.0
+        y[2::11] = -0.0
+        y[3::13] = np.inf
+        y[4::13] = -1e30
+        y = y.astype(dtype)
+        got = _round_elements(y.copy(), fmt, fpsim.modes.as_rounding(mode),
+                              np.random.default_rng(5), has_nan=False)
+        lo, hi = -fmt.elem_max, fmt.elem_max
+        ref = np.asarray(fp_round(np.clip(y, lo, hi), fmt.element, mode, overflow="saturate",
+                                  rng=np.random.default_rng(5))).astype(fmt.storage_dtype)
+        assert got.dtype == ref.dtype
+        assert (got.view(np.uint8) == ref.view(np.uint8)).all()

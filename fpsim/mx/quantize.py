@@ -334,8 +334,12 @@ def _round_elements(y: np.ndarray, fmt: MXFormat, mode: Rounding, rng,
         if table_cast_ok(fmt.storage_dtype):  # ml_dtypes' rounding, read from a table
             return narrow_to_byte(y, fmt.storage_dtype)
         return y.astype(fmt.storage_dtype)  # ml_dtypes: one correct rounding from fp32
-    r = fp_round(y, fmt.element, mode, overflow="saturate", rng=rng)
-    return np.asarray(r).astype(fmt.storage_dtype)
+    r = np.asarray(fp_round(y, fmt.element, mode, overflow="saturate", rng=rng))
+    if not has_nan and table_cast_ok(fmt.storage_dtype):
+        # element values (saturated: finite) are float32 numbers, so the byte table's cast
+        # of float32 is ml_dtypes' exact cast, without its element-by-element loop
+        return narrow_to_byte(r.astype(np.float32, copy=False), fmt.storage_dtype)
+    return r.astype(fmt.storage_dtype)
 
 
 def quantize(
