@@ -263,52 +263,53 @@ def _bits16(a: np.ndarray) -> np.ndarray:
 def test_bf16_by_bits_equals_one_rounding(shape):
     """bf16_by_bits (cast's bf16 path from BF16_BITS_MIN elements) against fpsim.round and the
     route it replaces (float64 rounded to odd in float32, then ml_dtypes' cast; ml_dtypes'
-    cast from float32): every bf16 value and midpoint and their neighbours, both signs, zeros,
-    infinities, overflow; it declines on NaN and on float64 results among bf16's subnormals,
-    where cast falls back to that route."""
+    cast from float32): every bf16 value and midpoint and their neighbours (float32 rounds
+    the 2**-30 ones onto the midpoints: the double-rounding fix-up), both signs, zeros,
+    subnormals, infinities, overflow; it declines on NaN, where cast falls back to that
+    route."""
     from fpsim.rounding.native import BF16_BITS_MIN, bf16_by_bits
 
     fmt = fpsim.BF16
     x = near_ties(fmt)
     x = x[~np.isnan(x)]
-    x = x[: x.size // 8 * 8]
-    tiny = (np.abs(x) < 2.0**-126) & (x != 0)
-    normal = x[~tiny]
-    normal = normal[: normal.size // 8 * 8].reshape(shape)
-    got = bf16_by_bits(normal)
-    ref = fpsim.round(normal, fmt)
-    assert got is not None and got.dtype == fmt.dtype and got.shape == normal.shape
-    assert _same(got.astype(np.float64), ref).all()
-    assert (_bits16(got) == _bits16(f64_to_f32_odd(normal).astype(fmt.dtype))).all()
-    assert bf16_by_bits(x) is None  # bf16 subnormal results: declined
-    assert bf16_by_bits(np.append(normal.ravel(), np.nan)) is None
+    x = x[: x.size // 8 * 8].reshape(shape)
+    got = bf16_by_bits(x)
+    assert got is not None and got.dtype == fmt.dtype and got.shape == x.shape
+    assert _same(got.astype(np.float64), fpsim.round(x, fmt)).all()
+    assert (_bits16(got) == _bits16(f64_to_f32_odd(x).astype(fmt.dtype))).all()
+    assert bf16_by_bits(np.append(x.ravel(), np.nan)) is None
     # float32: every value (subnormals, overflow to inf included) but NaN, against ml_dtypes
     with np.errstate(over="ignore"):
-        x32 = x.astype(np.float32).reshape(shape)
+        x32 = x.astype(np.float32)
     assert (_bits16(bf16_by_bits(x32)) == _bits16(x32.astype(fmt.dtype))).all()
     assert bf16_by_bits(np.append(x32.ravel(), np.float32(np.nan))) is None
-    # non-contiguous input and cast's dispatch (NaN and subnormals fall back), both sources
-    wide = np.concatenate([x, x])
-    wide = np.resize(wide, max(wide.size, 2 * BF16_BITS_MIN))
+    assert bf16_by_bits(np.zeros((0, 3))).shape == (0, 3)
+    # float64 runs in chunks: several, the last one partial, a NaN in the last declines
+    big = np.resize(x.ravel(), 3 * (1 << 16) + 5)
+    assert _same(bf16_by_bits(big).astype(np.float64), fpsim.round(big, fmt)).all()
+    big[-1] = np.nan
+    assert bf16_by_bits(big) is None
+    # non-contiguous input and cast's dispatch (NaN falls back), both sources
+    wide = np.resize(x.ravel(), max(x.size, 2 * BF16_BITS_MIN))
     wide[::97] = np.nan
-    for src in (wide, wide.astype(np.float32)):
-        view = src[::2]
-        assert _same(cast(view, fmt.dtype).astype(np.float64),
-                     fpsim.round(view.astype(np.float64), fmt)).all()
-        clean = src[~np.isnan(src)][: BF16_BITS_MIN * 2]
-        assert _same(cast(clean, fmt.dtype).astype(np.float64),
-                     fpsim.round(clean.astype(np.float64), fmt)).all()
+    with np.errstate(over="ignore"):
+        wide32 = wide.astype(np.float32)
+    for src in (wide, wide32):
+        for arr in (src[::2], src[~np.isnan(src)]):
+            assert _same(cast(arr, fmt.dtype).astype(np.float64),
+                         fpsim.round(arr.astype(np.float64), fmt)).all()
 
 
-def test_bf16_by_bits_on_float32_patterns():
-    """Every 4099th float32 pattern (NaN ones removed) through bf16_by_bits, from float32 and
-    from its exact float64 value, against ml_dtypes' cast and fpsim.round."""
+@pytest.mark.parametrize("rel", [0.0, 2.0**-30, -2.0**-30, 2.0**-45, -2.0**-52])
+def test_bf16_by_bits_on_float32_patterns(rel):
+    """Every 4099th float32 pattern (NaN ones removed) through bf16_by_bits, from float32
+    against ml_dtypes' cast, and from float64 (the exact value, or moved by ``rel``: onto
+    the float32 midpoints' neighbours) against fpsim.round."""
     from fpsim.rounding.native import bf16_by_bits
 
     pats = np.arange(0, 2 ** 32, 4099, dtype=np.uint64).astype(np.uint32).view(np.float32)
     pats = pats[~np.isnan(pats)]
     assert (_bits16(bf16_by_bits(pats)) == _bits16(pats.astype(fpsim.BF16.dtype))).all()
-    wide = pats.astype(np.float64)
-    normal = wide[(np.abs(wide) >= 2.0**-126) | (wide == 0)]
-    got = bf16_by_bits(normal)
-    assert _same(got.astype(np.float64), fpsim.round(normal, fpsim.BF16)).all()
+    wide = pats.astype(np.float64) * (1 + rel)
+    got = bf16_by_bits(wide)
+    assert _same(got.astype(np.float64), fpsim.round(wide, fpsim.BF16)).all()
