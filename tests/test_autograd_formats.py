@@ -621,3 +621,35 @@ def test_fp16_kernels_all_nan_shortcut(source, shape):
     mixed.reshape(-1)[1:: 7] = rng.standard_normal(mixed.size)[1::7] * 1e-6  # subnormals too
     ref = fpsim.round(mixed.astype(np.float64), FP16)
     assert same_bits(kern(mixed), ref).all()
+
+
+@pytest.mark.parametrize("fmt", sorted(NATIVE_CAST_FORMATS - {fpsim.FP32}, key=lambda f: f.name),
+                         ids=lambda f: f.name)
+@pytest.mark.parametrize("n", [300, 5000, 70000])
+def test_cast_to_from_float32_storage_equals_widened_route(fmt, n):
+    """cast_to rounds an fp32 tensor's float32 storage directly under plain nearest even (no
+    float64 copy): the same bits as rounding its float64 widening, on every kind of value
+    (each format's subnormals and midpoints' neighbours, overflow, inf, NaN payloads quiet
+    and signalling, both signs); other modes and flag contexts keep the widened route."""
+    rng = np.random.default_rng(n)
+    pats = rng.integers(0, 1 << 32, size=n, dtype=np.uint64).astype(np.uint32)
+    x = pats.view(np.float32).copy()
+    scale = np.float32(fmt.smallest_subnormal) * rng.integers(1, 4000, size=n).astype(np.float32)
+    x[::3] = scale[::3]  # the format's subnormal range and above
+    with np.errstate(over="ignore"):
+        x[1::3] = (rng.standard_normal(n) * fmt.max).astype(np.float32)[1::3]
+    x[2::17] = np.float32(np.inf)
+    x[4::31] = np.uint32(0x7F800001).view(np.float32)  # a signalling NaN
+    x[5::31] = np.uint32(0xFFC00123).view(np.float32)  # a quiet negative NaN
+    clean = np.where(np.isnan(x), np.float32(1.5), x)  # NaN-free: the float32 route
+    for arr in (clean, x):
+        t = Tensor(arr, fpsim.FP32)
+        with np.errstate(invalid="ignore"):
+            assert t._data.dtype == np.float32
+            ref = round_to(widen(t._data), fmt)
+            got = F.cast_to(t, fmt)._data
+        assert got.dtype == ref.dtype
+        assert (got.view(f"u{got.itemsize}") == ref.view(f"u{ref.itemsize}")).all()
+    with rounding_context("toward_zero"), np.errstate(invalid="ignore"):
+        assert same_bits(F.cast_to(t, fmt, "toward_zero")._data.astype(np.float64),
+                         fpsim.round(widen(t._data), fmt, "toward_zero")).all()

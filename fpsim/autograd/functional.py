@@ -108,7 +108,7 @@ from ..formats import FP16, FP64, Format
 from ..modes import Rounding, Subnormals, as_rounding
 from ..rounding import round as fpsim_round
 from ..rounding.fp16 import f16_to_wide, f64_to_f16, f64_to_f32_to_f16
-from ..rounding.native import NATIVE_ARITHMETIC_FORMATS
+from ..rounding.native import NATIVE_ARITHMETIC_FORMATS, NATIVE_CAST_FORMATS
 from . import accumulate as _acc
 from . import tensor as _tensor
 from .context import (
@@ -978,7 +978,16 @@ def cast_to(input: Tensor, fmt: Format | str,
     rounding = as_rounding(rounding)
     if fmt == x.fmt:
         return x
-    out = round_to(widen(x._data), fmt, rounding)
+    data = x._data
+    if not (data.dtype == np.float32 and rounding is Rounding.NEAREST_EVEN and data.size
+            and fmt in NATIVE_CAST_FORMATS and plain_rounding()
+            and not np.isnan(data.max())):
+        data = widen(data)
+    # else: float32 storage holds the exact values, and the native casts round them from
+    # float32 once, as from their float64 widening (autocast's casts of fp32 weights and
+    # activations, without the float64 copy); NaN takes the widened route, whose payloads
+    # (quieted by the widening) the casts keep
+    out = round_to(data, fmt, rounding)
     return make_result(out, fmt, (x,), lambda g: (g,), f"to({fmt.name})")
 
 
