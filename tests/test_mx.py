@@ -15,6 +15,7 @@ import pytest
 
 import fpsim
 import fpsim.mx as mx
+from tests.exact import floor_log2
 from tests.intlike import Count as _Count
 
 MX_NAMES = ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "mxint8"]
@@ -45,15 +46,6 @@ def grid(name: str) -> list[Fraction]:
 GRIDS = {n: grid(n) for n in MX_NAMES}
 EMAX = {"mxfp8_e4m3": 8, "mxfp8_e5m2": 15, "mxfp6_e2m3": 2, "mxfp6_e3m2": 4, "mxfp4": 2,
         "mxint8": 0}
-
-
-def floor_log2(a: Fraction) -> int:
-    e = a.numerator.bit_length() - a.denominator.bit_length()
-    while Fraction(2) ** e > a:
-        e -= 1
-    while Fraction(2) ** (e + 1) <= a:
-        e += 1
-    return e
 
 
 def rne(v: Fraction, g: list[Fraction]) -> Fraction:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from fpsim.quant import DelayedScaling, fp8_dequantize, fp8_quantize, fp8_scale
+from tests.exact import floor_log2
 
 F32_MAX = float(np.finfo(np.float32).max)
 
@@ -21,16 +22,6 @@ def f32(v) -> Fraction:
     with gmpy2.ieee(32):
         r = gmpy2.mpfr(gmpy2.mpq(q.numerator, q.denominator))
     return Fraction(*(int(t) for t in r.as_integer_ratio()))
-
-
-def floor_log2(a: Fraction) -> int:
-    """floor(log2(a)) for a > 0 by exact comparison with powers of two."""
-    n = a.numerator.bit_length() - a.denominator.bit_length()
-    while Fraction(2) ** n > a:
-        n -= 1
-    while Fraction(2) ** (n + 1) <= a:
-        n += 1
-    return n
 
 
 def test_scale_hand_cases():

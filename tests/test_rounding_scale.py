@@ -14,22 +14,13 @@ import pytest
 import fpsim
 import fpsim.mx as mx
 from fpsim.rounding.scale import SCALE_MODES, e8m0_exponent
-from tests.exact import round_exact
+from tests.exact import floor_log2, round_exact
 
 ELEMENTS = [f for f in mx.MX_FORMATS.values() if f.scale == "e8m0"]
 
 
-def _floor_log2(a: Fraction) -> int:
-    e = a.numerator.bit_length() - a.denominator.bit_length()
-    while Fraction(2) ** e > a:
-        e -= 1
-    while Fraction(2) ** (e + 1) <= a:
-        e += 1
-    return e
-
-
 def _ceil_log2(a: Fraction) -> int:
-    e = _floor_log2(a)
+    e = floor_log2(a)
     return e if Fraction(2) ** e == a else e + 1
 
 
@@ -51,12 +42,12 @@ def reference(a: float, emax: int, mbits: int, elem_max: float, mode: str, fmt) 
         return -127
     x = Fraction(a)
     if mode == "floor":
-        e = _floor_log2(x)
+        e = floor_log2(x)
     elif mode == "ceil":
         e = _ceil_log2(x)
     else:  # even: x rounded half away to mbits fraction bits, then the floor
-        q = Fraction(2) ** (_floor_log2(x) - mbits)
-        e = _floor_log2(math.floor(x / q + Fraction(1, 2)) * q)
+        q = Fraction(2) ** (floor_log2(x) - mbits)
+        e = floor_log2(math.floor(x / q + Fraction(1, 2)) * q)
     return max(-127, min(128, e - emax))
 
 
