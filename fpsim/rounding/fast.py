@@ -900,15 +900,24 @@ def array_path(pol: RoundingPolicy, dtype: np.dtype, cast: bool) -> FastPath | N
     """
     if dtype not in _ARRAY_INPUTS:
         return None
+    return _cached_row(_ARRAY_PATHS, pol, (dtype, cast), lambda: next(
+        (r for r in _ARRAY_ROWS if r.stores == cast and r.serves(pol, dtype)), None))
+
+
+def _cached_row(cache: dict, pol: RoundingPolicy, extra: tuple, pick) -> FastPath | None:
+    """``pick()``'s row, memoised in ``cache`` under the policy's fields and ``extra``, keyed
+    by the format object's id (hashing a Format costs more than the lookup; the entry keeps
+    the format, so its id is not reused while cached). The answers are pure functions of the
+    key, so threads sharing the cache get the same rows."""
     fmt = pol.fmt
-    key = (id(fmt), pol.rounding, pol.overflow, pol.flush or pol.daz, dtype, cast)
-    hit = _ARRAY_PATHS.get(key)
+    key = (id(fmt), pol.rounding, pol.overflow, pol.flush or pol.daz, *extra)
+    hit = cache.get(key)
     if hit is not None and hit[0] is fmt:
         return hit[1]
-    row = next((r for r in _ARRAY_ROWS if r.stores == cast and r.serves(pol, dtype)), None)
-    if len(_ARRAY_PATHS) > 4096:  # formats made on the fly: keep the cache bounded
-        _ARRAY_PATHS.clear()
-    _ARRAY_PATHS[key] = (fmt, row)
+    row = pick()
+    if len(cache) > 4096:  # formats made on the fly: keep the cache bounded
+        cache.clear()
+    cache[key] = (fmt, row)
     return row
 
 
@@ -928,13 +937,5 @@ def float32_path(pol: RoundingPolicy) -> FastPath | None:
     >>> float32_path(policy_of("bf16", "stochastic", random_bits=8)) is None
     True
     """
-    fmt = pol.fmt
-    key = (id(fmt), pol.rounding, pol.overflow, pol.flush or pol.daz, pol.random_bits)
-    hit = _FLOAT32_PATHS.get(key)
-    if hit is not None and hit[0] is fmt:
-        return hit[1]
-    row = next((r for r in _FLOAT32_ROWS if r.serves(pol, _F32)), None)
-    if len(_FLOAT32_PATHS) > 4096:  # formats made on the fly: keep the cache bounded
-        _FLOAT32_PATHS.clear()
-    _FLOAT32_PATHS[key] = (fmt, row)
-    return row
+    return _cached_row(_FLOAT32_PATHS, pol, (pol.random_bits,),
+                       lambda: next((r for r in _FLOAT32_ROWS if r.serves(pol, _F32)), None))
