@@ -157,6 +157,17 @@ def test_cli_bad_arguments_give_one_clear_error_line(argv, what, capsys):
     assert what in err
 
 
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_cli_help_prints_usage_and_every_option(flag, capsys):
+    assert main(["--train", flag]) == 0  # as argparse: help wins over the other arguments
+    out, err = capsys.readouterr()
+    assert err == "" and out.startswith("usage: python -m fpsim.training.lm_sweep")
+    takes = ("--train", "--steps", "--seeds", "--recipes", "--sweep", "--jobs", "--json",
+             "--from")
+    assert all(f"  {o}" in out for o in takes)
+    assert all(axis in out for axis in lm_sweep._AXES)
+
+
 def test_cli_trains_records_and_reprints(tmp_path, monkeypatch, capsys):
     real = lm_sweep.train_sweep
     monkeypatch.setattr(lm_sweep, "train_sweep",  # the CLI's call, on the tiny model
