@@ -344,3 +344,27 @@ def test_widening_equals_astype(name: str, src: np.dtype, out: np.dtype) -> None
 
 def test_every_widening_has_a_case() -> None:
     assert {c.values[0] for c in _widening_cases()} == {w.name for w in fast.WIDENINGS}
+
+
+def test_memoised_row_choice_equals_a_fresh_one_in_any_order() -> None:
+    """array_path / float32_path memoise their row per policy: every policy field a row's
+    serves() reads is in the key, so after any sequence of calls each answer is the row a
+    fresh scan of the registry picks (a field left out of the key would hand one policy
+    another's row, e.g. full-precision stochastic rounding for random_bits=8)."""
+    pols = [policy_of(f, m, overflow=o, subnormals=s, random_bits=rb)
+            for f in ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "e5m7")
+            for m, rb in (("nearest_even", None), ("up", None), ("stochastic", None),
+                          ("stochastic", 8))
+            for o in ("inf", "saturate") for s in ("keep", "flush")]
+    f32 = np.dtype(np.float32)
+    for order in (pols, pols[::-1], pols[1::2] + pols[::2]):
+        fast._ARRAY_PATHS.clear()
+        fast._FLOAT32_PATHS.clear()
+        for pol in order:
+            for dtype in (f32, np.dtype(np.float64)):
+                for cast in (False, True):
+                    fresh = next((r for r in fast._ARRAY_ROWS
+                                  if r.stores == cast and r.serves(pol, dtype)), None)
+                    assert fast.array_path(pol, dtype, cast) is fresh, (pol, dtype, cast)
+            fresh = next((r for r in fast._FLOAT32_ROWS if r.serves(pol, f32)), None)
+            assert fast.float32_path(pol) is fresh, pol

@@ -910,7 +910,8 @@ def _cached_row(cache: dict, pol: RoundingPolicy, extra: tuple, pick) -> FastPat
     the format, so its id is not reused while cached). The answers are pure functions of the
     key, so threads sharing the cache get the same rows."""
     fmt = pol.fmt
-    key = (id(fmt), pol.rounding, pol.overflow, pol.flush or pol.daz, *extra)
+    # every policy field a row's serves() reads (FastPath.serves), so no row answers for another
+    key = (id(fmt), pol.rounding, pol.overflow, pol.flush or pol.daz, pol.random_bits, *extra)
     hit = cache.get(key)
     if hit is not None and hit[0] is fmt:
         return hit[1]
@@ -937,5 +938,5 @@ def float32_path(pol: RoundingPolicy) -> FastPath | None:
     >>> float32_path(policy_of("bf16", "stochastic", random_bits=8)) is None
     True
     """
-    return _cached_row(_FLOAT32_PATHS, pol, (pol.random_bits,),
+    return _cached_row(_FLOAT32_PATHS, pol, (),
                        lambda: next((r for r in _FLOAT32_ROWS if r.serves(pol, _F32)), None))
