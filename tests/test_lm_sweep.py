@@ -50,12 +50,15 @@ def test_gap_stats_against_a_hand_computation():
     assert a["baseline_range"] == pytest.approx(0.3, abs=1e-12)
     assert a["grad_underflow"] == pytest.approx(0.03, abs=1e-12)
     assert a["verdict"] == "within"
+    # paired: 2 of 3 gaps positive; two-sided sign test 2 * P(X >= 2) = 2 * 4/8, capped at 1
+    assert (a["behind_seeds"], a["paired_n"], a["sign_p"]) == (2, 3, 1.0)
     assert (b["recipe"], b["seeds"]) == ("fp16-master", [0, 1])
     assert b["gaps"] == pytest.approx([0.1, 0.09], abs=1e-12)
     assert b["mean_gap"] == pytest.approx(0.095, abs=1e-12)
     assert b["baseline_range"] == pytest.approx(0.01, abs=1e-12)
     assert b["grad_underflow"] == pytest.approx(0.15, abs=1e-12)
     assert b["verdict"] == "behind"
+    assert (b["behind_seeds"], b["paired_n"], b["sign_p"]) == (2, 2, 0.5)  # 2 * 1/4
     assert (c["recipe"], c["seeds"], c["gap_sd"], c["verdict"]) == ("mixed-fp16", [1], 0.0,
                                                                      "one seed")
     assert c["mean_gap"] == pytest.approx(-0.2, abs=1e-12)
@@ -64,6 +67,8 @@ def test_gap_stats_against_a_hand_computation():
                         for r in runs[:3]]
     assert gap_stats(ahead)[0]["mean_gap"] == pytest.approx(-0.5, abs=1e-12)
     assert gap_stats(ahead)[0]["verdict"] == "ahead"
+    assert [gap_stats(ahead)[0][k] for k in ("behind_seeds", "paired_n", "sign_p")] == [
+        0, 3, 0.25]  # 2 * P(X >= 3) = 2/8
     # mixed: a mean gap of +0.05 beyond a range of 0.01, the seeds on either side
     mixed = runs[6:8] + [dict(runs[8], val_loss=2.2), dict(runs[9], val_loss=1.91)]
     st = gap_stats(mixed)[0]
@@ -107,7 +112,9 @@ def test_the_table_is_printed_from_the_runs():
         assert words[12] == f"{100 * under:.2f}%"
         spread = abs(base[0] - base[1])
         m = sum(gaps) / 2
-        assert words[13] == ("within" if abs(m) <= spread else
+        k = sum(g > 0 for g in gaps)  # paired: seeds behind of 2, sign test by hand
+        assert words[13:15] == [f"{k}/2", f"{min(1.0, 2 * (1 if k in (0, 2) else 3) / 4):.3f}"]
+        assert words[15] == ("within" if abs(m) <= spread else
                              "behind" if min(gaps) > spread else
                              "ahead" if max(gaps) < -spread else "mixed")
         means.append((m, v, 100 * under))
@@ -134,6 +141,22 @@ def test_train_sweep_checks_its_arguments():
         train_sweep(seeds=[], steps=1, **TINY)
     with pytest.raises(ValueError, match="fp33"):
         train_sweep(recipes=["fp33"], steps=1, **TINY)
+
+
+def test_sign_test_against_the_binomial_by_hand():
+    """Six seeds: 6 of 6 behind is 2/64 two-sided, 5 of 6 is 2 * 7/64, 3 of 6 is capped at 1;
+    a gap of exactly 0 is a tie and leaves the count."""
+    def stats(gaps):
+        runs = [_run("batch_size", 64, "fp32", s, 2.0) for s in range(len(gaps))]
+        runs += [_run("batch_size", 64, "fp16-master", s, 2.0 + g) for s, g in enumerate(gaps)]
+        st = gap_stats(runs)[0]
+        return st["behind_seeds"], st["paired_n"], st["sign_p"]
+
+    assert stats([0.5] * 6) == (6, 6, 2 / 64)
+    assert stats([0.5] * 5 + [-0.5]) == (5, 6, 2 * 7 / 64)
+    assert stats([-0.5] * 5 + [0.5]) == (1, 6, 2 * 7 / 64)
+    assert stats([0.5, -0.5] * 3) == (3, 6, 1.0)
+    assert stats([0.5, 0.5, 0.5, 0.0]) == (3, 3, 0.25)
 
 
 @pytest.mark.parametrize("argv, what", [

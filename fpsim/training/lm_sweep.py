@@ -18,6 +18,7 @@ unscaled fp16 runs out of range first.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -225,7 +226,12 @@ def gap_stats(runs: Sequence[dict[str, Any]], baseline: str = "fp32") -> list[di
     ``verdict``: "within" where the mean gap is within the baseline's range (in absolute
     value), else "behind" / "ahead" where every seed's gap is beyond that range on the same
     side, "mixed" where the seeds disagree ("one seed" where there is no spread to compare
-    with). Settings and recipes in the order they first appear in ``runs``.
+    with). The paired view beside it (each seed's recipe against its own baseline run, on
+    the same initial weights and batches): ``behind_seeds``, the seeds whose gap is positive,
+    of ``paired_n`` (the seeds whose gap is not 0), and ``sign_p``, the two-sided sign test's
+    p-value, 2 P(X >= max(k, n - k)) for X ~ Binomial(n, 1/2) capped at 1 (3 of 3 seeds on
+    one side: 0.25; 6 of 6: 0.031). Settings and recipes in the order they first appear in
+    ``runs``.
 
     >>> runs = [dict(axis="batch_size", value=4, tokens=256, recipe=r, seed=s, val_loss=v,
     ...              grad_underflow=u) for r, s, v, u in [("fp32", 0, 2.0, 0.0),
@@ -235,6 +241,8 @@ def gap_stats(runs: Sequence[dict[str, Any]], baseline: str = "fp32") -> list[di
     ('fp16', [0.1, -0.1], 0.0)
     >>> round(st["baseline_range"], 6), round(st["grad_underflow"], 6), st["verdict"]
     (0.2, 0.2, 'within')
+    >>> st["behind_seeds"], st["paired_n"], st["sign_p"]
+    (1, 2, 1.0)
     """
     by: dict[tuple[str, int], dict[str, dict[int, dict[str, Any]]]] = {}
     for r in runs:
@@ -252,6 +260,8 @@ def gap_stats(runs: Sequence[dict[str, Any]], baseline: str = "fp32") -> list[di
             b = np.array([base[s]["val_loss"] for s in common])
             mean = float(gaps.mean())
             rng = float(b.max() - b.min())
+            behind, n = int((gaps > 0).sum()), int((gaps != 0).sum())
+            tail = sum(math.comb(n, i) for i in range(max(behind, n - behind), n + 1))
             # beyond the baseline's spread on average is not enough: the seeds must agree
             verdict = "one seed" if len(common) < 2 else "within" if abs(mean) <= rng else \
                 "behind" if (gaps > rng).all() else "ahead" if (gaps < -rng).all() else \
@@ -263,6 +273,8 @@ def gap_stats(runs: Sequence[dict[str, Any]], baseline: str = "fp32") -> list[di
                 "baseline": baseline, "baseline_mean": float(b.mean()),
                 "baseline_sd": float(b.std(ddof=1)) if len(common) > 1 else 0.0,
                 "baseline_range": rng,
+                "behind_seeds": behind, "paired_n": n,
+                "sign_p": min(1.0, 2 * tail / 2**n) if n else 1.0,
                 "grad_underflow": float(np.mean([seeds[s]["grad_underflow"]
                                                  for s in common])),
                 "verdict": verdict})
@@ -277,26 +289,31 @@ def format_train_sweep(stats: Sequence[dict[str, Any]]) -> str:
     >>> st = [dict(axis="batch_size", value=4, tokens=256, recipe="fp16-master",
     ...            seeds=[0, 1], gaps=[0.01, -0.03], mean_gap=-0.01, gap_sd=0.028284,
     ...            baseline="fp32", baseline_mean=2.5, baseline_sd=0.02, baseline_range=0.03,
-    ...            grad_underflow=0.0123, verdict="within")]
+    ...            grad_underflow=0.0123, behind_seeds=1, paired_n=2, sign_p=1.0,
+    ...            verdict="within")]
     >>> row = format_train_sweep(st).splitlines()[2].split()
-    >>> row[:5], row[-4:]
-    (['batch_size', '4', '256', 'fp16-master', '2'], ['0.020', '0.030', '1.23%', 'within'])
+    >>> row[:5]
+    ['batch_size', '4', '256', 'fp16-master', '2']
+    >>> row[-6:]
+    ['0.020', '0.030', '1.23%', '1/2', '1.000', 'within']
     >>> print(format_train_sweep(st).splitlines()[-1].replace("; ", "\\n"))
     fp16-master vs fp32: behind 0, within 1, mixed 0, ahead 0 of 1 settings with 2+ seeds
     largest mean gap -0.010 (batch_size 4)
     gradient underflow 1.23-1.23%
     """
-    head = ("setting        tokens  recipe       n  gap by seed           mean    sd     "
-            "fp32    sd     range  underflow  verdict")
+    gaps = [" ".join(f"{g:+.3f}" for g in s["gaps"]) for s in stats]
+    w = max([20, *map(len, gaps)])  # the gaps of six seeds need more than three's
+    head = (f"setting         tokens  recipe       n  {'gap by seed':{w}s}  mean    sd     "
+            "fp32    sd     range  underflow  paired      verdict")
     lines = [head, "-" * len(head)]
-    for s in stats:
+    for s, g in zip(stats, gaps, strict=True):
         setting = f"{s['axis']} {s['value']}"
-        gaps = " ".join(f"{g:+.3f}" for g in s["gaps"])
+        paired = f"{s['behind_seeds']}/{s['paired_n']} {s['sign_p']:.3f}"
         lines.append(
-            f"{setting:13s} {s['tokens']:7d}  {s['recipe']:11s} {len(s['seeds']):2d}  "
-            f"{gaps:20s}  {s['mean_gap']:+.3f}  {s['gap_sd']:.3f}  {s['baseline_mean']:.3f}  "
+            f"{setting:14s} {s['tokens']:7d}  {s['recipe']:11s} {len(s['seeds']):2d}  "
+            f"{g:{w}s}  {s['mean_gap']:+.3f}  {s['gap_sd']:.3f}  {s['baseline_mean']:.3f}  "
             f"{s['baseline_sd']:.3f}  {s['baseline_range']:.3f}  "
-            f"{100 * s['grad_underflow']:8.2f}%  {s['verdict']}")
+            f"{100 * s['grad_underflow']:8.2f}%  {paired:10s}  {s['verdict']}")
     for name in dict.fromkeys(s["recipe"] for s in stats):
         mine = [s for s in stats if s["recipe"] == name]
         n = {v: sum(s["verdict"] == v for s in mine)
