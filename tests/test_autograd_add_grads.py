@@ -8,6 +8,7 @@ small-array threshold. Outside plain rounding it must take the general route.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -95,3 +96,53 @@ def test_mixed_and_other_formats(fmt):
     b = rng.normal(0, 1e-6, 3000).astype(np.float32)
     assert _same(T.add_grads(a, b, fmt), _reference(a, b, fmt))
     assert _same(T.add_grads(a, a, fmt), _reference(a, a, fmt))
+
+
+def _bf16_pairs() -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(16)
+    allb = np.arange(1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16)
+    out = [(allb, np.roll(allb, k)) for k in (0, 1, 127, 128, 32512, 32768, 40000)]
+    out.append((allb, -allb))
+    bits = rng.integers(0, 1 << 16, size=(2, 1 << 18), dtype=np.uint16)
+    out.append((bits[0].view(ml_dtypes.bfloat16), bits[1].view(ml_dtypes.bfloat16)))
+    near = (bits[0] ^ rng.integers(0, 8, size=bits[0].size).astype(np.uint16))
+    out.append((bits[0].view(ml_dtypes.bfloat16), near.view(ml_dtypes.bfloat16)))
+    # no NaN anywhere (the float32 route itself, not its NaN fallback): finite and inf
+    fin = bits[:, (bits[0] & 0x7F80) != 0x7F80]
+    fin = fin[:, (fin[1] & 0x7F80) != 0x7F80]
+    out.append((fin[0].view(ml_dtypes.bfloat16), fin[1].view(ml_dtypes.bfloat16)))
+    # sums at bf16 midpoints: a + b with b half an ulp of a (ties) and just off them
+    a = rng.integers(0x0080, 0x7F00, size=1 << 15, dtype=np.uint16).view(ml_dtypes.bfloat16)
+    a32 = a.astype(np.float32)
+    half = (np.nextafter(a32, np.float32(np.inf)) - a32) * np.float32(2.0**-8)
+    for off in (1.0, 1.5, 0.75, -1.0):
+        b = (half * np.float32(off)).astype(ml_dtypes.bfloat16)
+        out.append((a, b))
+    return out
+
+
+@pytest.mark.parametrize("size", [None, 8191, 8192, 30000])
+def test_bf16_sum_equals_float64_route(size):
+    for a, b in _bf16_pairs():
+        if size is None:
+            parts = [(a, b)]
+        else:
+            parts = [(a[i:i + size], b[i:i + size]) for i in range(0, a.size, size)][:8]
+        for x, y in parts:
+            with np.errstate(all="ignore"):
+                got = T.add_grads(x, y, BF16)
+            assert _same(got, _reference(x, y, BF16)), (x[:4], y[:4])
+
+
+def test_bf16_other_modes_take_the_general_route():
+    rng = np.random.default_rng(4)
+    a = rng.normal(0, 1, 10000).astype(ml_dtypes.bfloat16)
+    b = rng.normal(0, 1e-3, 10000).astype(ml_dtypes.bfloat16)
+    for mode in ("toward_zero", "stochastic"):
+        kw = {"rng": np.random.default_rng(1)} if mode == "stochastic" else {}
+        with rounding_context(mode, **kw):
+            got = T.add_grads(a, b, BF16)
+        kw = {"rng": np.random.default_rng(1)} if mode == "stochastic" else {}
+        with rounding_context(mode, **kw):
+            want = _reference(a, b, BF16)
+        assert _same(got, want)
