@@ -95,8 +95,9 @@ def fake_quantize_mx(x: np.ndarray, fmt: str, axis: int, scale_mode: str = "floo
     if fmt == "nvfp4":
         pts = _tensor_scale(x) if tensor_scale else None
         q = mx.quantize(x, fmt, axis=axis, rounding=rounding, rng=rng, per_tensor_scale=pts)
-    else:
-        q = mx.quantize(x, fmt, axis=axis, scale_mode=scale_mode, rounding=rounding, rng=rng)
+    else:  # quantize(...).dequantize(), without the codes where it can (MXFP8)
+        return mx.dequantized(x, fmt, axis=axis, scale_mode=scale_mode, rounding=rounding,
+                              rng=rng)
     return q.dequantize()
 
 
