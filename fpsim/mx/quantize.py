@@ -66,6 +66,7 @@ from ..modes import Rounding, as_rounding
 from ..rounding import round as fp_round
 from ..rounding.native import (
     FP4_COMPARE_MIN,
+    e4m3_grid,
     fp4_nearest_even,
     narrow_to_byte,
     table_cast_ok,
@@ -388,8 +389,9 @@ def dequantized(x, fmt: MXFormat | str, block_size: int | None = None, axis: int
     """``quantize(x, ...).dequantize()`` (fake quantization), the same float32 values and the
     same random draws; MX formats with E4M3 elements rounded to nearest even (MXFP8, the
     training recipes' format) skip the codes: the scaled elements are rounded to E4M3's grid
-    in float32 (:func:`_e4m3_grid`) and multiplied by their block's scale, as dequantize
-    multiplies (tests/test_mx_dequantized.py checks it against quantize's route bit for bit).
+    in float32 (:func:`fpsim.rounding.native.e4m3_grid`) and multiplied by their block's
+    scale, as dequantize multiplies (tests/test_mx_dequantized.py checks it against
+    quantize's route bit for bit).
 
     >>> import numpy as np
     >>> dequantized(np.array([0.5, -1.75, 3.0, 7.5], np.float32), "mxfp8_e4m3", 4).tolist()
@@ -397,25 +399,6 @@ def dequantized(x, fmt: MXFormat | str, block_size: int | None = None, axis: int
     """
     return _quantize(x, fmt, block_size, axis, scale_mode, rounding, per_tensor_scale, rng,
                      False, True)
-
-
-def _e4m3_grid(y: np.ndarray) -> np.ndarray:
-    """Finite float32 ``y`` with |y| <= 448 rounded to E4M3's values (nearest even, signed
-    zeros kept), as float32 (a fresh array): with E = max(exponent of |y|, -6), E4M3's quantum
-    at y is 2**(E - 3), the ulp of C = 2**(E + 20) (float32: 23 fraction bits), so the FPU's
-    |y| + C rounds |y| to that grid, ties to even (C's low bits are zero), and - C is exact;
-    C is built from y's exponent bits by integer operations. The values of ml_dtypes' cast of
-    the clamped y (the byte table's) exactly."""
-    u = y.view(np.uint32)
-    c = np.bitwise_and(u, np.uint32(0x7F800000))
-    np.maximum(c, np.uint32((127 - 6) << 23), out=c)  # 2**E
-    c += np.uint32(20 << 23)  # 2**(E + 20)
-    cf = c.view(np.float32)
-    r = np.abs(y)
-    r += cf
-    r -= cf
-    np.copysign(r, y, out=r)
-    return r
 
 
 def _quantize(x, fmt, block_size, axis, scale_mode, rounding, per_tensor_scale, rng,
@@ -521,7 +504,7 @@ def _quantize(x, fmt, block_size, axis, scale_mode, rounding, per_tensor_scale, 
         # _round_elements), times the block's scale 2**s in float32, as dequantize does
         y.clip(*_bounds(f.elem_max, y.dtype), out=y)
         with np.errstate(over="ignore"):  # 448 * 2**127: inf, as dequantize's product
-            out = _e4m3_grid(y) * np.ldexp(np.ones(se.shape, np.float32), se)[..., None]
+            out = e4m3_grid(y) * np.ldexp(np.ones(se.shape, np.float32), se)[..., None]
         out = out.reshape(out.shape[:-2] + (nb * bs,))[..., :n]
         return np.ascontiguousarray(_move(out, -1, ax))
     # a NaN scale (a NaN in the block, or an E8M0 overflow) makes the block's P NaN

@@ -64,8 +64,8 @@ from .policy import RoundingPolicy
 __all__ = ["cast", "f64_to_f32_odd", "fma32_odd", "fits_float32", "narrow_to_byte",
            "widen_byte", "table_cast_ok",
            "native_ok", "native_rounding", "fp4_nearest_even", "FP4_COMPARE_MIN",
-           "widen_bf16", "TABLE_MIN", "bf16_by_bits", "BF16_BITS_MIN", "NATIVE_CAST_FORMATS",
-           "NATIVE_ARITHMETIC_FORMATS"]
+           "widen_bf16", "TABLE_MIN", "bf16_by_bits", "e4m3_grid", "BF16_BITS_MIN",
+           "NATIVE_CAST_FORMATS", "NATIVE_ARITHMETIC_FORMATS"]
 
 # The one format table of "may this run natively?" (issue 35 item 2), consulted by
 # fpsim.autograd.context.round_to and fpsim.arithmetic's native path through native_ok:
@@ -249,6 +249,30 @@ def narrow_to_byte(x: np.ndarray, dtype) -> np.ndarray:
     low >>= np.uint32(16)
     idx |= low
     return np.take(_narrow_table(dtype), idx).view(dtype)
+
+
+def e4m3_grid(y: np.ndarray) -> np.ndarray:
+    """Finite float32 ``y`` with |y| <= 448 rounded to E4M3's values (nearest even, signed
+    zeros kept), as float32 (a fresh array): with E = max(exponent of |y|, -6), E4M3's quantum
+    at y is 2**(E - 3), the ulp of C = 2**(E + 20) (float32: 23 fraction bits), so the FPU's
+    |y| + C rounds |y| to that grid, ties to even (C's low bits are zero), and - C is exact;
+    C is built from y's exponent bits by integer operations. The values of ml_dtypes' cast of
+    ``y`` (and of the byte table's, :func:`narrow_to_byte`) exactly, without the codes; a
+    caller saturates first (clamps to +-448) and keeps NaN away.
+
+    >>> e4m3_grid(np.array([0.3, -448.0, 2.0**-10, -0.0, 17.0], np.float32)).tolist()
+    [0.3125, -448.0, 0.0, -0.0, 16.0]
+    """
+    u = y.view(np.uint32)
+    c = np.bitwise_and(u, np.uint32(0x7F800000))
+    np.maximum(c, np.uint32((127 - 6) << 23), out=c)  # 2**E
+    c += np.uint32(20 << 23)  # 2**(E + 20)
+    cf = c.view(np.float32)
+    r = np.abs(y)
+    r += cf
+    r -= cf
+    np.copysign(r, y, out=r)
+    return r
 
 
 BF16_BITS_MIN = 8192  # from this many elements rounding by the bits beats ml_dtypes' cast
