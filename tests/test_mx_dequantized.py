@@ -18,7 +18,7 @@ import pytest
 
 import fpsim.mx as mx
 from fpsim import flag_context
-from fpsim.rounding.native import e4m3_grid
+from fpsim.rounding.native import e2m1_grid, e4m3_grid, fp4_nearest_even
 
 Q = importlib.import_module("fpsim.mx.quantize")  # the module (fpsim.mx.quantize is the function)
 _MODES = ["floor", "ceil", "even", "rceil"]
@@ -118,3 +118,23 @@ def test_e4m3_grid_every_float32_exponent():
         y = np.concatenate([y, -y]).clip(-448, 448)
         want = y.astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
         assert _same(e4m3_grid(y), want), ex
+
+
+@pytest.mark.parametrize("pts", [None, 1.0, 2.0**-20, 0.37, 3e3])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_nvfp4_equals_quantize_route(pts, axis):
+    for i, x in enumerate(_inputs(11 + axis)):
+        for xs in (x, x[:, :70], x[:50]):
+            a, b = _both(xs, "nvfp4", axis=axis, per_tensor_scale=pts)
+            assert _same(a, b), (i, xs.shape)
+
+
+def test_e2m1_grid_every_float32_exponent():
+    rng = np.random.default_rng(12)
+    mant = rng.integers(0, 1 << 23, size=1 << 14, dtype=np.uint32)
+    grid = np.float32([0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6])
+    for ex in range(0, 130):  # every exponent up to 2**2 (6's binade)
+        y = ((np.uint32(ex) << np.uint32(23)) | mant).view(np.float32)
+        y = np.concatenate([y, -y, grid, -grid, np.nextafter(grid, np.float32(9))]).clip(-6, 6)
+        want = fp4_nearest_even(y).astype(np.float32)
+        assert _same(e2m1_grid(y), want), ex

@@ -66,6 +66,7 @@ from ..modes import Rounding, as_rounding
 from ..rounding import round as fp_round
 from ..rounding.native import (
     FP4_COMPARE_MIN,
+    e2m1_grid,
     e4m3_grid,
     fp4_nearest_even,
     narrow_to_byte,
@@ -387,11 +388,11 @@ def dequantized(x, fmt: MXFormat | str, block_size: int | None = None, axis: int
                 *, per_tensor_scale: float | None = None,
                 rng: np.random.Generator | int | None = None) -> np.ndarray:
     """``quantize(x, ...).dequantize()`` (fake quantization), the same float32 values and the
-    same random draws; MX formats with E4M3 elements rounded to nearest even (MXFP8, the
-    training recipes' format) skip the codes: the scaled elements are rounded to E4M3's grid
-    in float32 (:func:`fpsim.rounding.native.e4m3_grid`) and multiplied by their block's
-    scale, as dequantize multiplies (tests/test_mx_dequantized.py checks it against
-    quantize's route bit for bit).
+    same random draws; MX formats with E4M3 elements and NVFP4, rounded to nearest even (the
+    training recipes' forward operands) skip the codes: the scaled elements are rounded to
+    the element grid in float32 (:func:`fpsim.rounding.native.e4m3_grid`, ``e2m1_grid``) and
+    multiplied by their block's scale, as dequantize multiplies (tests/test_mx_dequantized.py
+    checks it against quantize's route bit for bit).
 
     >>> import numpy as np
     >>> dequantized(np.array([0.5, -1.75, 3.0, 7.5], np.float32), "mxfp8_e4m3", 4).tolist()
@@ -498,6 +499,16 @@ def _quantize(x, fmt, block_size, axis, scale_mode, rounding, per_tensor_scale, 
         with np.errstate(**_IGNORE):
             y = blocks * recip[..., None]
         scales = codes.view(ml_dtypes.float8_e8m0fnu)
+    if values and nv and not nan_blocks and mode is Rounding.NEAREST_EVEN \
+            and y.dtype == _F32 and not flags_active():
+        # NVFP4's fake quantization: P rounded on e2m1's grid (after the clamp), times
+        # per_tensor_scale * s in float32, as dequantize does
+        y.clip(*_bounds(f.elem_max, y.dtype), out=y)
+        s = s32 if per_tensor_scale is None else np.float32(per_tensor_scale) * s32
+        with np.errstate(invalid="ignore", over="ignore"):
+            out = e2m1_grid(y) * s[..., None]
+        out = out.reshape(out.shape[:-2] + (nb * bs,))[..., :n]
+        return np.ascontiguousarray(_move(out, -1, ax))
     if values and not nan_blocks and mode is Rounding.NEAREST_EVEN and y.dtype == _F32 \
             and not nv and f.storage_dtype == _E4M3_STORE and not flags_active():
         # fake quantization to E4M3 elements: P rounded on E4M3's grid (after the clamp of

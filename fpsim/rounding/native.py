@@ -64,7 +64,7 @@ from .policy import RoundingPolicy
 __all__ = ["cast", "f64_to_f32_odd", "fma32_odd", "fits_float32", "narrow_to_byte",
            "widen_byte", "table_cast_ok",
            "native_ok", "native_rounding", "fp4_nearest_even", "FP4_COMPARE_MIN",
-           "widen_bf16", "TABLE_MIN", "bf16_by_bits", "e4m3_grid", "BF16_BITS_MIN",
+           "widen_bf16", "TABLE_MIN", "bf16_by_bits", "e4m3_grid", "e2m1_grid", "BF16_BITS_MIN",
            "NATIVE_CAST_FORMATS", "NATIVE_ARITHMETIC_FORMATS"]
 
 # The one format table of "may this run natively?" (issue 35 item 2), consulted by
@@ -263,10 +263,27 @@ def e4m3_grid(y: np.ndarray) -> np.ndarray:
     >>> e4m3_grid(np.array([0.3, -448.0, 2.0**-10, -0.0, 17.0], np.float32)).tolist()
     [0.3125, -448.0, 0.0, -0.0, 16.0]
     """
+    return _grid32(y, -6, 3)
+
+
+def e2m1_grid(y: np.ndarray) -> np.ndarray:
+    """Finite float32 ``y`` with |y| <= 6 rounded to fp4 e2m1's values (nearest even, signed
+    zeros kept), as float32: :func:`e4m3_grid`'s rule with e2m1's smallest normal exponent 0
+    and 1 fraction bit (C = 2**(E + 22)); :func:`fp4_nearest_even`'s values, without the codes.
+
+    >>> e2m1_grid(np.array([0.25, 0.75, -2.6, 5.0, -0.0], np.float32)).tolist()
+    [0.0, 1.0, -3.0, 4.0, -0.0]
+    """
+    return _grid32(y, 0, 1)
+
+
+def _grid32(y: np.ndarray, emin: int, mbits: int) -> np.ndarray:
+    """The nearest even values of float32 ``y`` on the grid of a format with ``mbits``
+    fraction bits and smallest normal exponent ``emin`` (unbounded above: the caller clamps)."""
     u = y.view(np.uint32)
     c = np.bitwise_and(u, np.uint32(0x7F800000))
-    np.maximum(c, np.uint32((127 - 6) << 23), out=c)  # 2**E
-    c += np.uint32(20 << 23)  # 2**(E + 20)
+    np.maximum(c, np.uint32((127 + emin) << 23), out=c)  # 2**E
+    c += np.uint32((23 - mbits) << 23)  # 2**(E + 23 - mbits): its ulp is the quantum
     cf = c.view(np.float32)
     r = np.abs(y)
     r += cf
