@@ -64,8 +64,8 @@ from .policy import RoundingPolicy
 __all__ = ["cast", "f64_to_f32_odd", "fma32_odd", "fits_float32", "narrow_to_byte",
            "widen_byte", "table_cast_ok",
            "native_ok", "native_rounding", "fp4_nearest_even", "FP4_COMPARE_MIN",
-           "widen_bf16", "TABLE_MIN", "bf16_by_bits", "e4m3_grid", "e2m1_grid", "BF16_BITS_MIN",
-           "NATIVE_CAST_FORMATS", "NATIVE_ARITHMETIC_FORMATS"]
+           "widen_bf16", "TABLE_MIN", "bf16_by_bits", "e4m3_grid", "e2m1_grid", "grid32",
+           "BF16_BITS_MIN", "NATIVE_CAST_FORMATS", "NATIVE_ARITHMETIC_FORMATS"]
 
 # The one format table of "may this run natively?" (issue 35 item 2), consulted by
 # fpsim.autograd.context.round_to and fpsim.arithmetic's native path through native_ok:
@@ -263,7 +263,7 @@ def e4m3_grid(y: np.ndarray) -> np.ndarray:
     >>> e4m3_grid(np.array([0.3, -448.0, 2.0**-10, -0.0, 17.0], np.float32)).tolist()
     [0.3125, -448.0, 0.0, -0.0, 16.0]
     """
-    return _grid32(y, -6, 3)
+    return grid32(y, -6, 3)
 
 
 def e2m1_grid(y: np.ndarray) -> np.ndarray:
@@ -274,12 +274,19 @@ def e2m1_grid(y: np.ndarray) -> np.ndarray:
     >>> e2m1_grid(np.array([0.25, 0.75, -2.6, 5.0, -0.0], np.float32)).tolist()
     [0.0, 1.0, -3.0, 4.0, -0.0]
     """
-    return _grid32(y, 0, 1)
+    return grid32(y, 0, 1)
 
 
-def _grid32(y: np.ndarray, emin: int, mbits: int) -> np.ndarray:
-    """The nearest even values of float32 ``y`` on the grid of a format with ``mbits``
-    fraction bits and smallest normal exponent ``emin`` (unbounded above: the caller clamps)."""
+def grid32(y: np.ndarray, emin: int, mbits: int) -> np.ndarray:
+    """The nearest even values (float32, signed zeros kept) of finite float32 ``y`` on the
+    grid of a binary format with ``mbits`` fraction bits, smallest normal exponent ``emin``
+    (subnormals below) and no upper bound (the caller clamps to the format's max first):
+    :func:`e4m3_grid`'s rule, C = 2**(max(E, emin) + 23 - mbits). Formats with
+    -126 <= emin and mbits <= 20 (C stays a normal float32).
+
+    >>> grid32(np.array([1.1, 2.0**-17, 60000.0], np.float32), -14, 2).tolist()  # e5m2
+    [1.0, 0.0, 57344.0]
+    """
     u = y.view(np.uint32)
     c = np.bitwise_and(u, np.uint32(0x7F800000))
     np.maximum(c, np.uint32((127 + emin) << 23), out=c)  # 2**E
