@@ -63,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from ..autograd.context import contains
+from ..autograd.context import contains, widen
 from ..autograd.tensor import Tensor, as_format
 from ..formats import FP16, FP32, Format
 from .autocast_policy import autocast
@@ -218,7 +218,13 @@ class AmpOptimizer:
             for p in group["params"]:
                 g = p.grad
                 if g is not None and g.dtype.itemsize < 4 and contains(FP32, p.grad_fmt):
-                    p.set_grad_(g.astype(np.float32))  # fp16 / bf16 -> fp32 is exact
+                    # fp16 / bf16 -> fp32 is exact: widen's table / shift give astype's
+                    # bits without its slow fp16 subnormals; fp16's float32 table quiets
+                    # signalling NaNs, which astype keeps (a NaN: astype)
+                    w = widen(g, np.float32)
+                    if g.dtype == np.float16 and g.size and np.isnan(w.max()):
+                        w = g.astype(np.float32)
+                    p.set_grad_(w)
 
     def _unscale(self) -> None:
         """scale_loss's exit: master gradients, then unscale and check (once per iteration)."""

@@ -104,11 +104,16 @@ import numpy as np
 from .. import arithmetic as _arithmetic
 from .. import flags as _flags
 from ..checks import as_array, as_int
-from ..formats import FP16, FP64, Format
+from ..formats import BF16, FP16, FP64, Format
 from ..modes import Rounding, Subnormals, as_rounding
 from ..rounding import round as fpsim_round
 from ..rounding.fp16 import f16_to_wide, f64_to_f16, f64_to_f32_to_f16
-from ..rounding.native import NATIVE_ARITHMETIC_FORMATS, NATIVE_CAST_FORMATS
+from ..rounding.native import (
+    BF16_BITS_MIN,
+    NATIVE_ARITHMETIC_FORMATS,
+    NATIVE_CAST_FORMATS,
+    bf16_by_bits,
+)
 from . import accumulate as _acc
 from . import tensor as _tensor
 from .context import (
@@ -141,6 +146,8 @@ __all__ = [
 
 _F64 = np.float64
 _F32 = np.float32
+_F16 = np.float16
+_BF16_STORE = BF16.storage_dtype
 _SQRT1_2 = 0.7071067811865476  # 1/sqrt(2)
 _INV_SQRT_2PI = 0.3989422804014327  # 1/sqrt(2 pi)
 _SQRT_2_PI = 0.7978845608028654  # sqrt(2/pi)
@@ -214,6 +221,16 @@ def _arith(op: str, x, y, fmt: Format) -> np.ndarray:
     want = _flags.flags_active()
     exact = all(isinstance(v, Tensor) or _representable(v, fmt) for v in vals)
     if not want:
+        if (op == "add" or op == "sub") and fmt is BF16 and type(x) is Tensor \
+                and type(y) is Tensor and x._data.dtype == _BF16_STORE \
+                and y._data.dtype == _BF16_STORE and st.plain \
+                and builtins.max(x._data.size, y._data.size) >= BF16_BITS_MIN:
+            # bf16 +- bf16 in float32, rounded by the bits: the float64 route's result (the
+            # argument of tensor.add_grads: exact below float32's normal range, Figueroa's
+            # 24 >= 2 * 8 + 2 above, float32's overflow bf16's); a NaN (payloads) takes it
+            r = bf16_by_bits(_ARITH[op](widen(x._data, _F32), widen(y._data, _F32)))
+            if r is not None:
+                return r
         if _float32_ok(fmt, *vals):
             f32 = [_val(v, _F32) for v in vals]
             r = np.sqrt(f32[0]) if op == "sqrt" else _ARITH[op](*f32)
@@ -339,10 +356,58 @@ def mul(input, other) -> Tensor:
     input, other = autocast_args("mul", input, other)
     x, y, fmt = binary_operands(input, other, "mul")
     _check_broadcast(x, y, "mul")
+    if type(y) is float and _halving(y):
+        return _mul_pow2(x, y, fmt, True)
+    if type(x) is float and _halving(x):
+        return _mul_pow2(y, x, fmt, False)
     with np.errstate(all="ignore"):
         out = _arith("mul", x, y, fmt)
     return _result2(out, fmt, x, y, lambda g: _sum_to(widen(g) * _val(y), x.shape),
                     lambda g: _sum_to(widen(g) * _val(x), y.shape), "mul")
+
+
+def _halving(s: float) -> bool:
+    """Is ``s`` 2**k with -16 <= k <= 0? A value of fp16, bf16 (or a float32 value, save below
+    float32's normal range) times ``s`` is then exact in float32: fp16 / bf16 values are
+    multiples of 2**-24 / 2**-133, so the product is a multiple of 2**-149 (float32's
+    quantum) no larger than the value."""
+    m, e = math.frexp(s)  # s = m * 2**e, 0.5 <= m < 1 for s > 0
+    return m == 0.5 and -15 <= e <= 1
+
+
+# gradient formats whose rounding (round_to, plain) from float32 is the one rounding of the
+# float32 value: fp16 (f32_to_f16), bf16 (its native cast) and fp32 (none: float32 itself)
+_F32_GRADS = (np.dtype(np.float16), BF16.storage_dtype, np.dtype(np.float32))
+
+
+def _mul_pow2(x: Tensor, s: float, fmt: Format, first: bool) -> Tensor:
+    """``x * s`` (or ``s * x``) for a tensor ``x`` and a scalar ``s`` = 2**k, -16 <= k <= 0
+    (:func:`_halving`; the GPT's attention scale 1 / sqrt(16)), as mul's general route rounds
+    it: bf16 in float32 rather than float64 (the exact product, one rounding: the same
+    result), fp16 and fp32 as _arith does. Its backward computes ``g * s`` in float32 where
+    that is the value the float64 route rounds: an fp16 or bf16 ``g`` (exact) or a float32
+    ``g`` into an fp32 gradient (float32's own rounding of the exact product), of the
+    input's shape, plain rounding, into an fp16 / bf16 / fp32 gradient; else the float64
+    route (tests/test_autograd_mul_pow2.py checks both against it bit for bit)."""
+    xd = x._data
+    with np.errstate(all="ignore"):
+        if fmt is BF16 and x.fmt is BF16 and plain_rounding():
+            out = round_to(np.multiply(widen(xd, _F32), _F32(s)), fmt)
+        else:
+            out = _arith("mul", x, s, fmt) if first else _arith("mul", s, x, fmt)
+    shape = xd.shape
+
+    def grad(g):
+        gfmt = x.grad_fmt
+        sd = gfmt.storage_dtype
+        if g.shape == shape and gfmt.dtype is not None and sd in _F32_GRADS \
+                and (g.dtype == _F16 or g.dtype == _BF16_STORE
+                     or (g.dtype == _F32 and sd == _F32)) and plain_rounding():
+            return np.multiply(widen(g, _F32), _F32(s))
+        return _sum_to(widen(g) * s, shape)
+
+    return _result2(out, fmt, x, s, grad, None, "mul") if first else \
+        _result2(out, fmt, s, x, None, grad, "mul")
 
 
 def div(input, other) -> Tensor:

@@ -21,10 +21,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .. import state as _state
-from ..formats import FP32, Format, get_float_format
+from ..formats import BF16, FP16, FP32, Format, get_float_format
 from ..modes import Rounding
 from ..rounding import round as fpsim_round
-from .context import plain_rounding, round_to
+from ..rounding.fp16 import SMALL, f16_to_wide, f32_to_f16
+from ..rounding.native import BF16_BITS_MIN, bf16_by_bits
+from .context import plain_rounding, round_to, widen
 
 __all__ = [
     "Tensor",
@@ -40,6 +42,7 @@ __all__ = [
 # after every operation result (recorded or not), ``on_release(node)`` after a node's backward
 # has run and its closure was freed: the calling thread's list fpsim.state.local.observers.
 _LOCAL = _state.local
+_BF16 = BF16.storage_dtype
 
 
 def is_grad_enabled() -> bool:
@@ -837,7 +840,29 @@ def add_grads(a: np.ndarray, b: np.ndarray, fmt: Format) -> np.ndarray:
     if a.dtype == np.float32 and b.dtype == np.float32 and fmt == FP32:
         if plain_rounding():
             return np.asarray(a + b)  # an IEEE float32 add is the one rounding (0-d: an array)
-    return np.asarray(round_to(np.asarray(a.astype(np.float64) + b.astype(np.float64)), fmt))
+    elif a.dtype == np.float16 and b.dtype == np.float16 and a.size >= SMALL \
+            and (fmt is FP16 or fmt == FP16) and a.shape == b.shape and plain_rounding():
+        # fp16 + fp16 in float32, then one cast: the float32 sum is the exact sum rounded to
+        # fp32 (operands' sums stay in float32's normal range), and rounding that to fp16
+        # equals rounding the exact sum once (24 >= 2 * 11 + 2 bits, Figueroa's theorem: the
+        # F32_SAFE rule); the float64 route's result bit for bit, NaNs included
+        # (tests/test_autograd_add_grads.py): from SMALL elements both casts store every NaN
+        # as the quiet NaN 0x7E00 (below, NumPy's casts keep the payload of the NaN its
+        # float32 and float64 adds pick, which can differ for NaN + NaN)
+        return f32_to_f16(np.add(f16_to_wide(a, np.float32), f16_to_wide(b, np.float32)))
+    elif a.dtype == _BF16 and b.dtype == _BF16 and a.size >= BF16_BITS_MIN \
+            and (fmt is BF16 or fmt == BF16) and a.shape == b.shape and plain_rounding():
+        # bf16 + bf16 in float32, then one rounding by the bits: the float32 sum is the exact
+        # sum where that is below float32's normal range (a multiple of 2**-133, bf16's
+        # quantum), else its rounding to 24 >= 2 * 8 + 2 bits (Figueroa's theorem), and an
+        # overflow of float32 is bf16's too: the bf16 rounding of either is the exact sum's,
+        # as the float64 route's. A NaN (whose payload the two adds may pick differently)
+        # takes the float64 route (bf16_by_bits returns None). tests/test_autograd_add_grads.py
+        r = bf16_by_bits(np.add(widen(a, np.float32), widen(b, np.float32)))
+        if r is not None:
+            return r
+    # widen: fp16 by its table, exact as astype and without astype's slow subnormals
+    return np.asarray(round_to(np.asarray(widen(a) + widen(b)), fmt))
 
 
 class OrderedGrads:

@@ -21,7 +21,8 @@ from .formats import (
     get_mx_format,
 )
 from .matmul import block_dots, matmul
-from .quantize import MXArray, e8m0_exponent, nvfp4_per_tensor_scale, quantize
+from .quantize import MXArray, dequantized, e8m0_exponent, nvfp4_per_tensor_scale, quantize
 
-__all__ = ["quantize", "MXArray", "MXFormat", "ScaleMode", "MX_FORMATS", "get_mx_format",
-           "as_scale_mode", "nvfp4_per_tensor_scale", "e8m0_exponent", "matmul", "block_dots"]
+__all__ = ["quantize", "dequantized", "MXArray", "MXFormat", "ScaleMode", "MX_FORMATS",
+           "get_mx_format", "as_scale_mode", "nvfp4_per_tensor_scale", "e8m0_exponent", "matmul",
+           "block_dots"]

@@ -66,6 +66,8 @@ from ..modes import Rounding, as_rounding
 from ..rounding import round as fp_round
 from ..rounding.native import (
     FP4_COMPARE_MIN,
+    e2m1_grid,
+    e4m3_grid,
     fp4_nearest_even,
     narrow_to_byte,
     table_cast_ok,
@@ -82,13 +84,14 @@ from .formats import (
     get_mx_format,
 )
 
-__all__ = ["MXArray", "quantize", "nvfp4_per_tensor_scale", "e8m0_exponent"]
+__all__ = ["MXArray", "quantize", "dequantized", "nvfp4_per_tensor_scale", "e8m0_exponent"]
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _E4M3_TINY = np.float32(2.0**-6)  # torch.finfo(float8_e4m3fn).tiny, the recipe's scale floor
 _E4M3_MAX = np.float32(448.0)
 _FP4_MAX = np.float32(6.0)
+_E4M3_STORE = np.dtype(ml_dtypes.float8_e4m3fn)
 _SCALE_MAX = E8M0_BIAS + 1  # a shared exponent past 127 becomes the NaN code
 _ABS_MASK = {4: np.int32(0x7FFFFFFF), 8: np.int64(0x7FFFFFFFFFFFFFFF)}  # clears the sign bit
 _UINT_VIEW = {4: np.int32, 8: np.int64}
@@ -376,6 +379,32 @@ def quantize(
     >>> q.dequantize().tolist(), [Flags(int(f)) for f in fl]  # torchao's 2688, flagged
     ([2688.0, 0.0], [<Flags.INVALID: 16>, <Flags.INEXACT|UNDERFLOW: 3>])
     """
+    return _quantize(x, fmt, block_size, axis, scale_mode, rounding, per_tensor_scale, rng,
+                     flags, False)
+
+
+def dequantized(x, fmt: MXFormat | str, block_size: int | None = None, axis: int = -1,
+                scale_mode: ScaleMode | str = "floor", rounding: Rounding | str = "nearest_even",
+                *, per_tensor_scale: float | None = None,
+                rng: np.random.Generator | int | None = None) -> np.ndarray:
+    """``quantize(x, ...).dequantize()`` (fake quantization), the same float32 values and the
+    same random draws; MX formats with E4M3 elements and NVFP4, rounded to nearest even (the
+    training recipes' forward operands) skip the codes: the scaled elements are rounded to
+    the element grid in float32 (:func:`fpsim.rounding.native.e4m3_grid`, ``e2m1_grid``) and
+    multiplied by their block's scale, as dequantize multiplies (tests/test_mx_dequantized.py
+    checks it against quantize's route bit for bit).
+
+    >>> import numpy as np
+    >>> dequantized(np.array([0.5, -1.75, 3.0, 7.5], np.float32), "mxfp8_e4m3", 4).tolist()
+    [0.5, -1.75, 3.0, 7.0]
+    """
+    return _quantize(x, fmt, block_size, axis, scale_mode, rounding, per_tensor_scale, rng,
+                     False, True)
+
+
+def _quantize(x, fmt, block_size, axis, scale_mode, rounding, per_tensor_scale, rng,
+              flags: bool, values: bool):
+    """quantize's work; ``values``: return the dequantized values (:func:`dequantized`)."""
     f = _FORMATS.get(fmt) if isinstance(fmt, str) else None
     if f is None:
         f = get_mx_format(fmt)
@@ -470,6 +499,25 @@ def quantize(
         with np.errstate(**_IGNORE):
             y = blocks * recip[..., None]
         scales = codes.view(ml_dtypes.float8_e8m0fnu)
+    if values and nv and not nan_blocks and mode is Rounding.NEAREST_EVEN \
+            and y.dtype == _F32 and not flags_active():
+        # NVFP4's fake quantization: P rounded on e2m1's grid (after the clamp), times
+        # per_tensor_scale * s in float32, as dequantize does
+        y.clip(*_bounds(f.elem_max, y.dtype), out=y)
+        s = s32 if per_tensor_scale is None else np.float32(per_tensor_scale) * s32
+        with np.errstate(invalid="ignore", over="ignore"):
+            out = e2m1_grid(y) * s[..., None]
+        out = out.reshape(out.shape[:-2] + (nb * bs,))[..., :n]
+        return np.ascontiguousarray(_move(out, -1, ax))
+    if values and not nan_blocks and mode is Rounding.NEAREST_EVEN and y.dtype == _F32 \
+            and not nv and f.storage_dtype == _E4M3_STORE and not flags_active():
+        # fake quantization to E4M3 elements: P rounded on E4M3's grid (after the clamp of
+        # _round_elements), times the block's scale 2**s in float32, as dequantize does
+        y.clip(*_bounds(f.elem_max, y.dtype), out=y)
+        with np.errstate(over="ignore"):  # 448 * 2**127: inf, as dequantize's product
+            out = e4m3_grid(y) * np.ldexp(np.ones(se.shape, np.float32), se)[..., None]
+        out = out.reshape(out.shape[:-2] + (nb * bs,))[..., :n]
+        return np.ascontiguousarray(_move(out, -1, ax))
     # a NaN scale (a NaN in the block, or an E8M0 overflow) makes the block's P NaN
     elems = _round_elements(y, f, mode, rng, nan_blocks)
     elems = elems.reshape(elems.shape[:-2] + (nb * bs,))
@@ -484,9 +532,11 @@ def quantize(
         per_tensor_scale=per_tensor_scale,
     )
     if not (flags or flags_active()):
-        return q
+        return q.dequantize() if values else q
     fl = _quantize_flags(arr, q)
     record(fl, f"mx.quantize({f.name})")
+    if values:
+        return q.dequantize()
     return (q, fl) if flags else q
 
 

@@ -19,14 +19,21 @@ from __future__ import annotations
 
 import numbers
 
+import ml_dtypes
 import numpy as np
 
+from ..autograd.context import widen
 from ..checks import as_int
+from ..flags import flags_active
 from ..formats import Format, get_float_format
 from ..rounding import cast
+from ..rounding.native import grid32
 from .qparams import real_array
 
-__all__ = ["fp8_scale", "fp8_quantize", "fp8_dequantize", "DelayedScaling"]
+__all__ = ["fp8_scale", "fp8_quantize", "fp8_values", "fp8_dequantize", "DelayedScaling"]
+
+# the fp8 storage types whose values grid32 rounds to (IEEE-like: emin, mantissa bits)
+_GRID_DTYPES = (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2))
 
 _FP32_MAX = np.float32(np.finfo(np.float32).max)
 
@@ -119,6 +126,27 @@ def fp8_quantize(x, scale, fmt: Format | str = "e4m3") -> np.ndarray:
     f = as_fp8_format(fmt)
     xs = np.asarray(x, dtype=np.float32) * _scale_array(scale)
     return cast(xs, f, overflow="saturate")
+
+
+def fp8_values(x, scale, fmt: Format | str = "e4m3") -> np.ndarray:
+    """The values of :func:`fp8_quantize` as float64 (what a GEMM of the FP8 recipe reads).
+    For e4m3 and e5m2 and a finite ``float32(x * scale)`` (and no flag context), without the
+    codes: clamped to +-max and rounded on the format's grid in float32
+    (:func:`fpsim.rounding.native.grid32`): a value beyond max rounds to max or overflows,
+    which saturation makes max, and the clamp gives max too. tests/test_fp8_values.py checks
+    it against fp8_quantize's values bit for bit.
+
+    >>> fp8_values(np.array([1.0, 3.0, -1000.0], np.float32), 100.0).tolist()
+    [96.0, 288.0, -448.0]
+    """
+    f = as_fp8_format(fmt)
+    xs = np.asarray(x, dtype=np.float32) * _scale_array(scale)
+    if xs.size and np.dtype(f.storage_dtype) in _GRID_DTYPES and not flags_active():
+        lo, hi = xs.min(), xs.max()
+        if np.isfinite(lo) and np.isfinite(hi):  # no NaN or inf: the clamp is saturation
+            np.clip(xs, -f.max, f.max, out=xs)
+            return grid32(xs, f.emin, f.mantissa_bits).astype(np.float64)
+    return widen(np.asarray(cast(xs, f, overflow="saturate")))
 
 
 def fp8_dequantize(q, scale) -> np.ndarray:

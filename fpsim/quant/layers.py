@@ -53,7 +53,7 @@ from ..formats import BF16, FP16, FP32, Format
 from ..nn import init
 from ..nn.module import Module, Parameter, as_module
 from .fake_quant import dequantize, quantize
-from .fp8_scaling import DelayedScaling, as_fp8_format, fp8_quantize
+from .fp8_scaling import DelayedScaling, as_fp8_format, fp8_values
 from .int8 import int8_linear
 from .nf4 import (
     DoubleQuantized,
@@ -575,8 +575,8 @@ class FP8Linear(Module):
                 xs.record_amax(np.max(np.abs(x32)))
             ws.record_amax(np.max(np.abs(w32)))
         sx, sw = xs.scale, ws.scale
-        xq = widen(np.asarray(fp8_quantize(x32, sx, self.fwd_fmt)))  # exact float64 values
-        wq = widen(np.asarray(fp8_quantize(w32, sw, self.fwd_fmt)))
+        xq = fp8_values(x32, sx, self.fwd_fmt)  # fp8_quantize's exact float64 values
+        wq = fp8_values(w32, sw, self.fwd_fmt)
         model = _fp8_accumulation(self.accumulation)
         out32 = _descale(gemm_acc(xq, wq.T, model, self.fwd_fmt), xs.scale_inv, ws.scale_inv)
         parents = [x, self.weight]
@@ -592,7 +592,7 @@ class FP8Linear(Module):
             g32 = widen(g, np.float32).reshape(-1, self.out_features)
             if record and g32.size:
                 gs.record_amax(np.max(np.abs(g32)))
-            gq = widen(np.asarray(fp8_quantize(g32, gs.scale, self.bwd_fmt)))
+            gq = fp8_values(g32, gs.scale, self.bwd_fmt)
             m = _fp8_accumulation(self.accumulation)
             grads = [None] * len(parents)
             if x.requires_grad:

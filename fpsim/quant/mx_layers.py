@@ -92,12 +92,12 @@ def fake_quantize_mx(x: np.ndarray, fmt: str, axis: int, scale_mode: str = "floo
     >>> fake_quantize_mx(np.array([[0.3, 1.0, 7.0, 0.0]]), "mxfp4", axis=1).tolist()
     [[0.5, 1.0, 6.0, 0.0]]
     """
+    # quantize(...).dequantize(), without the codes where it can (nearest even)
     if fmt == "nvfp4":
         pts = _tensor_scale(x) if tensor_scale else None
-        q = mx.quantize(x, fmt, axis=axis, rounding=rounding, rng=rng, per_tensor_scale=pts)
-    else:
-        q = mx.quantize(x, fmt, axis=axis, scale_mode=scale_mode, rounding=rounding, rng=rng)
-    return q.dequantize()
+        return mx.dequantized(x, fmt, axis=axis, rounding=rounding, rng=rng,
+                              per_tensor_scale=pts)
+    return mx.dequantized(x, fmt, axis=axis, scale_mode=scale_mode, rounding=rounding, rng=rng)
 
 
 def fake_quantize_nbytes(w: np.ndarray, fmt: str, tensor_scale: bool = True) -> int:
@@ -132,9 +132,9 @@ def _quantize_weight_2d(w: np.ndarray, rounding: str, rng,
     pad[:o, :i] = w
     tiles = pad.reshape(po // _TILE, _TILE, pi // _TILE, _TILE).transpose(0, 2, 1, 3)
     tiles = tiles.reshape(po // _TILE, pi // _TILE, _TILE * _TILE)
-    q = mx.quantize(tiles, "nvfp4", block_size=_TILE * _TILE, rounding=rounding, rng=rng,
-                    per_tensor_scale=_tensor_scale(w) if tensor_scale else None)
-    d = q.dequantize().reshape(po // _TILE, pi // _TILE, _TILE, _TILE).transpose(0, 2, 1, 3)
+    d = mx.dequantized(tiles, "nvfp4", block_size=_TILE * _TILE, rounding=rounding, rng=rng,
+                       per_tensor_scale=_tensor_scale(w) if tensor_scale else None)
+    d = d.reshape(po // _TILE, pi // _TILE, _TILE, _TILE).transpose(0, 2, 1, 3)
     return np.ascontiguousarray(d.reshape(po, pi)[:o, :i])
 
 
