@@ -172,6 +172,53 @@ def test_chunks_and_promotion(monkeypatch, gpu, fin):
            C[:8, :6], promote_every=32)
 
 
+@pytest.mark.parametrize("gpu,fin", [("A100", "fp16"), ("H100", "bf16"), ("A100", "bf16"),
+                                     ("H100", "fp8_e4m3"), (PLAIN[9][0], "fp16")], ids=_label)
+def test_plain_kernel_on_rows_long_enough_for_the_unbuffered_products(monkeypatch, gpu, fin):
+    """Chunks with rows of at least ``_UNBUFFERED_ROW`` columns take the products from the
+    unbuffered multiply (narrower ones from einsum): the same results as the reference on
+    ordinary, adversarial (zeros of both signs, subnormals, wide exponents) and special
+    inputs, K ragged, with c; and NumPy's buffer size is left as it was."""
+    rng = np.random.default_rng(zlib.crc32(f"{gpu!r} {fin} wide".encode()))
+    used = []
+    f = fastpath.outer_products
+    monkeypatch.setattr(fastpath, "outer_products",
+                        lambda a, b, out: used.append(b.shape[1]) or f(a, b, out))
+    N = fastpath._UNBUFFERED_ROW + 3
+    bufsize = np.getbufsize()
+    for K in (9, 40):
+        _check(monkeypatch, gpu, fin, rng.standard_normal((3, K)),
+               rng.standard_normal((K, N)), rng.standard_normal((3, N)))
+        _check(monkeypatch, gpu, fin, _adversarial(rng, (4, K)), _adversarial(rng, (K, N)),
+               _adversarial(rng, (4, N)) * 2.0 ** rng.integers(-30, 30))
+    _check(monkeypatch, gpu, fin, _specials(rng, _adversarial(rng, (2, 17))),
+           _specials(rng, _adversarial(rng, (17, N))), None)
+    assert np.getbufsize() == bufsize
+    assert used and min(used) >= fastpath._UNBUFFERED_ROW
+
+
+@pytest.mark.parametrize("n", [1, 5, fastpath._UNBUFFERED_ROW - 1, fastpath._UNBUFFERED_ROW,
+                               300])
+def test_outer_products_are_the_products(n):
+    """Both ways of fastpath.outer_products (einsum, the unbuffered multiply) give every
+    product a[k, i] * b[k, j], exact: float32 inputs of at most 12 significant bits; the
+    ufunc buffer size is restored, also when the multiply fails."""
+    rng = np.random.default_rng(n)
+    a = tc.convert_input(rng.standard_normal((3, 7)) * 2.0 ** rng.integers(-20, 20, (3, 7)),
+                         "fp16").astype(np.float32)
+    b = tc.convert_input(rng.standard_normal((3, n)), "bf16").astype(np.float32)
+    a[1, 2] = -0.0
+    out = np.full((3, 7, n), np.nan, np.float32)
+    bufsize = np.getbufsize()
+    fastpath.outer_products(a, b, out)
+    assert np.getbufsize() == bufsize
+    exact = a.astype(np.float64)[:, :, None] * b.astype(np.float64)[:, None, :]
+    assert np.array_equal(out.astype(np.float64), exact)
+    with pytest.raises(ValueError):
+        fastpath.outer_products(a, b, out[:, :, :1] if n > 1 else out[:, :1])
+    assert np.getbufsize() == bufsize
+
+
 def _edge_rows(fi, n: int, spread: int) -> tuple[np.ndarray, np.ndarray, list]:
     """Rows of one block: products 2**H and -(s**2) 2**(H - e) (s = 1 + 2**-m: the last bit
     set) for e = spread and spread + 1, each factor a normal input value; returns A, B and the

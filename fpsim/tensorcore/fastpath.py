@@ -35,10 +35,12 @@ from ..rounding.bits import truncation_mask
 from .gpus import BlockFMA
 
 __all__ = ["PlainF32", "plain_f32_setup", "biased_exponents", "window", "no_overflow",
-           "chain_plain_f32", "rounded_sums_blas", "sums_in_fp32_range"]
+           "outer_products", "chain_plain_f32", "rounded_sums_blas", "sums_in_fp32_range"]
 
 _EXP_MASK32 = np.int32(0x7F800000)  # float32 exponent field: bits of 2**floor(log2|x|)
 _INT32_MAX = (1 << 31) - 1
+_UNBUFFERED_ROW = 256  # outer_products: rows this long multiply faster unbuffered
+_SMALL_BUFFER = 16  # ... under a ufunc buffer of this many elements (below any such row)
 
 
 def _bits(e: int) -> int:
@@ -124,6 +126,25 @@ def no_overflow(p: PlainF32, c_max: float, K: int, hi_a: int, hi_b: int) -> bool
     return bound < 2.0 ** hi
 
 
+def outer_products(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """The products ``a[k, i] * b[k, j]`` of (w, m) and (w, n) float32 arrays into ``out``
+    (w, m, n), each one multiplication (exact where the products fit float32). For rows of at
+    least ``_UNBUFFERED_ROW`` a broadcasting multiply under a small ufunc buffer: with NumPy's
+    default buffer (8192 elements) the iterator copies the broadcast operands and the output
+    through its buffers, several rows at a time, which costs about twice the multiply; with
+    a buffer no larger than a row it calls the loop on each row in place. The buffer size is
+    NumPy's per-thread (context variable) setting, restored at once. Shorter rows: einsum's
+    outer-product loop, faster there."""
+    if b.shape[1] >= _UNBUFFERED_ROW:
+        old = np.setbufsize(_SMALL_BUFFER)
+        try:
+            np.multiply(a[:, :, None], b[:, None, :], out=out)
+        finally:
+            np.setbufsize(old)
+    else:
+        np.einsum("ki,kj->kij", a, b, out=out)
+
+
 def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.ndarray,
                     live: int, c: np.ndarray, p: PlainF32,
                     finish: Callable[[int, np.ndarray], np.ndarray], *,
@@ -137,7 +158,7 @@ def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.nda
     K, mc = a32.shape
     nc = b32.shape[1]
     n = p.n
-    o = 1 if p.c_in_sum else 0  # row 0 of P: c's term
+    o = 1 if p.c_in_sum else 0  # row 0 of P: c itself, scaled with the products into its term
     P = np.empty((n + o, mc, nc), np.float32)
     E = np.empty((n, mc, nc), np.uint8)
     mp = np.empty((mc, nc), np.uint8)
@@ -148,8 +169,14 @@ def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.nda
     isum = np.empty((mc, nc), np.int32)
     S = np.empty((mc, nc))
     Sv = S.view(np.uint64)
-    ct = None if p.c_in_sum else np.empty((mc, nc), np.float32)
-    d = np.array(c, dtype=np.float32)
+    if o:  # the running value lives in row 0: one multiply scales c and the products
+        d = P[0]
+        d[...] = c
+        ct = None
+    else:
+        d = np.array(c, dtype=np.float32)
+        ct = np.empty((mc, nc), np.float32)
+    dbits = d.view(np.int32)
     shift = np.int32(23)
     # 2**(F - maxE) has the bits (254 + F) * 2**23 - bits(2**maxE): past int32's range, so
     # the subtraction wraps in int32 and is read back as the right bit pattern
@@ -160,29 +187,29 @@ def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.nda
         # maxE of the products: the largest exponent sum, the float32 field of 2**maxE
         np.add(a8[k0:k1, :, None], b8[k0:k1, None, :], out=E[:w])
         np.maximum.reduce(E[:w], axis=0, out=mp)
-        np.left_shift(mp, shift, out=pb, dtype=np.int32)
+        np.copyto(pb, mp)  # a plain widening cast, then the shift: cheaper than one
+        np.left_shift(pb, shift, out=pb)  # shift with a uint8 -> int32 buffered cast
         if zeros and mp.min() < live:  # elements without a non-zero product
             none = mp < live
             pb[none] = p.floor_bits  # maxE from c and the floor
             if p.tiny_c and (none & (d != 0) & (np.abs(d) < p.tiny_c)).any():
                 return finish(k0, d)
-        np.bitwise_and(d.view(np.int32), _EXP_MASK32, out=me)  # c's 2**floor(log2|c|)
+        np.bitwise_and(dbits, _EXP_MASK32, out=me)  # c's 2**floor(log2|c|)
         np.maximum(me, pb, out=me)  # 2**maxE (bit patterns of positive floats compare alike)
         if check_hi and me.max() > p.hi_bits:
             return finish(k0, d)
         np.subtract(sbase, me, out=sc)
-        np.einsum("ki,kj->kij", a32[k0:k1], b32[k0:k1], out=P[o:o + w])  # exact products
+        outer_products(a32[k0:k1], b32[k0:k1], P[o:o + w])  # exact products
         # times 2**(F - maxE): exact (c's term too, in row 0); the int32 sum casts each
         # term, truncating toward zero
-        if o:
-            np.multiply(d, scale, out=P[0])
-        np.multiply(P[o:o + w], scale, out=P[o:o + w])
+        if not o:
+            np.multiply(d, scale, out=ct)
+            np.trunc(ct, out=ct)
+        np.multiply(P[:o + w], scale, out=P[:o + w])
         np.add.reduce(P[:o + w], axis=0, dtype=np.int32, out=isum)
         if o:
             S[...] = isum
         else:
-            np.multiply(d, scale, out=ct)
-            np.trunc(ct, out=ct)
             np.add(isum, ct, out=S)  # exact in float64
         if p.keep is not None:  # toward zero: drop the bits below the output's precision
             Sv &= p.keep
