@@ -181,9 +181,9 @@ def test_plain_kernel_on_rows_long_enough_for_the_unbuffered_products(monkeypatc
     inputs, K ragged, with c; and NumPy's buffer size is left as it was."""
     rng = np.random.default_rng(zlib.crc32(f"{gpu!r} {fin} wide".encode()))
     used = []
-    f = fastpath.outer_products
-    monkeypatch.setattr(fastpath, "outer_products",
-                        lambda a, b, out: used.append(b.shape[1]) or f(a, b, out))
+    f = fastpath.outer
+    monkeypatch.setattr(fastpath, "outer",
+                        lambda op, a, b, out, **k: used.append(b.shape[1]) or f(op, a, b, out, **k))
     N = fastpath._UNBUFFERED_ROW + 3
     bufsize = np.getbufsize()
     for K in (9, 40):
@@ -199,24 +199,55 @@ def test_plain_kernel_on_rows_long_enough_for_the_unbuffered_products(monkeypatc
 
 @pytest.mark.parametrize("n", [1, 5, fastpath._UNBUFFERED_ROW - 1, fastpath._UNBUFFERED_ROW,
                                300])
-def test_outer_products_are_the_products(n):
-    """Both ways of fastpath.outer_products (einsum, the unbuffered multiply) give every
-    product a[k, i] * b[k, j], exact: float32 inputs of at most 12 significant bits; the
-    ufunc buffer size is restored, also when the multiply fails."""
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int16, np.uint8])
+def test_outer_is_the_broadcast_operation(n, dtype):
+    """Every way of fastpath.outer (einsum, the unbuffered ufunc, plain broadcasting) gives
+    op(a[k, i], b[k, j]) for every (k, i, j): products exact (inputs of at most 12 significant
+    bits), -0 products with their sign where asked (``zero_signs``), exponent sums; the ufunc
+    buffer size is restored, also when the operation fails."""
     rng = np.random.default_rng(n)
-    a = tc.convert_input(rng.standard_normal((3, 7)) * 2.0 ** rng.integers(-20, 20, (3, 7)),
-                         "fp16").astype(np.float32)
-    b = tc.convert_input(rng.standard_normal((3, n)), "bf16").astype(np.float32)
-    a[1, 2] = -0.0
-    out = np.full((3, 7, n), np.nan, np.float32)
     bufsize = np.getbufsize()
-    fastpath.outer_products(a, b, out)
+    if np.dtype(dtype).kind == "f":
+        a = tc.convert_input(rng.standard_normal((3, 7)) * 2.0 ** rng.integers(-12, 4, (3, 7)),
+                             "fp16").astype(dtype)
+        b = tc.convert_input(rng.standard_normal((3, n)), "bf16").astype(dtype)
+        a[1, 2] = -0.0
+        b[2, 0] = -0.0
+        exact = a.astype(np.float64)[:, :, None] * b.astype(np.float64)[:, None, :]
+        for zero_signs in (False, True):
+            out = np.full((3, 7, n), np.nan, dtype)
+            fastpath.outer(np.multiply, a, b, out, zero_signs=zero_signs)
+            assert np.getbufsize() == bufsize
+            assert np.array_equal(out.astype(np.float64), exact)
+            if zero_signs:  # the signs of zeros as the broadcasting multiply's
+                assert np.array_equal(np.signbit(out), np.signbit(a[:, :, None] * b[:, None, :]))
+    a = rng.integers(0, 100, (3, 7)).astype(dtype)
+    b = rng.integers(0, 100, (3, n)).astype(dtype)
+    out = np.zeros((3, 7, n), dtype)
+    fastpath.outer(np.add, a, b, out)
     assert np.getbufsize() == bufsize
-    exact = a.astype(np.float64)[:, :, None] * b.astype(np.float64)[:, None, :]
-    assert np.array_equal(out.astype(np.float64), exact)
+    assert np.array_equal(out, a[:, :, None] + b[:, None, :])
     with pytest.raises(ValueError):
-        fastpath.outer_products(a, b, out[:, :, :1] if n > 1 else out[:, :1])
+        fastpath.outer(np.add, a, b, out[:, :, :1] if n > 1 else out[:, :1])
     assert np.getbufsize() == bufsize
+
+
+@pytest.mark.parametrize("N", [3, fastpath._UNBUFFERED_ROW + 1])
+def test_pairwise_kernel_keeps_the_sign_of_zero_products(monkeypatch, N):
+    """The pairwise float32 kernel's products keep the signs of zeros on narrow and wide rows
+    alike (a broadcasting multiply's, never einsum's +0), so its signed zero results are what
+    they were: -0 + -0 = -0 for a unit that keeps subnormals (a -0 c stays -0). MI210
+    (which flushes) as the stage-by-stage kernel."""
+    rng = np.random.default_rng(N)
+    A = rng.standard_normal((4, 8))
+    A[0] = -0.0  # a row of -0 products (positive B), +0 ones in column 0 (negative B)
+    B = np.abs(rng.standard_normal((8, N)))
+    B[:, 0] = -B[:, 0]
+    C = np.full((4, N), -0.0)
+    _check(monkeypatch, "MI210", "fp16", A, B, C)
+    unit = tc.BlockFMA(4, 0, "rne", None, summation="pairwise")
+    got = tc.matmul(A, B, C, gpu=unit, input_format="fp16")
+    assert np.all(np.signbit(got[0, 1:])) and not np.signbit(got[0, 0])
 
 
 def _edge_rows(fi, n: int, spread: int) -> tuple[np.ndarray, np.ndarray, list]:

@@ -35,11 +35,11 @@ from ..rounding.bits import truncation_mask
 from .gpus import BlockFMA
 
 __all__ = ["PlainF32", "plain_f32_setup", "biased_exponents", "window", "no_overflow",
-           "outer_products", "chain_plain_f32", "rounded_sums_blas", "sums_in_fp32_range"]
+           "outer", "chain_plain_f32", "rounded_sums_blas", "sums_in_fp32_range"]
 
 _EXP_MASK32 = np.int32(0x7F800000)  # float32 exponent field: bits of 2**floor(log2|x|)
 _INT32_MAX = (1 << 31) - 1
-_UNBUFFERED_ROW = 256  # outer_products: rows this long multiply faster unbuffered
+_UNBUFFERED_ROW = 256  # outer: rows this long (4-, 8-byte types) run faster unbuffered
 _SMALL_BUFFER = 16  # ... under a ufunc buffer of this many elements (below any such row)
 
 
@@ -126,23 +126,28 @@ def no_overflow(p: PlainF32, c_max: float, K: int, hi_a: int, hi_b: int) -> bool
     return bound < 2.0 ** hi
 
 
-def outer_products(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """The products ``a[k, i] * b[k, j]`` of (w, m) and (w, n) float32 arrays into ``out``
-    (w, m, n), each one multiplication (exact where the products fit float32). For rows of at
-    least ``_UNBUFFERED_ROW`` a broadcasting multiply under a small ufunc buffer: with NumPy's
-    default buffer (8192 elements) the iterator copies the broadcast operands and the output
-    through its buffers, several rows at a time, which costs about twice the multiply; with
-    a buffer no larger than a row it calls the loop on each row in place. The buffer size is
-    NumPy's per-thread (context variable) setting, restored at once. Shorter rows: einsum's
-    outer-product loop, faster there."""
-    if b.shape[1] >= _UNBUFFERED_ROW:
+def outer(op: np.ufunc, a: np.ndarray, b: np.ndarray, out: np.ndarray, *,
+          zero_signs: bool = False) -> None:
+    """``op(a[k, i], b[k, j])`` of (w, m) and (w, n) arrays into ``out`` (w, m, n): a block's
+    products (``np.multiply``, each one multiplication) or exponent sums (``np.add``). For
+    rows of at least ``_UNBUFFERED_ROW`` elements of 4 or 8 bytes, a broadcasting ufunc under a
+    small ufunc buffer: with NumPy's default buffer (8192 elements) the iterator copies the
+    broadcast operands and the output through its buffers, several rows at a time, which
+    costs about as much again as the operation (for 1- and 2-byte types the buffered way is
+    as fast or faster); with a buffer no larger than a row it calls the loop on each row in
+    place. The buffer size is NumPy's per-thread (context variable) setting, restored at
+    once. Shorter rows: einsum's outer-product loop for products (its sums make a -0
+    product +0; ``zero_signs=True`` keeps the sign, by broadcasting), else broadcasting."""
+    if b.shape[1] >= _UNBUFFERED_ROW and out.itemsize >= 4:
         old = np.setbufsize(_SMALL_BUFFER)
         try:
-            np.multiply(a[:, :, None], b[:, None, :], out=out)
+            op(a[:, :, None], b[:, None, :], out=out)
         finally:
             np.setbufsize(old)
-    else:
+    elif op is np.multiply and not zero_signs:
         np.einsum("ki,kj->kij", a, b, out=out)
+    else:
+        op(a[:, :, None], b[:, None, :], out=out)
 
 
 def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.ndarray,
@@ -199,7 +204,7 @@ def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.nda
         if check_hi and me.max() > p.hi_bits:
             return finish(k0, d)
         np.subtract(sbase, me, out=sc)
-        outer_products(a32[k0:k1], b32[k0:k1], P[o:o + w])  # exact products
+        outer(np.multiply, a32[k0:k1], b32[k0:k1], P[o:o + w])  # exact products
         # times 2**(F - maxE): exact (c's term too, in row 0); the int32 sum casts each
         # term, truncating toward zero
         if not o:

@@ -153,13 +153,20 @@ def _round_out(v: np.ndarray, fmt: Format, mode: Rounding, overflow: BlockOverfl
 # -- the kernel ------------------------------------------------------------------------------
 
 def _products(av: np.ndarray, bv: np.ndarray, out: np.ndarray) -> None:
-    """The products av * bv into ``out``: for a matrix product's operands (av (k, m, 1), bv
-    (k, 1, n)) by einsum, whose outer-product loop writes (k, m, n) faster than the
-    broadcasting multiply (the same products: one multiplication each)."""
-    if av.ndim == 3 and av.shape[2] == 1 and bv.shape[1] == 1:
-        np.einsum("ki,kj->kij", av[:, :, 0], bv[:, 0, :], out=out)
+    """The products av * bv into ``out`` (one multiplication each): see :func:`_outer`."""
+    _outer(np.multiply, av, bv, out)
+
+
+def _outer(op: np.ufunc, x: np.ndarray, y: np.ndarray, out: np.ndarray, *,
+           zero_signs: bool = False) -> None:
+    """``op(x, y)`` into ``out``: for a matrix product's operands (x (k, m, 1), y (k, 1, n))
+    by :func:`fastpath.outer` (einsum's outer-product loop or an unbuffered ufunc, each
+    faster than the default buffered broadcast where it is used; ``zero_signs`` as there),
+    else broadcasting."""
+    if x.ndim == 3 and x.shape[2] == 1 and y.shape[1] == 1:
+        fastpath.outer(op, x[:, :, 0], y[:, 0, :], out, zero_signs=zero_signs)
     else:
-        np.multiply(av, bv, out=out)
+        op(x, y, out=out)
 
 
 def _specials(araw, braw, c, step: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -209,7 +216,7 @@ def _chain(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple,
         w = k1 - k0
         if w > 0:
             _products(av[k0:k1], bv[k0:k1], P[1:w + 1])
-            np.add(ae[k0:k1], be[k0:k1], out=E[1:w + 1])
+            _outer(np.add, ae[k0:k1], be[k0:k1], E[1:w + 1])
         p = P[:w + 1]
         cin = P[0].copy() if trace is not None else None
         mx = E[:w + 1].max(axis=0)  # maxE + 1023, the floor included through c's row
@@ -511,7 +518,7 @@ def _chain_general(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: t
         E = np.empty((k1 - k0, *out_shape), dtype=np.int32)
         _products(av[k0:k1], bv[k0:k1], P)
         if need_e:
-            np.add(ae[k0:k1], be[k0:k1], out=E)
+            _outer(np.add, ae[k0:k1], be[k0:k1], E)
         cin = d
         d, info = _block_general(P, E, d, unit, rfmt, n, 2 * (fi.mantissa_bits + 1),
                                  check_limit)
@@ -795,8 +802,8 @@ def _chain_rounded(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format,
     for k0 in range(0, K, n):
         k1 = min(K, k0 + n)
         p, e = P[:k1 - k0], E[:k1 - k0]
-        np.multiply(av[k0:k1], bv[k0:k1], out=p)
-        np.add(ae[k0:k1], be[k0:k1], out=e)
+        _products(av[k0:k1], bv[k0:k1], p)
+        _outer(np.add, ae[k0:k1], be[k0:k1], e)
         rnd(aligned(p, e), ps)
         d = _add_c(d, ps, rfmt, unit.c_rounding, unit.overflow)
     return d
@@ -841,7 +848,7 @@ def _chain_pairwise(av, _ae, bv, _be, c, unit: BlockFMA, rfmt: Format, out_shape
         for k0 in range(0, K, n):
             k1 = min(K, k0 + n)
             w = k1 - k0
-            np.multiply(a32[k0:k1], b32[k0:k1], out=P[:w])
+            _outer(np.multiply, a32[k0:k1], b32[k0:k1], P[:w], zero_signs=True)  # -0 kept
             if w < n:
                 P[w:] = 0.0  # the last block is padded with zero products
             if flush:
