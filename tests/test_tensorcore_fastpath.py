@@ -176,25 +176,28 @@ def test_chunks_and_promotion(monkeypatch, gpu, fin):
                                      ("H100", "fp8_e4m3"), (PLAIN[9][0], "fp16")], ids=_label)
 def test_plain_kernel_on_rows_long_enough_for_the_unbuffered_products(monkeypatch, gpu, fin):
     """Chunks with rows of at least ``_UNBUFFERED_ROW`` columns take the products from the
-    unbuffered multiply (narrower ones from einsum): the same results as the reference on
-    ordinary, adversarial (zeros of both signs, subnormals, wide exponents) and special
-    inputs, K ragged, with c; and NumPy's buffer size is left as it was."""
+    unbuffered multiply (narrower ones from einsum), with an even number of rows as complex
+    products of row pairs: the same results as the reference on ordinary, adversarial (zeros
+    of both signs, subnormals, wide exponents) and special inputs, K ragged, with c; and
+    NumPy's buffer size is left as it was."""
     rng = np.random.default_rng(zlib.crc32(f"{gpu!r} {fin} wide".encode()))
     used = []
     f = fastpath.outer
-    monkeypatch.setattr(fastpath, "outer",
-                        lambda op, a, b, out, **k: used.append(b.shape[1]) or f(op, a, b, out, **k))
+    monkeypatch.setattr(fastpath, "outer", lambda op, a, b, out, **k:
+                        used.append((b.shape[1], b.dtype)) or f(op, a, b, out, **k))
     N = fastpath._UNBUFFERED_ROW + 3
     bufsize = np.getbufsize()
-    for K in (9, 40):
-        _check(monkeypatch, gpu, fin, rng.standard_normal((3, K)),
-               rng.standard_normal((K, N)), rng.standard_normal((3, N)))
+    for K, M in ((9, 4), (40, 3)):  # M even: rows in pairs; odd: not
+        _check(monkeypatch, gpu, fin, rng.standard_normal((M, K)),
+               rng.standard_normal((K, N)), rng.standard_normal((M, N)))
         _check(monkeypatch, gpu, fin, _adversarial(rng, (4, K)), _adversarial(rng, (K, N)),
                _adversarial(rng, (4, N)) * 2.0 ** rng.integers(-30, 30))
     _check(monkeypatch, gpu, fin, _specials(rng, _adversarial(rng, (2, 17))),
            _specials(rng, _adversarial(rng, (17, N))), None)
     assert np.getbufsize() == bufsize
-    assert used and min(used) >= fastpath._UNBUFFERED_ROW
+    assert used and min(u[0] for u in used) >= fastpath._UNBUFFERED_ROW
+    # both orders of a chunk: rows of A in pairs (complex products; M even) and not (M odd)
+    assert {np.complex64, np.float32} <= {u[1].type for u in used}
 
 
 @pytest.mark.parametrize("n", [1, 5, fastpath._UNBUFFERED_ROW - 1, fastpath._UNBUFFERED_ROW,
@@ -367,3 +370,32 @@ def test_fast_kernels_hand_back_what_they_cannot_do(monkeypatch):
     A[0, 9] *= 2.0**-70  # a column of A whose exponents spread over 70 binades
     tc.matmul(A, B, gpu="A100", input_format="bf16")
     assert used
+
+
+@pytest.mark.parametrize("gpu,fin", [("A100", "fp16"), ("H100", "bf16")])
+def test_hand_backs_from_rows_in_pairs(monkeypatch, gpu, fin):
+    """The hand-backs of the float32 kernel (A100: tiny c with no products; H100: a maxE that
+    could overflow, in a later block) from a chunk carried with its rows in pairs (M even, N
+    wide): _chain gets c in row order and the results are the reference's."""
+    rng = np.random.default_rng(5)
+    N = fastpath._UNBUFFERED_ROW + 1
+    A, B = rng.standard_normal((4, 40)), rng.standard_normal((40, N))
+    if gpu == "A100":
+        A[:, :8] = 0.0  # the first block: no products, with a tiny c
+        A[2] = 0.0  # and a row without any, whose results are its c's
+        C = rng.standard_normal((4, N)) * 2.0**-120
+        C[1] = 0.0
+    else:
+        big = 2.0 ** np.where(np.arange(40) < 16, 40, 59)  # later products near 2**120
+        A, B = np.abs(A[:, ::-1]) * big, B * big[:, None]
+        C = rng.standard_normal((4, N)) * 2.0**70
+    used, calls = [], _spy(monkeypatch, "chain_plain_f32")
+    f = tc_model._chain
+    with monkeypatch.context() as m:
+        m.setattr(tc_model, "_chain", lambda *x, **k: used.append(1) or f(*x, **k))
+        with np.errstate(all="ignore"):
+            fast = tc.matmul(A, B, C, gpu=gpu, input_format=fin)
+    assert calls and used  # the float32 kernel ran and handed blocks back
+    with np.errstate(all="ignore"):
+        slow = _reference(monkeypatch, lambda: tc.matmul(A, B, C, gpu=gpu, input_format=fin))
+    assert _same(fast, slow)

@@ -159,28 +159,61 @@ def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.nda
     biases from :func:`window`), c (mc, nc) fp32 values; an exponent sum below ``live`` has
     a zero factor. ``zeros=False``: no input is zero (every block has non-zero products);
     ``check_hi=False``: :func:`no_overflow` holds. Where a block's maxE leaves the range
-    handled here, ``finish(k0, c)`` computes the blocks from k0 on."""
+    handled here, ``finish(k0, c)`` computes the blocks from k0 on.
+
+    Rows of A in pairs (mc even, rows of at least ``_UNBUFFERED_ROW``): the outer products,
+    whose cost is mostly per row of the (k, m, n) array, take half as many rows as complex
+    products: columns 2h and 2h + 1 of a32 viewed as one complex64 x + iy, times b + 0i, give
+    (x b - y 0) + i (x 0 + y b), that is x b and y b exactly (the inputs are finite: chunks
+    with values out of float32's range are refused), into the float32 pairs (h, j, 0) and
+    (h, j, 1). Every other step works element by element, so the whole chunk is carried in
+    that (mc / 2, nc, 2) order (the exponent sums likewise: the uint16 sum of two uint8 of A
+    and a B exponent in both bytes, no carry as no sum passes 255) and put back in row order
+    at the end."""
     K, mc = a32.shape
     nc = b32.shape[1]
     n = p.n
+    pairs = mc % 2 == 0 and nc >= _UNBUFFERED_ROW
+    sh = (mc // 2, nc, 2) if pairs else (mc, nc)  # the chunk's element order
     o = 1 if p.c_in_sum else 0  # row 0 of P: c itself, scaled with the products into its term
-    P = np.empty((n + o, mc, nc), np.float32)
-    E = np.empty((n, mc, nc), np.uint8)
-    mp = np.empty((mc, nc), np.uint8)
-    pb = np.empty((mc, nc), np.int32)
-    me = np.empty((mc, nc), np.int32)
-    sc = np.empty((mc, nc), np.int32)
+    P = np.empty((n + o, *sh), np.float32)
+    E = np.empty((n, *sh), np.uint8)
+    if pairs:
+        av, bv = a32.view(np.complex64), b32.astype(np.complex64)
+        Pv = P.reshape(n + o, mc // 2, 2 * nc).view(np.complex64)
+        ae, be = a8.view(np.uint16), b8.astype(np.uint16) * np.uint16(0x0101)
+        Ev = E.reshape(n, mc // 2, 2 * nc).view(np.uint16)
+
+        def order(x: np.ndarray) -> np.ndarray:  # (mc, nc) in row order -> the chunk's
+            return x.reshape(mc // 2, 2, nc).transpose(0, 2, 1)
+
+        def rows(x: np.ndarray) -> np.ndarray:  # the chunk's order -> (mc, nc) float64
+            out = np.empty((mc, nc))
+            order(out)[...] = x
+            return out
+    else:
+        av, bv, Pv, ae, be, Ev = a32, b32, P, a8, b8, E
+
+        def order(x: np.ndarray) -> np.ndarray:
+            return x
+
+        def rows(x: np.ndarray) -> np.ndarray:
+            return x.astype(np.float64)
+    mp = np.empty(sh, np.uint8)
+    pb = np.empty(sh, np.int32)
+    me = np.empty(sh, np.int32)
+    sc = np.empty(sh, np.int32)
     scale = sc.view(np.float32)
-    isum = np.empty((mc, nc), np.int32)
-    S = np.empty((mc, nc))
+    isum = np.empty(sh, np.int32)
+    S = np.empty(sh)
     Sv = S.view(np.uint64)
     if o:  # the running value lives in row 0: one multiply scales c and the products
         d = P[0]
-        d[...] = c
         ct = None
     else:
-        d = np.array(c, dtype=np.float32)
-        ct = np.empty((mc, nc), np.float32)
+        d = np.empty(sh, np.float32)
+        ct = np.empty(sh, np.float32)
+    d[...] = order(c)
     dbits = d.view(np.int32)
     shift = np.int32(23)
     # 2**(F - maxE) has the bits (254 + F) * 2**23 - bits(2**maxE): past int32's range, so
@@ -190,7 +223,7 @@ def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.nda
         k1 = min(K, k0 + n)
         w = k1 - k0
         # maxE of the products: the largest exponent sum, the float32 field of 2**maxE
-        np.add(a8[k0:k1, :, None], b8[k0:k1, None, :], out=E[:w])
+        outer(np.add, ae[k0:k1], be[k0:k1], Ev[:w])
         np.maximum.reduce(E[:w], axis=0, out=mp)
         np.copyto(pb, mp)  # a plain widening cast, then the shift: cheaper than one
         np.left_shift(pb, shift, out=pb)  # shift with a uint8 -> int32 buffered cast
@@ -198,13 +231,13 @@ def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.nda
             none = mp < live
             pb[none] = p.floor_bits  # maxE from c and the floor
             if p.tiny_c and (none & (d != 0) & (np.abs(d) < p.tiny_c)).any():
-                return finish(k0, d)
+                return finish(k0, rows(d))
         np.bitwise_and(dbits, _EXP_MASK32, out=me)  # c's 2**floor(log2|c|)
         np.maximum(me, pb, out=me)  # 2**maxE (bit patterns of positive floats compare alike)
         if check_hi and me.max() > p.hi_bits:
-            return finish(k0, d)
+            return finish(k0, rows(d))
         np.subtract(sbase, me, out=sc)
-        outer(np.multiply, a32[k0:k1], b32[k0:k1], P[o:o + w])  # exact products
+        outer(np.multiply, av[k0:k1], bv[k0:k1], Pv[o:o + w])  # exact products
         # times 2**(F - maxE): exact (c's term too, in row 0); the int32 sum casts each
         # term, truncating toward zero
         if not o:
@@ -224,7 +257,7 @@ def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.nda
         # division.
         np.copyto(d, S, casting="unsafe")
         np.divide(d, scale, out=d)
-    return d.astype(np.float64)
+    return rows(d)
 
 
 def rounded_sums_blas(av: np.ndarray, bv: np.ndarray, k0: int, k1: int, unit: BlockFMA,
