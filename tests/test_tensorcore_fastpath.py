@@ -399,3 +399,30 @@ def test_hand_backs_from_rows_in_pairs(monkeypatch, gpu, fin):
     with np.errstate(all="ignore"):
         slow = _reference(monkeypatch, lambda: tc.matmul(A, B, C, gpu=gpu, input_format=fin))
     assert _same(fast, slow)
+
+
+@pytest.mark.parametrize("gpu,fin", [("A100", "fp16"), ("H100", "bf16")])
+def test_chunks_reuse_the_kernels_temporaries(monkeypatch, gpu, fin):
+    """Several chunks of one product (rows in pairs, wide, the last chunk smaller) share the
+    kernel's temporaries through ``work``: the results are the reference's, and each chunk's
+    result is an array of its own (not a view of the temporaries the next chunk reuses)."""
+    rng = np.random.default_rng(6)
+    N = fastpath._UNBUFFERED_ROW + 4
+    A, B = rng.standard_normal((14, 40)), rng.standard_normal((40, N))
+    if fin == "fp16":  # (bf16's wide exponent range would send the chunks to _chain)
+        A = _adversarial(rng, (14, 40))
+    C = rng.standard_normal((14, N))
+    results = []
+    f = fastpath.chain_plain_f32
+
+    def spy(*a, **k):
+        results.append((r := f(*a, **k), k["work"]))
+        return r
+
+    n = tc.gpus.resolve_unit(gpu, fin, "fp32")[0].block_size
+    monkeypatch.setattr(tc_model, "CHUNK_ELEMENTS", n * N)  # fast chunks of 4 rows
+    monkeypatch.setattr(fastpath, "chain_plain_f32", spy)
+    _check(monkeypatch, gpu, fin, A, B, C)
+    assert len(results) >= 3 and all(w is results[0][1] for _, w in results)
+    for r, work in results:
+        assert not any(np.shares_memory(r, t) for t in work.values())

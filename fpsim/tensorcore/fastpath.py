@@ -150,16 +150,31 @@ def outer(op: np.ufunc, a: np.ndarray, b: np.ndarray, out: np.ndarray, *,
         op(a[:, :, None], b[:, None, :], out=out)
 
 
+def _buffer(work: dict | None, name: str, shape: tuple, dtype) -> np.ndarray:
+    """``np.empty(shape, dtype)``, or the array kept under ``name`` in ``work`` (one matrix
+    product's temporaries, reused from chunk to chunk: each fresh multi-megabyte array costs
+    its page faults again) where it has that shape and dtype."""
+    if work is None:
+        return np.empty(shape, dtype)
+    a = work.get(name)
+    if a is None or a.shape != shape or a.dtype != dtype:
+        a = work[name] = np.empty(shape, dtype)
+    return a
+
+
 def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.ndarray,
                     live: int, c: np.ndarray, p: PlainF32,
                     finish: Callable[[int, np.ndarray], np.ndarray], *,
-                    zeros: bool = True, check_hi: bool = True) -> np.ndarray:
+                    zeros: bool = True, check_hi: bool = True,
+                    work: dict | None = None) -> np.ndarray:
     """Chained plain block FMAs of one (mc, nc) chunk: a32 / a8 (K, mc) float32 values and
     uint8 exponents of A's columns, b32 / b8 (K, nc) of B's rows (:func:`biased_exponents`,
     biases from :func:`window`), c (mc, nc) fp32 values; an exponent sum below ``live`` has
     a zero factor. ``zeros=False``: no input is zero (every block has non-zero products);
     ``check_hi=False``: :func:`no_overflow` holds. Where a block's maxE leaves the range
-    handled here, ``finish(k0, c)`` computes the blocks from k0 on.
+    handled here, ``finish(k0, c)`` computes the blocks from k0 on. ``work``: a dict that
+    keeps the temporaries for the next chunk of the same product (see :func:`_buffer`); the
+    result is a new array.
 
     Rows of A in pairs (mc even, rows of at least ``_UNBUFFERED_ROW``): the outer products,
     whose cost is mostly per row of the (k, m, n) array, take half as many rows as complex
@@ -176,12 +191,14 @@ def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.nda
     pairs = mc % 2 == 0 and nc >= _UNBUFFERED_ROW
     sh = (mc // 2, nc, 2) if pairs else (mc, nc)  # the chunk's element order
     o = 1 if p.c_in_sum else 0  # row 0 of P: c itself, scaled with the products into its term
-    P = np.empty((n + o, *sh), np.float32)
-    E = np.empty((n, *sh), np.uint8)
+    P = _buffer(work, "P", (n + o, *sh), np.float32)
+    E = _buffer(work, "E", (n, *sh), np.uint8)
     if pairs:
-        av, bv = a32.view(np.complex64), b32.astype(np.complex64)
+        av, bv = a32.view(np.complex64), _buffer(work, "bv", (K, nc), np.complex64)
+        bv[...] = b32  # b + 0i
         Pv = P.reshape(n + o, mc // 2, 2 * nc).view(np.complex64)
-        ae, be = a8.view(np.uint16), b8.astype(np.uint16) * np.uint16(0x0101)
+        ae, be = a8.view(np.uint16), _buffer(work, "be", (K, nc), np.uint16)
+        np.multiply(b8, np.uint16(0x0101), out=be)  # B's exponent in both bytes
         Ev = E.reshape(n, mc // 2, 2 * nc).view(np.uint16)
 
         def order(x: np.ndarray) -> np.ndarray:  # (mc, nc) in row order -> the chunk's
@@ -199,20 +216,20 @@ def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.nda
 
         def rows(x: np.ndarray) -> np.ndarray:
             return x.astype(np.float64)
-    mp = np.empty(sh, np.uint8)
-    pb = np.empty(sh, np.int32)
-    me = np.empty(sh, np.int32)
-    sc = np.empty(sh, np.int32)
+    mp = _buffer(work, "mp", sh, np.uint8)
+    pb = _buffer(work, "pb", sh, np.int32)
+    me = _buffer(work, "me", sh, np.int32)
+    sc = _buffer(work, "sc", sh, np.int32)
     scale = sc.view(np.float32)
-    isum = np.empty(sh, np.int32)
-    S = np.empty(sh)
+    isum = _buffer(work, "isum", sh, np.int32)
+    S = _buffer(work, "S", sh, np.float64)
     Sv = S.view(np.uint64)
     if o:  # the running value lives in row 0: one multiply scales c and the products
         d = P[0]
         ct = None
     else:
-        d = np.empty(sh, np.float32)
-        ct = np.empty(sh, np.float32)
+        d = _buffer(work, "d", sh, np.float32)
+        ct = _buffer(work, "ct", sh, np.float32)
     d[...] = order(c)
     dbits = d.view(np.int32)
     shift = np.int32(23)

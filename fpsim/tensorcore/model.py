@@ -102,7 +102,8 @@ def _split(values: np.ndarray, fmt: Format, bias: int) -> tuple[np.ndarray, np.n
     fin = np.isfinite(values)
     vals = values if fin.all() else np.where(fin, values, 0.0)
     bits = np.ascontiguousarray(vals).view(_U)
-    e = (bits >> _U(52)).astype(np.int32)  # sign and exponent field: int32 from here on
+    e = np.empty(vals.shape, np.int32)  # sign and exponent field: int32 from here on
+    np.right_shift(bits, _U(52), out=e, casting="unsafe")  # (no uint64 temporary)
     e &= 0x7FF
     np.maximum(e, fmt.emin + 1023, out=e)
     e += bias - 1023
@@ -887,6 +888,7 @@ class _PlainFast:
     def __init__(self, p: fastpath.PlainF32, av, ae, bv, be, unit: BlockFMA, rfmt: Format):
         self.p, self.av, self.ae, self.bv, self.be = p, av, ae, bv, be
         self.unit, self.rfmt = unit, rfmt
+        self.work: dict = {}  # the kernel's temporaries, kept from chunk to chunk
         with np.errstate(over="ignore"):  # out-of-range values: their chunks are refused
             self.a32, self.b32 = av.astype(np.float32), bv.astype(np.float32)
         self.a_live, self.b_live = ae > _LIVE_EXP, be > _LIVE_EXP
@@ -952,7 +954,7 @@ class _PlainFast:
                                             self.a32.shape[0], hi_a, hi_b)
         return fastpath.chain_plain_f32(self.a32[:, m0:m1], a8, self.b32[:, n0:n1], b8,
                                         lo_a + lo_b + 127, cc, self.p, finish, zeros=zeros,
-                                        check_hi=check_hi)
+                                        check_hi=check_hi, work=self.work)
 
 
 def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
@@ -992,8 +994,9 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
         chain = general
     a_bad = ~np.isfinite(aT_raw).all(axis=0)
     b_bad = ~np.isfinite(b_raw).all(axis=0)
-    c_fin = np.where(np.isfinite(c_raw), c_raw, 0.0)
-    c_bad = ~np.isfinite(c_raw)
+    c_ok = np.isfinite(c_raw)
+    c_fin = c_raw if c_ok.all() else np.where(c_ok, c_raw, 0.0)  # (no kernel writes to c)
+    c_bad = ~c_ok
     per_k = max(1, min(n, K))
     if outer:
         M, N = aT_raw.shape[1], b_raw.shape[1]
@@ -1162,6 +1165,7 @@ def matmul(A: npt.ArrayLike, B: npt.ArrayLike, C: npt.ArrayLike | None = None, *
     if M == 0 or N == 0:
         return np.zeros((M, N))
     aT = np.ascontiguousarray(Ar.T)
+    del Ar  # (its memory serves the later temporaries: fewer fresh pages)
     _record_invalid(aT, Br, Cr, True, "tensorcore.matmul")
     if promote_every is not None:
         D = Cr.astype(np.float32)
