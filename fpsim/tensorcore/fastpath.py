@@ -188,7 +188,8 @@ def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.nda
     K, mc = a32.shape
     nc = b32.shape[1]
     n = p.n
-    pairs = mc % 2 == 0 and nc >= _UNBUFFERED_ROW
+    pairs = (mc % 2 == 0 and nc >= _UNBUFFERED_ROW and a32.strides[1] == a32.itemsize
+             and a8.strides[1] == 1)  # (columns of A in memory order: viewable in pairs)
     sh = (mc // 2, nc, 2) if pairs else (mc, nc)  # the chunk's element order
     o = 1 if p.c_in_sum else 0  # row 0 of P: c itself, scaled with the products into its term
     P = _buffer(work, "P", (n + o, *sh), np.float32)
