@@ -172,6 +172,87 @@ def test_chunks_and_promotion(monkeypatch, gpu, fin):
            C[:8, :6], promote_every=32)
 
 
+@pytest.mark.parametrize("gpu,fin", [("A100", "fp16"), ("H100", "bf16"), ("A100", "bf16"),
+                                     ("H100", "fp8_e4m3"), (PLAIN[9][0], "fp16")], ids=_label)
+def test_plain_kernel_on_rows_long_enough_for_the_unbuffered_products(monkeypatch, gpu, fin):
+    """Chunks with rows of at least ``_UNBUFFERED_ROW`` columns take the products from the
+    unbuffered multiply (narrower ones from einsum), with an even number of rows as complex
+    products of row pairs: the same results as the reference on ordinary, adversarial (zeros
+    of both signs, subnormals, wide exponents) and special inputs, K ragged, with c; and
+    NumPy's buffer size is left as it was."""
+    rng = np.random.default_rng(zlib.crc32(f"{gpu!r} {fin} wide".encode()))
+    used = []
+    f = fastpath.outer
+    monkeypatch.setattr(fastpath, "outer", lambda op, a, b, out, **k:
+                        used.append((b.shape[1], b.dtype)) or f(op, a, b, out, **k))
+    N = fastpath._UNBUFFERED_ROW + 3
+    bufsize = np.getbufsize()
+    for K, M in ((9, 4), (40, 3)):  # M even: rows in pairs; odd: not
+        _check(monkeypatch, gpu, fin, rng.standard_normal((M, K)),
+               rng.standard_normal((K, N)), rng.standard_normal((M, N)))
+        _check(monkeypatch, gpu, fin, _adversarial(rng, (4, K)), _adversarial(rng, (K, N)),
+               _adversarial(rng, (4, N)) * 2.0 ** rng.integers(-30, 30))
+    _check(monkeypatch, gpu, fin, _specials(rng, _adversarial(rng, (2, 17))),
+           _specials(rng, _adversarial(rng, (17, N))), None)
+    assert np.getbufsize() == bufsize
+    assert used and min(u[0] for u in used) >= fastpath._UNBUFFERED_ROW
+    # both orders of a chunk: rows of A in pairs (complex products; M even) and not (M odd)
+    assert {np.complex64, np.float32} <= {u[1].type for u in used}
+
+
+@pytest.mark.parametrize("n", [1, 5, fastpath._UNBUFFERED_ROW - 1, fastpath._UNBUFFERED_ROW,
+                               300])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int16, np.uint8])
+def test_outer_is_the_broadcast_operation(n, dtype):
+    """Every way of fastpath.outer (einsum, the unbuffered ufunc, plain broadcasting) gives
+    op(a[k, i], b[k, j]) for every (k, i, j): products exact (inputs of at most 12 significant
+    bits), -0 products with their sign where asked (``zero_signs``), exponent sums; the ufunc
+    buffer size is restored, also when the operation fails."""
+    rng = np.random.default_rng(n)
+    bufsize = np.getbufsize()
+    if np.dtype(dtype).kind == "f":
+        a = tc.convert_input(rng.standard_normal((3, 7)) * 2.0 ** rng.integers(-12, 4, (3, 7)),
+                             "fp16").astype(dtype)
+        b = tc.convert_input(rng.standard_normal((3, n)), "bf16").astype(dtype)
+        a[1, 2] = -0.0
+        b[2, 0] = -0.0
+        exact = a.astype(np.float64)[:, :, None] * b.astype(np.float64)[:, None, :]
+        for zero_signs in (False, True):
+            out = np.full((3, 7, n), np.nan, dtype)
+            fastpath.outer(np.multiply, a, b, out, zero_signs=zero_signs)
+            assert np.getbufsize() == bufsize
+            assert np.array_equal(out.astype(np.float64), exact)
+            if zero_signs:  # the signs of zeros as the broadcasting multiply's
+                assert np.array_equal(np.signbit(out), np.signbit(a[:, :, None] * b[:, None, :]))
+    a = rng.integers(0, 100, (3, 7)).astype(dtype)
+    b = rng.integers(0, 100, (3, n)).astype(dtype)
+    out = np.zeros((3, 7, n), dtype)
+    fastpath.outer(np.add, a, b, out)
+    assert np.getbufsize() == bufsize
+    assert np.array_equal(out, a[:, :, None] + b[:, None, :])
+    with pytest.raises(ValueError):
+        fastpath.outer(np.add, a, b, out[:, :, :1] if n > 1 else out[:, :1])
+    assert np.getbufsize() == bufsize
+
+
+@pytest.mark.parametrize("N", [3, fastpath._UNBUFFERED_ROW + 1])
+def test_pairwise_kernel_keeps_the_sign_of_zero_products(monkeypatch, N):
+    """The pairwise float32 kernel's products keep the signs of zeros on narrow and wide rows
+    alike (a broadcasting multiply's, never einsum's +0), so its signed zero results are what
+    they were: -0 + -0 = -0 for a unit that keeps subnormals (a -0 c stays -0). MI210
+    (which flushes) as the stage-by-stage kernel."""
+    rng = np.random.default_rng(N)
+    A = rng.standard_normal((4, 8))
+    A[0] = -0.0  # a row of -0 products (positive B), +0 ones in column 0 (negative B)
+    B = np.abs(rng.standard_normal((8, N)))
+    B[:, 0] = -B[:, 0]
+    C = np.full((4, N), -0.0)
+    _check(monkeypatch, "MI210", "fp16", A, B, C)
+    unit = tc.BlockFMA(4, 0, "rne", None, summation="pairwise")
+    got = tc.matmul(A, B, C, gpu=unit, input_format="fp16")
+    assert np.all(np.signbit(got[0, 1:])) and not np.signbit(got[0, 0])
+
+
 def _edge_rows(fi, n: int, spread: int) -> tuple[np.ndarray, np.ndarray, list]:
     """Rows of one block: products 2**H and -(s**2) 2**(H - e) (s = 1 + 2**-m: the last bit
     set) for e = spread and spread + 1, each factor a normal input value; returns A, B and the
@@ -289,3 +370,59 @@ def test_fast_kernels_hand_back_what_they_cannot_do(monkeypatch):
     A[0, 9] *= 2.0**-70  # a column of A whose exponents spread over 70 binades
     tc.matmul(A, B, gpu="A100", input_format="bf16")
     assert used
+
+
+@pytest.mark.parametrize("gpu,fin", [("A100", "fp16"), ("H100", "bf16")])
+def test_hand_backs_from_rows_in_pairs(monkeypatch, gpu, fin):
+    """The hand-backs of the float32 kernel (A100: tiny c with no products; H100: a maxE that
+    could overflow, in a later block) from a chunk carried with its rows in pairs (M even, N
+    wide): _chain gets c in row order and the results are the reference's."""
+    rng = np.random.default_rng(5)
+    N = fastpath._UNBUFFERED_ROW + 1
+    A, B = rng.standard_normal((4, 40)), rng.standard_normal((40, N))
+    if gpu == "A100":
+        A[:, :8] = 0.0  # the first block: no products, with a tiny c
+        A[2] = 0.0  # and a row without any, whose results are its c's
+        C = rng.standard_normal((4, N)) * 2.0**-120
+        C[1] = 0.0
+    else:
+        big = 2.0 ** np.where(np.arange(40) < 16, 40, 59)  # later products near 2**120
+        A, B = np.abs(A[:, ::-1]) * big, B * big[:, None]
+        C = rng.standard_normal((4, N)) * 2.0**70
+    used, calls = [], _spy(monkeypatch, "chain_plain_f32")
+    f = tc_model._chain
+    with monkeypatch.context() as m:
+        m.setattr(tc_model, "_chain", lambda *x, **k: used.append(1) or f(*x, **k))
+        with np.errstate(all="ignore"):
+            fast = tc.matmul(A, B, C, gpu=gpu, input_format=fin)
+    assert calls and used  # the float32 kernel ran and handed blocks back
+    with np.errstate(all="ignore"):
+        slow = _reference(monkeypatch, lambda: tc.matmul(A, B, C, gpu=gpu, input_format=fin))
+    assert _same(fast, slow)
+
+
+@pytest.mark.parametrize("gpu,fin", [("A100", "fp16"), ("H100", "bf16")])
+def test_chunks_reuse_the_kernels_temporaries(monkeypatch, gpu, fin):
+    """Several chunks of one product (rows in pairs, wide, the last chunk smaller) share the
+    kernel's temporaries through ``work``: the results are the reference's, and each chunk's
+    result is an array of its own (not a view of the temporaries the next chunk reuses)."""
+    rng = np.random.default_rng(6)
+    N = fastpath._UNBUFFERED_ROW + 4
+    A, B = rng.standard_normal((14, 40)), rng.standard_normal((40, N))
+    if fin == "fp16":  # (bf16's wide exponent range would send the chunks to _chain)
+        A = _adversarial(rng, (14, 40))
+    C = rng.standard_normal((14, N))
+    results = []
+    f = fastpath.chain_plain_f32
+
+    def spy(*a, **k):
+        results.append((r := f(*a, **k), k["work"]))
+        return r
+
+    n = tc.gpus.resolve_unit(gpu, fin, "fp32")[0].block_size
+    monkeypatch.setattr(tc_model, "CHUNK_ELEMENTS", n * N)  # fast chunks of 4 rows
+    monkeypatch.setattr(fastpath, "chain_plain_f32", spy)
+    _check(monkeypatch, gpu, fin, A, B, C)
+    assert len(results) >= 3 and all(w is results[0][1] for _, w in results)
+    for r, work in results:
+        assert not any(np.shares_memory(r, t) for t in work.values())

@@ -35,10 +35,12 @@ from ..rounding.bits import truncation_mask
 from .gpus import BlockFMA
 
 __all__ = ["PlainF32", "plain_f32_setup", "biased_exponents", "window", "no_overflow",
-           "chain_plain_f32", "rounded_sums_blas", "sums_in_fp32_range"]
+           "outer", "chain_plain_f32", "rounded_sums_blas", "sums_in_fp32_range"]
 
 _EXP_MASK32 = np.int32(0x7F800000)  # float32 exponent field: bits of 2**floor(log2|x|)
 _INT32_MAX = (1 << 31) - 1
+_UNBUFFERED_ROW = 256  # outer: rows this long (4-, 8-byte types) run faster unbuffered
+_SMALL_BUFFER = 16  # ... under a ufunc buffer of this many elements (below any such row)
 
 
 def _bits(e: int) -> int:
@@ -124,32 +126,113 @@ def no_overflow(p: PlainF32, c_max: float, K: int, hi_a: int, hi_b: int) -> bool
     return bound < 2.0 ** hi
 
 
+def outer(op: np.ufunc, a: np.ndarray, b: np.ndarray, out: np.ndarray, *,
+          zero_signs: bool = False) -> None:
+    """``op(a[k, i], b[k, j])`` of (w, m) and (w, n) arrays into ``out`` (w, m, n): a block's
+    products (``np.multiply``, each one multiplication) or exponent sums (``np.add``). For
+    rows of at least ``_UNBUFFERED_ROW`` elements of 4 or 8 bytes, a broadcasting ufunc under a
+    small ufunc buffer: with NumPy's default buffer (8192 elements) the iterator copies the
+    broadcast operands and the output through its buffers, several rows at a time, which
+    costs about as much again as the operation (for 1- and 2-byte types the buffered way is
+    as fast or faster); with a buffer no larger than a row it calls the loop on each row in
+    place. The buffer size is NumPy's per-thread (context variable) setting, restored at
+    once. Shorter rows: einsum's outer-product loop for products (its sums make a -0
+    product +0; ``zero_signs=True`` keeps the sign, by broadcasting), else broadcasting."""
+    if b.shape[1] >= _UNBUFFERED_ROW and out.itemsize >= 4:
+        old = np.setbufsize(_SMALL_BUFFER)
+        try:
+            op(a[:, :, None], b[:, None, :], out=out)
+        finally:
+            np.setbufsize(old)
+    elif op is np.multiply and not zero_signs:
+        np.einsum("ki,kj->kij", a, b, out=out)
+    else:
+        op(a[:, :, None], b[:, None, :], out=out)
+
+
+def _buffer(work: dict | None, name: str, shape: tuple, dtype) -> np.ndarray:
+    """``np.empty(shape, dtype)``, or the array kept under ``name`` in ``work`` (one matrix
+    product's temporaries, reused from chunk to chunk: each fresh multi-megabyte array costs
+    its page faults again) where it has that shape and dtype."""
+    if work is None:
+        return np.empty(shape, dtype)
+    a = work.get(name)
+    if a is None or a.shape != shape or a.dtype != dtype:
+        a = work[name] = np.empty(shape, dtype)
+    return a
+
+
 def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.ndarray,
                     live: int, c: np.ndarray, p: PlainF32,
                     finish: Callable[[int, np.ndarray], np.ndarray], *,
-                    zeros: bool = True, check_hi: bool = True) -> np.ndarray:
+                    zeros: bool = True, check_hi: bool = True,
+                    work: dict | None = None) -> np.ndarray:
     """Chained plain block FMAs of one (mc, nc) chunk: a32 / a8 (K, mc) float32 values and
     uint8 exponents of A's columns, b32 / b8 (K, nc) of B's rows (:func:`biased_exponents`,
     biases from :func:`window`), c (mc, nc) fp32 values; an exponent sum below ``live`` has
     a zero factor. ``zeros=False``: no input is zero (every block has non-zero products);
     ``check_hi=False``: :func:`no_overflow` holds. Where a block's maxE leaves the range
-    handled here, ``finish(k0, c)`` computes the blocks from k0 on."""
+    handled here, ``finish(k0, c)`` computes the blocks from k0 on. ``work``: a dict that
+    keeps the temporaries for the next chunk of the same product (see :func:`_buffer`); the
+    result is a new array.
+
+    Rows of A in pairs (mc even, rows of at least ``_UNBUFFERED_ROW``): the outer products,
+    whose cost is mostly per row of the (k, m, n) array, take half as many rows as complex
+    products: columns 2h and 2h + 1 of a32 viewed as one complex64 x + iy, times b + 0i, give
+    (x b - y 0) + i (x 0 + y b), that is x b and y b exactly (the inputs are finite: chunks
+    with values out of float32's range are refused), into the float32 pairs (h, j, 0) and
+    (h, j, 1). Every other step works element by element, so the whole chunk is carried in
+    that (mc / 2, nc, 2) order (the exponent sums likewise: the uint16 sum of two uint8 of A
+    and a B exponent in both bytes, no carry as no sum passes 255) and put back in row order
+    at the end."""
     K, mc = a32.shape
     nc = b32.shape[1]
     n = p.n
-    o = 1 if p.c_in_sum else 0  # row 0 of P: c's term
-    P = np.empty((n + o, mc, nc), np.float32)
-    E = np.empty((n, mc, nc), np.uint8)
-    mp = np.empty((mc, nc), np.uint8)
-    pb = np.empty((mc, nc), np.int32)
-    me = np.empty((mc, nc), np.int32)
-    sc = np.empty((mc, nc), np.int32)
+    pairs = (mc % 2 == 0 and nc >= _UNBUFFERED_ROW and a32.strides[1] == a32.itemsize
+             and a8.strides[1] == 1)  # (columns of A in memory order: viewable in pairs)
+    sh = (mc // 2, nc, 2) if pairs else (mc, nc)  # the chunk's element order
+    o = 1 if p.c_in_sum else 0  # row 0 of P: c itself, scaled with the products into its term
+    P = _buffer(work, "P", (n + o, *sh), np.float32)
+    E = _buffer(work, "E", (n, *sh), np.uint8)
+    if pairs:
+        av, bv = a32.view(np.complex64), _buffer(work, "bv", (K, nc), np.complex64)
+        bv[...] = b32  # b + 0i
+        Pv = P.reshape(n + o, mc // 2, 2 * nc).view(np.complex64)
+        ae, be = a8.view(np.uint16), _buffer(work, "be", (K, nc), np.uint16)
+        np.multiply(b8, np.uint16(0x0101), out=be)  # B's exponent in both bytes
+        Ev = E.reshape(n, mc // 2, 2 * nc).view(np.uint16)
+
+        def order(x: np.ndarray) -> np.ndarray:  # (mc, nc) in row order -> the chunk's
+            return x.reshape(mc // 2, 2, nc).transpose(0, 2, 1)
+
+        def rows(x: np.ndarray) -> np.ndarray:  # the chunk's order -> (mc, nc) float64
+            out = np.empty((mc, nc))
+            order(out)[...] = x
+            return out
+    else:
+        av, bv, Pv, ae, be, Ev = a32, b32, P, a8, b8, E
+
+        def order(x: np.ndarray) -> np.ndarray:
+            return x
+
+        def rows(x: np.ndarray) -> np.ndarray:
+            return x.astype(np.float64)
+    mp = _buffer(work, "mp", sh, np.uint8)
+    pb = _buffer(work, "pb", sh, np.int32)
+    me = _buffer(work, "me", sh, np.int32)
+    sc = _buffer(work, "sc", sh, np.int32)
     scale = sc.view(np.float32)
-    isum = np.empty((mc, nc), np.int32)
-    S = np.empty((mc, nc))
+    isum = _buffer(work, "isum", sh, np.int32)
+    S = _buffer(work, "S", sh, np.float64)
     Sv = S.view(np.uint64)
-    ct = None if p.c_in_sum else np.empty((mc, nc), np.float32)
-    d = np.array(c, dtype=np.float32)
+    if o:  # the running value lives in row 0: one multiply scales c and the products
+        d = P[0]
+        ct = None
+    else:
+        d = _buffer(work, "d", sh, np.float32)
+        ct = _buffer(work, "ct", sh, np.float32)
+    d[...] = order(c)
+    dbits = d.view(np.int32)
     shift = np.int32(23)
     # 2**(F - maxE) has the bits (254 + F) * 2**23 - bits(2**maxE): past int32's range, so
     # the subtraction wraps in int32 and is read back as the right bit pattern
@@ -158,31 +241,31 @@ def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.nda
         k1 = min(K, k0 + n)
         w = k1 - k0
         # maxE of the products: the largest exponent sum, the float32 field of 2**maxE
-        np.add(a8[k0:k1, :, None], b8[k0:k1, None, :], out=E[:w])
+        outer(np.add, ae[k0:k1], be[k0:k1], Ev[:w])
         np.maximum.reduce(E[:w], axis=0, out=mp)
-        np.left_shift(mp, shift, out=pb, dtype=np.int32)
+        np.copyto(pb, mp)  # a plain widening cast, then the shift: cheaper than one
+        np.left_shift(pb, shift, out=pb)  # shift with a uint8 -> int32 buffered cast
         if zeros and mp.min() < live:  # elements without a non-zero product
             none = mp < live
             pb[none] = p.floor_bits  # maxE from c and the floor
             if p.tiny_c and (none & (d != 0) & (np.abs(d) < p.tiny_c)).any():
-                return finish(k0, d)
-        np.bitwise_and(d.view(np.int32), _EXP_MASK32, out=me)  # c's 2**floor(log2|c|)
+                return finish(k0, rows(d))
+        np.bitwise_and(dbits, _EXP_MASK32, out=me)  # c's 2**floor(log2|c|)
         np.maximum(me, pb, out=me)  # 2**maxE (bit patterns of positive floats compare alike)
         if check_hi and me.max() > p.hi_bits:
-            return finish(k0, d)
+            return finish(k0, rows(d))
         np.subtract(sbase, me, out=sc)
-        np.einsum("ki,kj->kij", a32[k0:k1], b32[k0:k1], out=P[o:o + w])  # exact products
+        outer(np.multiply, av[k0:k1], bv[k0:k1], Pv[o:o + w])  # exact products
         # times 2**(F - maxE): exact (c's term too, in row 0); the int32 sum casts each
         # term, truncating toward zero
-        if o:
-            np.multiply(d, scale, out=P[0])
-        np.multiply(P[o:o + w], scale, out=P[o:o + w])
+        if not o:
+            np.multiply(d, scale, out=ct)
+            np.trunc(ct, out=ct)
+        np.multiply(P[:o + w], scale, out=P[:o + w])
         np.add.reduce(P[:o + w], axis=0, dtype=np.int32, out=isum)
         if o:
             S[...] = isum
         else:
-            np.multiply(d, scale, out=ct)
-            np.trunc(ct, out=ct)
             np.add(isum, ct, out=S)  # exact in float64
         if p.keep is not None:  # toward zero: drop the bits below the output's precision
             Sv &= p.keep
@@ -192,7 +275,7 @@ def chain_plain_f32(a32: np.ndarray, a8: np.ndarray, b32: np.ndarray, b8: np.nda
         # division.
         np.copyto(d, S, casting="unsafe")
         np.divide(d, scale, out=d)
-    return d.astype(np.float64)
+    return rows(d)
 
 
 def rounded_sums_blas(av: np.ndarray, bv: np.ndarray, k0: int, k1: int, unit: BlockFMA,

@@ -102,7 +102,8 @@ def _split(values: np.ndarray, fmt: Format, bias: int) -> tuple[np.ndarray, np.n
     fin = np.isfinite(values)
     vals = values if fin.all() else np.where(fin, values, 0.0)
     bits = np.ascontiguousarray(vals).view(_U)
-    e = (bits >> _U(52)).astype(np.int32)  # sign and exponent field: int32 from here on
+    e = np.empty(vals.shape, np.int32)  # sign and exponent field: int32 from here on
+    np.right_shift(bits, _U(52), out=e, casting="unsafe")  # (no uint64 temporary)
     e &= 0x7FF
     np.maximum(e, fmt.emin + 1023, out=e)
     e += bias - 1023
@@ -153,13 +154,20 @@ def _round_out(v: np.ndarray, fmt: Format, mode: Rounding, overflow: BlockOverfl
 # -- the kernel ------------------------------------------------------------------------------
 
 def _products(av: np.ndarray, bv: np.ndarray, out: np.ndarray) -> None:
-    """The products av * bv into ``out``: for a matrix product's operands (av (k, m, 1), bv
-    (k, 1, n)) by einsum, whose outer-product loop writes (k, m, n) faster than the
-    broadcasting multiply (the same products: one multiplication each)."""
-    if av.ndim == 3 and av.shape[2] == 1 and bv.shape[1] == 1:
-        np.einsum("ki,kj->kij", av[:, :, 0], bv[:, 0, :], out=out)
+    """The products av * bv into ``out`` (one multiplication each): see :func:`_outer`."""
+    _outer(np.multiply, av, bv, out)
+
+
+def _outer(op: np.ufunc, x: np.ndarray, y: np.ndarray, out: np.ndarray, *,
+           zero_signs: bool = False) -> None:
+    """``op(x, y)`` into ``out``: for a matrix product's operands (x (k, m, 1), y (k, 1, n))
+    by :func:`fastpath.outer` (einsum's outer-product loop or an unbuffered ufunc, each
+    faster than the default buffered broadcast where it is used; ``zero_signs`` as there),
+    else broadcasting."""
+    if x.ndim == 3 and x.shape[2] == 1 and y.shape[1] == 1:
+        fastpath.outer(op, x[:, :, 0], y[:, 0, :], out, zero_signs=zero_signs)
     else:
-        np.multiply(av, bv, out=out)
+        op(x, y, out=out)
 
 
 def _specials(araw, braw, c, step: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -209,7 +217,7 @@ def _chain(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: tuple,
         w = k1 - k0
         if w > 0:
             _products(av[k0:k1], bv[k0:k1], P[1:w + 1])
-            np.add(ae[k0:k1], be[k0:k1], out=E[1:w + 1])
+            _outer(np.add, ae[k0:k1], be[k0:k1], E[1:w + 1])
         p = P[:w + 1]
         cin = P[0].copy() if trace is not None else None
         mx = E[:w + 1].max(axis=0)  # maxE + 1023, the floor included through c's row
@@ -511,7 +519,7 @@ def _chain_general(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: t
         E = np.empty((k1 - k0, *out_shape), dtype=np.int32)
         _products(av[k0:k1], bv[k0:k1], P)
         if need_e:
-            np.add(ae[k0:k1], be[k0:k1], out=E)
+            _outer(np.add, ae[k0:k1], be[k0:k1], E)
         cin = d
         d, info = _block_general(P, E, d, unit, rfmt, n, 2 * (fi.mantissa_bits + 1),
                                  check_limit)
@@ -795,8 +803,8 @@ def _chain_rounded(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format,
     for k0 in range(0, K, n):
         k1 = min(K, k0 + n)
         p, e = P[:k1 - k0], E[:k1 - k0]
-        np.multiply(av[k0:k1], bv[k0:k1], out=p)
-        np.add(ae[k0:k1], be[k0:k1], out=e)
+        _products(av[k0:k1], bv[k0:k1], p)
+        _outer(np.add, ae[k0:k1], be[k0:k1], e)
         rnd(aligned(p, e), ps)
         d = _add_c(d, ps, rfmt, unit.c_rounding, unit.overflow)
     return d
@@ -841,7 +849,7 @@ def _chain_pairwise(av, _ae, bv, _be, c, unit: BlockFMA, rfmt: Format, out_shape
         for k0 in range(0, K, n):
             k1 = min(K, k0 + n)
             w = k1 - k0
-            np.multiply(a32[k0:k1], b32[k0:k1], out=P[:w])
+            _outer(np.multiply, a32[k0:k1], b32[k0:k1], P[:w], zero_signs=True)  # -0 kept
             if w < n:
                 P[w:] = 0.0  # the last block is padded with zero products
             if flush:
@@ -880,6 +888,7 @@ class _PlainFast:
     def __init__(self, p: fastpath.PlainF32, av, ae, bv, be, unit: BlockFMA, rfmt: Format):
         self.p, self.av, self.ae, self.bv, self.be = p, av, ae, bv, be
         self.unit, self.rfmt = unit, rfmt
+        self.work: dict = {}  # the kernel's temporaries, kept from chunk to chunk
         with np.errstate(over="ignore"):  # out-of-range values: their chunks are refused
             self.a32, self.b32 = av.astype(np.float32), bv.astype(np.float32)
         self.a_live, self.b_live = ae > _LIVE_EXP, be > _LIVE_EXP
@@ -945,7 +954,7 @@ class _PlainFast:
                                             self.a32.shape[0], hi_a, hi_b)
         return fastpath.chain_plain_f32(self.a32[:, m0:m1], a8, self.b32[:, n0:n1], b8,
                                         lo_a + lo_b + 127, cc, self.p, finish, zeros=zeros,
-                                        check_hi=check_hi)
+                                        check_hi=check_hi, work=self.work)
 
 
 def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
@@ -985,8 +994,9 @@ def _run(aT_raw, b_raw, c_raw, unit: BlockFMA, fi: Format, rfmt: Format,
         chain = general
     a_bad = ~np.isfinite(aT_raw).all(axis=0)
     b_bad = ~np.isfinite(b_raw).all(axis=0)
-    c_fin = np.where(np.isfinite(c_raw), c_raw, 0.0)
-    c_bad = ~np.isfinite(c_raw)
+    c_ok = np.isfinite(c_raw)
+    c_fin = c_raw if c_ok.all() else np.where(c_ok, c_raw, 0.0)  # (no kernel writes to c)
+    c_bad = ~c_ok
     per_k = max(1, min(n, K))
     if outer:
         M, N = aT_raw.shape[1], b_raw.shape[1]
@@ -1155,6 +1165,7 @@ def matmul(A: npt.ArrayLike, B: npt.ArrayLike, C: npt.ArrayLike | None = None, *
     if M == 0 or N == 0:
         return np.zeros((M, N))
     aT = np.ascontiguousarray(Ar.T)
+    del Ar  # (its memory serves the later temporaries: fewer fresh pages)
     _record_invalid(aT, Br, Cr, True, "tensorcore.matmul")
     if promote_every is not None:
         D = Cr.astype(np.float32)
