@@ -253,6 +253,45 @@ def test_pairwise_kernel_keeps_the_sign_of_zero_products(monkeypatch, N):
     assert np.all(np.signbit(got[0, 1:])) and not np.signbit(got[0, 0])
 
 
+@pytest.mark.parametrize("out_fmt", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_pairwise_units_add_zeros_as_ieee_does(monkeypatch, out_fmt, n):
+    """A pairwise unit that keeps subnormals adds in a tree of IEEE additions, so a zero
+    result is -0 exactly where every product and c are -0 (round to nearest even: -0 + -0 =
+    -0, -0 + +0 = +0), for every output format and on the fast and the stage-by-stage kernels
+    alike (the stage-by-stage products once came from einsum, whose -0 products are +0: fp16 /
+    bf16 outputs, which only that kernel computes, returned +0)."""
+    rng = np.random.default_rng(n)
+    K, M, N = 2 * n + 1, 6, 5  # two blocks and a padded one (padding: +0 products)
+    A = np.where(rng.random((M, K)) < 0.5, -0.0, 0.0)
+    A[0] = -0.0  # rows of -0 products (B > 0 in every column but the last)
+    A[1, :K - 1] = -0.0  # ... and one with the padded block's real product +0
+    A[1, K - 1] = 0.0
+    B = np.abs(rng.standard_normal((K, N))) + 0.5
+    B[:, -1] = -B[:, -1]  # the last column: the sign of every product flipped
+    C = np.where(rng.random((M, N)) < 0.7, -0.0, 0.0)
+    unit = tc.BlockFMA(n, 0, "rne", None, summation="pairwise")
+    prods = np.signbit(A)[:, :, None] ^ np.signbit(B)[None, :, :]  # (M, K, N): -0 products
+    padded = K % n != 0  # the unit pads the last block with +0 products
+    want = prods.all(axis=1) & np.signbit(C) & (not padded)
+    with np.errstate(all="ignore"):
+        fast = tc.matmul(A, B, C, gpu=unit, input_format="fp16", output_format=out_fmt)
+        slow = _reference(monkeypatch, lambda: tc.matmul(A, B, C, gpu=unit, input_format="fp16",
+                                                         output_format=out_fmt))
+    for got in (fast, slow):
+        assert np.all(got == 0)
+        assert np.array_equal(np.signbit(got), want), (out_fmt, np.signbit(got), want)
+    # a block that fills exactly: no padding, so -0 results appear
+    Af, Bf, Cf = A[:, :2 * n], B[:2 * n], C
+    want = (np.signbit(Af)[:, :, None] ^ np.signbit(Bf)[None]).all(axis=1) & np.signbit(Cf)
+    assert want.any()
+    with np.errstate(all="ignore"):
+        for got in (tc.matmul(Af, Bf, Cf, gpu=unit, input_format="fp16", output_format=out_fmt),
+                    _reference(monkeypatch, lambda: tc.matmul(
+                        Af, Bf, Cf, gpu=unit, input_format="fp16", output_format=out_fmt))):
+            assert np.array_equal(np.signbit(got), want), (out_fmt, n)
+
+
 def _edge_rows(fi, n: int, spread: int) -> tuple[np.ndarray, np.ndarray, list]:
     """Rows of one block: products 2**H and -(s**2) 2**(H - e) (s = 1 + 2**-m: the last bit
     set) for e = spread and spread + 1, each factor a normal input value; returns A, B and the

@@ -153,9 +153,12 @@ def _round_out(v: np.ndarray, fmt: Format, mode: Rounding, overflow: BlockOverfl
 
 # -- the kernel ------------------------------------------------------------------------------
 
-def _products(av: np.ndarray, bv: np.ndarray, out: np.ndarray) -> None:
-    """The products av * bv into ``out`` (one multiplication each): see :func:`_outer`."""
-    _outer(np.multiply, av, bv, out)
+def _products(av: np.ndarray, bv: np.ndarray, out: np.ndarray, *,
+              zero_signs: bool = False) -> None:
+    """The products av * bv into ``out`` (one multiplication each): see :func:`_outer`.
+    ``zero_signs``: a -0 product stays -0 (pairwise units add zeros as IEEE does: -0 + -0 is
+    -0); the other kinds give a zero sum +0 whatever its terms' signs."""
+    _outer(np.multiply, av, bv, out, zero_signs=zero_signs)
 
 
 def _outer(op: np.ufunc, x: np.ndarray, y: np.ndarray, out: np.ndarray, *,
@@ -517,7 +520,7 @@ def _chain_general(av, ae, bv, be, c, unit: BlockFMA, rfmt: Format, out_shape: t
         k1 = min(K, k0 + n)
         P = np.empty((k1 - k0, *out_shape))  # writable temporaries: scaled in place
         E = np.empty((k1 - k0, *out_shape), dtype=np.int32)
-        _products(av[k0:k1], bv[k0:k1], P)
+        _products(av[k0:k1], bv[k0:k1], P, zero_signs=unit.summation == "pairwise")
         if need_e:
             _outer(np.add, ae[k0:k1], be[k0:k1], E)
         cin = d
