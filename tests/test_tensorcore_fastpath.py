@@ -465,3 +465,38 @@ def test_chunks_reuse_the_kernels_temporaries(monkeypatch, gpu, fin):
     assert len(results) >= 3 and all(w is results[0][1] for _, w in results)
     for r, work in results:
         assert not any(np.shares_memory(r, t) for t in work.values())
+
+
+def test_the_small_ufunc_buffer_is_the_calling_threads_own():
+    """fastpath.outer sets NumPy's ufunc buffer size for its own multiply and restores it:
+    that is safe beside other threads only because the setting is per thread (a context
+    variable since NumPy 2.0, the lowest declared version included). A thread holding the
+    small buffer leaves another thread's size, and its results, as they were."""
+    import threading
+
+    default = np.getbufsize()
+    held, seen = threading.Event(), []
+    release = threading.Event()
+
+    def small():
+        old = np.setbufsize(16)
+        try:
+            held.set()
+            release.wait(5)
+        finally:
+            np.setbufsize(old)
+
+    t = threading.Thread(target=small)
+    t.start()
+    try:
+        assert held.wait(5)
+        seen.append(np.getbufsize())
+        a = np.arange(3.0 * 300).reshape(3, 300)
+        out = np.empty((3, 300, 300))
+        fastpath.outer(np.multiply, a, a, out)  # restores this thread's size, not the other's
+        seen.append(np.getbufsize())
+    finally:
+        release.set()
+        t.join()
+    assert seen == [default, default] and np.getbufsize() == default
+    assert np.array_equal(out, a[:, :, None] * a[:, None, :])
