@@ -338,17 +338,23 @@ _USAGE = ("usage: python -m fpsim.training.lm_sweep [--train [--steps N] [--seed
           "| --from PATH")
 
 
-_HELP = """Without options: the fp16 underflow of one exact step at initialisation along each axis
-of SWEEP (the first table of docs/lm.md's sweep section).
+def _help() -> str:
+    """The --help text, its defaults read from :func:`train_sweep`'s signature and the axes
+    from ``_AXES`` (so the text cannot drift from the code)."""
+    import inspect
+
+    d = {k: v.default for k, v in inspect.signature(train_sweep).parameters.items()}
+    return f"""Without options: the fp16 underflow of one exact step at initialisation along each
+axis of SWEEP (the first table of docs/lm.md's sweep section).
 
   --train             train --recipes at every --sweep setting and seed; print a line per
                       finished run, then the gap table and the CPU time
-  --steps N           steps per run (default 200)
-  --seeds S,S,...     seeds (default 0,1,2)
-  --recipes R,R,...   recipes of `fpsim lm` (default fp32,fp16-master)
-  --sweep AXIS=V,...  one axis of d_model, n_layers, batch_size, context varied from the
+  --steps N           steps per run (default {d["steps"]})
+  --seeds S,S,...     seeds (default {",".join(map(str, d["seeds"]))})
+  --recipes R,R,...   recipes of `fpsim lm` (default {",".join(d["recipes"])})
+  --sweep AXIS=V,...  one axis of {", ".join(_AXES)} varied from the
                       quick configuration (repeatable; default the sweep of docs/lm.md)
-  --jobs N            processes (default 1; the same results)
+  --jobs N            processes (default {d["jobs"]}; the same results)
   --json PATH         append each run as one JSON line to PATH as it finishes
   --from PATH         the gap table of runs recorded with --json (no other option)
   -h, --help          this text"""
@@ -377,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     if "-h" in args or "--help" in args:  # as argparse: the usage and the options, exit 0
-        print(f"{_USAGE}\n\n{_HELP}")
+        print(f"{_USAGE}\n\n{_help()}")
         return 0
     opts: dict[str, Any] = {"sweep": []}
     takes = {"--steps", "--seeds", "--recipes", "--sweep", "--jobs", "--json", "--from"}
