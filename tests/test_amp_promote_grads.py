@@ -14,15 +14,17 @@ from fpsim import nn, optim
 from fpsim.amp import initialize
 
 
-@pytest.mark.parametrize("dtype,fmt", [(np.float16, "fp16"), (ml_dtypes.bfloat16, "bf16")])
+@pytest.mark.parametrize("dtype,fmt", [(np.float16, "fp16"), (ml_dtypes.bfloat16, "bf16"),
+                                       (ml_dtypes.float8_e4m3fn, "fp8_e4m3"),
+                                       (ml_dtypes.float8_e5m2, "fp8_e5m2")])
 @pytest.mark.parametrize("n", [300, 1 << 16])
 def test_promote_grads_equals_astype(dtype, fmt, n):
     model = nn.Linear(n // 4, 4, rng=0)
     opt = optim.SGD(model.parameters(), lr=0.1)
     model, opt = initialize(model, opt, "O2", dtype=fmt, loss_scale=1.0)
-    bits = np.arange(1 << 16, dtype=np.uint16)
-    if n < bits.size:
-        bits = bits[np.random.default_rng(0).permutation(bits.size)[:n]]
+    size = np.dtype(dtype).itemsize
+    bits = np.arange(1 << (8 * size), dtype=f"u{size}")  # every pattern of the format
+    bits = np.resize(bits[np.random.default_rng(0).permutation(bits.size)], n)
     w = model.weight
     g = bits.view(dtype).reshape(w.shape)
     w.set_grad_(g.copy())

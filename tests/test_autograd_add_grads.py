@@ -1,9 +1,10 @@
 """The engine's sum of two gradients of one tensor (fpsim.autograd.tensor.add_grads): fp16 +
-fp16 into an fp16 gradient runs in float32 with one cast (issue 31's speed-up of the fp16
-recipes); it must give the float64 route's result (widen both exactly, add, round once to
-fp16) bit for bit, on every fp16 pattern: zeros of both signs, subnormals, ties, overflow,
-infinities and NaNs (payloads and signs), in arrays under and over the cast kernel's
-small-array threshold. Outside plain rounding it must take the general route.
+fp16 into an fp16 gradient runs in float32 with one cast, bf16 + bf16 in float32 rounded by
+the bits (issue 31's speed-up of the fp16 / bf16 recipes); it must give the float64 route's
+result (widen both exactly, add, round once to the format) bit for bit, on every fp16
+pattern: zeros of both signs, subnormals, ties, overflow, infinities and NaNs (payloads and
+signs), in arrays under and over the cast kernel's small-array threshold. Outside plain
+rounding it must take the general route.
 """
 
 from __future__ import annotations

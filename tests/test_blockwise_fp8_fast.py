@@ -1,6 +1,6 @@
 """quantize_tiles' route for finite inputs (blockwise_fp8._quantize_tiles_finite, issue 31's
 speed-up of the fp8-blockwise recipe): the tiles as a view, the scales broadcast, and the
-saturating E4M3 cast as a clamp and ml_dtypes' byte table. Its values and scales must be the
+saturating E4M3 cast as a clamp and rounding.native.e4m3_grid. Its values and scales must be the
 general route's bit for bit: every shape (padded or not), axis and block layout; ties and
 neighbours of every E4M3 value, values near 448, E4M3 subnormals, float32 subnormals and
 tiles whose scale underflows, zeros of both signs, all-zero tiles, random float32 patterns;
@@ -74,7 +74,6 @@ def test_finite_route_equals_general(monkeypatch, shape, axis, block_axis):
         q2, s2 = _general(a, axis, block_axis, monkeypatch)
         assert _same(q1, q2), i
         assert _same(s1, s2), i
-        assert q1.flags.owndata or q1.base is not None  # a fresh result, not the input
         assert not np.shares_memory(q1, a)
 
 

@@ -12,6 +12,7 @@ import pytest
 
 import fpsim
 from fpsim import reductions
+from fpsim.rounding import scalar
 from fpsim.rounding.scalar import RAW_DOUBLE_BITGENS
 from tests.test_reductions_steps import _hard_rows
 
@@ -128,7 +129,10 @@ def test_fast_path_runs_and_scope(order, monkeypatch):
 
 def test_many_steps_cross_draw_blocks(monkeypatch):
     """More raw draws than one block (several bulk draws), long single axis and 16 rows."""
-    monkeypatch.setattr(reductions, "_DRAW_BLOCK", 7)  # blocks of 7 * rows raw values
+    # blocks of 7 * rows raw values: the adder's bulk draws (rounding.scalar) and the
+    # reductions' draws for a skipped NaN stretch
+    monkeypatch.setattr(scalar, "_DRAW_BLOCK", 7)
+    monkeypatch.setattr(reductions, "_DRAW_BLOCK", 7)
     for fmt in (fpsim.BF16, fpsim.FP16):
         for rows, n in ((1, 200), (16, 30)):
             X = _data(fmt, rows, n, seed=n, specials=False)

@@ -19,7 +19,8 @@ from fpsim.rounding.scalar import StochasticAdder, bits64, float64_of, scalar_ad
 FORMATS = ["bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp6_e2m3",
            "fp4_e2m1"]
 MODES = ["nearest_even", "nearest_away", "toward_zero", "up", "down", "odd"]
-POLICIES = [{}, {"overflow": "saturate"}, {"subnormals": "flush"}, {"tininess": "before"}]
+POLICIES = [{}, {"overflow": "saturate"}, {"subnormals": "flush"}, {"subnormals": "flush_daz"},
+            {"subnormals": "daz"}, {"tininess": "before"}]
 
 
 def _pairs(name: str) -> tuple[np.ndarray, np.ndarray]:

@@ -64,7 +64,7 @@ def _amax(dt, mbits: int) -> np.ndarray:
     with np.errstate(over="ignore"):
         x = np.concatenate([x, np.nextafter(x, dt(0)), np.nextafter(x, dt(np.inf)),
                             np.array([0.0, np.inf, np.nan], dt)])
-    return x[x >= 0 | np.isnan(x)]
+    return x[(x >= 0) | np.isnan(x)]  # (| binds tighter than >=)
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64], ids=["float32", "float64"])

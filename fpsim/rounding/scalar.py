@@ -41,19 +41,20 @@ import numpy as np
 
 from ..flags import Flags
 from ..formats import NaNEncoding
-from ..modes import Overflow, Rounding, Subnormals, Tininess
+from ..modes import Overflow, Rounding, Tininess
 from .kernel import EXP_MASK, FRAC, HIDDEN, QUIET, SIGN, kernel_params
 from .policy import RoundingPolicy
 
 __all__ = ["scalar_adder", "StochasticAdder", "bits64", "float64_of", "RAW_DOUBLE_BITGENS"]
 
 
-def scalar_adder(policy: RoundingPolicy, daz: bool = False, want: bool = False):
+def scalar_adder(policy: RoundingPolicy, daz: bool | None = None, want: bool = False):
     """fl(a + b) by a deterministic ``policy`` for Python floats a, b (values of the format,
     or any float64 values whose sum and TwoSum error neither overflow nor underflow: the
     exact products of fpsim.dot's order='wide'): the vectorised kernel's result, value and
     sign (see the module docstring). ``daz``: subnormal operands read as zero first (as
-    :func:`fpsim.add` reads them). Returns ``(add, flags)``: with ``want``, ``add`` ORs each
+    :func:`fpsim.add` reads them; None: the policy's own, ``subnormals='daz'`` /
+    ``'flush_daz'``). Returns ``(add, flags)``: with ``want``, ``add`` ORs each
     op's IEEE flags into ``flags[0]`` (as the kernel and the reductions' vectorised loop give
     them: INEXACT, UNDERFLOW by the tininess rule, OVERFLOW, INVALID for inf - inf and for
     NaN in a format without NaN).
@@ -69,7 +70,8 @@ def scalar_adder(policy: RoundingPolicy, daz: bool = False, want: bool = False):
     m, emin = fmt.mantissa_bits, fmt.emin
     fmax = fmt.max
     tiny = fmt.smallest_normal
-    flush = policy.subnormals is Subnormals.FLUSH or not fmt.subnormals
+    flush = policy.flush  # FLUSH and FLUSH_DAZ, or a format without subnormals
+    daz = policy.daz if daz is None else daz
     before = policy.tininess is Tininess.BEFORE
     fnuz = fmt.nan_encoding is NaNEncoding.FNUZ
     no_nan = fmt.nan_encoding is NaNEncoding.NONE
@@ -224,7 +226,7 @@ class StochasticAdder:
     """
 
     def __init__(self, policy: RoundingPolicy, rows: int, ops: int, *, exact: bool,
-                 daz: bool = False, want: bool = False):
+                 daz: bool | None = None, want: bool = False):
         fmt = policy.fmt
         p = kernel_params(fmt)
         self.rows, self.want, self.rb = rows, want, policy.random_bits
@@ -235,11 +237,11 @@ class StochasticAdder:
         self.qmin = float64_of(int(p.qmin_bits))
         self.ovf_bits, self.low_emin = int(p.ovf_bits), bool(p.low_emin)
         self.enc = p.enc
-        self.flush = policy.subnormals is Subnormals.FLUSH or not fmt.subnormals
+        self.flush = policy.flush  # FLUSH and FLUSH_DAZ, or a format without subnormals
         self.after = policy.tininess is Tininess.AFTER
         self.saturate = policy.overflow is Overflow.SATURATE
         self.exact = exact  # every add is exact in float64: no pair path
-        self.daz = daz
+        self.daz = policy.daz if daz is None else daz
         self.fl = [0] * rows
         self.bulk = self.exact or (
             type(self.rng.bit_generator) in RAW_DOUBLE_BITGENS if self.rb is None
