@@ -362,13 +362,16 @@ def _kahan_rows(steps, take=None):
 
     def row_sum(s: float, xs: list) -> float:
         comp, i, n = 0.0, 0, len(xs)
+        nans = None  # the row's NaN positions, found once at the first skip
         while i < n:
             if s != s and comp != comp:
                 s1, c1 = steps(s, comp, xs[i:i + 1])
                 i += 1
                 if bits64(s1) == bits64(s) and bits64(c1) == bits64(comp):
-                    nan = np.flatnonzero(np.isnan(np.asarray(xs[i:], np.float64)))
-                    j = i + int(nan[0]) if nan.size else n  # the next NaN value, or the end
+                    if nans is None:  # (once per row: a search per skip, not a scan)
+                        nans = np.flatnonzero(np.isnan(np.asarray(xs, np.float64)))
+                    at = int(np.searchsorted(nans, i))
+                    j = int(nans[at]) if at < nans.size else n  # the next NaN value, or the end
                     if take is not None:
                         for k in range(i, j, _DRAW_BLOCK):
                             take(4 * (min(j, k + _DRAW_BLOCK) - k))

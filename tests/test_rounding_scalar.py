@@ -14,7 +14,7 @@ import pytest
 import fpsim
 from fpsim.arithmetic import plan_for
 from fpsim.rounding import policy_of
-from fpsim.rounding.scalar import StochasticAdder, bits64, float64_of, scalar_adder
+from fpsim.rounding.scalar import StochasticAdder, bits64, float64_of, nan_of, scalar_adder
 
 FORMATS = ["bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp6_e2m3",
            "fp4_e2m1"]
@@ -83,3 +83,31 @@ def test_patterns_round_trip() -> None:
     for v in (0.0, -0.0, 1.0, -2.5, 5e-324, math.inf):
         assert float64_of(bits64(v)) == v and math.copysign(1, float64_of(bits64(v))) == \
             math.copysign(1, v)
+
+
+NANS = [float64_of(b) for b in (0x7FF8000000000000, 0xFFF8000000000123, 0x7FF0000000000456,
+                                0xFFF4000000000000)]  # quiet and signalling, both signs
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16", "fp32", "fp8_e4m3"])
+def test_nan_plus_nan_is_the_vectorised_adds_every_time(name):
+    """Two NaN operands: every adder returns the NaN NumPy's float64 add gives (the first
+    operand's, quieted), call after call (CPython's own float add picked either operand's
+    NaN as the interpreter specialised the expression)."""
+    with np.errstate(invalid="ignore"):  # (signalling NaNs)
+        want = {(i, j): bits64(float(np.add(np.float64(a), np.float64(b))))
+                for i, a in enumerate(NANS) for j, b in enumerate(NANS + [1.0, -np.inf])}
+    det = scalar_adder(policy_of(name))[0]
+    st = StochasticAdder(policy_of(name, "stochastic", rng=0), 1, 10_000,
+                         exact=plan_for(fpsim.get_format(name)).add_exact)
+    others = NANS + [1.0, -np.inf]
+    for _ in range(3):  # repeated: the interpreter specialises hot code after a few runs
+        for (i, j), w in want.items():
+            a, b = NANS[i], others[j]
+            assert bits64(nan_of(a, b, a + b)) == w
+            assert bits64(det(a, b)) == w, (name, hex(w))
+            assert bits64(st.add1(a, b)) == w
+            assert bits64(st.add([a], [b])[0]) == w
+            with np.errstate(invalid="ignore"):
+                swapped = bits64(float(np.add(np.float64(b), np.float64(a))))
+            assert bits64(det(b, a)) == swapped

@@ -45,7 +45,8 @@ from ..modes import Overflow, Rounding, Tininess
 from .kernel import EXP_MASK, FRAC, HIDDEN, QUIET, SIGN, kernel_params
 from .policy import RoundingPolicy
 
-__all__ = ["scalar_adder", "StochasticAdder", "bits64", "float64_of", "RAW_DOUBLE_BITGENS"]
+__all__ = ["scalar_adder", "StochasticAdder", "bits64", "float64_of", "nan_of",
+           "RAW_DOUBLE_BITGENS"]
 
 
 def scalar_adder(policy: RoundingPolicy, daz: bool | None = None, want: bool = False):
@@ -132,8 +133,10 @@ def scalar_adder(policy: RoundingPolicy, daz: bool | None = None, want: bool = F
                 b = copysign(0.0, b)
         s = a + b
         if not isfinite(s):  # inf or NaN operands, inf - inf: the kernel keeps the value
-            if want and s != s and (no_nan or (a == a and b == b)):
-                flags[0] |= invalid_f
+            if s != s:
+                if want and (no_nan or (a == a and b == b)):
+                    flags[0] |= invalid_f
+                return nan_of(a, b, s)
             return s
         bb = s - a
         lo = (a - (s - bb)) + (b - bb)  # TwoSum: s + lo == a + b exactly
@@ -192,6 +195,22 @@ _SIGN64, _EXP64, _QUIET64, _HIDDEN64, _FRAC64 = (
     int(v) for v in (SIGN, EXP_MASK, QUIET, HIDDEN, FRAC))
 _pack_d, _unpack_q = struct.Struct("<d").pack, struct.Struct("<Q").unpack
 _pack_q, _unpack_d = struct.Struct("<Q").pack, struct.Struct("<d").unpack
+
+
+def nan_of(a: float, b: float, s: float) -> float:
+    """The NaN of ``a + b`` (``s``, a NaN) as the vectorised kernel's float64 add gives it:
+    the first NaN operand's, quieted, else ``s`` (inf - inf). CPython's float add picks
+    either operand's NaN when both are NaN (the same expression gave one and then the other
+    as the interpreter specialised it), so a sum of NaNs must not depend on it.
+
+    >>> hex(bits64(nan_of(-math.nan, math.nan, math.nan)))
+    '0xfff8000000000000'
+    """
+    if a != a:
+        return a + 0.0  # one NaN operand: its payload, quieted, whatever the order
+    if b != b:
+        return b + 0.0
+    return s
 
 
 def bits64(x: float) -> int:
@@ -424,6 +443,8 @@ class StochasticAdder:
         if self.daz:
             a, b = [self._daz(v) for v in a], [self._daz(v) for v in b]
         s = [x + y for x, y in zip(a, b, strict=True)]
+        if any(h != h for h in s):  # NaN results: the first NaN operand's, every time
+            s = [nan_of(x, y, h) if h != h else h for x, y, h in zip(a, b, s, strict=True)]
         out = []
         if self.exact:
             los = None
@@ -452,6 +473,8 @@ class StochasticAdder:
         if self.daz:
             a, b = self._daz(a), self._daz(b)
         s = a + b
+        if s != s:
+            s = nan_of(a, b, s)
         if not self.exact:
             bb = s - a
             lo = (a - (s - bb)) + (b - bb)
