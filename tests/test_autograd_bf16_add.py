@@ -13,6 +13,7 @@ import pytest
 
 from fpsim import flag_context
 from fpsim.autograd import Tensor, rounding_context
+from fpsim.autograd import context as C
 from fpsim.autograd import functional as F
 
 _B = ml_dtypes.bfloat16
@@ -45,8 +46,12 @@ def _run(a, b, op):
 @pytest.mark.parametrize("op", ["add", "sub"])
 def test_bf16_add_equals_float64_route(monkeypatch, op):
     cases = _cases()
+    seen = []
+    real = C.bf16_by_bits
+    monkeypatch.setattr(C, "bf16_by_bits", lambda v: seen.append(1) or real(v))
     fast = [_run(a, b, op) for a, b in cases] + [_run(b, a, op) for a, b in cases]
-    monkeypatch.setattr(F, "BF16_BITS_MIN", 1 << 62)
+    assert seen  # the float32 route ran
+    monkeypatch.setattr(C, "BF16_BITS_MIN", 1 << 62)
     slow = [_run(a, b, op) for a, b in cases] + [_run(b, a, op) for a, b in cases]
     for f, s in zip(fast, slow, strict=True):
         assert f.dtype == s.dtype and f.shape == s.shape and f.tobytes() == s.tobytes()
@@ -67,9 +72,9 @@ def test_other_modes_take_the_general_route(monkeypatch, ctx):
             return _run(a, b, "add")
 
     seen = []
-    real = F.bf16_by_bits
-    monkeypatch.setattr(F, "bf16_by_bits", lambda v: seen.append(1) or real(v))
+    real = C.bf16_by_bits
+    monkeypatch.setattr(C, "bf16_by_bits", lambda v: seen.append(1) or real(v))
     got = run()
     assert not seen
-    monkeypatch.setattr(F, "BF16_BITS_MIN", 1 << 62)
+    monkeypatch.setattr(C, "BF16_BITS_MIN", 1 << 62)
     assert got.tobytes() == run().tobytes()

@@ -35,7 +35,9 @@ from ..modes import Overflow, Rounding, Subnormals, Tininess, as_rounding
 from ..rounding import RoundingPolicy, cast
 from ..rounding.fp16 import f16_to_wide, f32_to_f16, f64_to_f16
 from ..rounding.native import (
+    BF16_BITS_MIN,
     NATIVE_CAST_FORMATS,
+    bf16_by_bits,
     native_rounding,
     table_cast_ok,
     widen_bf16,
@@ -47,6 +49,7 @@ __all__ = [
     "Accumulation",
     "as_accumulation",
     "autocast_args",
+    "bf16_sum32",
     "check_same_format",
     "contains",
     "get_accumulation",
@@ -433,6 +436,25 @@ def widen(x: np.ndarray, dtype=np.float64) -> np.ndarray:
     # means nothing here
     with np.errstate(invalid="ignore"):
         return x.astype(dtype)
+
+
+def bf16_sum32(op: np.ufunc, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """``op(a, b)`` (np.add or np.subtract) of two bf16 storage arrays, rounded to bf16 with
+    nearest even, computed in float32 and rounded by the bits: the float64 route's result.
+    The float32 result is exact below float32's normal range (a multiple of 2**-133, bf16's
+    quantum), else the exact result rounded to 24 >= 2 * 8 + 2 bits, whose bf16 rounding is
+    the exact result's (Figueroa's theorem), and float32's overflow is bf16's. None where it
+    does not pay (below ``BF16_BITS_MIN`` elements) or a NaN is met (the float32 and float64
+    adds may pick different payloads): the caller takes the float64 route. The caller checks
+    plain rounding and the formats.
+
+    >>> x = np.array([1.0, 2.0**-8], np.float32).astype(_BF16_DTYPE)
+    >>> bf16_sum32(np.add, x, x) is None  # two elements: the float64 route
+    True
+    """
+    if max(a.size, b.size) < BF16_BITS_MIN:
+        return None
+    return bf16_by_bits(op(widen(a, np.float32), widen(b, np.float32)))
 
 
 # ---------------------------------------------------------------------- autocast hook

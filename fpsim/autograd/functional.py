@@ -109,16 +109,15 @@ from ..modes import Rounding, Subnormals, as_rounding
 from ..rounding import round as fpsim_round
 from ..rounding.fp16 import f16_to_wide, f64_to_f16, f64_to_f32_to_f16
 from ..rounding.native import (
-    BF16_BITS_MIN,
     NATIVE_ARITHMETIC_FORMATS,
     NATIVE_CAST_FORMATS,
-    bf16_by_bits,
 )
 from . import accumulate as _acc
 from . import tensor as _tensor
 from .context import (
     F32_SAFE,
     autocast_args,
+    bf16_sum32,
     check_same_format,
     plain_rounding,
     promote_formats,
@@ -223,12 +222,8 @@ def _arith(op: str, x, y, fmt: Format) -> np.ndarray:
     if not want:
         if (op == "add" or op == "sub") and fmt is BF16 and type(x) is Tensor \
                 and type(y) is Tensor and x._data.dtype == _BF16_STORE \
-                and y._data.dtype == _BF16_STORE and st.plain \
-                and builtins.max(x._data.size, y._data.size) >= BF16_BITS_MIN:
-            # bf16 +- bf16 in float32, rounded by the bits: the float64 route's result (the
-            # argument of tensor.add_grads: exact below float32's normal range, Figueroa's
-            # 24 >= 2 * 8 + 2 above, float32's overflow bf16's); a NaN (payloads) takes it
-            r = bf16_by_bits(_ARITH[op](widen(x._data, _F32), widen(y._data, _F32)))
+                and y._data.dtype == _BF16_STORE and st.plain:
+            r = bf16_sum32(_ARITH[op], x._data, y._data)  # bf16 +- bf16 in float32
             if r is not None:
                 return r
         if _float32_ok(fmt, *vals):

@@ -25,8 +25,7 @@ from ..formats import BF16, FP16, FP32, Format, get_float_format
 from ..modes import Rounding
 from ..rounding import round as fpsim_round
 from ..rounding.fp16 import SMALL, f16_to_wide, f32_to_f16
-from ..rounding.native import BF16_BITS_MIN, bf16_by_bits
-from .context import plain_rounding, round_to, widen
+from .context import bf16_sum32, plain_rounding, round_to, widen
 
 __all__ = [
     "Tensor",
@@ -850,15 +849,9 @@ def add_grads(a: np.ndarray, b: np.ndarray, fmt: Format) -> np.ndarray:
         # as the quiet NaN 0x7E00 (below, NumPy's casts keep the payload of the NaN its
         # float32 and float64 adds pick, which can differ for NaN + NaN)
         return f32_to_f16(np.add(f16_to_wide(a, np.float32), f16_to_wide(b, np.float32)))
-    elif a.dtype == _BF16 and b.dtype == _BF16 and a.size >= BF16_BITS_MIN \
-            and (fmt is BF16 or fmt == BF16) and a.shape == b.shape and plain_rounding():
-        # bf16 + bf16 in float32, then one rounding by the bits: the float32 sum is the exact
-        # sum where that is below float32's normal range (a multiple of 2**-133, bf16's
-        # quantum), else its rounding to 24 >= 2 * 8 + 2 bits (Figueroa's theorem), and an
-        # overflow of float32 is bf16's too: the bf16 rounding of either is the exact sum's,
-        # as the float64 route's. A NaN (whose payload the two adds may pick differently)
-        # takes the float64 route (bf16_by_bits returns None). tests/test_autograd_add_grads.py
-        r = bf16_by_bits(np.add(widen(a, np.float32), widen(b, np.float32)))
+    elif a.dtype == _BF16 and b.dtype == _BF16 and (fmt is BF16 or fmt == BF16) \
+            and a.shape == b.shape and plain_rounding():
+        r = bf16_sum32(np.add, a, b)  # in float32, rounded by the bits (None: a NaN, small)
         if r is not None:
             return r
     # widen: fp16 by its table, exact as astype and without astype's slow subnormals
