@@ -64,22 +64,37 @@ def _both(x, fmt, **kw):
         return mx.dequantized(x, fmt, **kw), mx.quantize(x, fmt, **kw).dequantize()
 
 
+def _spy_grids(monkeypatch) -> list[str]:
+    """The names of the grid routes dequantized takes, one entry per call."""
+    seen: list[str] = []
+    for name in ("e4m3_grid", "e2m1_grid"):
+        real = getattr(Q, name)
+        monkeypatch.setattr(Q, name, lambda y, _r=real, _n=name: seen.append(_n) or _r(y))
+    return seen
+
+
 @pytest.mark.parametrize("mode", _MODES)
 @pytest.mark.parametrize("axis", [0, 1, -1])
-def test_mxfp8_e4m3_equals_quantize_route(mode, axis):
+def test_mxfp8_e4m3_equals_quantize_route(monkeypatch, mode, axis):
+    seen = _spy_grids(monkeypatch)
     for i, x in enumerate(_inputs(len(mode) + axis)):
         for xs in (x, x[:, :70], x[:50]):  # padded blocks along either axis
             a, b = _both(xs, "mxfp8_e4m3", axis=axis, scale_mode=mode)
             assert _same(a, b), (i, xs.shape)
             assert a.flags.c_contiguous
+    assert "e4m3_grid" in seen  # the grid route ran (on the finite inputs at least)
 
 
 @pytest.mark.parametrize("fmt", ["mxfp8_e5m2", "mxfp6_e2m3", "mxfp4", "mxint8", "nvfp4"])
-def test_other_formats(fmt):
+def test_other_formats(monkeypatch, fmt):
+    """dequantized == quantize().dequantize() for every other format: NVFP4 by its grid
+    route, the rest by the codes (no grid of their elements is taken)."""
+    seen = _spy_grids(monkeypatch)
     kw = {} if fmt == "nvfp4" else {"scale_mode": "rceil"}
     for x in _inputs(3)[:4]:
         a, b = _both(x, fmt, axis=1, **kw)
         assert _same(a, b)
+    assert set(seen) == ({"e2m1_grid"} if fmt == "nvfp4" else set())
 
 
 def test_three_d_block_sizes_and_dtypes():
@@ -92,13 +107,14 @@ def test_three_d_block_sizes_and_dtypes():
         assert _same(*_both(x2, "mxfp8_e4m3", axis=2, scale_mode="floor"))
 
 
-def test_stochastic_takes_the_same_draws():
+def test_stochastic_takes_the_same_draws(monkeypatch):
+    seen = _spy_grids(monkeypatch)  # stochastic rounding: the codes' route, not the grid
     x = np.random.default_rng(6).normal(0, 1, (64, 64)).astype(np.float32)
     a = mx.dequantized(x, "mxfp8_e4m3", axis=1, rounding="stochastic",
                        rng=np.random.default_rng(1))
     b = mx.quantize(x, "mxfp8_e4m3", axis=1, rounding="stochastic",
                     rng=np.random.default_rng(1)).dequantize()
-    assert _same(a, b)
+    assert _same(a, b) and not seen
 
 
 def test_flag_context_records_the_same_flags():
