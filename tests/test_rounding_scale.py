@@ -84,3 +84,9 @@ def test_e8m0_exponent_against_fractions(mode: str, dt) -> None:
         assert np.array_equal(mx.e8m0_exponent(amax, f, mode), got)
         assert int(e8m0_exponent(amax[0], f.elem_emax, f.elem_mbits, f.elem_max,
                                  mode)) == want[0]  # a 0-d amax
+
+
+@pytest.mark.parametrize("mode", ["CEIL", "nearest", "", None])
+def test_an_unknown_mode_is_refused_by_name(mode) -> None:
+    with pytest.raises(ValueError, match="unknown scale mode .*valid: floor, ceil, even, rceil"):
+        e8m0_exponent(np.array([1.0]), 8, 3, 448.0, mode)

@@ -40,6 +40,8 @@ def e8m0_exponent(amax: np.ndarray, elem_emax: int, elem_mbits: int, elem_max: f
     ...  for a in (448.0, 500.0) for m in ("floor", "ceil")]
     [0, 1, 0, 1]
     """
+    if mode not in SCALE_MODES:  # an unknown name must not read as "floor"
+        raise ValueError(f"unknown scale mode {mode!r}; valid: {', '.join(SCALE_MODES)}")
     amax = np.asarray(amax)
     if amax.ndim == 0:  # frexp of a 0-d array gives scalars; the in-place fixes need arrays
         return e8m0_exponent(amax.reshape(1), elem_emax, elem_mbits, elem_max,
