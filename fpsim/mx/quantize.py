@@ -73,6 +73,7 @@ from ..rounding.native import (
     table_cast_ok,
     widen_byte,
 )
+from ..rounding.scale import SCALE_NAN
 from ..rounding.scale import e8m0_exponent as scale_exponent
 from .formats import (
     E8M0_BIAS,
@@ -92,7 +93,6 @@ _E4M3_TINY = np.float32(2.0**-6)  # torch.finfo(float8_e4m3fn).tiny, the recipe'
 _E4M3_MAX = np.float32(448.0)
 _FP4_MAX = np.float32(6.0)
 _E4M3_STORE = np.dtype(ml_dtypes.float8_e4m3fn)
-_SCALE_MAX = E8M0_BIAS + 1  # a shared exponent past 127 becomes the NaN code
 _ABS_MASK = {4: np.int32(0x7FFFFFFF), 8: np.int64(0x7FFFFFFFFFFFFFFF)}  # clears the sign bit
 _UINT_VIEW = {4: np.int32, 8: np.int64}
 _ROUNDINGS: dict[str, Rounding] = {}  # names already looked up (the call's fixed cost)
@@ -489,7 +489,7 @@ def _quantize(x, fmt, block_size, axis, scale_mode, rounding, per_tensor_scale, 
         nan_blocks = bool(np.isnan(amax).any())  # the clip and the e4m3 cast keep NaN only
     else:
         se = scale_exponent(amax, f.elem_emax, f.elem_mbits, f.elem_max, smode.value)
-        nan = se == _SCALE_MAX
+        nan = se == SCALE_NAN
         nan_blocks = bool(nan.any())
         codes = (se + E8M0_BIAS).astype(np.uint8)  # the NaN exponent 128 is code 255 (NaN)
         # 1/X = 2**-s exactly (2**127 and the subnormals 2**-127, 2**-128 all fit float32)

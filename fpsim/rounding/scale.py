@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["E8M0_BIAS", "SCALE_MODES", "e8m0_exponent"]
+__all__ = ["E8M0_BIAS", "SCALE_MODES", "SCALE_NAN", "e8m0_exponent"]
 
 E8M0_BIAS = 127  # E8M0 value = 2**(code - 127), codes 0..254 (spec section 5.4.1)
 SCALE_MODES = ("floor", "ceil", "even", "rceil")
-_SCALE_MAX = E8M0_BIAS + 1  # a shared exponent past 127 becomes the NaN code
+SCALE_NAN = E8M0_BIAS + 1  # the shared exponent that marks the NaN scale (code 255)
 
 
 def e8m0_exponent(amax: np.ndarray, elem_emax: int, elem_mbits: int, elem_max: float,
@@ -63,7 +63,7 @@ def e8m0_exponent(amax: np.ndarray, elem_emax: int, elem_mbits: int, elem_max: f
         np.maximum(e, -E8M0_BIAS, out=e)
         np.minimum(e, E8M0_BIAS, out=e)
         if special:
-            e[np.isnan(descale)] = _SCALE_MAX
+            e[np.isnan(descale)] = SCALE_NAN
         return e
     e = k - 1
     if mode == "ceil":
@@ -75,10 +75,10 @@ def e8m0_exponent(amax: np.ndarray, elem_emax: int, elem_mbits: int, elem_max: f
     e = e.astype(np.int32, copy=False)
     if special:
         e[amax == 0] = -E8M0_BIAS - 1
-        e[np.isinf(amax)] = _SCALE_MAX  # the exponent field of inf: 2**128
+        e[np.isinf(amax)] = SCALE_NAN  # the exponent field of inf: 2**128
     e -= elem_emax
     np.maximum(e, -E8M0_BIAS, out=e)
-    np.minimum(e, _SCALE_MAX, out=e)
+    np.minimum(e, SCALE_NAN, out=e)
     if special:
-        e[np.isnan(amax)] = _SCALE_MAX
+        e[np.isnan(amax)] = SCALE_NAN
     return e
