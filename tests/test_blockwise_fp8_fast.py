@@ -1,6 +1,6 @@
 """quantize_tiles' route for finite inputs (blockwise_fp8._quantize_tiles_finite, issue 31's
 speed-up of the fp8-blockwise recipe): the tiles as a view, the scales broadcast, and the
-saturating E4M3 cast as a clamp and rounding.native.e4m3_grid. Its values and scales must be the
+saturating E4M3 cast as a clamp and rounding.fast.values32. Its values and scales must be the
 general route's bit for bit: every shape (padded or not), axis and block layout; ties and
 neighbours of every E4M3 value, values near 448, E4M3 subnormals, float32 subnormals and
 tiles whose scale underflows, zeros of both signs, all-zero tiles, random float32 patterns;

@@ -76,7 +76,7 @@ def test_nonfinite_take_the_codes_route(special):
 def test_flag_context_takes_the_codes_route(monkeypatch):
     x = np.random.default_rng(5).normal(0, 1, 1000).astype(np.float32)
     seen = []
-    monkeypatch.setattr(S, "grid32", lambda *a: seen.append(1))
+    monkeypatch.setattr(S, "values32", lambda *a: seen.append(1))
     with flag_context():
         got = S.fp8_values(x, 3.0, "e4m3")
     assert not seen and _same(got, _codes_route(x, 3.0, "e4m3"))

@@ -18,7 +18,9 @@ import pytest
 
 import fpsim.mx as mx
 from fpsim import flag_context
-from fpsim.rounding.native import e2m1_grid, e4m3_grid, fp4_nearest_even
+from fpsim.rounding import policy_of
+from fpsim.rounding.fast import values32
+from fpsim.rounding.native import fp4_nearest_even
 
 Q = importlib.import_module("fpsim.mx.quantize")  # the module (fpsim.mx.quantize is the function)
 _MODES = ["floor", "ceil", "even", "rceil"]
@@ -65,11 +67,10 @@ def _both(x, fmt, **kw):
 
 
 def _spy_grids(monkeypatch) -> list[str]:
-    """The names of the grid routes dequantized takes, one entry per call."""
+    """The element formats dequantized rounds to without the codes, one entry per call."""
     seen: list[str] = []
-    for name in ("e4m3_grid", "e2m1_grid"):
-        real = getattr(Q, name)
-        monkeypatch.setattr(Q, name, lambda y, _r=real, _n=name: seen.append(_n) or _r(y))
+    real = Q.values32
+    monkeypatch.setattr(Q, "values32", lambda y, pol: seen.append(pol.fmt.name) or real(y, pol))
     return seen
 
 
@@ -82,7 +83,7 @@ def test_mxfp8_e4m3_equals_quantize_route(monkeypatch, mode, axis):
             a, b = _both(xs, "mxfp8_e4m3", axis=axis, scale_mode=mode)
             assert _same(a, b), (i, xs.shape)
             assert a.flags.c_contiguous
-    assert "e4m3_grid" in seen  # the grid route ran (on the finite inputs at least)
+    assert "fp8_e4m3" in seen  # the grid route ran (on the finite inputs at least)
 
 
 @pytest.mark.parametrize("fmt", ["mxfp8_e5m2", "mxfp6_e2m3", "mxfp4", "mxint8", "nvfp4"])
@@ -94,7 +95,7 @@ def test_other_formats(monkeypatch, fmt):
     for x in _inputs(3)[:4]:
         a, b = _both(x, fmt, axis=1, **kw)
         assert _same(a, b)
-    assert set(seen) == ({"e2m1_grid"} if fmt == "nvfp4" else set())
+    assert set(seen) == ({"fp4_e2m1"} if fmt == "nvfp4" else set())
 
 
 def test_three_d_block_sizes_and_dtypes():
@@ -126,14 +127,15 @@ def test_flag_context_records_the_same_flags():
     assert _same(a, b) and fa.flags == fb.flags
 
 
-def test_e4m3_grid_every_float32_exponent():
+def test_e4m3_values_every_float32_exponent():
+    """values32 (the route's rounding) against ml_dtypes' cast, every float32 exponent."""
     rng = np.random.default_rng(8)
     mant = rng.integers(0, 1 << 23, size=1 << 16, dtype=np.uint32)
     for ex in range(0, 136):  # every exponent up to 2**8 (448's binade)
         y = ((np.uint32(ex) << np.uint32(23)) | mant).view(np.float32)
         y = np.concatenate([y, -y]).clip(-448, 448)
         want = y.astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
-        assert _same(e4m3_grid(y), want), ex
+        assert _same(values32(y, policy_of("fp8_e4m3")), want), ex
 
 
 @pytest.mark.parametrize("pts", [None, 1.0, 2.0**-20, 0.37, 3e3])
@@ -145,7 +147,8 @@ def test_nvfp4_equals_quantize_route(pts, axis):
             assert _same(a, b), (i, xs.shape)
 
 
-def test_e2m1_grid_every_float32_exponent():
+def test_e2m1_values_every_float32_exponent():
+    """values32 against fp4_nearest_even, every float32 exponent up to 6's binade."""
     rng = np.random.default_rng(12)
     mant = rng.integers(0, 1 << 23, size=1 << 14, dtype=np.uint32)
     grid = np.float32([0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6])
@@ -153,4 +156,4 @@ def test_e2m1_grid_every_float32_exponent():
         y = ((np.uint32(ex) << np.uint32(23)) | mant).view(np.float32)
         y = np.concatenate([y, -y, grid, -grid, np.nextafter(grid, np.float32(9))]).clip(-6, 6)
         want = fp4_nearest_even(y).astype(np.float32)
-        assert _same(e2m1_grid(y), want), ex
+        assert _same(values32(y, policy_of("fp4_e2m1")), want), ex

@@ -63,11 +63,11 @@ from ..checks import as_int
 from ..flags import Flags, flags_active, record
 from ..integer import round_to_integral
 from ..modes import Rounding, as_rounding
+from ..rounding import policy_of
 from ..rounding import round as fp_round
+from ..rounding.fast import values32
 from ..rounding.native import (
     FP4_COMPARE_MIN,
-    e2m1_grid,
-    e4m3_grid,
     fp4_nearest_even,
     narrow_to_byte,
     table_cast_ok,
@@ -93,6 +93,9 @@ _E4M3_TINY = np.float32(2.0**-6)  # torch.finfo(float8_e4m3fn).tiny, the recipe'
 _E4M3_MAX = np.float32(448.0)
 _FP4_MAX = np.float32(6.0)
 _E4M3_STORE = np.dtype(ml_dtypes.float8_e4m3fn)
+# the element formats dequantized rounds to without the codes (nearest even; clamped first)
+_E4M3_NEAREST = policy_of("fp8_e4m3")
+_E2M1_NEAREST = policy_of("fp4_e2m1")
 _ABS_MASK = {4: np.int32(0x7FFFFFFF), 8: np.int64(0x7FFFFFFFFFFFFFFF)}  # clears the sign bit
 _UINT_VIEW = {4: np.int32, 8: np.int64}
 _ROUNDINGS: dict[str, Rounding] = {}  # names already looked up (the call's fixed cost)
@@ -390,7 +393,8 @@ def dequantized(x, fmt: MXFormat | str, block_size: int | None = None, axis: int
     """``quantize(x, ...).dequantize()`` (fake quantization), the same float32 values and the
     same random draws; MX formats with E4M3 elements and NVFP4, rounded to nearest even (the
     training recipes' forward operands) skip the codes: the scaled elements are rounded to
-    the element grid in float32 (:func:`fpsim.rounding.native.e4m3_grid`, ``e2m1_grid``) and
+    the element grid in float32 (:func:`fpsim.rounding.fast.values32`, the rounding core's
+    float32 path) and
     multiplied by their block's scale, as dequantize multiplies (tests/test_mx_dequantized.py
     checks it against quantize's route bit for bit).
 
@@ -506,7 +510,7 @@ def _quantize(x, fmt, block_size, axis, scale_mode, rounding, per_tensor_scale, 
         y.clip(*_bounds(f.elem_max, y.dtype), out=y)
         s = s32 if per_tensor_scale is None else np.float32(per_tensor_scale) * s32
         with np.errstate(invalid="ignore", over="ignore"):
-            out = e2m1_grid(y) * s[..., None]
+            out = values32(y, _E2M1_NEAREST) * s[..., None]
         out = out.reshape(out.shape[:-2] + (nb * bs,))[..., :n]
         return np.ascontiguousarray(_move(out, -1, ax))
     if values and not nan_blocks and mode is Rounding.NEAREST_EVEN and y.dtype == _F32 \
@@ -515,7 +519,8 @@ def _quantize(x, fmt, block_size, axis, scale_mode, rounding, per_tensor_scale, 
         # _round_elements), times the block's scale 2**s in float32, as dequantize does
         y.clip(*_bounds(f.elem_max, y.dtype), out=y)
         with np.errstate(over="ignore"):  # 448 * 2**127: inf, as dequantize's product
-            out = e4m3_grid(y) * np.ldexp(np.ones(se.shape, np.float32), se)[..., None]
+            scale = np.ldexp(np.ones(se.shape, np.float32), se)
+            out = values32(y, _E4M3_NEAREST) * scale[..., None]
         out = out.reshape(out.shape[:-2] + (nb * bs,))[..., :n]
         return np.ascontiguousarray(_move(out, -1, ax))
     # a NaN scale (a NaN in the block, or an E8M0 overflow) makes the block's P NaN

@@ -45,14 +45,15 @@ from ..checks import as_int
 from ..formats import FP32, get_float_format
 from ..nn import init
 from ..nn.module import Module, Parameter
-from ..rounding import cast
-from ..rounding.native import e4m3_grid
+from ..rounding import cast, policy_of
+from ..rounding.fast import values32
 from .layers import linear_like
 
 __all__ = ["BlockwiseFP8Linear", "quantize_tiles", "blockwise_gemm", "TILE"]
 
 TILE = 128  # DeepSeek-V3's tile / block edge and its promotion interval N_C
 _E4M3 = get_float_format("e4m3")
+_E4M3_NEAREST = policy_of("fp8_e4m3")  # the tiles' elements, after the clamp
 
 
 def quantize_tiles(a: np.ndarray, axis: int, tile: int = TILE,
@@ -99,7 +100,7 @@ def _quantize_tiles_finite(a: np.ndarray, tr: int, tc: int, pr: int,
     full-size copies: the tiles as a 4-D view of ``a`` (zero-padded only where the tiles do not
     divide it), the division by each tile's scale broadcast, and the saturating E4M3 cast as
     a clamp to +-448 and the nearest even E4M3 value of float32 (ml_dtypes' rounding, on
-    E4M3's grid by :func:`fpsim.rounding.native.e4m3_grid`, without the codes): a value beyond
+    E4M3's grid by :func:`fpsim.rounding.fast.values32`, without the codes): a value beyond
     448 rounds to 448 or above (480, e4m3's overflow), which saturation makes 448, and the
     clamp gives 448 too. tests/test_blockwise_fp8_fast.py checks it
     against the general route bit for bit."""
@@ -118,7 +119,7 @@ def _quantize_tiles_finite(a: np.ndarray, tr: int, tc: int, pr: int,
     y = v / scale[:, None, :, None]  # float32 / float32: the division of the general route
     y = y.reshape(pr, pc)[:rows, :cols]
     np.clip(y, -_E4M3.max, _E4M3.max, out=y)
-    return e4m3_grid(np.ascontiguousarray(y)).astype(np.float64), scale
+    return values32(y, _E4M3_NEAREST).astype(np.float64), scale
 
 
 def _partial(a: np.ndarray, b: np.ndarray, tensor_core: str | None) -> np.ndarray:

@@ -26,14 +26,15 @@ from ..autograd.context import widen
 from ..checks import as_int
 from ..flags import flags_active
 from ..formats import Format, get_float_format
-from ..rounding import cast
-from ..rounding.native import grid32
+from ..rounding import cast, policy_of
+from ..rounding.fast import values32
 from .qparams import real_array
 
 __all__ = ["fp8_scale", "fp8_quantize", "fp8_values", "fp8_dequantize", "DelayedScaling"]
 
-# the fp8 storage types whose values grid32 rounds to (IEEE-like: emin, mantissa bits)
-_GRID_DTYPES = (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2))
+# fp8_values' formats by storage type, rounded to nearest even without the codes (clamped)
+_NEAREST = {np.dtype(ml_dtypes.float8_e4m3fn): policy_of("fp8_e4m3"),
+            np.dtype(ml_dtypes.float8_e5m2): policy_of("fp8_e5m2")}
 
 _FP32_MAX = np.float32(np.finfo(np.float32).max)
 
@@ -132,7 +133,7 @@ def fp8_values(x, scale, fmt: Format | str = "e4m3") -> np.ndarray:
     """The values of :func:`fp8_quantize` as float64 (what a GEMM of the FP8 recipe reads).
     For e4m3 and e5m2 and a finite ``float32(x * scale)`` (and no flag context), without the
     codes: clamped to +-max and rounded on the format's grid in float32
-    (:func:`fpsim.rounding.native.grid32`): a value beyond max rounds to max or overflows,
+    (:func:`fpsim.rounding.fast.values32`): a value beyond max rounds to max or overflows,
     which saturation makes max, and the clamp gives max too. tests/test_fp8_values.py checks
     it against fp8_quantize's values bit for bit.
 
@@ -141,11 +142,12 @@ def fp8_values(x, scale, fmt: Format | str = "e4m3") -> np.ndarray:
     """
     f = as_fp8_format(fmt)
     xs = np.asarray(x, dtype=np.float32) * _scale_array(scale)
-    if xs.size and np.dtype(f.storage_dtype) in _GRID_DTYPES and not flags_active():
+    pol = _NEAREST.get(np.dtype(f.storage_dtype))
+    if xs.size and pol is not None and not flags_active():
         lo, hi = xs.min(), xs.max()
         if np.isfinite(lo) and np.isfinite(hi):  # no NaN or inf: the clamp is saturation
             np.clip(xs, -f.max, f.max, out=xs)
-            return grid32(xs, f.emin, f.mantissa_bits).astype(np.float64)
+            return values32(xs, pol).astype(np.float64)
     return widen(np.asarray(cast(xs, f, overflow="saturate")))
 
 

@@ -284,6 +284,23 @@ def round_float32(x: np.ndarray, policy: RoundingPolicy):
     return _round32(x, kernel_params(policy.fmt), policy)
 
 
+def values32(y: np.ndarray, policy: RoundingPolicy) -> np.ndarray:
+    """Finite float32 ``y`` of any shape rounded by ``policy`` (one :func:`float32_ok`
+    accepts) to float32 values, a fresh array: :func:`round_float32` for callers that
+    produced the values themselves (mx's and the FP8 recipes' fake quantization, after their
+    clamp to the format's largest value); ValueError on an inf or NaN, which they keep away.
+
+    >>> from fpsim.rounding import policy_of
+    >>> values32(np.array([[0.3, -448.0], [2.0**-10, 17.0]], np.float32),
+    ...          policy_of("fp8_e4m3")).tolist()
+    [[0.3125, -448.0], [0.0, 16.0]]
+    """
+    v, bad = round_float32(np.ascontiguousarray(y, dtype=np.float32).reshape(-1), policy)
+    if bad is not None:
+        raise ValueError("values32 takes finite values; round() handles inf and NaN")
+    return v.reshape(np.shape(y))
+
+
 def round_rest32(v: np.ndarray, policy: RoundingPolicy) -> np.ndarray:
     """Internal API (arithmetic's float32 path): the float64 values that :func:`round` gives
     for the few float32 values ``v`` :func:`round_float32` leaves (inf and NaN): the general

@@ -64,8 +64,8 @@ from .policy import RoundingPolicy
 __all__ = ["cast", "f64_to_f32_odd", "fma32_odd", "fits_float32", "narrow_to_byte",
            "widen_byte", "table_cast_ok",
            "native_ok", "native_rounding", "fp4_nearest_even", "FP4_COMPARE_MIN",
-           "widen_bf16", "TABLE_MIN", "bf16_by_bits", "e4m3_grid", "e2m1_grid", "grid32",
-           "BF16_BITS_MIN", "NATIVE_CAST_FORMATS", "NATIVE_ARITHMETIC_FORMATS"]
+           "widen_bf16", "TABLE_MIN", "bf16_by_bits", "BF16_BITS_MIN", "NATIVE_CAST_FORMATS",
+           "NATIVE_ARITHMETIC_FORMATS"]
 
 # The one format table of "may this run natively?" (issue 35 item 2), consulted by
 # fpsim.autograd.context.round_to and fpsim.arithmetic's native path through native_ok:
@@ -249,54 +249,6 @@ def narrow_to_byte(x: np.ndarray, dtype) -> np.ndarray:
     low >>= np.uint32(16)
     idx |= low
     return np.take(_narrow_table(dtype), idx).view(dtype)
-
-
-def e4m3_grid(y: np.ndarray) -> np.ndarray:
-    """Finite float32 ``y`` with |y| <= 448 rounded to E4M3's values (nearest even, signed
-    zeros kept), as float32 (a fresh array): with E = max(exponent of |y|, -6), E4M3's quantum
-    at y is 2**(E - 3), the ulp of C = 2**(E + 20) (float32: 23 fraction bits), so the FPU's
-    |y| + C rounds |y| to that grid, ties to even (C's low bits are zero), and - C is exact;
-    C is built from y's exponent bits by integer operations. The values of ml_dtypes' cast of
-    ``y`` (and of the byte table's, :func:`narrow_to_byte`) exactly, without the codes; a
-    caller saturates first (clamps to +-448) and keeps NaN away.
-
-    >>> e4m3_grid(np.array([0.3, -448.0, 2.0**-10, -0.0, 17.0], np.float32)).tolist()
-    [0.3125, -448.0, 0.0, -0.0, 16.0]
-    """
-    return grid32(y, -6, 3)
-
-
-def e2m1_grid(y: np.ndarray) -> np.ndarray:
-    """Finite float32 ``y`` with |y| <= 6 rounded to fp4 e2m1's values (nearest even, signed
-    zeros kept), as float32: :func:`e4m3_grid`'s rule with e2m1's smallest normal exponent 0
-    and 1 fraction bit (C = 2**(E + 22)); :func:`fp4_nearest_even`'s values, without the codes.
-
-    >>> e2m1_grid(np.array([0.25, 0.75, -2.6, 5.0, -0.0], np.float32)).tolist()
-    [0.0, 1.0, -3.0, 4.0, -0.0]
-    """
-    return grid32(y, 0, 1)
-
-
-def grid32(y: np.ndarray, emin: int, mbits: int) -> np.ndarray:
-    """The nearest even values (float32, signed zeros kept) of finite float32 ``y`` on the
-    grid of a binary format with ``mbits`` fraction bits, smallest normal exponent ``emin``
-    (subnormals below) and no upper bound (the caller clamps to the format's max first):
-    :func:`e4m3_grid`'s rule, C = 2**(max(E, emin) + 23 - mbits). Formats with
-    -126 <= emin and mbits <= 20 (C stays a normal float32).
-
-    >>> grid32(np.array([1.1, 2.0**-17, 60000.0], np.float32), -14, 2).tolist()  # e5m2
-    [1.0, 0.0, 57344.0]
-    """
-    u = y.view(np.uint32)
-    c = np.bitwise_and(u, np.uint32(0x7F800000))
-    np.maximum(c, np.uint32((127 + emin) << 23), out=c)  # 2**E
-    c += np.uint32((23 - mbits) << 23)  # 2**(E + 23 - mbits): its ulp is the quantum
-    cf = c.view(np.float32)
-    r = np.abs(y)
-    r += cf
-    r -= cf
-    np.copysign(r, y, out=r)
-    return r
 
 
 BF16_BITS_MIN = 8192  # from this many elements rounding by the bits beats ml_dtypes' cast
