@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 from timing import best_time as best_of  # benchmarks/ is on sys.path when a script runs
+from timing import best_wall_and_cpu
 
 import fpsim.tensorcore as tc
 
@@ -39,20 +39,6 @@ UNITS = (("H100", "fp16", True), ("A100", "fp16", True), ("H100", "bf16", True),
          ("MI300X", "fp8_e4m3fnuz", False), ("MI300X", "fp8_e5m2fnuz", False),
          ("MI100", "bf16", False), ("MI300X", "bf16", False), ("MI300X", "tf32", False))
 TARGET_MACS = 1.0e9  # issue 33: M MAC/s at 512**3
-
-
-def best_wall_and_cpu(fn, repeat: int) -> tuple[float, float]:
-    """(shortest wall time, shortest process CPU time) of ``repeat`` calls of ``fn`` after one
-    warm-up call. On a shared machine the CPU time is what the other load disturbs least
-    (it still pays for shared caches): printed beside the wall time, which is the target's."""
-    fn()
-    wall = cpu = float("inf")
-    for _ in range(repeat):
-        t0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        wall = min(wall, time.perf_counter() - t0)
-        cpu = min(cpu, time.process_time() - c0)
-    return wall, cpu
 
 
 def main() -> None:
