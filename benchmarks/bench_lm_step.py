@@ -7,10 +7,10 @@ subtracted, GELU tanh, tied head, cross-entropy, their gradients, AdamW). Its lo
 gradients are checked against fpsim's before timing. BLAS is pinned to one thread; the
 speed printed is NumPy time / fpsim time (1.0 = as fast as the hand-written step).
 
-fpsim's fp32 GEMMs are its accumulation model's (exact products summed in float64, rounded
-once to fp32: dgemm, about twice sgemm's time); the hand-written step calls sgemm. A second
-line times fpsim under ``matmul_accumulation("sgemm")``, the hand-written step's own
-arithmetic, to separate the engine's cost from the GEMM model's.
+fpsim's step runs as ``fpsim lm``'s ``fp32`` recipe does: its GEMMs under the recipe's
+accumulation model (``"sgemm"``, the hand-written step's own arithmetic). A second line times
+the ``fp32-dgemm`` control (the engine's default ``"fp32"`` model: exact products summed in
+float64 and rounded once to fp32; dgemm takes about twice sgemm's time).
 
     python benchmarks/bench_lm_step.py [--repeat N]
 """
@@ -32,6 +32,7 @@ from fpsim.autograd import matmul_accumulation  # noqa: E402
 from fpsim.datasets import shakespeare_chars  # noqa: E402
 from fpsim.models import GPT  # noqa: E402
 from fpsim.optim import AdamW  # noqa: E402
+from fpsim.training.lm_recipes import get_lm_recipe  # noqa: E402
 
 D, L, H, T, B = 64, 2, 4, 64, 16
 _C = math.sqrt(2.0 / math.pi)
@@ -168,20 +169,29 @@ def main(argv: list[str] | None = None) -> int:
     state = {"t": 0, "m": {n: np.zeros_like(w) for n, w in p.items()},
              "v": {n: np.zeros_like(w) for n, w in p.items()}}
 
-    def fpsim_step() -> float:
-        opt.zero_grad()
-        logits = model(idx)
-        loss = F.cross_entropy(logits.reshape(-1, len(vocab)), y.reshape(-1))
-        loss.backward()
-        opt.step()
-        return loss.item()
+    def step_under(recipe: str):
+        model_of = get_lm_recipe(recipe).accumulation or "fp32"
+
+        def step() -> float:
+            with matmul_accumulation(model_of):
+                opt.zero_grad()
+                logits = model(idx)
+                loss = F.cross_entropy(logits.reshape(-1, len(vocab)), y.reshape(-1))
+                loss.backward()
+            opt.step()
+            return loss.item()
+
+        return step
+
+    fpsim_step, dgemm_step = step_under("fp32"), step_under("fp32-dgemm")
 
     with pinned_blas(1):
         # same loss and gradients before timing (float32, so to ~1e-4 relative)
         ref = {n: q.numpy(np.float32).copy() for n, q in params.items()}
         opt.zero_grad()
-        lf = F.cross_entropy(model(idx).reshape(-1, len(vocab)), y.reshape(-1))
-        lf.backward()
+        with matmul_accumulation(get_lm_recipe("fp32").accumulation or "fp32"):
+            lf = F.cross_entropy(model(idx).reshape(-1, len(vocab)), y.reshape(-1))
+            lf.backward()
         check = {"t": 0, "m": {n: np.zeros_like(w) for n, w in ref.items()},
                  "v": {n: np.zeros_like(w) for n, w in ref.items()}}
         ln = numpy_step({n: w.copy() for n, w in ref.items()}, idx, y, check)
@@ -194,19 +204,14 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         t_np = best_time(lambda: numpy_step(p, idx, y, state), args.repeat)
         t_fp = best_time(fpsim_step, args.repeat)
-
-        def fpsim_sgemm_step() -> float:
-            with matmul_accumulation("sgemm"):
-                return fpsim_step()
-
-        t_sg = best_time(fpsim_sgemm_step, args.repeat)
+        t_dg = best_time(dgemm_step, args.repeat)
     print(f"GPT d {D}, {L} layers, {H} heads, batch {B} x {T}, one BLAS thread, best of "
           f"{args.repeat}")
     print(f"NumPy float32 step {t_np * 1e3:.1f} ms, fpsim fp32 step {t_fp * 1e3:.1f} ms: "
           f"fpsim / NumPy = {t_fp / t_np:.2f}x, speed vs reference = {t_np / t_fp:.2f} "
           f"(target: fpsim within 1.3x)")
-    print(f"fpsim fp32 step with sgemm accumulation (the hand-written step's arithmetic) "
-          f"{t_sg * 1e3:.1f} ms: fpsim / NumPy = {t_sg / t_np:.2f}x")
+    print(f"fpsim fp32-dgemm control (float64 accumulation) {t_dg * 1e3:.1f} ms: "
+          f"fpsim / NumPy = {t_dg / t_np:.2f}x")
     return 0
 
 

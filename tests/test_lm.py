@@ -129,6 +129,28 @@ def test_nvfp4_ablations_run_by_name():
         get_lm_recipe("nvfp4-nope")
 
 
+@pytest.mark.parametrize("recipe, kind", [("fp32", "sgemm"), ("fp32-dgemm", "fp32"),
+                                           ("mixed-bf16", "fp32")])
+def test_recipe_gemms_run_under_its_accumulation_model(monkeypatch, recipe, kind):
+    # every GEMM of the trained model (forward, backward, evaluation) under the recipe's
+    # model; the fp64 shadow's (the exact gradients of grad_underflow) under the default
+    import fpsim.autograd.accumulate as acc
+
+    seen = set()
+    real = acc.gemm_acc
+
+    def spy(a, b, model, in_fmt):
+        seen.add((model.kind, in_fmt.name))
+        return real(a, b, model, in_fmt)
+
+    monkeypatch.setattr(acc, "gemm_acc", spy)
+    r = train_lm(recipe, **TINY)
+    assert np.isfinite(r.val_loss) and r.grad_underflow is not None
+    assert {k for k, f in seen if f != "fp64"} == {kind}
+    assert {k for k, f in seen if f == "fp64"} == {"fp32"}  # the shadow (fp64 skips fp32)
+    assert (recipe in LM_RECIPES) != recipe.endswith("-dgemm")  # a control: not by default
+
+
 def test_jobs_do_not_change_results():
     one = run_lm(["fp32", "bf16-sr"], jobs=1, **TINY)
     two = run_lm(["fp32", "bf16-sr"], jobs=2, **TINY)

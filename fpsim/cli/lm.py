@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..training.experiment import DEFAULT_OUT, check_out_dir, default_workers
 from ..training.lm import LM_FULL, LM_QUICK, lm_config, run_lm
-from ..training.lm_recipes import ABLATIONS, LM_RECIPES, parse_recipes
+from ..training.lm_recipes import ABLATIONS, CONTROLS, LM_RECIPES, parse_recipes
 from ..training.lm_report import lm_findings, lm_json_lines, lm_table, strict_json
 from .common import Output, OutputKind
 
@@ -47,7 +47,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recipes", default=None, metavar="A,B,...",
                         help="recipes to run, comma-separated (default all): "
                              + ", ".join(LM_RECIPES) + "; NVFP4's ablations by name: "
-                             + ", ".join(ABLATIONS))
+                             + ", ".join(ABLATIONS) + "; controls: " + ", ".join(CONTROLS))
     parser.add_argument("--steps", type=int, default=None, help="training steps per recipe")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the initial weights and the batches (default 0)")

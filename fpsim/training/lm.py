@@ -49,7 +49,7 @@ from threadpoolctl import threadpool_limits
 
 from ..amp import GradScaler, autocast, exponent_histogram, initialize, lost_updates, scale_loss
 from ..autograd import functional as F
-from ..autograd.context import rounding_context
+from ..autograd.context import matmul_accumulation, rounding_context
 from ..autograd.tensor import Tensor, no_grad
 from ..checks import as_int
 from ..formats import FP32, FP64, Format
@@ -493,6 +493,10 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
         if recipe.grad_scaler else None
     fwd_ctx = (lambda: autocast(recipe.autocast)) if recipe.autocast is not None \
         else contextlib.nullcontext
+    # the recipe's accumulation model covers the model's forward, backward and evaluation (a
+    # backward's GEMMs take the model active when they run), not the fp64 shadow's
+    acc_ctx = (lambda: matmul_accumulation(recipe.accumulation)) \
+        if recipe.accumulation is not None else contextlib.nullcontext
     sr_rng = np.random.default_rng([cfg.seed, 1])
     update_ctx = (lambda: rounding_context("stochastic", rng=sr_rng)) \
         if recipe.update_rounding == "stochastic" else contextlib.nullcontext
@@ -522,7 +526,7 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
 
     def evaluate(ids: np.ndarray, st: np.ndarray) -> float:
         model.eval()  # FP8Linear records no amax outside training
-        with no_grad(), fwd_ctx():
+        with no_grad(), acc_ctx(), fwd_ctx():
             loss = mean_loss(lambda x: model(x).numpy(np.float64), ids, st, cfg.context,
                              cfg.batch_size)
         model.train()
@@ -538,7 +542,7 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
         if upd is not None:
             upd.active = measured
         adamw.zero_grad()
-        with fwd_ctx():
+        with acc_ctx(), fwd_ctx():
             logits = model(x)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         step_loss[step] = loss.item()
@@ -549,16 +553,19 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
         if scaler is not None:
             scaled_loss = scaler.scale(loss)
             scale = scaler.get_scale()
-            scaled_loss.backward()
+            with acc_ctx():
+                scaled_loss.backward()
         elif amp_opt is not None:
             scale = amp_opt.scaler.get_scale()
         else:
             scale = 1.0
-            loss.backward()
+            with acc_ctx():
+                loss.backward()
         step_scale[step] = scale
         if amp_opt is not None:
             with scale_loss(loss, amp_opt) as scaled:
-                scaled.backward()
+                with acc_ctx():
+                    scaled.backward()
                 grads = {n: p.grad for n, p in params.items() if p.grad is not None}
                 bad = any(not np.isfinite(g).all() for g in grads.values())
                 if measured:

@@ -8,7 +8,12 @@ staged (no gradient shift, no learning-rate factor).
 =============  ==============================================================================
 name           what runs in which format
 =============  ==============================================================================
-fp32           everything fp32 (Apex O0).
+fp32           everything fp32 (Apex O0), GEMMs by the BLAS's sgemm as NumPy's and PyTorch's
+               float32 matmuls on a CPU (the ``"sgemm"`` accumulation model: each add
+               rounded to fp32 in the BLAS's order, so the bits can differ between BLAS
+               builds and CPUs, as theirs do). ``fp32-dgemm`` (a control, run by name) is the
+               same with the engine's default ``"fp32"`` model: exact products summed in
+               float64 and rounded once to fp32.
 fp16           pure fp16 (Apex O3): fp16 weights, activations, gradients and AdamW state, no
                master copy, no loss scaling; Apex casts the model's output to fp32, so the
                loss is computed in fp32.
@@ -51,7 +56,7 @@ from dataclasses import dataclass
 
 from ..formats import BF16, FP16, FP32, Format
 
-__all__ = ["LMRecipe", "LM_RECIPES", "ABLATIONS", "get_lm_recipe", "parse_recipes"]
+__all__ = ["ABLATIONS", "CONTROLS", "LMRecipe", "LM_RECIPES", "get_lm_recipe", "parse_recipes"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,9 @@ class LMRecipe:
     linear: str | None = None  # the block linears' layer (module docstring), None: nn.Linear
     keep_last: int = 0  # how many of the last blocks keep bf16 linears (nvfp4)
     options: tuple[tuple[str, bool], ...] = ()  # MXLinear overrides (the nvfp4 ablations)
+    # the matmul accumulation model (fpsim.autograd.accumulate) of the trained model's forward
+    # and backward, None: the engine's default ("fp32"); the fp64 shadow keeps its own
+    accumulation: str | None = None
 
     @property
     def master_weights(self) -> bool:
@@ -84,7 +92,8 @@ class LMRecipe:
 
 
 LM_RECIPES: dict[str, LMRecipe] = {r.name: r for r in (
-    LMRecipe("fp32", "FP32 baseline", "O0", FP32),
+    LMRecipe("fp32", "FP32 baseline (sgemm, as NumPy and PyTorch on a CPU)", "O0", FP32,
+             accumulation="sgemm"),
     LMRecipe("fp16", "pure FP16 (Apex O3): FP16 weights and AdamW state, no scaling", "O3",
              FP16),
     LMRecipe("fp16-master", "FP16 model, FP32 master weights (Apex O2), no loss scaling",
@@ -130,6 +139,13 @@ ABLATIONS: dict[str, LMRecipe] = {r.name: r for r in (
 )}
 
 
+# controls (run by name with --recipes; not in the default set)
+CONTROLS: dict[str, LMRecipe] = {r.name: r for r in (
+    LMRecipe("fp32-dgemm", "FP32 with float64 accumulation (exact products, one rounding "
+             "to fp32 per GEMM result)", "O0", FP32, accumulation="fp32"),
+)}
+
+
 def get_lm_recipe(name: str | LMRecipe) -> LMRecipe:
     """The recipe called ``name`` (ValueError listing the valid names otherwise).
 
@@ -141,9 +157,11 @@ def get_lm_recipe(name: str | LMRecipe) -> LMRecipe:
     key = name.strip().lower() if isinstance(name, str) else None
     if key in ABLATIONS:
         return ABLATIONS[key]
+    if key in CONTROLS:
+        return CONTROLS[key]
     if key not in LM_RECIPES:
         raise ValueError(f"unknown lm recipe {name!r}; valid: "
-                         f"{', '.join([*LM_RECIPES, *ABLATIONS])}")
+                         f"{', '.join([*LM_RECIPES, *ABLATIONS, *CONTROLS])}")
     return LM_RECIPES[key]
 
 
