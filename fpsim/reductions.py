@@ -173,10 +173,22 @@ def _accumulate(X, dt=None):
     return s
 
 
-def _sequential(X, acc: _Acc):
-    native = _native_sequential(X, acc.c)
-    if native is not None:
-        return native
+def _nan_rows_again(s: np.ndarray, X, acc: _Acc, order) -> np.ndarray:
+    """The native sums ``s`` of X's rows, those that are NaN redone by ``order(X, acc,
+    native=False)``. A NaN sum's pattern is the loop's, not the native type's: the loop
+    carries a NaN operand's float64 pattern (payload, sign) where a cast to float32, float16
+    or bfloat16 drops the low payload bits; fp16's and bf16's native add of two NaNs returns
+    the second where float64's returns the first (nan_of); and the native Kahan's a - b is
+    not the loop's a + (-b) for a NaN b (see _kahan). No flags here (native_ok)."""
+    nan = np.isnan(s)
+    if nan.any():
+        s[nan] = order(X[nan], _Acc(acc.c, int(nan.sum())), native=False)
+    return s
+
+
+def _sequential(X, acc: _Acc, native: bool = True):
+    if native and (s := _native_sequential(X, acc.c)) is not None:
+        return _nan_rows_again(s, X, acc, _sequential)
     if _stochastic_ok(acc.c, X.shape[0]):
         return _sequential_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):
@@ -961,11 +973,16 @@ def _sequential_loop(X, acc: _Acc):
     return s
 
 
-def _kahan(X, acc: _Acc):
+def _kahan(X, acc: _Acc, native: bool = True):
+    # x - c is add(x, -c) on every route, as in the loop (and fpsim.sub's kernel): -c is
+    # IEEE 754's negate, which flips a NaN's sign too, and the add returns its first NaN
+    # operand, quieted (nan_of). IEEE 754 leaves the sign of a subtraction's NaN result
+    # unspecified and np.subtract returns a NaN c unnegated (x86): the loop's rule is kept
+    # as the definition (every other route follows it); the native route redoes NaN rows.
     if _scalar_ok(acc.c, X.shape[0]) and acc.c.result.rounding in _STEP_MODES:
         add, fl = _scalar_adder(acc.c)  # few outputs: Python floats, the common case inline
         return _python_rows(X, _kahan_fast(add, fl, acc.c), fl, acc.fl)
-    if native_ok(acc.c):  # each operation one native rounded op (see _native_sequential)
+    if native and native_ok(acc.c):  # each op one native rounded op (see _native_sequential)
         cols = np.ascontiguousarray(X.T).astype(acc.c.result.fmt.dtype)
         s = cols[0].copy()
         comp = np.zeros_like(s)
@@ -975,7 +992,7 @@ def _kahan(X, acc: _Acc):
                 t = s + y
                 comp = (t - s) - y
                 s = t
-            return s.astype(np.float64)
+        return _nan_rows_again(s.astype(np.float64), X, acc, _kahan)
     if _stochastic_ok(acc.c, X.shape[0]):  # few outputs: the same draws and roundings
         return _kahan_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):  # few outputs: the same ops on Python floats
@@ -1067,6 +1084,24 @@ def _wide_exact(span: tuple[int, int], acc_fmt: Format, n: int, gradual: bool = 
             and low <= bottom and acc_fmt.subnormals)
 
 
+def _wide_loop(X, wacc: _Acc) -> np.ndarray:
+    """The accumulator's rounded adds of X's terms, row by row (wacc: its context, flags)."""
+    ca = wacc.c
+    # the first value goes into the accumulator as an add's result would (0 + x: the mode,
+    # flush-to-zero, and DAZ of a subnormal value)
+    s, f0 = round_result(daz_operand(X[:, 0], ca), None, ca)
+    if f0 is not None:
+        wacc.fl |= f0
+    if _scalar_ok(ca, X.shape[0]):
+        # few outputs: Python floats (the rounding of s + lo holds for any float64 terms,
+        # not only the accumulator's values: see _scalar_adder)
+        add, fl = _scalar_adder(ca)
+        return _python_rows(X, _sequential_row(add), fl, wacc.fl, s.tolist())
+    for k in range(1, X.shape[1]):
+        s = wacc.add(s, X[:, k], exact_operands=False)
+    return s
+
+
 def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
     """Accumulate the exact terms X (float64, exact, within span) in acc_fmt, round once to
     c.result.fmt."""
@@ -1098,7 +1133,6 @@ def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
                if c.result.subnormals is Subnormals.FLUSH
                else (Subnormals.DAZ if c.conversion.daz else Subnormals.KEEP))
         ca = context_of(c.result.replace(fmt=acc_fmt, subnormals=sub), c.want)
-        wacc = _Acc(ca, rows)
         s = None
         if native_ok(ca):
             with np.errstate(all="ignore"):
@@ -1108,20 +1142,13 @@ def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
                 with np.errstate(all="ignore"):
                     s = _accumulate(Xn).astype(np.float64)
             del Xn
-        if s is None:
-            # the first value goes into the accumulator as an add's result would (0 + x:
-            # the mode, flush-to-zero, and DAZ of a subnormal value)
-            s, f0 = round_result(daz_operand(X[:, 0], ca), None, ca)
-            if f0 is not None:
-                wacc.fl |= f0
-            if _scalar_ok(ca, rows):
-                # few outputs: Python floats (the rounding of s + lo holds for any float64
-                # terms, not only the accumulator's values: see _scalar_adder)
-                add, fl = _scalar_adder(ca)
-                s = _python_rows(X, _sequential_row(add), fl, wacc.fl, s.tolist())
-            else:
-                for k in range(1, n):
-                    s = wacc.add(s, X[:, k], exact_operands=False)
+        if s is not None:  # NaN rows: the loop's pattern, as _nan_rows_again (no flags)
+            nan = np.isnan(s)
+            if nan.any():
+                s[nan] = _wide_loop(X[nan], _Acc(ca, int(nan.sum())))
+        else:
+            wacc = _Acc(ca, rows)
+            s = _wide_loop(X, wacc)
             if acc.fl is not None:
                 acc.fl |= wacc.fl
     out, fl = round_result(s, None, c)
