@@ -425,26 +425,34 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
     max_neg = sat or mode in (Rounding.TOWARD_ZERO, Rounding.ODD, Rounding.UP)
 
     def binade_of(s: float):
-        """(sign, L, H, Q, th, Qt): th, the magnitude's threshold in s's binade (as hp, hn);
-        Qt: s + y is exact in float64 when y is a multiple of Qt. L = inf: none."""
+        """(sign, L, H, Q, th, Qt, sH): th, the magnitude's threshold in s's binade (as hp,
+        hn); Qt: s + y is exact in float64 when y is a multiple of Qt; sH = sign * H, the
+        binade's signed top. L = inf: none."""
         b = _binade(s, fmt) if s - s == 0.0 else None
         if b is None:
             if not (s - s == 0.0 and top <= (-s if s < 0 else s) <= fmax):
-                return 1.0, inf, 0.0, 1.0, 0.0, 0.0
+                return 1.0, inf, 0.0, 1.0, 0.0, 0.0, 0.0
             b = -1.0 if s < 0 else 1.0, top, inf, qhi  # the top binade: t > fmax checked
         sg, L, H, Q = b
         away = (mode is Rounding.UP and sg > 0) or (mode is Rounding.DOWN and sg < 0)
-        return sg, L, H, Q, (0.0 if away else 0.5 if hp == 0.5 else 2.0) * Q, L * 2.0**-52
+        return (sg, L, H, Q, (0.0 if away else 0.5 if hp == 0.5 else 2.0) * Q, L * 2.0**-52,
+                sg * H)
 
     binade = _memo(binade_of)
 
+    # the steps' constants, read as locals (faster than closure cells in the loop)
+    consts = (K, qlo, qhi, P, two_sum, ulp, inf, ne, odd, hp, hn, zd, fmax, max_pos, max_neg,
+              add, binade)
+
     def steps(s: float, comp: float, xs: list) -> tuple[float, float]:
+        (K, qlo, qhi, P, two_sum, ulp, inf, ne, odd, hp, hn, zd, fmax, max_pos, max_neg,
+         add, binade) = consts
         ix = ov = False
-        sg, L, H, Q, th, Qt = binade(s)
+        sg, L, H, Q, th, Qt, sH = binade(s)
         for x in xs:
-            v = x - comp  # y = fl(x - comp)
-            q1 = ulp(v) * K
-            if qlo <= q1 < inf and (not two_sum or (v - x == -comp and v + comp == x)):
+            v = x - comp  # y = fl(x - comp); exact in float64 when x - v == comp (that is
+            q1 = ulp(v) * K  # fl(v - x) == -comp: rounding is symmetric) and v + comp == x
+            if qlo <= q1 < inf and (not two_sum or (x - v == comp and v + comp == x)):
                 rem = v % q1
                 if rem:
                     y = v - rem
@@ -479,13 +487,13 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                         t = add(s, y)
                         comp = add(add(t, -s), -y)
                         s = t
-                        sg, L, H, Q, th, Qt = binade(s)
+                        sg, L, H, Q, th, Qt, sH = binade(s)
                         continue
                     t, ov = fmax, True
                 t *= sg
                 d = t - s or zd  # exact (Sterbenz)
                 r = (Q if Q < q1 else q1) * P
-                moved = t * sg == H  # rounded up to the top of the binade
+                moved = t == sH  # rounded up to the top of the binade
             elif (s and y and qlo <= (qt := ulp(u) * K) < inf
                   and (not two_sum or (u - s == y and u - y == s))):
                 # t leaves s's binade (a walk across a power of two): rounded as y above
@@ -504,7 +512,7 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                         t = add(s, y)
                         comp = add(add(t, -s), -y)
                         s = t
-                        sg, L, H, Q, th, Qt = binade(s)
+                        sg, L, H, Q, th, Qt, sH = binade(s)
                         continue
                     t, ov = (fmax if u > 0 else -fmax), True
                 d = t - s or zd
@@ -517,7 +525,7 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                 t = add(s, y)
                 comp = add(add(t, -s), -y)
                 s = t
-                sg, L, H, Q, th, Qt = binade(s)
+                sg, L, H, Q, th, Qt, sH = binade(s)
                 continue
             w = d - y
             if w and -r < w < r:
@@ -541,7 +549,7 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                 comp = add(d, -y)
             s = t
             if moved:
-                sg, L, H, Q, th, Qt = binade(s)
+                sg, L, H, Q, th, Qt, sH = binade(s)
         if ix:
             fl[0] |= inexact_f
         if ov:
@@ -884,7 +892,7 @@ def _kahan_fast_stochastic(st: StochasticAdder, c: OpContext):
             for x in block:
                 v = x - comp  # y = fl(x - comp)
                 q1 = ulp(v) * K
-                if qlo <= q1 < qhi and (not two_sum or (v - x == -comp and v + comp == x)):
+                if qlo <= q1 < qhi and (not two_sum or (x - v == comp and v + comp == x)):
                     rem = v % q1
                     if rem:
                         y = v - rem
