@@ -93,7 +93,7 @@ from .flags import Flags
 from .formats import FP64, Format, NaNEncoding, get_float_format
 from .modes import Overflow, Rounding, Subnormals, Tininess
 from .rounding import RoundingPolicy
-from .rounding.scalar import StochasticAdder, bits64, scalar_adder
+from .rounding.scalar import _DRAW_BLOCK, StochasticAdder, bits64, scalar_adder
 
 __all__ = ["Order", "sum", "dot"]
 
@@ -173,10 +173,22 @@ def _accumulate(X, dt=None):
     return s
 
 
-def _sequential(X, acc: _Acc):
-    native = _native_sequential(X, acc.c)
-    if native is not None:
-        return native
+def _nan_rows_again(s: np.ndarray, X, acc: _Acc, order) -> np.ndarray:
+    """The native sums ``s`` of X's rows, those that are NaN redone by ``order(X, acc,
+    native=False)``. A NaN sum's pattern is the loop's, not the native type's: the loop
+    carries a NaN operand's float64 pattern (payload, sign) where a cast to float32, float16
+    or bfloat16 drops the low payload bits; fp16's and bf16's native add of two NaNs returns
+    the second where float64's returns the first (nan_of); and the native Kahan's a - b is
+    not the loop's a + (-b) for a NaN b (see _kahan). No flags here (native_ok)."""
+    nan = np.isnan(s)
+    if nan.any():
+        s[nan] = order(X[nan], _Acc(acc.c, int(nan.sum())), native=False)
+    return s
+
+
+def _sequential(X, acc: _Acc, native: bool = True):
+    if native and (s := _native_sequential(X, acc.c)) is not None:
+        return _nan_rows_again(s, X, acc, _sequential)
     if _stochastic_ok(acc.c, X.shape[0]):
         return _sequential_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):
@@ -373,7 +385,7 @@ def _kahan_rows(steps, take=None):
                     at = int(np.searchsorted(nans, i))
                     j = int(nans[at]) if at < nans.size else n  # the next NaN value, or the end
                     if take is not None:
-                        for k in range(i, j, _DRAW_BLOCK):
+                        for k in range(i, j, _DRAW_BLOCK):  # draws per take: bounded memory
                             take(4 * (min(j, k + _DRAW_BLOCK) - k))
                     i = j
                 s, comp = s1, c1
@@ -413,26 +425,34 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
     max_neg = sat or mode in (Rounding.TOWARD_ZERO, Rounding.ODD, Rounding.UP)
 
     def binade_of(s: float):
-        """(sign, L, H, Q, th, Qt): th, the magnitude's threshold in s's binade (as hp, hn);
-        Qt: s + y is exact in float64 when y is a multiple of Qt. L = inf: none."""
+        """(sign, L, H, Q, th, Qt, sH): th, the magnitude's threshold in s's binade (as hp,
+        hn); Qt: s + y is exact in float64 when y is a multiple of Qt; sH = sign * H, the
+        binade's signed top. L = inf: none."""
         b = _binade(s, fmt) if s - s == 0.0 else None
         if b is None:
             if not (s - s == 0.0 and top <= (-s if s < 0 else s) <= fmax):
-                return 1.0, inf, 0.0, 1.0, 0.0, 0.0
+                return 1.0, inf, 0.0, 1.0, 0.0, 0.0, 0.0
             b = -1.0 if s < 0 else 1.0, top, inf, qhi  # the top binade: t > fmax checked
         sg, L, H, Q = b
         away = (mode is Rounding.UP and sg > 0) or (mode is Rounding.DOWN and sg < 0)
-        return sg, L, H, Q, (0.0 if away else 0.5 if hp == 0.5 else 2.0) * Q, L * 2.0**-52
+        return (sg, L, H, Q, (0.0 if away else 0.5 if hp == 0.5 else 2.0) * Q, L * 2.0**-52,
+                sg * H)
 
     binade = _memo(binade_of)
 
+    # the steps' constants, read as locals (faster than closure cells in the loop)
+    consts = (K, qlo, qhi, P, two_sum, ulp, inf, ne, odd, hp, hn, zd, fmax, max_pos, max_neg,
+              add, binade)
+
     def steps(s: float, comp: float, xs: list) -> tuple[float, float]:
+        (K, qlo, qhi, P, two_sum, ulp, inf, ne, odd, hp, hn, zd, fmax, max_pos, max_neg,
+         add, binade) = consts
         ix = ov = False
-        sg, L, H, Q, th, Qt = binade(s)
+        sg, L, H, Q, th, Qt, sH = binade(s)
         for x in xs:
-            v = x - comp  # y = fl(x - comp)
-            q1 = ulp(v) * K
-            if qlo <= q1 < inf and (not two_sum or (v - x == -comp and v + comp == x)):
+            v = x - comp  # y = fl(x - comp); exact in float64 when x - v == comp (that is
+            q1 = ulp(v) * K  # fl(v - x) == -comp: rounding is symmetric) and v + comp == x
+            if qlo <= q1 < inf and (not two_sum or (x - v == comp and v + comp == x)):
                 rem = v % q1
                 if rem:
                     y = v - rem
@@ -467,13 +487,13 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                         t = add(s, y)
                         comp = add(add(t, -s), -y)
                         s = t
-                        sg, L, H, Q, th, Qt = binade(s)
+                        sg, L, H, Q, th, Qt, sH = binade(s)
                         continue
                     t, ov = fmax, True
                 t *= sg
                 d = t - s or zd  # exact (Sterbenz)
                 r = (Q if Q < q1 else q1) * P
-                moved = t * sg == H  # rounded up to the top of the binade
+                moved = t == sH  # rounded up to the top of the binade
             elif (s and y and qlo <= (qt := ulp(u) * K) < inf
                   and (not two_sum or (u - s == y and u - y == s))):
                 # t leaves s's binade (a walk across a power of two): rounded as y above
@@ -492,7 +512,7 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                         t = add(s, y)
                         comp = add(add(t, -s), -y)
                         s = t
-                        sg, L, H, Q, th, Qt = binade(s)
+                        sg, L, H, Q, th, Qt, sH = binade(s)
                         continue
                     t, ov = (fmax if u > 0 else -fmax), True
                 d = t - s or zd
@@ -505,7 +525,7 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                 t = add(s, y)
                 comp = add(add(t, -s), -y)
                 s = t
-                sg, L, H, Q, th, Qt = binade(s)
+                sg, L, H, Q, th, Qt, sH = binade(s)
                 continue
             w = d - y
             if w and -r < w < r:
@@ -529,7 +549,7 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                 comp = add(d, -y)
             s = t
             if moved:
-                sg, L, H, Q, th, Qt = binade(s)
+                sg, L, H, Q, th, Qt, sH = binade(s)
         if ix:
             fl[0] |= inexact_f
         if ov:
@@ -745,7 +765,6 @@ def _stochastic_ok(c: OpContext, rows: int) -> bool:
 
 
 _INEXACT = int(Flags.INEXACT)
-_DRAW_BLOCK = 1 << 14  # raw draws per take of a skipped stretch: bounded memory
 
 
 def _columns(X, block: int = 4096):
@@ -873,7 +892,7 @@ def _kahan_fast_stochastic(st: StochasticAdder, c: OpContext):
             for x in block:
                 v = x - comp  # y = fl(x - comp)
                 q1 = ulp(v) * K
-                if qlo <= q1 < qhi and (not two_sum or (v - x == -comp and v + comp == x)):
+                if qlo <= q1 < qhi and (not two_sum or (x - v == comp and v + comp == x)):
                     rem = v % q1
                     if rem:
                         y = v - rem
@@ -961,11 +980,16 @@ def _sequential_loop(X, acc: _Acc):
     return s
 
 
-def _kahan(X, acc: _Acc):
+def _kahan(X, acc: _Acc, native: bool = True):
+    # x - c is add(x, -c) on every route, as in the loop (and fpsim.sub's kernel): -c is
+    # IEEE 754's negate, which flips a NaN's sign too, and the add returns its first NaN
+    # operand, quieted (nan_of). IEEE 754 leaves the sign of a subtraction's NaN result
+    # unspecified and np.subtract returns a NaN c unnegated (x86): the loop's rule is kept
+    # as the definition (every other route follows it); the native route redoes NaN rows.
     if _scalar_ok(acc.c, X.shape[0]) and acc.c.result.rounding in _STEP_MODES:
         add, fl = _scalar_adder(acc.c)  # few outputs: Python floats, the common case inline
         return _python_rows(X, _kahan_fast(add, fl, acc.c), fl, acc.fl)
-    if native_ok(acc.c):  # each operation one native rounded op (see _native_sequential)
+    if native and native_ok(acc.c):  # each op one native rounded op (see _native_sequential)
         cols = np.ascontiguousarray(X.T).astype(acc.c.result.fmt.dtype)
         s = cols[0].copy()
         comp = np.zeros_like(s)
@@ -975,7 +999,7 @@ def _kahan(X, acc: _Acc):
                 t = s + y
                 comp = (t - s) - y
                 s = t
-            return s.astype(np.float64)
+        return _nan_rows_again(s.astype(np.float64), X, acc, _kahan)
     if _stochastic_ok(acc.c, X.shape[0]):  # few outputs: the same draws and roundings
         return _kahan_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):  # few outputs: the same ops on Python floats
@@ -1067,6 +1091,24 @@ def _wide_exact(span: tuple[int, int], acc_fmt: Format, n: int, gradual: bool = 
             and low <= bottom and acc_fmt.subnormals)
 
 
+def _wide_loop(X, wacc: _Acc) -> np.ndarray:
+    """The accumulator's rounded adds of X's terms, row by row (wacc: its context, flags)."""
+    ca = wacc.c
+    # the first value goes into the accumulator as an add's result would (0 + x: the mode,
+    # flush-to-zero, and DAZ of a subnormal value)
+    s, f0 = round_result(daz_operand(X[:, 0], ca), None, ca)
+    if f0 is not None:
+        wacc.fl |= f0
+    if _scalar_ok(ca, X.shape[0]):
+        # few outputs: Python floats (the rounding of s + lo holds for any float64 terms,
+        # not only the accumulator's values: see _scalar_adder)
+        add, fl = _scalar_adder(ca)
+        return _python_rows(X, _sequential_row(add), fl, wacc.fl, s.tolist())
+    for k in range(1, X.shape[1]):
+        s = wacc.add(s, X[:, k], exact_operands=False)
+    return s
+
+
 def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
     """Accumulate the exact terms X (float64, exact, within span) in acc_fmt, round once to
     c.result.fmt."""
@@ -1098,7 +1140,6 @@ def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
                if c.result.subnormals is Subnormals.FLUSH
                else (Subnormals.DAZ if c.conversion.daz else Subnormals.KEEP))
         ca = context_of(c.result.replace(fmt=acc_fmt, subnormals=sub), c.want)
-        wacc = _Acc(ca, rows)
         s = None
         if native_ok(ca):
             with np.errstate(all="ignore"):
@@ -1108,20 +1149,13 @@ def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
                 with np.errstate(all="ignore"):
                     s = _accumulate(Xn).astype(np.float64)
             del Xn
-        if s is None:
-            # the first value goes into the accumulator as an add's result would (0 + x:
-            # the mode, flush-to-zero, and DAZ of a subnormal value)
-            s, f0 = round_result(daz_operand(X[:, 0], ca), None, ca)
-            if f0 is not None:
-                wacc.fl |= f0
-            if _scalar_ok(ca, rows):
-                # few outputs: Python floats (the rounding of s + lo holds for any float64
-                # terms, not only the accumulator's values: see _scalar_adder)
-                add, fl = _scalar_adder(ca)
-                s = _python_rows(X, _sequential_row(add), fl, wacc.fl, s.tolist())
-            else:
-                for k in range(1, n):
-                    s = wacc.add(s, X[:, k], exact_operands=False)
+        if s is not None:  # NaN rows: the loop's pattern, as _nan_rows_again (no flags)
+            nan = np.isnan(s)
+            if nan.any():
+                s[nan] = _wide_loop(X[nan], _Acc(ca, int(nan.sum())))
+        else:
+            wacc = _Acc(ca, rows)
+            s = _wide_loop(X, wacc)
             if acc.fl is not None:
                 acc.fl |= wacc.fl
     out, fl = round_result(s, None, c)

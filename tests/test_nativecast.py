@@ -313,3 +313,33 @@ def test_bf16_by_bits_on_float32_patterns(rel):
     wide = pats.astype(np.float64) * (1 + rel)
     got = bf16_by_bits(wide)
     assert _same(got.astype(np.float64), fpsim.round(wide, fpsim.BF16)).all()
+
+
+def test_bf16_carry_users_equal_ml_dtypes():
+    """The one bf16 nearest-even rule (native.bf16_carry) through each of its users, against
+    ml_dtypes' bfloat16 cast (its own conversion; from float64 a single rounding): every bf16
+    value and midpoint, their neighbours and the float64 values float32 rounds onto the
+    midpoints, subnormals, overflow edges, zeros, inf and NaN; float64 and float32 inputs."""
+    from fpsim.rounding.fast import bf16_nearest_even, bf16_values32
+    from fpsim.rounding.native import bf16_by_bits
+
+    bf = fpsim.BF16.dtype
+    x64 = near_ties(fpsim.BF16)
+    with np.errstate(over="ignore"):
+        x32 = x64.astype(np.float32)
+    for x in (x64, x32):
+        nan = np.isnan(x)
+        with np.errstate(over="ignore", invalid="ignore"):
+            want = x.astype(bf)
+        fin = x[~nan]
+        assert (_bits16(bf16_by_bits(fin)) == _bits16(want[~nan])).all(), x.dtype
+        assert (_bits16(cast(x, bf)) == _bits16(want)).all(), x.dtype  # NaN: ml_dtypes'
+    with np.errstate(invalid="ignore"):
+        want32 = x32.astype(bf)
+    nan = np.isnan(x32)
+    assert (_bits16(bf16_nearest_even(x32, fpsim.BF16, bf)) == _bits16(want32)).all()
+    vals = bf16_nearest_even(x32, fpsim.BF16, None)
+    assert np.array_equal(vals, want32.astype(np.float64), equal_nan=True)
+    v, bad = bf16_values32(x32)
+    assert np.array_equal(bad, np.flatnonzero(nan))
+    assert np.array_equal(v[~nan], want32[~nan].astype(np.float32))

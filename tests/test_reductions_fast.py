@@ -166,3 +166,82 @@ def test_kahan_saturating_sum(fmt):
         for mode in MODES:
             for opts in ({}, {"overflow": "saturate"}):
                 _check(fmt, X, mode, opts)
+
+
+_NANS = np.array([0x7FF8000000000000, 0xFFF8000000000000, 0x7FF8000000000123,  # quiet, payloads
+                  0xFFF80000000A0001, 0x7FF0000000000005],  # a signalling NaN
+                 np.uint64).view(np.float64)
+
+
+def _nan_rows(fmt, n: int = 80) -> np.ndarray:
+    """Rows whose sums end in NaN by each way there: NaN values of both signs and with low
+    payload bits (which float32 / float16 / bfloat16 cannot hold), a signalling NaN, two
+    NaN values of different patterns (which one an add of two NaNs returns), a sum that
+    overflows to inf then meets -inf (inf - inf in t and in c: the default NaN and, by the
+    negated c, its negation), inf then finite values (c = inf - inf, a NaN c subtracted),
+    and a row that starts at NaN; a finite row too. Long stretches after the NaN: the
+    absorbing state the inline row sum skips."""
+    rng = np.random.default_rng(11)
+    big = float(fmt.max)
+    rows = []
+    for k, nan in enumerate(_NANS):
+        r = rng.standard_normal(n)
+        r[3 + k] = nan
+        rows.append(r)
+        r = rng.standard_normal(n)
+        r[2], r[40 + k] = nan, _NANS[(k + 1) % _NANS.size]  # two NaN patterns
+        rows.append(r)
+    for sign in (1.0, -1.0):
+        r = rng.standard_normal(n)
+        r[:4] = sign * big  # overflow to inf (a saturating policy holds fmax)
+        r[30] = -sign * np.inf
+        rows.append(r)
+        r = rng.standard_normal(n)
+        r[5] = sign * np.inf  # then finite values: c = inf - inf
+        r[50] = -sign * np.inf
+        rows.append(r)
+        r = rng.standard_normal(n)
+        r[0], r[60] = sign * np.nan, -sign * np.nan
+        rows.append(r)
+    rows.append(rng.standard_normal(n))
+    X = np.asarray(fpsim.round(np.array(rows), fmt))
+    nan = np.isnan(np.array(rows))
+    X[nan] = np.array(rows)[nan]  # NaN values keep their float64 patterns exactly
+    return X
+
+
+@pytest.mark.parametrize("fmt", [fpsim.FP32, fpsim.BF16, fpsim.FP16, fpsim.FP8_E4M3,
+                                 fpsim.FP8_E5M2], ids=lambda f: f.name)
+def test_nan_bit_patterns_equal_the_loops(fmt, monkeypatch):
+    """A NaN sum's exact float64 pattern (sign, payload, quiet bit) is the reference loop's
+    (_kahan_loop, _sequential_loop: a - b is a + (-b), an add of NaNs returns the first,
+    quieted), on every route: each row alone (the inline Kahan steps, deterministic and
+    stochastic, with short stretches so that the NaN skip runs), all rows at once (more
+    than 16: the native float32 / float16 / bfloat16 route in nearest even without flags),
+    with and without flags, every mode. The 'wide' order's native accumulator against its
+    loop (flags: no native route)."""
+    monkeypatch.setattr(reductions, "_NAN_TRY", 16)
+    X = _nan_rows(fmt)
+    assert X.shape[0] > reductions._SCALAR_ROWS
+    for mode in [*MODES, "stochastic"]:
+        for rows in [X[i:i + 1] for i in range(len(X))] + [X]:
+            for want_flags in (False, True):
+                for order, loop in (("kahan", reductions._kahan_loop),
+                                    ("sequential", reductions._sequential_loop)):
+                    g_ref, g = np.random.default_rng(4), np.random.default_rng(4)
+                    c = fpsim.arithmetic.context(fmt, mode, rng=g_ref, flags=want_flags)
+                    acc = reductions._Acc(c, rows.shape[0])
+                    want = loop(fpsim.arithmetic.convert_operand(rows, c)[0], acc)
+                    got = fpsim.sum(rows, fmt, axis=1, order=order, rounding=mode, rng=g,
+                                    flags=want_flags)
+                    got = got[0] if want_flags else got
+                    assert np.array_equal(np.asarray(got).view(np.uint64),
+                                          want.view(np.uint64)), (order, mode, want_flags)
+                    assert _same_state(g, g_ref), (order, mode)  # the skip's draws
+        if mode != "stochastic":
+            for acc_fmt in ("fp32", "bf16", "fp16"):
+                plain = fpsim.sum(X, fmt, axis=1, order="wide", accumulator=acc_fmt,
+                                  rounding=mode)
+                loop = fpsim.sum(X, fmt, axis=1, order="wide", accumulator=acc_fmt,
+                                 rounding=mode, flags=True)[0]
+                assert np.array_equal(plain.view(np.uint64), loop.view(np.uint64)), acc_fmt

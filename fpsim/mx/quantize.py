@@ -303,14 +303,24 @@ def _as_input(x, nvfp4: bool) -> np.ndarray:
     return arr
 
 
-def _block_amax(blocks: np.ndarray) -> np.ndarray:
-    """Largest magnitude along the last axis, NaN if the block holds a NaN: the maximum of the
-    sign-cleared bit patterns (they order like the magnitudes, every NaN above inf), which
-    NumPy reduces faster over short rows than the float maximum."""
+def _block_amax(blocks: np.ndarray, axis: int | tuple[int, ...] = -1) -> np.ndarray:
+    """Largest magnitude over ``axis`` (float32 or float64 blocks; quant.blockwise_fp8's tiles
+    too), NaN if the block holds a NaN: the maximum of the sign-cleared bit patterns (they
+    order like the magnitudes, every NaN above inf), which NumPy reduces faster over short
+    rows than the float maximum, without an abs temporary."""
     size = blocks.dtype.itemsize
-    if blocks.shape[-1] == 0:
-        return np.zeros(blocks.shape[:-1], blocks.dtype)
-    return (blocks.view(_UINT_VIEW[size]) & _ABS_MASK[size]).max(axis=-1).view(blocks.dtype)
+    axes = tuple(a % blocks.ndim for a in np.atleast_1d(axis))
+    if any(blocks.shape[a] == 0 for a in axes):  # empty blocks: magnitude 0, as padding
+        return np.zeros([d for i, d in enumerate(blocks.shape) if i not in axes], blocks.dtype)
+    return (blocks.view(_UINT_VIEW[size]) & _ABS_MASK[size]).max(axis=axes).view(blocks.dtype)
+
+
+def _clamped_values32(y: np.ndarray, elem_max: float, grid) -> np.ndarray:
+    """Finite float32 ``y`` clamped to +-``elem_max`` in place, then rounded by ``grid`` (a
+    nearest-even policy of the element format) to float32 values: the saturating cast's
+    values without its codes (a value beyond the largest rounds to it, as saturation gives)."""
+    y.clip(*_bounds(elem_max, y.dtype), out=y)
+    return values32(y, grid)
 
 
 def _round_elements(y: np.ndarray, fmt: MXFormat, mode: Rounding, rng,
@@ -503,24 +513,17 @@ def _quantize(x, fmt, block_size, axis, scale_mode, rounding, per_tensor_scale, 
         with np.errstate(**_IGNORE):
             y = blocks * recip[..., None]
         scales = codes.view(ml_dtypes.float8_e8m0fnu)
-    if values and nv and not nan_blocks and mode is Rounding.NEAREST_EVEN \
-            and y.dtype == _F32 and not flags_active():
-        # NVFP4's fake quantization: P rounded on e2m1's grid (after the clamp), times
-        # per_tensor_scale * s in float32, as dequantize does
-        y.clip(*_bounds(f.elem_max, y.dtype), out=y)
-        s = s32 if per_tensor_scale is None else np.float32(per_tensor_scale) * s32
-        with np.errstate(invalid="ignore", over="ignore"):
-            out = values32(y, _E2M1_NEAREST) * s[..., None]
-        out = out.reshape(out.shape[:-2] + (nb * bs,))[..., :n]
-        return np.ascontiguousarray(_move(out, -1, ax))
     if values and not nan_blocks and mode is Rounding.NEAREST_EVEN and y.dtype == _F32 \
-            and not nv and f.storage_dtype == _E4M3_STORE and not flags_active():
-        # fake quantization to E4M3 elements: P rounded on E4M3's grid (after the clamp of
-        # _round_elements), times the block's scale 2**s in float32, as dequantize does
-        y.clip(*_bounds(f.elem_max, y.dtype), out=y)
-        with np.errstate(over="ignore"):  # 448 * 2**127: inf, as dequantize's product
-            scale = np.ldexp(np.ones(se.shape, np.float32), se)
-            out = values32(y, _E4M3_NEAREST) * scale[..., None]
+            and (nv or f.storage_dtype == _E4M3_STORE) and not flags_active():
+        # fake quantization: P rounded on the element grid (NVFP4's e2m1 or E4M3, after the
+        # clamp of _round_elements), times the block's scale in float32, as dequantize does
+        with np.errstate(invalid="ignore", over="ignore"):  # 448 * 2**127: inf, as there
+            if nv:  # per_tensor_scale * s
+                s = s32 if per_tensor_scale is None else np.float32(per_tensor_scale) * s32
+            else:  # 2**s
+                s = np.ldexp(np.ones(se.shape, np.float32), se)
+            grid = _E2M1_NEAREST if nv else _E4M3_NEAREST
+            out = _clamped_values32(y, f.elem_max, grid) * s[..., None]
         out = out.reshape(out.shape[:-2] + (nb * bs,))[..., :n]
         return np.ascontiguousarray(_move(out, -1, ax))
     # a NaN scale (a NaN in the block, or an E8M0 overflow) makes the block's P NaN

@@ -25,9 +25,12 @@ from .convert import refuse_nan, via_float32, widen
 from .fp16 import SMALL, f16_to_wide, f32_to_f16, f64_to_f16, f64_to_f32_to_f16
 from .kernel import KernelParams, kernel_general, kernel_params
 from .native import (
+    _BF16_DROP,
+    BF16_BITS_MIN,
     FP4_COMPARE_MIN,
     NATIVE_CAST_FORMATS,
     TABLE_MIN,
+    bf16_carry,
     fp4_nearest_even,
     narrow_to_byte,
     table_cast_ok,
@@ -323,11 +326,7 @@ def bf16_values32(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     >>> bf16_values32(np.array([1 + 2.0**-8, 3.4e38, -np.inf], np.float32))[0].tolist()
     [1.0, inf, -inf]
     """
-    b = x.view(np.uint32)
-    r = b >> _BF16_DROP
-    r &= np.uint32(1)
-    r += _BF16_HALF_MINUS_ONE
-    r += b
+    r = bf16_carry(x.view(np.uint32))
     r &= _BF16_KEEP
     bad = None
     if x.size and np.isnan(x.max()):  # NaN propagates through the max: one cheap pass
@@ -475,9 +474,7 @@ def store_values(v: np.ndarray, store: np.dtype, fmt: Format,
     return out
 
 
-_BF16_DROP = np.uint32(16)  # float32 and bfloat16 share sign and exponent: 16 bits go
-_BF16_HALF_MINUS_ONE = np.uint32(0x7FFF)
-_BF16_KEEP = np.uint32(0xFFFF0000)
+_BF16_KEEP = np.uint32(0xFFFF0000)  # the bf16 part of a float32 pattern
 
 
 def bf16_nearest_even(x: np.ndarray, _fmt: Format, store: np.dtype | None) -> np.ndarray:
@@ -486,8 +483,9 @@ def bf16_nearest_even(x: np.ndarray, _fmt: Format, store: np.dtype | None) -> np
     exponent field: rounding is dropping float32's low 16 bits, with the carry of
     ``bits + 0x7FFF + lsb`` going into the exponent exactly as the general kernel's increment
     does (subnormals are float32 subnormals, the largest finite rounds up to inf at
-    0x7F7F8000 and above). ``cast`` returns the high halves of those patterns (1.2x faster
-    than ml_dtypes' own cast, which below 4096 elements it uses: the same rule), NaN stored
+    0x7F7F8000 and above; native.bf16_carry). ``cast`` returns the high halves of those
+    patterns (1.2x faster than ml_dtypes' own cast on large arrays, which below
+    native.BF16_BITS_MIN elements it uses: the same rule), NaN stored
     by ml_dtypes' cast (its canonical quiet NaN, as the general path stores it); ``round``
     returns float64 values, with a NaN input's payload kept and quieted as the general
     kernel does.
@@ -495,7 +493,7 @@ def bf16_nearest_even(x: np.ndarray, _fmt: Format, store: np.dtype | None) -> np
     (``_fmt``: bf16, the array paths' common signature.)"""
     step = kernel.CHUNK  # read per call: tests shrink it
     flat = np.ascontiguousarray(x).reshape(-1)
-    if store is not None and flat.size < _BF16_BITS_MIN:
+    if store is not None and flat.size < BF16_BITS_MIN:
         with np.errstate(invalid="ignore"):  # a NaN is stored as NaN: nothing to warn of
             return x.astype(store)  # ml_dtypes' float32 -> bfloat16 cast: exact nearest even
     out = np.empty(flat.size, np.float64 if store is None else store)  # chunk by chunk
@@ -503,10 +501,7 @@ def bf16_nearest_even(x: np.ndarray, _fmt: Format, store: np.dtype | None) -> np
     for lo in range(0, flat.size, step):
         c = flat[lo:lo + step]
         b = c.view(np.uint32)
-        r = np.right_shift(b, _BF16_DROP)
-        r &= np.uint32(1)
-        r += _BF16_HALF_MINUS_ONE
-        r += b
+        r = bf16_carry(b)
         nan = np.flatnonzero(np.isnan(c)) if np.isnan(c.max()) else None  # (one reduction)
         if store is not None:  # cast: the high half, NaN as ml_dtypes' cast stores it
             r >>= _BF16_DROP
@@ -522,8 +517,6 @@ def bf16_nearest_even(x: np.ndarray, _fmt: Format, store: np.dtype | None) -> np
             out[lo:lo + step] = r.view(np.float32)
     return out.reshape(x.shape)
 
-
-_BF16_BITS_MIN = 4096  # float32 elements from which cast by the bits beats ml_dtypes' cast
 
 
 # -- cast of float32 to fp16 and one-byte formats in one addition -----------------------------
