@@ -8,6 +8,8 @@ masked_fill's copy path against their formulas.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -196,3 +198,37 @@ def test_masked_fill_copy_equals_where(fmt, transpose):
     gw = np.where(np.broadcast_to(mask, x.shape), np.zeros((), x.grad.dtype),
                   Tensor(g, fmt).data)
     assert x.grad.tobytes() == gw.tobytes()
+
+
+@pytest.mark.parametrize("op", ["softmax", "gelu"])
+@pytest.mark.parametrize("grad_fmt", ["fp32", "bf16", "fp16", "fp64"])
+@pytest.mark.parametrize("mode", ["nearest_even", "stochastic"])
+def test_blocked_backward_rounds_like_delivery(monkeypatch, op, grad_fmt, mode):
+    """A blocked backward rounds each block of the input's gradient to its gradient format
+    (the rounding the engine's delivery gives the whole float64 gradient) when rounding is
+    plain at backward time, and hands the float64 gradient whole otherwise: the same bits as
+    the whole-array computation, for a gradient format other than the input's and for a
+    backward under stochastic rounding after a plain forward."""
+    x0, g0 = _data((16, 4, 64, 64), 9)
+
+    def run():
+        x = Tensor(x0, "fp32", requires_grad=True)
+        x.grad_fmt = grad_fmt
+        y = F.softmax(x, dim=-1) if op == "softmax" else F.gelu(x, approximate="tanh")
+        ctx = rounding_context("stochastic", np.random.default_rng(5)) \
+            if mode == "stochastic" else contextlib.nullcontext()
+        with ctx:
+            with np.errstate(all="ignore"):  # as the engine runs a backward
+                (direct,) = y._backward(g0)  # what the op hands the engine
+            y.backward(g0)
+        return x.grad, direct
+
+    (got, direct), blocked = run(), F._tiles(x0, x0.shape[-1] if op == "softmax" else 1,
+                                             True)[1] != [...]
+    # blocked and plain: rounded to the gradient format here; else float64, rounded whole
+    assert blocked and direct.dtype == (got.dtype if mode == "nearest_even" else np.float64)
+
+    monkeypatch.setattr(F, "_BLOCK", 1 << 40)
+    want = run()[0]
+    assert got.dtype == want.dtype == Tensor(0.0, grad_fmt).data.dtype
+    assert got.tobytes() == want.tobytes()

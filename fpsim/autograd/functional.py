@@ -1081,6 +1081,18 @@ def _tiles(a: np.ndarray, width: int, split: bool) -> tuple[np.ndarray, list]:
     return a, [...]
 
 
+def _block_grad_format(x: Tensor, one: bool) -> Format | None:
+    """The format a blocked backward (:func:`_tiles` split it into blocks: ``one`` False)
+    rounds each block of ``x``'s gradient to, or None to return the float64 gradient whole:
+    the gradient format of ``x`` when it has a NumPy dtype and rounding is plain now, so that
+    rounding block by block (an elementwise cast drawing no random bits) gives the array the
+    engine's delivery would round the whole float64 gradient to, without it."""
+    if one:
+        return None
+    fmt = x.grad_fmt
+    return fmt if fmt.dtype is not None and plain_rounding() else None
+
+
 def _unary(x: Tensor, forward, backward_of, op: str) -> Tensor:
     """A float64 elementwise op: ``forward(x64)`` rounded once; ``backward_of(x64, out, g64)``
     the float64 gradient (out: the rounded output)."""
@@ -1268,7 +1280,9 @@ def _gelu_tanh(x: Tensor) -> Tensor:
     # g (0.5 (1 + t) + 0.5 v (1 - t^2) c (1 + 3 * 0.044715 v^2)), the same order
     def backward(g):
         gs = g if one else g.reshape(xs.shape)
-        res = None if one else np.empty(xs.shape)
+        gfmt = _block_grad_format(x, one)
+        res = None if one else np.empty(xs.shape, _F64 if gfmt is None else
+                                        gfmt.storage_dtype)
         for b in blocks:
             xb, t = xs[b], t_all[b]
             v = widen(xb)
@@ -1280,12 +1294,14 @@ def _gelu_tanh(x: Tensor) -> Tensor:
             w += 1.0
             dt *= w
             dt *= np.multiply(0.5, v, out=_own(v, xb))
-            r = np.add(t, 1.0, out=w if one else res[b])
+            r = np.add(t, 1.0, out=w if one or gfmt is not None else res[b])
             r *= 0.5
             r += dt
             r *= widen(gs[b])
             if one:
                 res = r
+            elif gfmt is not None:
+                res[b] = round_to(r, gfmt)
         return (res if one else res.reshape(x._data.shape),)
 
     return make_result(out, fmt, (x,), backward, "gelu")
@@ -1333,14 +1349,18 @@ def softmax(input: Tensor, dim: int | None = None) -> Tensor:
     def backward(g):
         gs = g if one else g.reshape(xs.shape)
         ys = out if one else out.reshape(xs.shape)
-        res = None if one else np.empty(xs.shape)
+        gfmt = _block_grad_format(x, one)
+        res = None if one else np.empty(xs.shape, _F64 if gfmt is None else
+                                        gfmt.storage_dtype)
         for b in blocks:
             y, g64 = widen(ys[b]), widen(gs[b])
-            r = np.multiply(g64, y, out=None if one else res[b])
+            r = np.multiply(g64, y, out=None if one or gfmt is not None else res[b])
             np.subtract(g64, r.sum(axis=ax, keepdims=True), out=r)
             np.multiply(y, r, out=r)
             if one:
                 res = r
+            elif gfmt is not None:
+                res[b] = round_to(r, gfmt)
         return (res if one else res.reshape(xd.shape),)
 
     return make_result(out, x.fmt, (x,), backward, "softmax")
