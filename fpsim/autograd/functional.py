@@ -1527,23 +1527,33 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None,
 
     def backward(g):
         g64 = widen(g)
-        grads = []
-        gxhat = g64 if w64 is None else g64 * w64
+        # the weight's and bias's sums first, so that the input's gradient can reuse g64's
+        # buffer (the widened copy when it is one) and g * xhat's, when both are C-contiguous
+        # (every array then is, the layouts, and so the sums' orders, of the fresh arrays)
+        reuse = g64.flags.c_contiguous and xhat.flags.c_contiguous
+        dw = db = gx = prod = None
+        if bt is not None and bt._requires_grad:
+            db = g64.sum(axis=lead)
+        if wt is not None and wt._requires_grad:
+            prod = g64 * xhat
+            dw = prod.sum(axis=lead)
         if x._requires_grad:
+            own = _own(g64, g) if reuse else None
+            gxhat = g64 if w64 is None else np.multiply(g64, w64, out=own)
             # rstd / n * (n gxhat - sum(gxhat) - xhat sum(gxhat xhat)), the same ops in two
             # buffers
-            r = gxhat * xhat
+            r = np.multiply(gxhat, xhat, out=prod if reuse else None)
             s2 = r.sum(axis=axes, keepdims=True)
             np.multiply(n, gxhat, out=r)
             r -= gxhat.sum(axis=axes, keepdims=True)
-            r -= np.multiply(xhat, s2, out=None if gxhat is g64 else gxhat)
-            grads.append(np.multiply(rstd / n, r, out=r))
-        else:
-            grads.append(None)
+            mine = w64 is not None or own is not None  # gxhat: an array of this backward's
+            r -= np.multiply(xhat, s2, out=gxhat if mine else None)
+            gx = np.multiply(rstd / n, r, out=r)
+        grads = [gx]
         if wt is not None:
-            grads.append((g64 * xhat).sum(axis=lead) if wt._requires_grad else None)
+            grads.append(dw)
         if bt is not None:
-            grads.append(g64.sum(axis=lead) if bt._requires_grad else None)
+            grads.append(db)
         return tuple(grads)
 
     return make_result(out, fmt, parents, backward, "layer_norm")
