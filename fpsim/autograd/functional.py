@@ -104,7 +104,7 @@ import numpy as np
 from .. import arithmetic as _arithmetic
 from .. import flags as _flags
 from ..checks import as_array, as_int
-from ..formats import BF16, FP16, FP64, Format
+from ..formats import BF16, FP16, FP32, FP64, Format
 from ..modes import Rounding, Subnormals, as_rounding
 from ..rounding import round as fpsim_round
 from ..rounding.fp16 import f16_to_wide, f64_to_f16, f64_to_f32_to_f16
@@ -1081,6 +1081,17 @@ def _tiles(a: np.ndarray, width: int, split: bool) -> tuple[np.ndarray, list]:
     return a, [...]
 
 
+def _store_rounded(dst: np.ndarray, rows: slice, r: np.ndarray, fmt: Format) -> None:
+    """``dst[rows] = round_to(r, fmt)`` for a block of a blocked kernel (plain rounding, which
+    the blocks need): fp32 and fp64 by the assignment's own cast, in one pass (round_to's
+    route for them under plain rounding is NumPy's cast, astype: nearest even, IEEE overflow
+    and subnormals; an fp64 copy), other formats by round_to."""
+    if fmt is FP32 or fmt is FP64:
+        dst[rows] = r
+    else:
+        dst[rows] = round_to(r, fmt)
+
+
 def _block_grad_format(x: Tensor, one: bool) -> Format | None:
     """The format a blocked backward (:func:`_tiles` split it into blocks: ``one`` False)
     rounds each block of ``x``'s gradient to, or None to return the float64 gradient whole:
@@ -1273,7 +1284,7 @@ def _gelu_tanh(x: Tensor) -> Tensor:
             if one:
                 t_all, out = t, round_to(r, fmt)
             else:
-                out[b] = round_to(r, fmt)
+                _store_rounded(out, b, r, fmt)
     if not one:
         out = out.reshape(x._data.shape)
 
@@ -1301,7 +1312,7 @@ def _gelu_tanh(x: Tensor) -> Tensor:
             if one:
                 res = r
             elif gfmt is not None:
-                res[b] = round_to(r, gfmt)
+                _store_rounded(res, b, r, gfmt)
         return (res if one else res.reshape(x._data.shape),)
 
     return make_result(out, fmt, (x,), backward, "gelu")
@@ -1360,7 +1371,7 @@ def softmax(input: Tensor, dim: int | None = None) -> Tensor:
             if one:
                 res = r
             elif gfmt is not None:
-                res[b] = round_to(r, gfmt)
+                _store_rounded(res, b, r, gfmt)
         return (res if one else res.reshape(xd.shape),)
 
     return make_result(out, x.fmt, (x,), backward, "softmax")
@@ -1516,7 +1527,7 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None,
                 out = round_to(y, fmt)
             else:
                 rstd_all[blk] = rstd
-                out[blk] = round_to(y, fmt)
+                _store_rounded(out, blk, y, fmt)
     if not one:
         out = out.reshape(xd.shape)
         xhat = xhat_all.reshape(xd.shape)
