@@ -8,6 +8,8 @@ masked_fill's copy path against their formulas.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -196,3 +198,93 @@ def test_masked_fill_copy_equals_where(fmt, transpose):
     gw = np.where(np.broadcast_to(mask, x.shape), np.zeros((), x.grad.dtype),
                   Tensor(g, fmt).data)
     assert x.grad.tobytes() == gw.tobytes()
+
+
+@pytest.mark.parametrize("op", ["softmax", "gelu"])
+@pytest.mark.parametrize("grad_fmt", ["fp32", "bf16", "fp16", "fp64"])
+@pytest.mark.parametrize("mode", ["nearest_even", "stochastic"])
+def test_blocked_backward_rounds_like_delivery(monkeypatch, op, grad_fmt, mode):
+    """A blocked backward rounds each block of the input's gradient to its gradient format
+    (the rounding the engine's delivery gives the whole float64 gradient) when rounding is
+    plain at backward time, and hands the float64 gradient whole otherwise: the same bits as
+    the whole-array computation, for a gradient format other than the input's and for a
+    backward under stochastic rounding after a plain forward."""
+    x0, g0 = _data((16, 4, 64, 64), 9)
+
+    def run():
+        x = Tensor(x0, "fp32", requires_grad=True)
+        x.grad_fmt = grad_fmt
+        y = F.softmax(x, dim=-1) if op == "softmax" else F.gelu(x, approximate="tanh")
+        ctx = rounding_context("stochastic", np.random.default_rng(5)) \
+            if mode == "stochastic" else contextlib.nullcontext()
+        with ctx:
+            with np.errstate(all="ignore"):  # as the engine runs a backward
+                (direct,) = y._backward(g0)  # what the op hands the engine
+            y.backward(g0)
+        return x.grad, direct
+
+    (got, direct), blocked = run(), F._tiles(x0, x0.shape[-1] if op == "softmax" else 1,
+                                             True)[1] != [...]
+    # blocked and plain: rounded to the gradient format here; else float64, rounded whole
+    assert blocked and direct.dtype == (got.dtype if mode == "nearest_even" else np.float64)
+
+    monkeypatch.setattr(F, "_BLOCK", 1 << 40)
+    want = run()[0]
+    assert got.dtype == want.dtype == Tensor(0.0, grad_fmt).data.dtype
+    assert got.tobytes() == want.tobytes()
+
+
+def _layer_norm_grads_fresh(x64, g64, w64, eps, need):
+    """layer_norm's backward as the engine computed it with a fresh array for every product
+    (the reference of the buffer-reusing backward): float64 values of (dx, dw, db)."""
+    mu = x64.mean(axis=-1, keepdims=True)
+    xhat = x64 - mu
+    rstd = 1.0 / np.sqrt(np.square(xhat).mean(axis=-1, keepdims=True) + eps)
+    xhat = xhat * rstd
+    n, lead = x64.shape[-1], tuple(range(x64.ndim - 1))
+    gxhat = g64 if w64 is None else g64 * w64
+    r = gxhat * xhat
+    s2 = r.sum(axis=-1, keepdims=True)
+    r = n * gxhat - gxhat.sum(axis=-1, keepdims=True) - xhat * s2
+    dx = rstd / n * r
+    return (dx if need[0] else None, (g64 * xhat).sum(axis=lead) if need[1] else None,
+            g64.sum(axis=lead) if need[2] else None)
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "fp64", "bf16"])
+@pytest.mark.parametrize("affine", ["both", "weight", "none"])
+@pytest.mark.parametrize("need", [(True, True, True), (True, False, True), (False, True, True),
+                                  (True, True, False)])
+@pytest.mark.parametrize("layout", ["C", "transposed"])
+def test_layer_norm_backward_reusing_buffers_equals_fresh_arrays(monkeypatch, fmt, affine,
+                                                                 need, layout):
+    """layer_norm's backward computes the weight's and bias's sums first and then the input's
+    gradient in the buffers of the widened gradient and of g * xhat: the same bits as the
+    same ops on fresh arrays, for every combination of affine parts and of inputs wanting a
+    gradient, a float64 gradient (which is the caller's array: never written) and a
+    transposed input; the gradient array handed in is left as it was."""
+    monkeypatch.setattr(F, "_BLOCK", 1 << 40)  # the forward in one piece, as the reference
+    rng = np.random.default_rng(3)
+    x0 = rng.normal(0.0, 2.0, (6, 5, 64))
+    x0 = x0.transpose(1, 0, 2).copy().transpose(1, 0, 2) if layout == "transposed" else x0
+    x = Tensor(x0, fmt, requires_grad=need[0])
+    w = Tensor(rng.normal(1.0, 0.5, 64), fmt, requires_grad=need[1]) \
+        if affine != "none" else None
+    b = Tensor(rng.normal(0.0, 0.5, 64), fmt, requires_grad=need[2]) \
+        if affine == "both" else None
+    y = F.layer_norm(x, 64, w, b)
+    if y._backward is None:
+        return  # nothing wants a gradient: no backward recorded
+    for g in (rng.normal(0.0, 1.0, x.shape).astype(np.float32), rng.normal(0.0, 1.0, x.shape)):
+        kept = g.copy()
+        got = y._backward(g)
+        want = _layer_norm_grads_fresh(np.asarray(x.data, np.float64), g.astype(np.float64),
+                                       None if w is None else np.asarray(w.data, np.float64),
+                                       1e-5, (need[0], w is not None and need[1],
+                                              b is not None and need[2]))
+        want = want[:1 + (w is not None) + (b is not None)]
+        assert len(got) == len(want) and g.tobytes() == kept.tobytes()
+        for a, c in zip(got, want, strict=True):
+            assert (a is None) == (c is None)
+            if a is not None:
+                assert a.dtype == np.float64 and a.tobytes() == c.tobytes()

@@ -149,3 +149,28 @@ def test_other_options_take_the_two_ops(node_calls, case):
     except (ValueError, IndexError):  # out of range: the two ops' error
         pass
     assert not node_calls
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16", "fp64", "fp8_e4m3"])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("mode", ["plain", "stochastic"])
+def test_nll_grad_rounded_equals_the_whole_array_rounding(fmt, reduction, mode):
+    """The backward's shortcut (plain rounding: +0 and the coefficient rounded once each, then
+    placed) gives the whole array's rounding and widening, bit for bit: coefficients that
+    round, overflow, fall to subnormals or to zero, a negative zero; under stochastic rounding
+    it takes the whole array (the same draws)."""
+    from fpsim.formats import get_format
+
+    f = get_format(fmt)
+    n, c = 37, 11
+    rng = np.random.default_rng(1)
+    rows, t = np.arange(n), rng.integers(0, c, n)
+    for gv in (1.0, 3.0, 0.1, 1e30, 1e-6, 2.0 ** -30, -0.0, 7e-46):
+        g = np.asarray(gv)
+        ctx = (lambda: rounding_context("stochastic", np.random.default_rng(2))) \
+            if mode == "stochastic" else nullcontext
+        with ctx(), np.errstate(all="ignore"):
+            got = L._nll_grad_rounded(g, n, c, rows, t, reduction, f)
+        with ctx(), np.errstate(all="ignore"):
+            want = F.widen(F.round_to(L._nll_grad(g, n, c, rows, t, reduction), f))
+        assert _same(got, want), (fmt, reduction, gv)

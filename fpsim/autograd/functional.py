@@ -104,7 +104,7 @@ import numpy as np
 from .. import arithmetic as _arithmetic
 from .. import flags as _flags
 from ..checks import as_array, as_int
-from ..formats import BF16, FP16, FP64, Format
+from ..formats import BF16, FP16, FP32, FP64, Format
 from ..modes import Rounding, Subnormals, as_rounding
 from ..rounding import round as fpsim_round
 from ..rounding.fp16 import f16_to_wide, f64_to_f16, f64_to_f32_to_f16
@@ -1081,6 +1081,29 @@ def _tiles(a: np.ndarray, width: int, split: bool) -> tuple[np.ndarray, list]:
     return a, [...]
 
 
+def _store_rounded(dst: np.ndarray, rows: slice, r: np.ndarray, fmt: Format) -> None:
+    """``dst[rows] = round_to(r, fmt)`` for a block of a blocked kernel (plain rounding, which
+    the blocks need): fp32 and fp64 by the assignment's own cast, in one pass (round_to's
+    route for them under plain rounding is NumPy's cast, astype: nearest even, IEEE overflow
+    and subnormals; an fp64 copy), other formats by round_to."""
+    if fmt is FP32 or fmt is FP64:
+        dst[rows] = r
+    else:
+        dst[rows] = round_to(r, fmt)
+
+
+def _block_grad_format(x: Tensor, one: bool) -> Format | None:
+    """The format a blocked backward (:func:`_tiles` split it into blocks: ``one`` False)
+    rounds each block of ``x``'s gradient to, or None to return the float64 gradient whole:
+    the gradient format of ``x`` when it has a NumPy dtype and rounding is plain now, so that
+    rounding block by block (an elementwise cast drawing no random bits) gives the array the
+    engine's delivery would round the whole float64 gradient to, without it."""
+    if one:
+        return None
+    fmt = x.grad_fmt
+    return fmt if fmt.dtype is not None and plain_rounding() else None
+
+
 def _unary(x: Tensor, forward, backward_of, op: str) -> Tensor:
     """A float64 elementwise op: ``forward(x64)`` rounded once; ``backward_of(x64, out, g64)``
     the float64 gradient (out: the rounded output)."""
@@ -1261,14 +1284,16 @@ def _gelu_tanh(x: Tensor) -> Tensor:
             if one:
                 t_all, out = t, round_to(r, fmt)
             else:
-                out[b] = round_to(r, fmt)
+                _store_rounded(out, b, r, fmt)
     if not one:
         out = out.reshape(x._data.shape)
 
     # g (0.5 (1 + t) + 0.5 v (1 - t^2) c (1 + 3 * 0.044715 v^2)), the same order
     def backward(g):
         gs = g if one else g.reshape(xs.shape)
-        res = None if one else np.empty(xs.shape)
+        gfmt = _block_grad_format(x, one)
+        res = None if one else np.empty(xs.shape, _F64 if gfmt is None else
+                                        gfmt.storage_dtype)
         for b in blocks:
             xb, t = xs[b], t_all[b]
             v = widen(xb)
@@ -1280,12 +1305,14 @@ def _gelu_tanh(x: Tensor) -> Tensor:
             w += 1.0
             dt *= w
             dt *= np.multiply(0.5, v, out=_own(v, xb))
-            r = np.add(t, 1.0, out=w if one else res[b])
+            r = np.add(t, 1.0, out=w if one or gfmt is not None else res[b])
             r *= 0.5
             r += dt
             r *= widen(gs[b])
             if one:
                 res = r
+            elif gfmt is not None:
+                _store_rounded(res, b, r, gfmt)
         return (res if one else res.reshape(x._data.shape),)
 
     return make_result(out, fmt, (x,), backward, "gelu")
@@ -1333,14 +1360,18 @@ def softmax(input: Tensor, dim: int | None = None) -> Tensor:
     def backward(g):
         gs = g if one else g.reshape(xs.shape)
         ys = out if one else out.reshape(xs.shape)
-        res = None if one else np.empty(xs.shape)
+        gfmt = _block_grad_format(x, one)
+        res = None if one else np.empty(xs.shape, _F64 if gfmt is None else
+                                        gfmt.storage_dtype)
         for b in blocks:
             y, g64 = widen(ys[b]), widen(gs[b])
-            r = np.multiply(g64, y, out=None if one else res[b])
+            r = np.multiply(g64, y, out=None if one or gfmt is not None else res[b])
             np.subtract(g64, r.sum(axis=ax, keepdims=True), out=r)
             np.multiply(y, r, out=r)
             if one:
                 res = r
+            elif gfmt is not None:
+                _store_rounded(res, b, r, gfmt)
         return (res if one else res.reshape(xd.shape),)
 
     return make_result(out, x.fmt, (x,), backward, "softmax")
@@ -1496,7 +1527,7 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None,
                 out = round_to(y, fmt)
             else:
                 rstd_all[blk] = rstd
-                out[blk] = round_to(y, fmt)
+                _store_rounded(out, blk, y, fmt)
     if not one:
         out = out.reshape(xd.shape)
         xhat = xhat_all.reshape(xd.shape)
@@ -1507,23 +1538,33 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None,
 
     def backward(g):
         g64 = widen(g)
-        grads = []
-        gxhat = g64 if w64 is None else g64 * w64
+        # the weight's and bias's sums first, so that the input's gradient can reuse g64's
+        # buffer (the widened copy when it is one) and g * xhat's, when both are C-contiguous
+        # (every array then is, the layouts, and so the sums' orders, of the fresh arrays)
+        reuse = g64.flags.c_contiguous and xhat.flags.c_contiguous
+        dw = db = gx = prod = None
+        if bt is not None and bt._requires_grad:
+            db = g64.sum(axis=lead)
+        if wt is not None and wt._requires_grad:
+            prod = g64 * xhat
+            dw = prod.sum(axis=lead)
         if x._requires_grad:
+            own = _own(g64, g) if reuse else None
+            gxhat = g64 if w64 is None else np.multiply(g64, w64, out=own)
             # rstd / n * (n gxhat - sum(gxhat) - xhat sum(gxhat xhat)), the same ops in two
             # buffers
-            r = gxhat * xhat
+            r = np.multiply(gxhat, xhat, out=prod if reuse else None)
             s2 = r.sum(axis=axes, keepdims=True)
             np.multiply(n, gxhat, out=r)
             r -= gxhat.sum(axis=axes, keepdims=True)
-            r -= np.multiply(xhat, s2, out=None if gxhat is g64 else gxhat)
-            grads.append(np.multiply(rstd / n, r, out=r))
-        else:
-            grads.append(None)
+            mine = w64 is not None or own is not None  # gxhat: an array of this backward's
+            r -= np.multiply(xhat, s2, out=gxhat if mine else None)
+            gx = np.multiply(rstd / n, r, out=r)
+        grads = [gx]
         if wt is not None:
-            grads.append((g64 * xhat).sum(axis=lead) if wt._requires_grad else None)
+            grads.append(dw)
         if bt is not None:
-            grads.append(g64.sum(axis=lead) if bt._requires_grad else None)
+            grads.append(db)
         return tuple(grads)
 
     return make_result(out, fmt, parents, backward, "layer_norm")

@@ -22,7 +22,14 @@ from __future__ import annotations
 import numpy as np
 
 from .. import state as _state
-from .context import autocast_args, get_autocast_hook, promote_formats, round_to, widen
+from .context import (
+    autocast_args,
+    get_autocast_hook,
+    plain_rounding,
+    promote_formats,
+    round_to,
+    widen,
+)
 from .operands import as_tensor
 from .tensor import Tensor, make_result
 
@@ -157,6 +164,27 @@ def _nll_grad(g: np.ndarray, n: int, c: int, rows: np.ndarray, t: np.ndarray,
     return gx
 
 
+def _nll_grad_rounded(g: np.ndarray, n: int, c: int, rows: np.ndarray, t: np.ndarray,
+                      reduction: str, fmt) -> np.ndarray:
+    """``widen(round_to(_nll_grad(g, ...), fmt))``: the (N, C) float64 values of nll_loss's
+    gradient rounded to ``fmt``. Under plain rounding (elementwise, no random draws) with a
+    finite coefficient, the two distinct values of that array, +0 and the coefficient, are
+    rounded once each (a finite value's nearest-even rounding is unique, whatever route an
+    array's size takes) and placed, without the whole array's rounding and widening; where
+    +0 does not round to +0 (a format without it), the whole array."""
+    if plain_rounding():
+        coef = float(widen(g))
+        if reduction == "mean":
+            coef = coef / n
+        if np.isfinite(coef):
+            zero, value = widen(round_to(np.array([0.0, -1.0 * coef]), fmt))
+            if zero == 0 and not np.signbit(zero):
+                gl = np.zeros((n, c))
+                gl[rows, t] = value
+                return gl
+    return widen(round_to(_nll_grad(g, n, c, rows, t, reduction), fmt))
+
+
 def _cross_entropy_classes(x: Tensor, t: np.ndarray, reduction: str) -> Tensor:
     """cross_entropy of (N, C) logits and N valid class indices, no weights, no smoothing, as
     one graph node: log_softmax then nll_loss, the same roundings in the same order as the two
@@ -185,7 +213,7 @@ def _cross_entropy_classes(x: Tensor, t: np.ndarray, reduction: str) -> Tensor:
     def backward(g):
         # nll_loss's gradient as the engine stores it, in log_softmax's output format (an op
         # result has no grad_fmt of its own)
-        gl = widen(round_to(_nll_grad(g, n, c, rows, t, reduction), fmt))
+        gl = _nll_grad_rounded(g, n, c, rows, t, reduction, fmt)
         lp = widen(logp)
         r = np.exp(lp, out=None if lp is logp else lp)  # in place in a fresh widening
         r *= gl.sum(axis=1, keepdims=True)

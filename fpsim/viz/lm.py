@@ -53,6 +53,17 @@ def _summed(hist: dict[str, Any], prefix_filter: str | None = None) -> np.ndarra
     return np.zeros(0, np.int64) if tot is None else tot
 
 
+def _bars(ax: Any, ex: np.ndarray, counts: np.ndarray, **kwargs: Any) -> None:
+    """A histogram's bars of width 1 at the exponents ``ex``: the non-empty bins only (an
+    empty bin's bar has no height and draws nothing; most of the range is empty, and each bar
+    is a patch of its own that matplotlib lays out and draws), all of them when every bin is
+    empty (the legend's handle)."""
+    keep = counts != 0
+    if keep.any():
+        ex, counts = ex[keep], counts[keep]
+    ax.bar(ex, counts, width=1.0, **kwargs)
+
+
 def histogram_figure(runs: Sequence[Any]) -> style.Figure:
     """Per recipe (rows), the exponent histogram of all exact gradients times the loss scale
     at the first (left) and last (right) sampled step, with the smallest subnormal, smallest
@@ -69,11 +80,10 @@ def histogram_figure(runs: Sequence[Any]) -> style.Figure:
                 continue
             counts = _summed(h["grads"])
             ex = np.arange(_HIST_LO, _HIST_LO + len(counts))
-            ax.bar(ex, counts, width=1.0, color="tab:blue", label="exact gradients x scale")
+            _bars(ax, ex, counts, color="tab:blue", label="exact gradients x scale")
             scores = _summed(h["scores"])
             if scores.size:
-                ax.bar(ex, scores, width=1.0, color="0.5", alpha=0.5,
-                       label="attention logits")
+                _bars(ax, ex, scores, color="0.5", alpha=0.5, label="attention logits")
             fmts = sorted(set(h["formats"].values()))
             for fname in fmts:
                 try:  # a scaled quantizer ("fp8_e5m2 x delayed scale") has no fixed range
