@@ -93,7 +93,7 @@ from .flags import Flags
 from .formats import FP64, Format, NaNEncoding, get_float_format
 from .modes import Overflow, Rounding, Subnormals, Tininess
 from .rounding import RoundingPolicy
-from .rounding.scalar import _DRAW_BLOCK, StochasticAdder, bits64, scalar_adder
+from .rounding.scalar import DRAW_BLOCK, StochasticAdder, bits64, scalar_adder
 
 __all__ = ["Order", "sum", "dot"]
 
@@ -385,8 +385,8 @@ def _kahan_rows(steps, take=None):
                     at = int(np.searchsorted(nans, i))
                     j = int(nans[at]) if at < nans.size else n  # the next NaN value, or the end
                     if take is not None:
-                        for k in range(i, j, _DRAW_BLOCK):  # draws per take: bounded memory
-                            take(4 * (min(j, k + _DRAW_BLOCK) - k))
+                        for k in range(i, j, DRAW_BLOCK):  # draws per take: bounded memory
+                            take(4 * (min(j, k + DRAW_BLOCK) - k))
                     i = j
                 s, comp = s1, c1
                 continue

@@ -131,8 +131,8 @@ def test_many_steps_cross_draw_blocks(monkeypatch):
     """More raw draws than one block (several bulk draws), long single axis and 16 rows."""
     # blocks of 7 * rows raw values: the adder's bulk draws (rounding.scalar) and the
     # reductions' draws for a skipped NaN stretch
-    monkeypatch.setattr(scalar, "_DRAW_BLOCK", 7)
-    monkeypatch.setattr(reductions, "_DRAW_BLOCK", 7)
+    monkeypatch.setattr(scalar, "DRAW_BLOCK", 7)
+    monkeypatch.setattr(reductions, "DRAW_BLOCK", 7)
     for fmt in (fpsim.BF16, fpsim.FP16):
         for rows, n in ((1, 200), (16, 30)):
             X = _data(fmt, rows, n, seed=n, specials=False)

@@ -63,7 +63,7 @@ from ..checks import as_int
 from ..flags import Flags, flags_active, record
 from ..integer import round_to_integral
 from ..modes import Rounding, as_rounding
-from ..rounding import policy_of
+from ..rounding import RoundingPolicy, policy_of
 from ..rounding import round as fp_round
 from ..rounding.fast import values32
 from ..rounding.native import (
@@ -303,11 +303,15 @@ def _as_input(x, nvfp4: bool) -> np.ndarray:
     return arr
 
 
-def _block_amax(blocks: np.ndarray, axis: int | tuple[int, ...] = -1) -> np.ndarray:
+def block_amax(blocks: np.ndarray, axis: int | tuple[int, ...] = -1) -> np.ndarray:
     """Largest magnitude over ``axis`` (float32 or float64 blocks; quant.blockwise_fp8's tiles
     too), NaN if the block holds a NaN: the maximum of the sign-cleared bit patterns (they
     order like the magnitudes, every NaN above inf), which NumPy reduces faster over short
-    rows than the float maximum, without an abs temporary."""
+    rows than the float maximum, without an abs temporary.
+
+    >>> block_amax(np.array([[1.0, -3.0], [np.nan, 2.0]], np.float32)).tolist()
+    [3.0, nan]
+    """
     size = blocks.dtype.itemsize
     axes = tuple(a % blocks.ndim for a in np.atleast_1d(axis))
     if any(blocks.shape[a] == 0 for a in axes):  # empty blocks: magnitude 0, as padding
@@ -315,10 +319,15 @@ def _block_amax(blocks: np.ndarray, axis: int | tuple[int, ...] = -1) -> np.ndar
     return (blocks.view(_UINT_VIEW[size]) & _ABS_MASK[size]).max(axis=axes).view(blocks.dtype)
 
 
-def _clamped_values32(y: np.ndarray, elem_max: float, grid) -> np.ndarray:
+def clamped_values32(y: np.ndarray, elem_max: float, grid: RoundingPolicy) -> np.ndarray:
     """Finite float32 ``y`` clamped to +-``elem_max`` in place, then rounded by ``grid`` (a
     nearest-even policy of the element format) to float32 values: the saturating cast's
-    values without its codes (a value beyond the largest rounds to it, as saturation gives)."""
+    values without its codes (a value beyond the largest rounds to it, as saturation gives).
+
+    >>> clamped_values32(np.array([0.3, -1000.0], np.float32), 448.0,
+    ...                  policy_of("fp8_e4m3")).tolist()
+    [0.3125, -448.0]
+    """
     y.clip(*_bounds(elem_max, y.dtype), out=y)
     return values32(y, grid)
 
@@ -483,7 +492,7 @@ def _quantize(x, fmt, block_size, axis, scale_mode, rounding, per_tensor_scale, 
         pad = np.zeros(v.shape[:-1] + (nb * bs - n,), v.dtype)
         v = np.concatenate([v, pad], axis=-1)
     blocks = v.reshape(v.shape[:-1] + (nb, bs))
-    amax = _block_amax(blocks)
+    amax = block_amax(blocks)
     dt = blocks.dtype.type
     if nv:
         with np.errstate(**_IGNORE):
@@ -523,7 +532,7 @@ def _quantize(x, fmt, block_size, axis, scale_mode, rounding, per_tensor_scale, 
             else:  # 2**s
                 s = np.ldexp(np.ones(se.shape, np.float32), se)
             grid = _E2M1_NEAREST if nv else _E4M3_NEAREST
-            out = _clamped_values32(y, f.elem_max, grid) * s[..., None]
+            out = clamped_values32(y, f.elem_max, grid) * s[..., None]
         out = out.reshape(out.shape[:-2] + (nb * bs,))[..., :n]
         return np.ascontiguousarray(_move(out, -1, ax))
     # a NaN scale (a NaN in the block, or an E8M0 overflow) makes the block's P NaN

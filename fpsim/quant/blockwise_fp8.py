@@ -43,7 +43,7 @@ from ..autograd.context import round_to, widen
 from ..autograd.tensor import Tensor, make_result
 from ..checks import as_int
 from ..formats import FP32, get_float_format
-from ..mx.quantize import _block_amax, _clamped_values32
+from ..mx.quantize import block_amax, clamped_values32
 from ..nn import init
 from ..nn.module import Module, Parameter
 from ..rounding import cast, policy_of
@@ -111,14 +111,14 @@ def _quantize_tiles_finite(a: np.ndarray, tr: int, tc: int, pr: int,
         pad = np.zeros((pr, pc), np.float32)
         pad[:rows, :cols] = a
     v = pad.reshape(pr // tr, tr, pc // tc, tc)
-    amax = _block_amax(v, (1, 3))
+    amax = block_amax(v, (1, 3))
     if not np.isfinite(amax).all():
         return None
     scale = (amax / np.float32(_E4M3.max)).astype(np.float32)
     scale[scale == 0] = 1.0
     y = v / scale[:, None, :, None]  # float32 / float32: the division of the general route
     y = y.reshape(pr, pc)[:rows, :cols]
-    return _clamped_values32(y, _E4M3.max, _E4M3_NEAREST).astype(np.float64), scale
+    return clamped_values32(y, _E4M3.max, _E4M3_NEAREST).astype(np.float64), scale
 
 
 def _partial(a: np.ndarray, b: np.ndarray, tensor_core: str | None) -> np.ndarray:

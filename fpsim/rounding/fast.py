@@ -25,8 +25,8 @@ from .convert import refuse_nan, via_float32, widen
 from .fp16 import SMALL, f16_to_wide, f32_to_f16, f64_to_f16, f64_to_f32_to_f16
 from .kernel import KernelParams, kernel_general, kernel_params
 from .native import (
-    _BF16_DROP,
     BF16_BITS_MIN,
+    BF16_DROP,
     FP4_COMPARE_MIN,
     NATIVE_CAST_FORMATS,
     TABLE_MIN,
@@ -504,7 +504,7 @@ def bf16_nearest_even(x: np.ndarray, _fmt: Format, store: np.dtype | None) -> np
         r = bf16_carry(b)
         nan = np.flatnonzero(np.isnan(c)) if np.isnan(c.max()) else None  # (one reduction)
         if store is not None:  # cast: the high half, NaN as ml_dtypes' cast stores it
-            r >>= _BF16_DROP
+            r >>= BF16_DROP
             np.copyto(high[lo:lo + step], r, casting="unsafe")
             if nan is not None:
                 with np.errstate(invalid="ignore"):

@@ -258,7 +258,7 @@ def narrow_to_byte(x: np.ndarray, dtype) -> np.ndarray:
 # faster route for float32 and within 1.8x for float64 at every size.
 BF16_BITS_MIN = 8192
 _U32 = np.uint32
-_BF16_DROP = _U32(16)  # float32 and bfloat16 share sign and exponent: 16 bits go
+BF16_DROP = _U32(16)  # float32 and bfloat16 share sign and exponent: 16 bits go
 _BF16_HALF_MINUS_ONE = _U32(0x7FFF)
 
 
@@ -274,7 +274,7 @@ def bf16_carry(b: np.ndarray) -> np.ndarray:
     >>> [hex(v >> 16) for v in bf16_carry(b).tolist()]  # ties to even; overflow to inf
     ['0x3f80', '0x3f82', '0x7f80']
     """
-    r = np.right_shift(b, _BF16_DROP)
+    r = np.right_shift(b, BF16_DROP)
     r &= _U32(1)
     r += _BF16_HALF_MINUS_ONE
     r += b
@@ -328,14 +328,14 @@ def _bf16_round(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
     # float32 on a bf16 midpoint (low half 0x8000) that float64 x may not be
     tie = np.bitwise_and(b, _U32(0xFFFF)) == _U32(0x8000) if y is not x else None
     r = bf16_carry(b)
-    r >>= _BF16_DROP
+    r >>= BF16_DROP
     if tie is not None and tie.any():
         i = np.flatnonzero(tie)
         yi = y[i].astype(np.float64)
         keep = x[i] != yi  # x itself on the midpoint: rounded once already
         i, yi = i[keep], yi[keep]
         # x above the midpoint in magnitude: the upper neighbour, else the lower one
-        r[i] = (b[i] >> _BF16_DROP) + (np.abs(x[i]) > np.abs(yi))
+        r[i] = (b[i] >> BF16_DROP) + (np.abs(x[i]) > np.abs(yi))
     np.copyto(out, r, casting="unsafe")
 
 

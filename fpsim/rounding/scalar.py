@@ -188,7 +188,7 @@ def scalar_adder(policy: RoundingPolicy, daz: bool | None = None, want: bool = F
 
 
 RAW_DOUBLE_BITGENS = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
-_DRAW_BLOCK = 1 << 14  # raw values per bulk draw: bounded memory
+DRAW_BLOCK = 1 << 14  # raw values per bulk draw: bounded memory
 _M64 = (1 << 64) - 1
 # the kernel's float64 pattern constants as Python ints
 _SIGN64, _EXP64, _QUIET64, _HIDDEN64, _FRAC64 = (
@@ -274,7 +274,7 @@ class StochasticAdder:
         """At least k raw draws in the buffer (bulk draws of at most what is left to take)."""
         avail = self.buf.size - self.pos
         if avail < k:
-            size = min(self.left, max(k - avail, _DRAW_BLOCK * self.rows))
+            size = min(self.left, max(k - avail, DRAW_BLOCK * self.rows))
             new = self.rng.integers(0, 1 << 64, size=size, dtype=np.uint64)
             self.left -= size
             self.buf = np.concatenate([self.buf[self.pos:], new])
