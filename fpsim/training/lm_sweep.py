@@ -243,6 +243,8 @@ def gap_stats(runs: Sequence[dict[str, Any]], baseline: str = "fp32") -> list[di
     (0.2, 0.2, 'within')
     >>> st["behind_seeds"], st["paired_n"], st["sign_p"]
     (1, 2, 1.0)
+    >>> gap_stats(runs[::-1])[0]["gaps"] == st["gaps"]  # by seed, whatever the runs' order
+    True
     """
     by: dict[tuple[str, int], dict[str, dict[int, dict[str, Any]]]] = {}
     for r in runs:
@@ -253,7 +255,7 @@ def gap_stats(runs: Sequence[dict[str, Any]], baseline: str = "fp32") -> list[di
         for name, seeds in recs.items():
             if name == baseline:
                 continue
-            common = [s for s in seeds if s in base]
+            common = sorted(s for s in seeds if s in base)  # by seed, in any file order
             if not common:
                 continue
             gaps = np.array([seeds[s]["val_loss"] - base[s]["val_loss"] for s in common])
