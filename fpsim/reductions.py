@@ -173,22 +173,23 @@ def _accumulate(X, dt=None):
     return s
 
 
-def _nan_rows_again(s: np.ndarray, X, acc: _Acc, order) -> np.ndarray:
-    """The native sums ``s`` of X's rows, those that are NaN redone by ``order(X, acc,
-    native=False)``. A NaN sum's pattern is the loop's, not the native type's: the loop
-    carries a NaN operand's float64 pattern (payload, sign) where a cast to float32, float16
+def _nan_rows_again(s: np.ndarray, X, c: OpContext, redo) -> np.ndarray:
+    """The native sums ``s`` of X's rows, those that are NaN redone by ``redo(X[nan],
+    _Acc(c, rows))`` (the order's loop route; for 'wide', the accumulator's). A NaN sum's
+    pattern is the loop's, not the native type's: the loop carries a NaN operand's float64
+    pattern (payload, sign) where a cast to float32, float16
     or bfloat16 drops the low payload bits; fp16's and bf16's native add of two NaNs returns
     the second where float64's returns the first (nan_of); and the native Kahan's a - b is
     not the loop's a + (-b) for a NaN b (see _kahan). No flags here (native_ok)."""
     nan = np.isnan(s)
     if nan.any():
-        s[nan] = order(X[nan], _Acc(acc.c, int(nan.sum())), native=False)
+        s[nan] = redo(X[nan], _Acc(c, int(nan.sum())))
     return s
 
 
 def _sequential(X, acc: _Acc, native: bool = True):
     if native and (s := _native_sequential(X, acc.c)) is not None:
-        return _nan_rows_again(s, X, acc, _sequential)
+        return _nan_rows_again(s, X, acc.c, lambda Xn, a: _sequential(Xn, a, native=False))
     if _stochastic_ok(acc.c, X.shape[0]):
         return _sequential_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):
@@ -999,7 +1000,8 @@ def _kahan(X, acc: _Acc, native: bool = True):
                 t = s + y
                 comp = (t - s) - y
                 s = t
-        return _nan_rows_again(s.astype(np.float64), X, acc, _kahan)
+        return _nan_rows_again(s.astype(np.float64), X, acc.c,
+                               lambda Xn, a: _kahan(Xn, a, native=False))
     if _stochastic_ok(acc.c, X.shape[0]):  # few outputs: the same draws and roundings
         return _kahan_stochastic(X, acc)
     if _scalar_ok(acc.c, X.shape[0]):  # few outputs: the same ops on Python floats
@@ -1149,10 +1151,8 @@ def _wide(X, acc: _Acc, c: OpContext, acc_fmt: Format, span: tuple[int, int]):
                 with np.errstate(all="ignore"):
                     s = _accumulate(Xn).astype(np.float64)
             del Xn
-        if s is not None:  # NaN rows: the loop's pattern, as _nan_rows_again (no flags)
-            nan = np.isnan(s)
-            if nan.any():
-                s[nan] = _wide_loop(X[nan], _Acc(ca, int(nan.sum())))
+        if s is not None:  # NaN rows: the loop's pattern (no flags)
+            s = _nan_rows_again(s, X, ca, _wide_loop)
         else:
             wacc = _Acc(ca, rows)
             s = _wide_loop(X, wacc)
