@@ -18,6 +18,7 @@ float64 and rounded once to fp32; dgemm takes about twice sgemm's time).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 from pathlib import Path
@@ -169,11 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     state = {"t": 0, "m": {n: np.zeros_like(w) for n, w in p.items()},
              "v": {n: np.zeros_like(w) for n, w in p.items()}}
 
-    def step_under(recipe: str):
-        model_of = get_lm_recipe(recipe).accumulation or "fp32"
+    def gemms_of(recipe: str):
+        """The recipe's matmul accumulation context (the engine's default where it sets none)."""
+        model_of = get_lm_recipe(recipe).accumulation
+        return matmul_accumulation(model_of) if model_of else contextlib.nullcontext()
 
+    def step_under(recipe: str):
         def step() -> float:
-            with matmul_accumulation(model_of):
+            with gemms_of(recipe):
                 opt.zero_grad()
                 logits = model(idx)
                 loss = F.cross_entropy(logits.reshape(-1, len(vocab)), y.reshape(-1))
@@ -189,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         # same loss and gradients before timing (float32, so to ~1e-4 relative)
         ref = {n: q.numpy(np.float32).copy() for n, q in params.items()}
         opt.zero_grad()
-        with matmul_accumulation(get_lm_recipe("fp32").accumulation or "fp32"):
+        with gemms_of("fp32"):
             lf = F.cross_entropy(model(idx).reshape(-1, len(vocab)), y.reshape(-1))
             lf.backward()
         check = {"t": 0, "m": {n: np.zeros_like(w) for n, w in ref.items()},
