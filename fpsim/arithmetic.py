@@ -104,6 +104,7 @@ from .rounding.eft import two_prod, two_sum_err
 from .rounding.native import cast as native_cast
 from .rounding.native import fma32_odd
 from .rounding.native import native_ok as rounds_natively
+from .rounding.scalar import nans_of
 
 __all__ = ["add", "sub", "mul", "div", "sqrt", "fma"]
 
@@ -442,7 +443,7 @@ def add_flat(a, b, c: OpContext, exact_operands: bool = True):
     float64 values with ``exact_operands=False``)."""
     plan = plan_for(c.result.fmt)
     with np.errstate(invalid="ignore", over="ignore"):
-        s = a + b
+        s = nans_of(a + b, a, b)  # NaN results by fpsim's rule, not NumPy's loop or the CPU's
         inv = (np.isnan(s) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
         if plan.add_fast and exact_operands and not _FORCE_GENERAL:
             lo = (None if plan.add_exact or _float64_result_enough(c)
@@ -469,7 +470,7 @@ def add_flat(a, b, c: OpContext, exact_operands: bool = True):
 def mul_flat(a, b, c: OpContext, exact_operands: bool = True):
     plan = plan_for(c.result.fmt)
     with np.errstate(invalid="ignore", over="ignore"):
-        prod = a * b
+        prod = nans_of(a * b, a, b)  # (as add_flat's sum)
         inv = (np.isnan(prod) & ~np.isnan(a) & ~np.isnan(b)) if c.want else None
         if plan.mul_fast and exact_operands and not _FORCE_GENERAL:
             out, fl = round_result(prod, None, c)

@@ -54,6 +54,14 @@ and the final rounding to ``fmt`` is a result's (flush-to-zero, not DAZ); with s
 rounding, adds the accumulator makes exactly draw nothing. With ``flags=True`` the result comes
 with the OR of the IEEE flags of every operation that produced each output element.
 
+NaNs: an add (or product) with a NaN operand returns the first NaN operand's float64 pattern,
+quieted, and an invalid one (inf - inf, 0 * inf) the canonical quiet NaN (+, payload 0):
+:func:`fpsim.rounding.scalar.nan_of`'s rule, on every route, CPU and NumPy version (NumPy
+2.2's float64 add of long arrays returns the second NaN, 2.4's the first; x86's inf - inf is
+negative, ARM's positive). So a sum of finite values and NaNs is its first NaN value,
+quieted, in the sequential, Kahan and "wide" orders (the first NaN leaf of the tree in the
+pairwise order), where :func:`fpsim.add` alone returns the canonical NaN for every NaN.
+
 Axes: as in NumPy, ``axis`` may be a tuple of axes, which is a set (a repeated axis is NumPy's
 ``ValueError``). The values of each output are accumulated in C (row-major) order over the
 reduced axes, whatever order the tuple lists them in: ``axis=(1, 0)`` gives the same sums as
@@ -179,7 +187,7 @@ def _nan_rows_again(s: np.ndarray, X, c: OpContext, redo) -> np.ndarray:
     pattern is the loop's, not the native type's: the loop carries a NaN operand's float64
     pattern (payload, sign) where a cast to float32, float16
     or bfloat16 drops the low payload bits; fp16's and bf16's native add of two NaNs returns
-    the second where float64's returns the first (nan_of); and the native Kahan's a - b is
+    the second where the rule takes the first (nan_of); and the native Kahan's a - b is
     not the loop's a + (-b) for a NaN b (see _kahan). No flags here (native_ok)."""
     nan = np.isnan(s)
     if nan.any():

@@ -4,7 +4,10 @@ Readable as micrograd, on NumPy arrays: a :class:`Tensor` stores its values in i
 width (fp32, fp16, bf16, fp8, ...), every operation rounds its result once to the output format
 (the rules are tabulated in :mod:`fpsim.autograd.functional`), and gradients are rounded to
 each tensor's gradient format, so the roundings of a real mixed-precision step happen here too
-and can be inspected.
+and can be inspected. A NaN result is NaN where IEEE arithmetic makes one; its sign and
+payload are NumPy's (as PyTorch leaves them to the hardware), which NumPy's versions and the
+CPUs choose differently, so compare NaN-ness, not NaN bits (the array functions,
+:func:`fpsim.add` to :func:`fpsim.sum`, define theirs).
 
 >>> import fpsim
 >>> from fpsim.autograd import Tensor

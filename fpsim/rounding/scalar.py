@@ -30,6 +30,10 @@ in blocks, exactly as many as the loop consumes (the generator ends in the same 
 op's rounding mirrors the kernel's integer code on float64 patterns. Where random() or 32-bit
 integers would be needed and the identity does not hold, each op draws as the loop does.
 tests/test_reductions_stochastic_fast.py checks values, flags and the generator's state.
+
+The NaN an add returns is fpsim's one rule (:func:`nan_of`), whose home is here: the kernel's
+float64 adds and products (``fpsim.arithmetic.add_flat``, ``mul_flat``) apply it to arrays by
+:func:`nans_of`.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from ..modes import Overflow, Rounding, Tininess
 from .kernel import EXP_MASK, FRAC, HIDDEN, QUIET, SIGN, kernel_params
 from .policy import RoundingPolicy
 
-__all__ = ["scalar_adder", "StochasticAdder", "bits64", "float64_of", "nan_of",
+__all__ = ["scalar_adder", "StochasticAdder", "bits64", "float64_of", "nan_of", "nans_of",
            "RAW_DOUBLE_BITGENS"]
 
 
@@ -136,7 +140,7 @@ def scalar_adder(policy: RoundingPolicy, daz: bool | None = None, want: bool = F
             if s != s:
                 if want and (no_nan or (a == a and b == b)):
                     flags[0] |= invalid_f
-                return nan_of(a, b, s)
+                return nan_of(a, b)
             return s
         bb = s - a
         lo = (a - (s - bb)) + (b - bb)  # TwoSum: s + lo == a + b exactly
@@ -197,19 +201,42 @@ _pack_d, _unpack_q = struct.Struct("<d").pack, struct.Struct("<Q").unpack
 _pack_q, _unpack_d = struct.Struct("<Q").pack, struct.Struct("<d").unpack
 
 
-def nan_of(a: float, b: float, s: float) -> float:
-    """The NaN of ``a + b`` (``s``, a NaN) as the vectorised kernel's float64 add gives it:
-    the first NaN operand's, quieted, else ``s`` (inf - inf). CPython's float add picks
-    either operand's NaN when both are NaN (the same expression gave one and then the other
-    as the interpreter specialised it), so a sum of NaNs must not depend on it.
+def nan_of(a: float, b: float) -> float:
+    """The NaN of ``a + b`` (a NaN) by fpsim's one rule for a NaN result: the first
+    NaN operand's pattern, quieted; the canonical quiet NaN (+, payload 0) where neither
+    operand is a NaN (inf - inf). IEEE 754 leaves the choice open, and the hardware and
+    NumPy make it differently (CPython's float add picked either operand's NaN as the
+    interpreter specialised the expression; NumPy 2.2's float64 add of long arrays returns
+    the second operand's, 2.4's the first; x86's inf - inf is negative, ARM's positive), so
+    no result may take it from them. :func:`nans_of` is the rule on arrays.
 
-    >>> hex(bits64(nan_of(-math.nan, math.nan, math.nan)))
+    >>> hex(bits64(nan_of(-math.nan, math.nan)))
     '0xfff8000000000000'
+    >>> hex(bits64(nan_of(math.inf, -math.inf)))
+    '0x7ff8000000000000'
     """
     if a != a:
         return a + 0.0  # one NaN operand: its payload, quieted, whatever the order
     if b != b:
         return b + 0.0
+    return math.nan  # (CPython's NaN: the canonical 0x7FF8000000000000 everywhere)
+
+
+def nans_of(s: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``s`` (= a + b or a * b in float64, arrays of one shape) with each NaN element made
+    :func:`nan_of`'s: the first NaN operand's pattern with the quiet bit set, else the
+    canonical quiet NaN. In place where ``s`` has a NaN (one isnan pass where it has none).
+
+    >>> x = np.array([1.0, np.inf]); y = np.array([-np.nan, -np.inf])
+    >>> [hex(v) for v in nans_of(x + y, x, y).view(np.uint64)]
+    ['0xfff8000000000000', '0x7ff8000000000000']
+    """
+    nan = np.isnan(s)
+    if not nan.any():
+        return s
+    a, b = np.broadcast_to(a, s.shape)[nan], np.broadcast_to(b, s.shape)[nan]
+    pick = np.where(np.isnan(a), a, np.where(np.isnan(b), b, np.nan))
+    s[nan] = (pick.view(np.uint64) | QUIET).view(np.float64)
     return s
 
 
@@ -444,7 +471,7 @@ class StochasticAdder:
             a, b = [self._daz(v) for v in a], [self._daz(v) for v in b]
         s = [x + y for x, y in zip(a, b, strict=True)]
         if any(h != h for h in s):  # NaN results: the first NaN operand's, every time
-            s = [nan_of(x, y, h) if h != h else h for x, y, h in zip(a, b, s, strict=True)]
+            s = [nan_of(x, y) if h != h else h for x, y, h in zip(a, b, s, strict=True)]
         out = []
         if self.exact:
             los = None
@@ -474,7 +501,7 @@ class StochasticAdder:
             a, b = self._daz(a), self._daz(b)
         s = a + b
         if s != s:
-            s = nan_of(a, b, s)
+            s = nan_of(a, b)
         if not self.exact:
             bb = s - a
             lo = (a - (s - bb)) + (b - bb)
