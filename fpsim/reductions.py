@@ -101,7 +101,7 @@ from .flags import Flags
 from .formats import FP64, Format, NaNEncoding, get_float_format
 from .modes import Overflow, Rounding, Subnormals, Tininess
 from .rounding import RoundingPolicy
-from .rounding.scalar import DRAW_BLOCK, StochasticAdder, bits64, scalar_adder
+from .rounding.scalar import DRAW_BLOCK, StochasticAdder, bits64, nans_of, scalar_adder
 
 __all__ = ["Order", "sum", "dot"]
 
@@ -1376,7 +1376,7 @@ def dot(
         acc = _Acc(c, rows)
         if order is Order.WIDE:
             with np.errstate(invalid="ignore", over="ignore"):
-                P = A * B  # exact
+                P = nans_of(A * B, A, B)  # exact (NaNs: the rule, not NumPy's loop)
             if c.want:
                 inv = ((A == 0) & np.isinf(B)) | (np.isinf(A) & (B == 0))
                 acc.fl[inv.any(axis=1)] |= np.uint8(Flags.INVALID)

@@ -279,8 +279,9 @@ def test_a_nan_sum_is_its_first_nan_quieted_under_any_numpy(fmt, rows):
     orders, and the first NaN leaf of the pairwise tree, on every route (one row: the
     inline steps; five: the Python floats; 64: the vectorised loop and native routes,
     where NumPy 2.2's float64 add returned the *second* NaN of long arrays and 2.4 the
-    first: this runs under both in CI). Computed here from the patterns alone; a row
-    whose infinities cancel before any NaN is the canonical NaN."""
+    first: this runs under both in CI); a dot product of those rows with ones (NaNs under
+    the first NaNs: products of two NaNs) too. Computed here from the patterns alone; a
+    row whose infinities cancel before any NaN is the canonical NaN."""
     rng = np.random.default_rng(5)
     n = 150  # past the pairwise order's 128-value split
     pats = rng.integers(1, 1 << 50, size=(rows, 2), dtype=np.uint64)
@@ -292,6 +293,8 @@ def test_a_nan_sum_is_its_first_nan_quieted_under_any_numpy(fmt, rows):
     X[r, where[:, 1]] = nans[:, 1]
     X[r, where[:, 0]] = nans[:, 0]  # the first NaN (where both fall on one place, this one)
     want = np.array([_quiet(v) for v in nans[:, 0]], dtype=np.uint64)
+    ones = np.ones_like(X)
+    ones[r, where[:, 0]] = nans[::-1, 1]  # other NaNs under X's first ones
     want_pairwise = np.array([_quiet(_pairwise_first_nan(row)) for row in X.tolist()],
                              dtype=np.uint64)
     cancel = None
@@ -306,6 +309,10 @@ def test_a_nan_sum_is_its_first_nan_quieted_under_any_numpy(fmt, rows):
                 got = np.asarray(got[0] if flags else got, np.float64)
                 w = want_pairwise if order == "pairwise" else want
                 assert np.array_equal(got.view(np.uint64), w), (order, mode, flags)
+                kw["rng"] = np.random.default_rng(1)
+                got = fpsim.dot(X, ones, fmt, **kw)  # NaN * NaN: the first, X's
+                got = np.asarray(got[0] if flags else got, np.float64)
+                assert np.array_equal(got.view(np.uint64), w), ("dot", order, mode, flags)
                 if cancel is not None and order != "pairwise":
                     c = fpsim.sum(cancel, fmt, axis=1, **kw)
                     c = np.asarray(c[0] if flags else c, np.float64)
