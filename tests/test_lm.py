@@ -11,7 +11,16 @@ import pytest
 
 from fpsim.cli import main
 from fpsim.training import lm_report
-from fpsim.training.lm import LMConfig, batch_offsets, lm_config, run_lm, train_lm
+from fpsim.training.lm import (
+    QUICK_CPU_S,
+    LMConfig,
+    batch_offsets,
+    expected_cost,
+    lm_config,
+    longest_first,
+    run_lm,
+    train_lm,
+)
 from fpsim.training.lm_recipes import LM_RECIPES, get_lm_recipe, parse_recipes
 
 TINY = dict(steps=3, d_model=16, n_heads=2, n_layers=1, context=8, batch_size=4,
@@ -152,12 +161,27 @@ def test_recipe_gemms_run_under_its_accumulation_model(monkeypatch, recipe, kind
 
 
 def test_jobs_do_not_change_results():
-    one = run_lm(["fp32", "bf16-sr"], jobs=1, **TINY)
-    two = run_lm(["fp32", "bf16-sr"], jobs=2, **TINY)
+    # the pool starts nvfp4, then bf16-sr, then fp32 (longest first); results in this order
+    names = ["fp32", "bf16-sr", "nvfp4"]
+    assert longest_first(names) == [2, 1, 0]
+    one = run_lm(names, jobs=1, **TINY)
+    two = run_lm(names, jobs=2, **TINY)
+    assert [r.recipe for r in one] == [r.recipe for r in two] == names
     for a, b in zip(one, two, strict=True):
-        assert a.recipe == b.recipe
         assert np.array_equal(a.step_loss, b.step_loss)
-        assert a.val_loss == b.val_loss
+        assert a.val_loss == b.val_loss and a.train_loss == b.train_loss
+        assert a.grad == b.grad and a.updates == b.updates
+        assert a.histograms == b.histograms
+
+
+def test_expected_costs_cover_every_recipe():
+    assert set(QUICK_CPU_S) == set(LM_RECIPES)
+    assert longest_first(list(LM_RECIPES))[0] == list(LM_RECIPES).index("nvfp4")
+    assert longest_first(list(LM_RECIPES))[-1] == 0  # fp32, the cheapest
+    assert longest_first(["bf16", "bf16"]) == [0, 1]  # ties keep their order
+    assert expected_cost("fp32-dgemm") == max(QUICK_CPU_S.values())  # not measured: early
+    with pytest.raises(ValueError, match="unknown lm recipe"):
+        expected_cost("fp33")
 
 
 def test_cli_refuses_bad_arguments_before_training(tmp_path, capsys):

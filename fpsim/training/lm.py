@@ -61,7 +61,8 @@ from .lm_recipes import LMRecipe, get_lm_recipe
 
 __all__ = ["LMConfig", "LMRunResult", "LM_QUICK", "LM_FULL", "lm_config", "train_lm",
            "without_key_bias_noise",
-           "run_lm", "batch_offsets", "attention_logits", "HIST_BINS"]
+           "run_lm", "batch_offsets", "attention_logits", "HIST_BINS", "QUICK_CPU_S",
+           "expected_cost", "longest_first"]
 
 HIST_BINS = range(-80, 21)  # exponents of the histograms (others counted below / above)
 
@@ -674,11 +675,49 @@ def _measure(recipe: LMRecipe, rec: OutputRecorder, srec: OutputRecorder, shadow
         hists[phase]["formats"][name] = fmt.name if isinstance(fmt, Format) else fmt.name
 
 
+# Each recipe's CPU seconds in the quick configuration (the runs' own cpu_time_s, all twelve
+# recipes with two jobs on the idle 2-core machine, 2026-12-07: docs/lm.md, "The fp32 recipe
+# on sgemm"). Only their ratios matter: run_lm starts the costliest recipes first.
+QUICK_CPU_S: dict[str, float] = {
+    "fp32": 9.4, "fp16": 18.3, "fp16-master": 24.1, "mixed-fp16": 22.8, "mixed-bf16": 16.8,
+    "bf16": 17.5, "bf16-sr": 20.7, "fp8-delayed": 17.8, "fp8-blockwise": 20.5, "mxfp8": 22.9,
+    "mxfp8-floor": 22.1, "nvfp4": 24.8}
+
+
+def expected_cost(name: str) -> float:
+    """The relative CPU cost of training recipe ``name`` (:data:`QUICK_CPU_S`). NVFP4's
+    ablations cost nvfp4's (the same layers); a recipe not measured costs the most measured
+    one's, so that it starts early (a long run started last stretches the whole run most).
+
+    >>> expected_cost("fp32") < expected_cost("nvfp4") == expected_cost("nvfp4-no-rht")
+    True
+    """
+    recipe = get_lm_recipe(name)
+    if recipe.name in QUICK_CPU_S:
+        return QUICK_CPU_S[recipe.name]
+    if recipe.linear in QUICK_CPU_S:
+        return QUICK_CPU_S[recipe.linear]
+    return max(QUICK_CPU_S.values())
+
+
+def longest_first(names: Sequence[str]) -> list[int]:
+    """The indices of ``names`` by decreasing :func:`expected_cost`, ties in their order: the
+    longest-processing-time-first order, in which a pool of workers that each take the next
+    job when free ends its last jobs closest together.
+
+    >>> longest_first(["fp32", "nvfp4", "bf16"])
+    [1, 2, 0]
+    """
+    costs = [expected_cost(n) for n in names]
+    return sorted(range(len(names)), key=lambda i: -costs[i])
+
+
 def run_lm(recipes: Sequence[str] | None = None, quick: bool = False, seed: int = 0,
            jobs: int = 1, **overrides: Any) -> list[LMRunResult]:
     """Train each recipe (all by default) with the same seed, batches and hyper-parameters;
-    ``jobs`` > 1 trains them in that many processes (the results do not depend on it).
-    Returns the results in the order of ``recipes``.
+    ``jobs`` > 1 trains them in that many processes, the costliest first
+    (:func:`longest_first`; the results depend on neither). Returns the results in the order
+    of ``recipes``.
 
     >>> rs = run_lm(["fp32"], steps=1, d_model=16, n_heads=2, n_layers=1, context=8,
     ...             batch_size=2, eval_batches=1, final_eval_batches=1, warmup=0)
@@ -698,5 +737,5 @@ def run_lm(recipes: Sequence[str] | None = None, quick: bool = False, seed: int 
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context()) as pool:
-        futures = [pool.submit(train_lm, n, cfg) for n in names]
-        return [f.result() for f in futures]
+        futures = {i: pool.submit(train_lm, names[i], cfg) for i in longest_first(names)}
+        return [futures[i].result() for i in range(len(names))]
