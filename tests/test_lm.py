@@ -174,6 +174,25 @@ def test_jobs_do_not_change_results():
         assert a.histograms == b.histograms
 
 
+def test_jobs_share_the_parents_text(monkeypatch, tmp_path):
+    # every process that loads the text writes its id: only the parent does (forked workers
+    # would run this patched loader too)
+    import os
+
+    from fpsim.training import lm
+
+    real = lm.load_text
+
+    def spy():
+        with open(tmp_path / "loads", "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return real()
+
+    monkeypatch.setattr(lm, "load_text", spy)
+    run_lm(["fp32", "bf16"], jobs=2, **TINY)
+    assert (tmp_path / "loads").read_text().split() == [str(os.getpid())]
+
+
 def test_expected_costs_cover_every_recipe():
     assert set(QUICK_CPU_S) == set(LM_RECIPES)
     assert longest_first(list(LM_RECIPES))[0] == list(LM_RECIPES).index("nvfp4")
