@@ -110,6 +110,32 @@ def test_scaling_and_formats_measured(tiny_runs):
         assert set(r.histograms) == {"start", "end"}
 
 
+@pytest.mark.parametrize("recipe", ["mixed-fp16", "mxfp8"])
+def test_histograms_of_the_kept_steps_only(monkeypatch, recipe):
+    """The histograms are drawn on the first and the last sampled step only: the same as
+    drawing them on every sampled step (the route before), where each step's replaced the
+    previous one's."""
+    from fpsim.training import lm
+
+    kw = {**TINY, "steps": 4}  # sampled steps 0 to 3: histograms of 0 and 3
+    fast = train_lm(recipe, **kw)
+    real, seen = lm._measure, []
+
+    def every_step(*args):
+        args = list(args)
+        seen.append(args[11] is not None)
+        if args[11] is None:  # the dict the kept steps fill (step 0 has it first)
+            args[11] = every_step.hists
+        every_step.hists = args[11]
+        return real(*args)
+
+    monkeypatch.setattr(lm, "_measure", every_step)
+    slow = train_lm(recipe, **kw)
+    assert seen == [True, False, False, True]
+    assert fast.histograms == slow.histograms
+    assert fast.histograms["end"]["step"] == 3 and fast.histograms["start"]["step"] == 0
+
+
 def test_low_precision_linears_swapped_and_measured():
     runs = run_lm(["fp8-delayed", "fp8-blockwise", "mxfp8", "mxfp8-floor", "nvfp4"], **TINY)
     for r in runs:

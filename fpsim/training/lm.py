@@ -524,6 +524,9 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
     measured_steps = [s for s in range(cfg.steps) if s % cfg.measure_every == 0]
     if cfg.steps - 1 not in measured_steps:
         measured_steps.append(cfg.steps - 1)
+    # the histograms kept: the first and the last sampled step's (those of the steps between
+    # would be replaced by the next one's)
+    hist_steps = {measured_steps[0], measured_steps[-1]}
 
     def evaluate(ids: np.ndarray, st: np.ndarray) -> float:
         model.eval()  # FP8Linear records no amax outside training
@@ -571,13 +574,14 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
                 bad = any(not np.isfinite(g).all() for g in grads.values())
                 if measured:
                     _measure(recipe, rec, srec, shadow, shadow_params, params, grads, x, y,
-                             scale, counts, hists, step, scores, swapped)
+                             scale, counts, hists if step in hist_steps else None, step,
+                             scores, swapped)
         else:
             grads = {n: p.grad for n, p in params.items() if p.grad is not None}
             bad = any(not np.isfinite(g).all() for g in grads.values())
             if measured:
                 _measure(recipe, rec, srec, shadow, shadow_params, params, grads, x, y, scale,
-                         counts, hists, step, scores, swapped)
+                         counts, hists if step in hist_steps else None, step, scores, swapped)
         nonfinite += bad
         if bad and first_bad is None:
             first_bad = step + 1
@@ -631,9 +635,10 @@ def _hist(values: np.ndarray) -> dict[str, Any]:
 
 def _measure(recipe: LMRecipe, rec: OutputRecorder, srec: OutputRecorder, shadow: Any,
              shadow_params: dict, params: dict, grads: dict, x: np.ndarray, y: np.ndarray,
-             scale: float, counts: dict[str, _Counts], hists: dict, step: int,
+             scale: float, counts: dict[str, _Counts], hists: dict | None, step: int,
              scores: dict[str, np.ndarray], swapped: dict[str, Any]) -> None:
-    """The exact fp64 shadow of this step and the counts against it (module docstring)."""
+    """The exact fp64 shadow of this step and the counts against it (module docstring); the
+    step's histograms into ``hists`` unless it is None."""
     for name, p in params.items():
         shadow_params[name].data = p.numpy(np.float64)
     shadow.zero_grad()
@@ -662,7 +667,7 @@ def _measure(recipe: LMRecipe, rec: OutputRecorder, srec: OutputRecorder, shadow
             pairs.append(("activations", f"{name}.out", s.grad, q))
     srec.outputs = {}
     phase = "start" if step == 0 else "end"
-    if phase == "end" or "start" not in hists:
+    if hists is not None:
         hists[phase] = {"step": step, "scale": scale, "grads": {}, "formats": {},
                         "scores": {k: _hist(v) for k, v in scores.items()}}
     for kind, name, exact, fmt in pairs:
@@ -671,8 +676,9 @@ def _measure(recipe: LMRecipe, rec: OutputRecorder, srec: OutputRecorder, shadow
         counts["all"].add(z, o, n)
         counts[kind].add(z, o, n)
         counts.setdefault(name, _Counts()).add(z, o, n)
-        hists[phase]["grads"][name] = _hist(exact)
-        hists[phase]["formats"][name] = fmt.name if isinstance(fmt, Format) else fmt.name
+        if hists is not None:
+            hists[phase]["grads"][name] = _hist(exact)
+            hists[phase]["formats"][name] = fmt.name
 
 
 # Each recipe's CPU seconds in the quick configuration (the runs' own cpu_time_s, all twelve
