@@ -11,7 +11,16 @@ import pytest
 
 from fpsim.cli import main
 from fpsim.training import lm_report
-from fpsim.training.lm import LMConfig, batch_offsets, lm_config, run_lm, train_lm
+from fpsim.training.lm import (
+    QUICK_CPU_S,
+    LMConfig,
+    batch_offsets,
+    expected_cost,
+    lm_config,
+    longest_first,
+    run_lm,
+    train_lm,
+)
 from fpsim.training.lm_recipes import LM_RECIPES, get_lm_recipe, parse_recipes
 
 TINY = dict(steps=3, d_model=16, n_heads=2, n_layers=1, context=8, batch_size=4,
@@ -101,6 +110,32 @@ def test_scaling_and_formats_measured(tiny_runs):
         assert set(r.histograms) == {"start", "end"}
 
 
+@pytest.mark.parametrize("recipe", ["mixed-fp16", "mxfp8"])
+def test_histograms_of_the_kept_steps_only(monkeypatch, recipe):
+    """The histograms are drawn on the first and the last sampled step only: the same as
+    drawing them on every sampled step (the route before), where each step's replaced the
+    previous one's."""
+    from fpsim.training import lm
+
+    kw = {**TINY, "steps": 4}  # sampled steps 0 to 3: histograms of 0 and 3
+    fast = train_lm(recipe, **kw)
+    real, seen = lm._measure, []
+
+    def every_step(*args):
+        args = list(args)
+        seen.append(args[11] is not None)
+        if args[11] is None:  # the dict the kept steps fill (step 0 has it first)
+            args[11] = every_step.hists
+        every_step.hists = args[11]
+        return real(*args)
+
+    monkeypatch.setattr(lm, "_measure", every_step)
+    slow = train_lm(recipe, **kw)
+    assert seen == [True, False, False, True]
+    assert fast.histograms == slow.histograms
+    assert fast.histograms["end"]["step"] == 3 and fast.histograms["start"]["step"] == 0
+
+
 def test_low_precision_linears_swapped_and_measured():
     runs = run_lm(["fp8-delayed", "fp8-blockwise", "mxfp8", "mxfp8-floor", "nvfp4"], **TINY)
     for r in runs:
@@ -152,12 +187,46 @@ def test_recipe_gemms_run_under_its_accumulation_model(monkeypatch, recipe, kind
 
 
 def test_jobs_do_not_change_results():
-    one = run_lm(["fp32", "bf16-sr"], jobs=1, **TINY)
-    two = run_lm(["fp32", "bf16-sr"], jobs=2, **TINY)
+    # the pool starts nvfp4, then bf16-sr, then fp32 (longest first); results in this order
+    names = ["fp32", "bf16-sr", "nvfp4"]
+    assert longest_first(names) == [2, 1, 0]
+    one = run_lm(names, jobs=1, **TINY)
+    two = run_lm(names, jobs=2, **TINY)
+    assert [r.recipe for r in one] == [r.recipe for r in two] == names
     for a, b in zip(one, two, strict=True):
-        assert a.recipe == b.recipe
         assert np.array_equal(a.step_loss, b.step_loss)
-        assert a.val_loss == b.val_loss
+        assert a.val_loss == b.val_loss and a.train_loss == b.train_loss
+        assert a.grad == b.grad and a.updates == b.updates
+        assert a.histograms == b.histograms
+
+
+def test_jobs_share_the_parents_text(monkeypatch, tmp_path):
+    # every process that loads the text writes its id: only the parent does (forked workers
+    # would run this patched loader too)
+    import os
+
+    from fpsim.training import lm
+
+    real = lm.load_text
+
+    def spy():
+        with open(tmp_path / "loads", "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return real()
+
+    monkeypatch.setattr(lm, "load_text", spy)
+    run_lm(["fp32", "bf16"], jobs=2, **TINY)
+    assert (tmp_path / "loads").read_text().split() == [str(os.getpid())]
+
+
+def test_expected_costs_cover_every_recipe():
+    assert set(QUICK_CPU_S) == set(LM_RECIPES)
+    assert longest_first(list(LM_RECIPES))[0] == list(LM_RECIPES).index("nvfp4")
+    assert longest_first(list(LM_RECIPES))[-1] == 0  # fp32, the cheapest
+    assert longest_first(["bf16", "bf16"]) == [0, 1]  # ties keep their order
+    assert expected_cost("fp32-dgemm") == max(QUICK_CPU_S.values())  # not measured: early
+    with pytest.raises(ValueError, match="unknown lm recipe"):
+        expected_cost("fp33")
 
 
 def test_cli_refuses_bad_arguments_before_training(tmp_path, capsys):

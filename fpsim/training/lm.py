@@ -61,7 +61,8 @@ from .lm_recipes import LMRecipe, get_lm_recipe
 
 __all__ = ["LMConfig", "LMRunResult", "LM_QUICK", "LM_FULL", "lm_config", "train_lm",
            "without_key_bias_noise",
-           "run_lm", "batch_offsets", "attention_logits", "HIST_BINS"]
+           "run_lm", "batch_offsets", "attention_logits", "HIST_BINS", "QUICK_CPU_S",
+           "expected_cost", "longest_first"]
 
 HIST_BINS = range(-80, 21)  # exponents of the histograms (others counted below / above)
 
@@ -523,6 +524,9 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
     measured_steps = [s for s in range(cfg.steps) if s % cfg.measure_every == 0]
     if cfg.steps - 1 not in measured_steps:
         measured_steps.append(cfg.steps - 1)
+    # the histograms kept: the first and the last sampled step's (those of the steps between
+    # would be replaced by the next one's)
+    hist_steps = {measured_steps[0], measured_steps[-1]}
 
     def evaluate(ids: np.ndarray, st: np.ndarray) -> float:
         model.eval()  # FP8Linear records no amax outside training
@@ -570,13 +574,14 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
                 bad = any(not np.isfinite(g).all() for g in grads.values())
                 if measured:
                     _measure(recipe, rec, srec, shadow, shadow_params, params, grads, x, y,
-                             scale, counts, hists, step, scores, swapped)
+                             scale, counts, hists if step in hist_steps else None, step,
+                             scores, swapped)
         else:
             grads = {n: p.grad for n, p in params.items() if p.grad is not None}
             bad = any(not np.isfinite(g).all() for g in grads.values())
             if measured:
                 _measure(recipe, rec, srec, shadow, shadow_params, params, grads, x, y, scale,
-                         counts, hists, step, scores, swapped)
+                         counts, hists if step in hist_steps else None, step, scores, swapped)
         nonfinite += bad
         if bad and first_bad is None:
             first_bad = step + 1
@@ -630,9 +635,10 @@ def _hist(values: np.ndarray) -> dict[str, Any]:
 
 def _measure(recipe: LMRecipe, rec: OutputRecorder, srec: OutputRecorder, shadow: Any,
              shadow_params: dict, params: dict, grads: dict, x: np.ndarray, y: np.ndarray,
-             scale: float, counts: dict[str, _Counts], hists: dict, step: int,
+             scale: float, counts: dict[str, _Counts], hists: dict | None, step: int,
              scores: dict[str, np.ndarray], swapped: dict[str, Any]) -> None:
-    """The exact fp64 shadow of this step and the counts against it (module docstring)."""
+    """The exact fp64 shadow of this step and the counts against it (module docstring); the
+    step's histograms into ``hists`` unless it is None."""
     for name, p in params.items():
         shadow_params[name].data = p.numpy(np.float64)
     shadow.zero_grad()
@@ -661,7 +667,7 @@ def _measure(recipe: LMRecipe, rec: OutputRecorder, srec: OutputRecorder, shadow
             pairs.append(("activations", f"{name}.out", s.grad, q))
     srec.outputs = {}
     phase = "start" if step == 0 else "end"
-    if phase == "end" or "start" not in hists:
+    if hists is not None:
         hists[phase] = {"step": step, "scale": scale, "grads": {}, "formats": {},
                         "scores": {k: _hist(v) for k, v in scores.items()}}
     for kind, name, exact, fmt in pairs:
@@ -670,15 +676,54 @@ def _measure(recipe: LMRecipe, rec: OutputRecorder, srec: OutputRecorder, shadow
         counts["all"].add(z, o, n)
         counts[kind].add(z, o, n)
         counts.setdefault(name, _Counts()).add(z, o, n)
-        hists[phase]["grads"][name] = _hist(exact)
-        hists[phase]["formats"][name] = fmt.name if isinstance(fmt, Format) else fmt.name
+        if hists is not None:
+            hists[phase]["grads"][name] = _hist(exact)
+            hists[phase]["formats"][name] = fmt.name
+
+
+# Each recipe's CPU seconds in the quick configuration (the runs' own cpu_time_s, all twelve
+# recipes with two jobs on the idle 2-core machine, 2026-12-07: docs/lm.md, "The fp32 recipe
+# on sgemm"). Only their ratios matter: run_lm starts the costliest recipes first.
+QUICK_CPU_S: dict[str, float] = {
+    "fp32": 9.4, "fp16": 18.3, "fp16-master": 24.1, "mixed-fp16": 22.8, "mixed-bf16": 16.8,
+    "bf16": 17.5, "bf16-sr": 20.7, "fp8-delayed": 17.8, "fp8-blockwise": 20.5, "mxfp8": 22.9,
+    "mxfp8-floor": 22.1, "nvfp4": 24.8}
+
+
+def expected_cost(name: str) -> float:
+    """The relative CPU cost of training recipe ``name`` (:data:`QUICK_CPU_S`). NVFP4's
+    ablations cost nvfp4's (the same layers); a recipe not measured costs the most measured
+    one's, so that it starts early (a long run started last stretches the whole run most).
+
+    >>> expected_cost("fp32") < expected_cost("nvfp4") == expected_cost("nvfp4-no-rht")
+    True
+    """
+    recipe = get_lm_recipe(name)
+    if recipe.name in QUICK_CPU_S:
+        return QUICK_CPU_S[recipe.name]
+    if recipe.linear in QUICK_CPU_S:
+        return QUICK_CPU_S[recipe.linear]
+    return max(QUICK_CPU_S.values())
+
+
+def longest_first(names: Sequence[str]) -> list[int]:
+    """The indices of ``names`` by decreasing :func:`expected_cost`, ties in their order: the
+    longest-processing-time-first order, in which a pool of workers that each take the next
+    job when free ends its last jobs closest together.
+
+    >>> longest_first(["fp32", "nvfp4", "bf16"])
+    [1, 2, 0]
+    """
+    costs = [expected_cost(n) for n in names]
+    return sorted(range(len(names)), key=lambda i: -costs[i])
 
 
 def run_lm(recipes: Sequence[str] | None = None, quick: bool = False, seed: int = 0,
            jobs: int = 1, **overrides: Any) -> list[LMRunResult]:
     """Train each recipe (all by default) with the same seed, batches and hyper-parameters;
-    ``jobs`` > 1 trains them in that many processes (the results do not depend on it).
-    Returns the results in the order of ``recipes``.
+    ``jobs`` > 1 trains them in that many processes, the costliest first
+    (:func:`longest_first`; the results depend on neither). Returns the results in the order
+    of ``recipes``.
 
     >>> rs = run_lm(["fp32"], steps=1, d_model=16, n_heads=2, n_layers=1, context=8,
     ...             batch_size=2, eval_batches=1, final_eval_batches=1, warmup=0)
@@ -691,12 +736,14 @@ def run_lm(recipes: Sequence[str] | None = None, quick: bool = False, seed: int 
     cfg = lm_config(quick, seed=seed, **overrides)
     cfg.validate()
     jobs = min(as_int("jobs", jobs, 1), len(names))
+    # the text once, for every job: decompressing it costs ~25 ms, sending it ~1 ms
+    data = load_text()
     if jobs <= 1:
-        data = load_text()
         return [train_lm(n, cfg, data=data) for n in names]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context()) as pool:
-        futures = [pool.submit(train_lm, n, cfg) for n in names]
-        return [f.result() for f in futures]
+        futures = {i: pool.submit(train_lm, names[i], cfg, data=data)
+                   for i in longest_first(names)}
+        return [futures[i].result() for i in range(len(names))]
