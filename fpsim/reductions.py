@@ -406,82 +406,34 @@ def _kahan_rows(steps, take=None):
     return row_sum
 
 
-def _kahan_fast(add, fl: list[int], c: OpContext):
-    """The Kahan order's row sum for :func:`_python_rows` in a deterministic mode, the
-    common case of each operation inline (see above), ``add`` (the Python-float adder of
-    ``c``, flag cell ``fl``) for the rest; :func:`_kahan_row` where that does not apply."""
-    fmt, mode = c.result.fmt, c.result.rounding
-    if not _kahan_fast_ok(c):
-        return _kahan_row(add)
-    m = fmt.mantissa_bits
-    K = 2.0 ** (52 - m)  # ulp(v) * K: v's quantum in the format
-    qlo, qhi = 2.0 ** (fmt.emin - m), 2.0 ** (fmt.emax - m)
-    P = 2.0 ** (m + 1)  # a multiple of q below q * P has at most p bits
-    two_sum = not plan_for(fmt).add_exact
-    ulp, inf = math.ulp, math.inf
-    ne, odd = mode is Rounding.NEAREST_EVEN, mode is Rounding.ODD
-    # v > 0 (< 0) goes up from its floor when v % q > hp * q (hn * q); at a tie (0.5 q)
-    # when the floor is odd (ne) or v > 0 (nearest away); round to odd: when the floor is even
-    hp, hn = {Rounding.UP: (0.0, 0.0), Rounding.DOWN: (2.0, 2.0), Rounding.ODD: (2.0, 2.0),
-              Rounding.TOWARD_ZERO: (2.0, 0.0)}.get(mode, (0.5, 0.5))
-    zd = -0.0 if mode is Rounding.DOWN and fmt.nan_encoding is not NaNEncoding.FNUZ else 0.0
-    inexact_f, over_f = int(Flags.INEXACT), int(Flags.OVERFLOW | Flags.INEXACT)
-    # the top binade inline too: a result beyond fmax is fmax where the adder's overflow
-    # gives fmax for its sign (saturating sums: fp8's e4m3 in toward-zero and odd rounding)
-    fmax, top = fmt.max, 2.0**fmt.emax
-    sat = c.result.overflow is Overflow.SATURATE or fmt.nan_encoding is NaNEncoding.NONE
-    max_pos = sat or mode in (Rounding.TOWARD_ZERO, Rounding.ODD, Rounding.DOWN)
-    max_neg = sat or mode in (Rounding.TOWARD_ZERO, Rounding.ODD, Rounding.UP)
-
-    def binade_of(s: float):
-        """(sign, L, H, Q, th, Qt, sH): th, the magnitude's threshold in s's binade (as hp,
-        hn); Qt: s + y is exact in float64 when y is a multiple of Qt; sH = sign * H, the
-        binade's signed top. L = inf: none."""
-        b = _binade(s, fmt) if s - s == 0.0 else None
-        if b is None:
-            if not (s - s == 0.0 and top <= (-s if s < 0 else s) <= fmax):
-                return 1.0, inf, 0.0, 1.0, 0.0, 0.0, 0.0
-            b = -1.0 if s < 0 else 1.0, top, inf, qhi  # the top binade: t > fmax checked
-        sg, L, H, Q = b
-        away = (mode is Rounding.UP and sg > 0) or (mode is Rounding.DOWN and sg < 0)
-        return (sg, L, H, Q, (0.0 if away else 0.5 if hp == 0.5 else 2.0) * Q, L * 2.0**-52,
-                sg * H)
-
-    binade = _memo(binade_of)
-
-    # the steps' constants, read as locals (faster than closure cells in the loop)
-    consts = (K, qlo, qhi, P, two_sum, ulp, inf, ne, odd, hp, hn, zd, fmax, max_pos, max_neg,
-              add, binade)
-
-    def steps(s: float, comp: float, xs: list) -> tuple[float, float]:
-        (K, qlo, qhi, P, two_sum, ulp, inf, ne, odd, hp, hn, zd, fmax, max_pos, max_neg,
-         add, binade) = consts
-        ix = ov = False
-        sg, L, H, Q, th, Qt, sH = binade(s)
-        for x in xs:
-            v = x - comp  # y = fl(x - comp); exact in float64 when x - v == comp (that is
-            q1 = ulp(v) * K  # fl(v - x) == -comp: rounding is symmetric) and v + comp == x
-            if qlo <= q1 < inf and (not two_sum or (x - v == comp and v + comp == x)):
-                rem = v % q1
-                if rem:
-                    y = v - rem
-                    h = (hp if v > 0 else hn) * q1
-                    if (rem > h or (rem == h and ((y / q1) % 2.0 == 1.0 if ne else v > 0))
-                            or (odd and (y / q1) % 2.0 == 0.0)):
-                        y += q1
-                    ix = True
-                else:
-                    y = v
-                if q1 >= qhi and not -fmax <= y <= fmax:  # overflow
-                    if max_pos if y > 0 else max_neg:
-                        y, ov = (fmax if y > 0 else -fmax), True
-                    else:
-                        y, q1 = add(x, -comp), 0.0
-            else:
-                y, q1 = add(x, -comp), 0.0
-            u = s + y  # t = fl(s + y), in s's binade
+# The inline steps' source, specialised per rounding mode: the loop below is written once;
+# each rounding in it is one of _ROUNDINGS' lines (and _T_BINADE's block), chosen by the mode
+# and compiled once per (mode, two_sum), as the stdlib's dataclasses generate code. In a
+# directed mode most of the general rounding's comparisons are constant-false: its rounding
+# is a floor (v - v % q: Python's float % takes the divisor's sign, so rem is in [0, q),
+# exact), plus q where it goes up. Also only there: float64's rounding to nearest of an
+# inexact x - comp (or s + y) cannot cross a multiple of q (a float64 value), so a directed
+# rounding of it with rem != 0 is the exact value's; the exactness checks run where rem == 0.
+# Nearest and odd rounding keep the general lines.
+_ROUNDINGS = {  # {out} = {val} rounded to a multiple of {q}, given rem = {val} % {q} != 0
+    "general": ("{out} = {val} - rem",
+                "h = (hp if {val} > 0 else hn) * {q}",
+                "if (rem > h or (rem == h and (({out} / {q}) % 2.0 == 1.0 if ne else {val} > 0))",
+                "        or (odd and ({out} / {q}) % 2.0 == 0.0)):",
+                "    {out} += {q}"),
+    Rounding.DOWN: ("{out} = {val} - rem",),
+    Rounding.UP: ("{out} = {val} - rem + {q}",),
+    Rounding.TOWARD_ZERO: ("{out} = {val} - rem + {q} if {val} < 0 else {val} - rem",),
+}
+# t = fl(s + y) in s's binade (L <= a < H), rounded to a multiple of its quantum Q. General:
+# on its magnitude a, th the binade's threshold. Directed modes: L <= u < H, the binade's
+# signed bounds (the top binade's end at fmax: beyond, the walk below takes u), th =
+# 1.5 * 2**52 * Q, so u + th - th is u rounded to the nearest multiple of Q by float64's own
+# add (fewer operations than a % Q), moved a Q down or up to the directed side
+_T_BINADE = {
+    "general": """\
             a = u * sg
-            if L <= a < H and (not two_sum or q1 >= Qt):
+            if L <= a < H{t_exact_first}:
                 rem = a % Q
                 if rem:
                     t = a - rem
@@ -496,23 +448,71 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                         t = add(s, y)
                         comp = add(add(t, -s), -y)
                         s = t
-                        sg, L, H, Q, th, Qt, sH = binade(s)
+                        sg, L, H, Q, th, Qt, Qr, sH = binade(s)
                         continue
                     t, ov = fmax, True
-                t *= sg
-                d = t - s or zd  # exact (Sterbenz)
+                t *= sg""",
+    "directed": """\
+            if L <= u < H:
+                t = u + th - th
+                if t != u:
+                    if {t_beyond}:
+                        t {t_back}
+                    ix = True{t_exact_late}
+                if q1 >= Qr:  # c = t - (s + y), s + y exact: |c| < Q <= q1 * 2**(m+1)
+                    comp = (t - s) - y or zd
+                    s = t
+                    if t == sH:  # rounded to the top of the binade
+                        sg, L, H, Q, th, Qt, Qr, sH = binade(s)
+                    continue""",
+}
+_T_DIRECTED = {  # (t beyond u on the wrong side, the step back)
+    Rounding.DOWN: ("t > u", "-= Q"),
+    Rounding.UP: ("t < u", "+= Q"),
+    Rounding.TOWARD_ZERO: ("(t > u) if sg > 0 else (t < u)", "-= sg * Q"),
+}
+
+_KAHAN_STEPS_SRC = '''
+def make_steps(consts, fl, inexact_f, over_f):
+    def steps(s, comp, xs):
+        (K, qlo, qhi, P, ulp, inf, ne, odd, hp, hn, zd, fmax, max_pos, max_neg,
+         add, binade) = consts
+        ix = ov = False
+        sg, L, H, Q, th, Qt, Qr, sH = binade(s)
+        for x in xs:
+            v = x - comp  # y = fl(x - comp); exact in float64 when x - v == comp (that is
+            q1 = ulp(v) * K  # fl(v - x) == -comp: rounding is symmetric) and v + comp == x
+            if qlo <= q1 < qhi{y_exact_first}:
+                rem = v % q1
+                if rem:
+{round_y}
+                    ix = True{y_exact_late}
+                else:
+                    y = v
+            elif qhi <= q1 < inf{y_exact_top}:  # the top binade
+                rem = v % q1
+                if rem:
+{round_y}
+                    ix = True
+                else:
+                    y = v
+                if not -fmax <= y <= fmax:  # overflow
+                    if max_pos if y > 0 else max_neg:
+                        y, ov = (fmax if y > 0 else -fmax), True
+                    else:
+                        y, q1 = add(x, -comp), 0.0
+            else:
+                y, q1 = add(x, -comp), 0.0
+            u = s + y  # t = fl(s + y), in s's binade
+{t_binade}
+                d = t - s{or_zd}  # exact (Sterbenz)
                 r = (Q if Q < q1 else q1) * P
                 moved = t == sH  # rounded up to the top of the binade
-            elif (s and y and qlo <= (qt := ulp(u) * K) < inf
-                  and (not two_sum or (u - s == y and u - y == s))):
+            elif (s and y and qlo <= (qt := ulp(u) * K) < inf{u_exact}):
                 # t leaves s's binade (a walk across a power of two): rounded as y above
                 rem = u % qt
                 if rem:
-                    t = u - rem
-                    h = (hp if u > 0 else hn) * qt
-                    if (rem > h or (rem == h and ((t / qt) % 2.0 == 1.0 if ne else u > 0))
-                            or (odd and (t / qt) % 2.0 == 0.0)):
-                        t += qt
+{round_u}
                     ix = True
                 else:
                     t = u
@@ -521,36 +521,29 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                         t = add(s, y)
                         comp = add(add(t, -s), -y)
                         s = t
-                        sg, L, H, Q, th, Qt, sH = binade(s)
+                        sg, L, H, Q, th, Qt, Qr, sH = binade(s)
                         continue
                     t, ov = (fmax if u > 0 else -fmax), True
-                d = t - s or zd
+                d = t - s{or_zd}
                 qd = ulp(d) * K
-                if d and not (qlo <= qd < qhi and not d % qd
-                              and (not two_sum or (d + s == t and t - d == s))):
+                if d and not (qlo <= qd < qhi and not d % qd{d_exact}):
                     d = add(t, -s)  # not a normal value of the format, or inexact
                 r, moved = 0.0, True
             else:
                 t = add(s, y)
                 comp = add(add(t, -s), -y)
                 s = t
-                sg, L, H, Q, th, Qt, sH = binade(s)
+                sg, L, H, Q, th, Qt, Qr, sH = binade(s)
                 continue
             w = d - y
             if w and -r < w < r:
                 comp = w  # exact
             elif not w and y:
                 comp = zd
-            elif (w and qlo <= (qw := ulp(w) * K) < qhi
-                  and (not two_sum or (w + y == d and d - w == y))):
+            elif w and qlo <= (qw := ulp(w) * K) < qhi{w_exact}:
                 rem = w % qw  # c = fl(d - y) rounded inline as y above (directed modes
                 if rem:  # leave a c of more than p bits after each add that rounds up)
-                    comp = w - rem
-                    h = (hp if w > 0 else hn) * qw
-                    if (rem > h or (rem == h and ((comp / qw) % 2.0 == 1.0 if ne
-                                                  else w > 0))
-                            or (odd and (comp / qw) % 2.0 == 0.0)):
-                        comp += qw
+{round_w}
                     ix = True
                 else:
                     comp = w
@@ -558,14 +551,119 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                 comp = add(d, -y)
             s = t
             if moved:
-                sg, L, H, Q, th, Qt, sH = binade(s)
+                sg, L, H, Q, th, Qt, Qr, sH = binade(s)
         if ix:
             fl[0] |= inexact_f
         if ov:
             fl[0] |= over_f
         return s, comp
 
-    return _kahan_rows(steps)
+    return steps
+'''
+
+_KAHAN_STEPS: dict = {}  # (mode, two_sum) -> make_steps
+
+
+def _kahan_steps(mode: Rounding, two_sum: bool):
+    """``make_steps(consts, fl, inexact_f, over_f) -> steps``: _KAHAN_STEPS_SRC for the mode
+    and whether float64's sums need the exactness checks, compiled on first use."""
+    key = (mode, two_sum)
+    if key not in _KAHAN_STEPS:
+        directed = mode in _ROUNDINGS
+
+        def rounding(out: str, val: str, q: str) -> str:
+            lines = _ROUNDINGS[mode if directed else "general"]
+            return "\n".join(" " * 20 + ln.format(out=out, val=val, q=q) for ln in lines)
+
+        ts = two_sum
+        fields = {
+            "round_y": rounding("y", "v", "q1"),
+            "round_u": rounding("t", "u", "qt"),
+            "round_w": rounding("comp", "w", "qw"),
+            "y_exact_first": "" if directed or not ts else
+            " and (x - v == comp and v + comp == x)",
+            "y_exact_top": " and (x - v == comp and v + comp == x)" if ts else "",
+            "y_exact_late": "" if not (directed and ts) else
+            "\n                elif not (x - v == comp and v + comp == x):"
+            "\n                    y, q1 = add(x, -comp), 0.0",
+            "t_exact_first": "" if directed or not ts else " and q1 >= Qt",
+            "t_exact_late": "" if not (directed and ts) else
+            "\n                elif q1 < Qt:  # s + y may be inexact in float64"
+            "\n                    t = add(s, y)"
+            "\n                    comp = add(add(t, -s), -y)"
+            "\n                    s = t"
+            "\n                    sg, L, H, Q, th, Qt, Qr, sH = binade(s)"
+            "\n                    continue",
+            "u_exact": " and (u - s == y and u - y == s)" if ts else "",
+            "d_exact": " and d + s == t and t - d == s" if ts else "",
+            "w_exact": " and w + y == d and d - w == y" if ts else "",
+            "or_zd": " or zd" if mode is Rounding.DOWN else "",
+        }
+        t_binade = _T_BINADE["directed" if directed else "general"]
+        beyond, back = _T_DIRECTED.get(mode, ("", ""))
+        fields["t_binade"] = t_binade.format(t_beyond=beyond, t_back=back, **fields)
+        ns: dict = {}
+        exec(compile(_KAHAN_STEPS_SRC.format(**fields), f"<kahan steps {mode.name}>", "exec"),
+             ns)
+        _KAHAN_STEPS[key] = ns["make_steps"]
+    return _KAHAN_STEPS[key]
+
+
+def _kahan_fast(add, fl: list[int], c: OpContext):
+    """The Kahan order's row sum for :func:`_python_rows` in a deterministic mode, the
+    common case of each operation inline (see above; the steps' source: _kahan_steps),
+    ``add`` (the Python-float adder of ``c``, flag cell ``fl``) for the rest;
+    :func:`_kahan_row` where that does not apply."""
+    fmt, mode = c.result.fmt, c.result.rounding
+    if not _kahan_fast_ok(c):
+        return _kahan_row(add)
+    m = fmt.mantissa_bits
+    K = 2.0 ** (52 - m)  # ulp(v) * K: v's quantum in the format
+    qlo, qhi = 2.0 ** (fmt.emin - m), 2.0 ** (fmt.emax - m)
+    P = 2.0 ** (m + 1)  # a multiple of q below q * P has at most p bits
+    two_sum = not plan_for(fmt).add_exact
+    ulp, inf, next_up = math.ulp, math.inf, lambda v: math.nextafter(v, math.inf)
+    ne, odd = mode is Rounding.NEAREST_EVEN, mode is Rounding.ODD
+    directed = mode in _ROUNDINGS
+    # v > 0 (< 0) goes up from its floor when v % q > hp * q (hn * q); at a tie (0.5 q)
+    # when the floor is odd (ne) or v > 0 (nearest away); round to odd: when the floor is even
+    hp, hn = {Rounding.UP: (0.0, 0.0), Rounding.DOWN: (2.0, 2.0), Rounding.ODD: (2.0, 2.0),
+              Rounding.TOWARD_ZERO: (2.0, 0.0)}.get(mode, (0.5, 0.5))
+    zd = -0.0 if mode is Rounding.DOWN and fmt.nan_encoding is not NaNEncoding.FNUZ else 0.0
+    inexact_f, over_f = int(Flags.INEXACT), int(Flags.OVERFLOW | Flags.INEXACT)
+    # the top binade inline too: a result beyond fmax is fmax where the adder's overflow
+    # gives fmax for its sign (saturating sums: fp8's e4m3 in toward-zero and odd rounding)
+    fmax, top = fmt.max, 2.0**fmt.emax
+    sat = c.result.overflow is Overflow.SATURATE or fmt.nan_encoding is NaNEncoding.NONE
+    max_pos = sat or mode in (Rounding.TOWARD_ZERO, Rounding.ODD, Rounding.DOWN)
+    max_neg = sat or mode in (Rounding.TOWARD_ZERO, Rounding.ODD, Rounding.UP)
+
+    def binade_of(s: float):
+        """(sign, L, H, Q, th, Qt, Qr, sH): th, the magnitude's threshold in s's binade (as
+        hp, hn); Qt: s + y is exact in float64 when y is a multiple of Qt; sH = sign * H,
+        the binade's signed top. L = inf: none. Directed modes (_T_BINADE): L, H the signed
+        bounds (L <= u < H), the top binade's ending at fmax, th = 1.5 * 2**52 * Q, and
+        Qr: c = t - (s + y) is exact (and in the format) when y is a multiple of Qr."""
+        b = _binade(s, fmt) if s - s == 0.0 else None
+        if b is None:
+            if not (s - s == 0.0 and top <= (-s if s < 0 else s) <= fmax):
+                return 1.0, inf, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0
+            b = -1.0 if s < 0 else 1.0, top, inf, qhi  # the top binade: t > fmax checked
+        sg, L, H, Q = b
+        if directed:
+            lo, hi = (L, min(H, next_up(fmax))) if sg > 0 else (max(-H, -fmax), -L)
+            if sg < 0:  # -H < u <= -L
+                lo, hi = next_up(lo) if lo == -H else lo, next_up(hi)
+            return (sg, lo, hi, Q, 1.5 * 2.0**52 * Q, L * 2.0**-52,
+                    max(Q / P, L * 2.0**-52), sg * H)
+        away = (mode is Rounding.UP and sg > 0) or (mode is Rounding.DOWN and sg < 0)
+        return (sg, L, H, Q, (0.0 if away else 0.5 if hp == 0.5 else 2.0) * Q, L * 2.0**-52,
+                inf, sg * H)
+
+    # the steps' constants, read as locals (faster than closure cells in the loop)
+    consts = (K, qlo, qhi, P, ulp, inf, ne, odd, hp, hn, zd, fmax, max_pos, max_neg,
+              add, _memo(binade_of))
+    return _kahan_rows(_kahan_steps(mode, two_sum)(consts, fl, inexact_f, over_f))
 
 
 def _sequential_runs(add, fl: list[int], c: OpContext):
