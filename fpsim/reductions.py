@@ -408,13 +408,14 @@ def _kahan_rows(steps, take=None):
 
 # The inline steps' source, specialised per rounding mode: the loop below is written once;
 # each rounding in it is one of _ROUNDINGS' lines (and _T_BINADE's block), chosen by the mode
-# and compiled once per (mode, two_sum), as the stdlib's dataclasses generate code. In a
-# directed mode most of the general rounding's comparisons are constant-false: its rounding
+# and compiled once per (mode, two_sum), as the stdlib's dataclasses generate code. The
+# tie-free modes (directed, odd: v's neighbour taken by a rule that never compares v % q with
+# q / 2) leave most of the general rounding's comparisons constant-false: a directed rounding
 # is a floor (v - v % q: Python's float % takes the divisor's sign, so rem is in [0, q),
 # exact), plus q where it goes up. Also only there: float64's rounding to nearest of an
-# inexact x - comp (or s + y) cannot cross a multiple of q (a float64 value), so a directed
-# rounding of it with rem != 0 is the exact value's; the exactness checks run where rem == 0.
-# Nearest and odd rounding keep the general lines.
+# inexact x - comp (or s + y) cannot cross a multiple of q (a float64 value), so with
+# rem != 0 it rounds as the exact value does; the exactness checks run where rem == 0.
+# Nearest rounding keeps the general lines.
 _ROUNDINGS = {  # {out} = {val} rounded to a multiple of {q}, given rem = {val} % {q} != 0
     "general": ("{out} = {val} - rem",
                 "h = (hp if {val} > 0 else hn) * {q}",
@@ -424,12 +425,16 @@ _ROUNDINGS = {  # {out} = {val} rounded to a multiple of {q}, given rem = {val} 
     Rounding.DOWN: ("{out} = {val} - rem",),
     Rounding.UP: ("{out} = {val} - rem + {q}",),
     Rounding.TOWARD_ZERO: ("{out} = {val} - rem + {q} if {val} < 0 else {val} - rem",),
+    Rounding.ODD: ("{out} = {val} - rem",
+                   "if ({out} / {q}) % 2.0 == 0.0:",
+                   "    {out} += {q}"),
 }
 # t = fl(s + y) in s's binade (L <= a < H), rounded to a multiple of its quantum Q. General:
-# on its magnitude a, th the binade's threshold. Directed modes: L <= u < H, the binade's
+# on its magnitude a, th the binade's threshold. Tie-free modes: L <= u < H, the binade's
 # signed bounds (the top binade's end at fmax: beyond, the walk below takes u), th =
 # 1.5 * 2**52 * Q, so u + th - th is u rounded to the nearest multiple of Q by float64's own
-# add (fewer operations than a % Q), moved a Q down or up to the directed side
+# add (fewer operations than a % Q), moved a Q toward u where the mode takes the other
+# neighbour
 _T_BINADE = {
     "general": """\
             a = u * sg
@@ -452,7 +457,7 @@ _T_BINADE = {
                         continue
                     t, ov = fmax, True
                 t *= sg""",
-    "directed": """\
+    "tie_free": """\
             if L <= u < H:
                 t = u + th - th
                 if t != u:
@@ -466,10 +471,11 @@ _T_BINADE = {
                         sg, L, H, Q, th, Qt, Qr, sH = binade(s)
                     continue""",
 }
-_T_DIRECTED = {  # (t beyond u on the wrong side, the step back)
+_T_TIE_FREE = {  # (t is not the mode's neighbour of u, the step to the other)
     Rounding.DOWN: ("t > u", "-= Q"),
     Rounding.UP: ("t < u", "+= Q"),
     Rounding.TOWARD_ZERO: ("(t > u) if sg > 0 else (t < u)", "-= sg * Q"),
+    Rounding.ODD: ("(t / Q) % 2.0 == 0.0", "+= Q if u > t else -Q"),
 }
 
 _KAHAN_STEPS_SRC = '''
@@ -569,10 +575,10 @@ def _kahan_steps(mode: Rounding, two_sum: bool):
     and whether float64's sums need the exactness checks, compiled on first use."""
     key = (mode, two_sum)
     if key not in _KAHAN_STEPS:
-        directed = mode in _ROUNDINGS
+        tie_free = mode in _ROUNDINGS
 
         def rounding(out: str, val: str, q: str) -> str:
-            lines = _ROUNDINGS[mode if directed else "general"]
+            lines = _ROUNDINGS[mode if tie_free else "general"]
             return "\n".join(" " * 20 + ln.format(out=out, val=val, q=q) for ln in lines)
 
         ts = two_sum
@@ -580,14 +586,14 @@ def _kahan_steps(mode: Rounding, two_sum: bool):
             "round_y": rounding("y", "v", "q1"),
             "round_u": rounding("t", "u", "qt"),
             "round_w": rounding("comp", "w", "qw"),
-            "y_exact_first": "" if directed or not ts else
+            "y_exact_first": "" if tie_free or not ts else
             " and (x - v == comp and v + comp == x)",
             "y_exact_top": " and (x - v == comp and v + comp == x)" if ts else "",
-            "y_exact_late": "" if not (directed and ts) else
+            "y_exact_late": "" if not (tie_free and ts) else
             "\n                elif not (x - v == comp and v + comp == x):"
             "\n                    y, q1 = add(x, -comp), 0.0",
-            "t_exact_first": "" if directed or not ts else " and q1 >= Qt",
-            "t_exact_late": "" if not (directed and ts) else
+            "t_exact_first": "" if tie_free or not ts else " and q1 >= Qt",
+            "t_exact_late": "" if not (tie_free and ts) else
             "\n                elif q1 < Qt:  # s + y may be inexact in float64"
             "\n                    t = add(s, y)"
             "\n                    comp = add(add(t, -s), -y)"
@@ -599,8 +605,8 @@ def _kahan_steps(mode: Rounding, two_sum: bool):
             "w_exact": " and w + y == d and d - w == y" if ts else "",
             "or_zd": " or zd" if mode is Rounding.DOWN else "",
         }
-        t_binade = _T_BINADE["directed" if directed else "general"]
-        beyond, back = _T_DIRECTED.get(mode, ("", ""))
+        t_binade = _T_BINADE["tie_free" if tie_free else "general"]
+        beyond, back = _T_TIE_FREE.get(mode, ("", ""))
         fields["t_binade"] = t_binade.format(t_beyond=beyond, t_back=back, **fields)
         ns: dict = {}
         exec(compile(_KAHAN_STEPS_SRC.format(**fields), f"<kahan steps {mode.name}>", "exec"),
@@ -624,7 +630,7 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
     two_sum = not plan_for(fmt).add_exact
     ulp, inf, next_up = math.ulp, math.inf, lambda v: math.nextafter(v, math.inf)
     ne, odd = mode is Rounding.NEAREST_EVEN, mode is Rounding.ODD
-    directed = mode in _ROUNDINGS
+    tie_free = mode in _ROUNDINGS
     # v > 0 (< 0) goes up from its floor when v % q > hp * q (hn * q); at a tie (0.5 q)
     # when the floor is odd (ne) or v > 0 (nearest away); round to odd: when the floor is even
     hp, hn = {Rounding.UP: (0.0, 0.0), Rounding.DOWN: (2.0, 2.0), Rounding.ODD: (2.0, 2.0),
@@ -641,7 +647,7 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
     def binade_of(s: float):
         """(sign, L, H, Q, th, Qt, Qr, sH): th, the magnitude's threshold in s's binade (as
         hp, hn); Qt: s + y is exact in float64 when y is a multiple of Qt; sH = sign * H,
-        the binade's signed top. L = inf: none. Directed modes (_T_BINADE): L, H the signed
+        the binade's signed top. L = inf: none. Tie-free modes (_T_BINADE): L, H the signed
         bounds (L <= u < H), the top binade's ending at fmax, th = 1.5 * 2**52 * Q, and
         Qr: c = t - (s + y) is exact (and in the format) when y is a multiple of Qr."""
         b = _binade(s, fmt) if s - s == 0.0 else None
@@ -650,7 +656,7 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
                 return 1.0, inf, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0
             b = -1.0 if s < 0 else 1.0, top, inf, qhi  # the top binade: t > fmax checked
         sg, L, H, Q = b
-        if directed:
+        if tie_free:
             lo, hi = (L, min(H, next_up(fmax))) if sg > 0 else (max(-H, -fmax), -L)
             if sg < 0:  # -H < u <= -L
                 lo, hi = next_up(lo) if lo == -H else lo, next_up(hi)

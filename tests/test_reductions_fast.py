@@ -91,6 +91,25 @@ def test_inline_kahan_takes_the_fast_path():
     assert ok(fpsim.arithmetic.context(e2m0, "up"))
 
 
+@pytest.mark.parametrize("fmt", [fpsim.BF16, fpsim.FP32], ids=lambda f: f.name)
+def test_inline_kahan_inexact_float64_sums(fmt):
+    """Where float64's x - c or s + y is inexact and lands on a multiple of the format's
+    quantum (a tiny c or y beside a value near 1): the tie-free modes' exactness checks,
+    which run only there (the result is then not float64's), with values after each such
+    step that carry a wrong c into the sum."""
+    m = fmt.mantissa_bits
+    tiny = 2.0**-100  # s near it: c = fl(t - s) - y of the order of 2**-(100 + m)
+    rows = []
+    for a in (1.0, -1.0):
+        for b in (1.0, -1.0):
+            rows.append([a * 1.5 * tiny, a * tiny * 2.0 ** -(m + 2), b, -b * 0.75, b * 0.5,
+                         a * tiny, b * 0.25])
+            rows.append([b, a * 2.0**-60, -b * 2.0**-60, b * 2.0**-61, b * 0.5, -b, a])
+    X = np.asarray(fpsim.round(np.array(rows), fmt))
+    for mode in MODES:
+        _check(fmt, X, mode, {})
+
+
 @pytest.mark.slow  # ~30 s of CPU: 3,000-value loops in every mode
 def test_long_walk_several_binades():
     """A long random walk (the binade cache in use for most steps, crossing binades both
