@@ -984,15 +984,15 @@ def _kahan_fast_stochastic(st: StochasticAdder, c: OpContext):
     def binade_of(s: float):
         b = _binade(s, fmt) if s - s == 0.0 else None
         if b is None:
-            return 1.0, inf, 0.0, 1.0, 0.0
+            return 1.0, inf, 0.0, 1.0, 0.0, 0.0
         sg, L, H, Q = b
-        return sg, L, H, Q, L * 2.0**-52
+        return sg, L, H, Q, L * 2.0**-52, max(Q / P, L * 2.0**-52)
 
     binade = _memo(binade_of)
 
     def steps(s: float, comp: float, xs: list) -> tuple[float, float]:
         ix = False
-        sg, L, H, Q, Qt = binade(s)
+        sg, L, H, Q, Qt, Qr = binade(s)
         for j in range(0, len(xs), _KAHAN_BLOCK):
             block = xs[j:j + _KAHAN_BLOCK]
             U = st.take(4 * len(block))  # ops 4i .. 4i + 3 of value i
@@ -1000,16 +1000,18 @@ def _kahan_fast_stochastic(st: StochasticAdder, c: OpContext):
                 inc = U & mask
             else:
                 inc = ((U >> np.uint64(64 - rb)) << np.uint64(max(cb - rb, 0))) & mask
-            W = (1.0 - inc.astype(np.float64) * 2.0**-cb).tolist()
-            k = 0
-            for x in block:
+            W = 1.0 - inc.astype(np.float64) * 2.0**-cb
+            # value i's draws for y and t as loop variables (fewer operations than W[k + 1]),
+            # the only ones made Python floats up front (c's: where c is rounded inline)
+            for k, x, w0, w1 in zip(range(0, W.size, 4), block, W[0::4].tolist(),
+                                    W[1::4].tolist(), strict=True):
                 v = x - comp  # y = fl(x - comp)
                 q1 = ulp(v) * K
                 if qlo <= q1 < qhi and (not two_sum or (x - v == comp and v + comp == x)):
                     rem = v % q1
                     if rem:
                         y = v - rem
-                        qw = q1 * W[k]
+                        qw = q1 * w0
                         if (rem >= qw) if v > 0 else (rem > q1 - qw):
                             y += q1
                         ix = True
@@ -1023,21 +1025,27 @@ def _kahan_fast_stochastic(st: StochasticAdder, c: OpContext):
                     rem = a % Q
                     if rem:
                         t = a - rem
-                        if rem >= Q * W[k + 1]:
+                        if rem >= Q * w1:
                             t += Q
                         ix = True
                         t *= sg
                     else:
                         t = u
+                    if q1 >= Qr:  # c = t - (s + y), s + y exact: |c| < Q <= q1 * 2**(m+1)
+                        comp = (t - s) - y or 0.0  # (draw k + 3 unused, as w's below)
+                        s = t
+                        if t * sg == H:  # rounded up to the top of the binade
+                            sg, L, H, Q, Qt, Qr = binade(s)
+                        continue
                     d = t - s  # exact (Sterbenz), +0 if t == s
                     r = (Q if Q < q1 else q1) * P
-                    moved = t * sg == H  # rounded up to the top of the binade
+                    moved = t * sg == H
                 elif (s and y and qlo <= (qt := ulp(u) * K) < qhi
                       and (not two_sum or (u - s == y and u - y == s))):
                     rem = u % qt  # t leaves s's binade: rounded as y above (draw k + 1)
                     if rem:
                         t = u - rem
-                        qw = qt * W[k + 1]
+                        qw = qt * w1
                         if (rem >= qw) if u > 0 else (rem > qt - qw):
                             t += qt
                         ix = True
@@ -1053,8 +1061,7 @@ def _kahan_fast_stochastic(st: StochasticAdder, c: OpContext):
                     t = add(s, y, int(U[k + 1]))
                     comp = add(add(t, -s, int(U[k + 2])), -y, int(U[k + 3]))
                     s = t
-                    sg, L, H, Q, Qt = binade(s)
-                    k += 4
+                    sg, L, H, Q, Qt, Qr = binade(s)
                     continue
                 w = d - y
                 if w and -r < w < r:
@@ -1066,7 +1073,7 @@ def _kahan_fast_stochastic(st: StochasticAdder, c: OpContext):
                     rem = w % q3  # c = fl(d - y) inline, as y above (draw k + 3)
                     if rem:
                         comp = w - rem
-                        qw = q3 * W[k + 3]
+                        qw = q3 * float(W[k + 3])
                         if (rem >= qw) if w > 0 else (rem > q3 - qw):
                             comp += q3
                         ix = True
@@ -1076,8 +1083,7 @@ def _kahan_fast_stochastic(st: StochasticAdder, c: OpContext):
                     comp = add(d, -y, int(U[k + 3]))
                 s = t
                 if moved:
-                    sg, L, H, Q, Qt = binade(s)
-                k += 4
+                    sg, L, H, Q, Qt, Qr = binade(s)
         if ix:
             st.fl[0] |= _INEXACT
         return s, comp
