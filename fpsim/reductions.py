@@ -567,13 +567,14 @@ def make_steps(consts, fl, inexact_f, over_f):
     return steps
 '''
 
-_KAHAN_STEPS: dict = {}  # (mode, two_sum) -> make_steps
+_KAHAN_STEPS: dict = {}  # (mode, two_sum, want) -> make_steps
 
 
-def _kahan_steps(mode: Rounding, two_sum: bool):
-    """``make_steps(consts, fl, inexact_f, over_f) -> steps``: _KAHAN_STEPS_SRC for the mode
-    and whether float64's sums need the exactness checks, compiled on first use."""
-    key = (mode, two_sum)
+def _kahan_steps(mode: Rounding, two_sum: bool, want: bool):
+    """``make_steps(consts, fl, inexact_f, over_f) -> steps``: _KAHAN_STEPS_SRC for the mode,
+    whether float64's sums need the exactness checks and whether flags are wanted, compiled
+    on first use."""
+    key = (mode, two_sum, want)
     if key not in _KAHAN_STEPS:
         tie_free = mode in _ROUNDINGS
 
@@ -608,9 +609,11 @@ def _kahan_steps(mode: Rounding, two_sum: bool):
         t_binade = _T_BINADE["tie_free" if tie_free else "general"]
         beyond, back = _T_TIE_FREE.get(mode, ("", ""))
         fields["t_binade"] = t_binade.format(t_beyond=beyond, t_back=back, **fields)
+        src = _KAHAN_STEPS_SRC.format(**fields)
+        if not want:  # no flags: nothing reads the inexact one (an operation less a rounding)
+            src = src.replace("ix = True", "pass")
         ns: dict = {}
-        exec(compile(_KAHAN_STEPS_SRC.format(**fields), f"<kahan steps {mode.name}>", "exec"),
-             ns)
+        exec(compile(src, f"<kahan steps {mode.name}>", "exec"), ns)
         _KAHAN_STEPS[key] = ns["make_steps"]
     return _KAHAN_STEPS[key]
 
@@ -669,7 +672,7 @@ def _kahan_fast(add, fl: list[int], c: OpContext):
     # the steps' constants, read as locals (faster than closure cells in the loop)
     consts = (K, qlo, qhi, P, ulp, inf, ne, odd, hp, hn, zd, fmax, max_pos, max_neg,
               add, _memo(binade_of))
-    return _kahan_rows(_kahan_steps(mode, two_sum)(consts, fl, inexact_f, over_f))
+    return _kahan_rows(_kahan_steps(mode, two_sum, c.want)(consts, fl, inexact_f, over_f))
 
 
 def _sequential_runs(add, fl: list[int], c: OpContext):
