@@ -987,15 +987,15 @@ def _kahan_fast_stochastic(st: StochasticAdder, c: OpContext):
     def binade_of(s: float):
         b = _binade(s, fmt) if s - s == 0.0 else None
         if b is None:
-            return 1.0, inf, 0.0, 1.0, 0.0, 0.0
+            return 1.0, inf, 0.0, 1.0, 0.0, 0.0, 0.0
         sg, L, H, Q = b
-        return sg, L, H, Q, L * 2.0**-52, max(Q / P, L * 2.0**-52)
+        return sg, L, H, Q, L * 2.0**-52, max(Q / P, L * 2.0**-52), sg * H
 
     binade = _memo(binade_of)
 
     def steps(s: float, comp: float, xs: list) -> tuple[float, float]:
         ix = False
-        sg, L, H, Q, Qt, Qr = binade(s)
+        sg, L, H, Q, Qt, Qr, sH = binade(s)
         for j in range(0, len(xs), _KAHAN_BLOCK):
             block = xs[j:j + _KAHAN_BLOCK]
             U = st.take(4 * len(block))  # ops 4i .. 4i + 3 of value i
@@ -1037,12 +1037,12 @@ def _kahan_fast_stochastic(st: StochasticAdder, c: OpContext):
                     if q1 >= Qr:  # c = t - (s + y), s + y exact: |c| < Q <= q1 * 2**(m+1)
                         comp = (t - s) - y or 0.0  # (draw k + 3 unused, as w's below)
                         s = t
-                        if t * sg == H:  # rounded up to the top of the binade
-                            sg, L, H, Q, Qt, Qr = binade(s)
+                        if t == sH:  # rounded up to the top of the binade (sH = sg * H)
+                            sg, L, H, Q, Qt, Qr, sH = binade(s)
                         continue
                     d = t - s  # exact (Sterbenz), +0 if t == s
                     r = (Q if Q < q1 else q1) * P
-                    moved = t * sg == H
+                    moved = t == sH
                 elif (s and y and qlo <= (qt := ulp(u) * K) < qhi
                       and (not two_sum or (u - s == y and u - y == s))):
                     rem = u % qt  # t leaves s's binade: rounded as y above (draw k + 1)
@@ -1064,7 +1064,7 @@ def _kahan_fast_stochastic(st: StochasticAdder, c: OpContext):
                     t = add(s, y, int(U[k + 1]))
                     comp = add(add(t, -s, int(U[k + 2])), -y, int(U[k + 3]))
                     s = t
-                    sg, L, H, Q, Qt, Qr = binade(s)
+                    sg, L, H, Q, Qt, Qr, sH = binade(s)
                     continue
                 w = d - y
                 if w and -r < w < r:
@@ -1086,7 +1086,7 @@ def _kahan_fast_stochastic(st: StochasticAdder, c: OpContext):
                     comp = add(d, -y, int(U[k + 3]))
                 s = t
                 if moved:
-                    sg, L, H, Q, Qt, Qr = binade(s)
+                    sg, L, H, Q, Qt, Qr, sH = binade(s)
         if ix:
             st.fl[0] |= _INEXACT
         return s, comp
