@@ -345,13 +345,25 @@ def _memo(binade_of):
     binades, e.g. fp8's, finds its binade again every few steps; a dict lookup costs less
     than frexp and three ldexp). Zero's two signs share their entry, as their binade does."""
     memo: dict[float, tuple] = {}
+    # a miss (every new running sum, as fp32's are) looks the binade up by its sign and
+    # exponent, on which alone binade_of's result depends for a finite non-zero s (each
+    # binade_of call, thousands a 1e6-value fp32 sum, cost several microseconds)
+    at: dict[tuple, tuple] = {}
+    frexp = math.frexp
 
     def binade(s: float):
         b = memo.get(s)
         if b is None:
             if len(memo) >= _MEMO_MAX:
                 memo.clear()
-            b = memo[s] = binade_of(s)
+            if s and s - s == 0.0:
+                k = (s < 0, frexp(s)[1])
+                b = at.get(k)
+                if b is None:
+                    b = at[k] = binade_of(s)
+            else:
+                b = binade_of(s)
+            memo[s] = b
         return b
 
     return binade

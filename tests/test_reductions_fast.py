@@ -91,6 +91,19 @@ def test_inline_kahan_takes_the_fast_path():
     assert ok(fpsim.arithmetic.context(e2m0, "up"))
 
 
+def test_binade_lookup_by_sign_and_exponent():
+    """The running sum's binade, kept per sum and, for a new finite non-zero sum, per sign
+    and exponent (a wrong one only slows the steps: the binade's bounds then never hold)."""
+    for fmt in (fpsim.FP32, fpsim.FP8_E4M3):
+        def binade_of(s, fmt=fmt):
+            return reductions._binade(s, fmt) if s - s == 0.0 else None
+        binade = reductions._memo(binade_of)
+        sub = float(fmt.smallest_normal) / 4
+        for s in [1.5, -1.5, 1.25, -1.75, 3.0, -3.0, 2.0, -2.0, 0.0, -0.0, sub, -sub, np.inf,
+                  -np.inf, np.nan, float(fmt.max), -float(fmt.max), 1.0, -1.25]:
+            assert binade(s) == binade_of(s), (fmt.name, s)
+
+
 @pytest.mark.parametrize("fmt", [fpsim.BF16, fpsim.FP32], ids=lambda f: f.name)
 def test_inline_kahan_inexact_float64_sums(fmt):
     """Where float64's x - c or s + y is inexact and lands on a multiple of the format's
