@@ -186,6 +186,67 @@ def test_recipe_gemms_run_under_its_accumulation_model(monkeypatch, recipe, kind
     assert (recipe in LM_RECIPES) != recipe.endswith("-dgemm")  # a control: not by default
 
 
+DYING = dict(TINY, steps=12, eval_every=4, measure_every=5)  # fp16 is NaN from step 2 on
+
+
+def _same_result(a, b) -> None:
+    """Every field of two LMRunResults equal (NaN equal to NaN), but the times."""
+    import dataclasses
+
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name in ("time_s", "cpu_time_s"):
+            continue
+        if isinstance(x, np.ndarray):
+            assert np.array_equal(x, y, equal_nan=True), f.name
+        elif isinstance(x, float) and math.isnan(x):
+            assert math.isnan(y), f.name
+        else:
+            assert repr(x) == repr(y), f.name  # nested dicts: NaN prints alike
+
+
+def test_a_dead_run_records_what_computing_it_gives(monkeypatch):
+    # pure fp16's weights are all NaN after its second step: the later unsampled steps and the
+    # evaluations are recorded as NaN without running, with the result of the run computed
+    # in full (the shortcut turned off), sampled steps and histograms included
+    from fpsim.autograd import functional
+    from fpsim.training import lm
+
+    calls = []
+    real = functional.cross_entropy
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(functional, "cross_entropy", counted)
+    short = train_lm("fp16", **DYING)
+    n_short = len(calls)
+    monkeypatch.setattr(lm, "_nan_is_final", lambda *args: False)
+    full = train_lm("fp16", **DYING)
+    assert full.nonfinite_steps == DYING["steps"] - 1 and math.isnan(full.val_loss)
+    _same_result(short, full)
+    # steps 0, 5, 10 and 11 sampled (each with its fp64 shadow), 1 before the weights died
+    assert n_short == 4 * 2 + 1 < len(calls) - n_short
+
+
+@pytest.mark.parametrize("recipe, final", [
+    ("fp16", True), ("bf16", True), ("mixed-bf16", True), ("fp32", True),
+    ("fp16-master", False),  # fp32 master weights
+    ("mixed-fp16", False),  # a GradScaler backs off
+    ("bf16-sr", False),  # random bits in every update
+    ("mxfp8", False), ("fp8-delayed", False),  # layers with state of their own
+])
+def test_only_recipes_without_other_state_stop_at_nan(monkeypatch, recipe, final):
+    from fpsim.training import lm
+
+    seen = []
+    real = lm._nan_is_final
+    monkeypatch.setattr(lm, "_nan_is_final", lambda *args: seen.append(real(*args)) or False)
+    train_lm(recipe, **dict(TINY, steps=1))
+    assert seen == [final]
+
+
 def test_jobs_do_not_change_results():
     # the pool starts nvfp4, then bf16-sr, then fp32 (longest first); results in this order
     names = ["fp32", "bf16-sr", "nvfp4"]
@@ -222,7 +283,8 @@ def test_jobs_share_the_parents_text(monkeypatch, tmp_path):
 def test_expected_costs_cover_every_recipe():
     assert set(QUICK_CPU_S) == set(LM_RECIPES)
     assert longest_first(list(LM_RECIPES))[0] == list(LM_RECIPES).index("nvfp4")
-    assert longest_first(list(LM_RECIPES))[-1] == 0  # fp32, the cheapest
+    # the cheapest: pure fp16, whose steps after its weights turn NaN are not computed
+    assert longest_first(list(LM_RECIPES))[-1] == list(LM_RECIPES).index("fp16")
     assert longest_first(["bf16", "bf16"]) == [0, 1]  # ties keep their order
     assert expected_cost("fp32-dgemm") == max(QUICK_CPU_S.values())  # not measured: early
     with pytest.raises(ValueError, match="unknown lm recipe"):

@@ -70,7 +70,13 @@ def histogram_figure(runs: Sequence[Any]) -> style.Figure:
     normal and largest value of the gradient format marked; attention logits in grey."""
     runs = [r for r in runs if r.histograms]
     n = max(len(runs), 1)
-    fig, axes = style.new_figure((10, 1.9 * n + 0.6), nrows=n, ncols=2, squeeze=False)
+    height = 1.9 * n + 0.6
+    fig, axes = style.new_figure((10, height), nrows=n, ncols=2, squeeze=False)
+    # fixed margins (inches at the top and the bottom) instead of constrained layout, whose
+    # pass over these 2n panels took ~0.8 s of the ~1.4 s the figure took to save
+    fig.set_layout_engine(None)
+    fig.subplots_adjust(left=0.06, right=0.99, top=1 - 0.3 / height, bottom=0.55 / height,
+                        hspace=0.5, wspace=0.12)
     for i, r in enumerate(runs):
         for j, phase in enumerate(("start", "end")):
             ax = axes[i][j]
