@@ -186,7 +186,7 @@ def test_recipe_gemms_run_under_its_accumulation_model(monkeypatch, recipe, kind
     assert (recipe in LM_RECIPES) != recipe.endswith("-dgemm")  # a control: not by default
 
 
-DYING = dict(TINY, steps=12, eval_every=4, measure_every=5)  # fp16 is NaN from step 2 on
+DYING = dict(TINY, steps=12, eval_every=4, measure_every=5)
 
 
 def _same_result(a, b) -> None:
@@ -205,8 +205,14 @@ def _same_result(a, b) -> None:
             assert repr(x) == repr(y), f.name  # nested dicts: NaN prints alike
 
 
-def test_a_dead_run_records_what_computing_it_gives(monkeypatch):
-    # pure fp16's weights are all NaN after its second step: the later unsampled steps and the
+@pytest.mark.parametrize("recipe, kill", [
+    ("fp16", {}),  # dies by itself (AdamW's second moment underflows fp16)
+    # the other recipes that may stop, made to die by a learning rate that overflows
+    ("bf16", {"lr": 1e30}), ("mixed-bf16", {"lr": 1e30}), ("fp32", {"lr": 1e30}),
+    ("fp32-dgemm", {"lr": 1e30}),
+])
+def test_a_dead_run_records_what_computing_it_gives(monkeypatch, recipe, kill):
+    # every weight is NaN after the second step: the later unsampled steps and the
     # evaluations are recorded as NaN without running, with the result of the run computed
     # in full (the shortcut turned off), sampled steps and histograms included
     from fpsim.autograd import functional
@@ -220,10 +226,11 @@ def test_a_dead_run_records_what_computing_it_gives(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(functional, "cross_entropy", counted)
-    short = train_lm("fp16", **DYING)
+    config = dict(DYING, **kill)
+    short = train_lm(recipe, **config)
     n_short = len(calls)
     monkeypatch.setattr(lm, "_nan_is_final", lambda *args: False)
-    full = train_lm("fp16", **DYING)
+    full = train_lm(recipe, **config)
     assert full.nonfinite_steps == DYING["steps"] - 1 and math.isnan(full.val_loss)
     _same_result(short, full)
     # steps 0, 5, 10 and 11 sampled (each with its fp64 shadow), 1 before the weights died

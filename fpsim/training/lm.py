@@ -37,7 +37,7 @@ stochastic update rounding) and every weight is NaN, every later step's loss and
 and every evaluation are NaN whatever the batch; such steps are recorded (loss NaN, a
 non-finite step, the scale unchanged) without being computed, the sampled steps still run in
 full. Pure fp16 dies so on its second step; the results equal those of the run computed in
-full (tests/test_lm.py); in the quick run 1.2 s of CPU instead of 20.1.
+full (tests/test_lm.py; the time saved: docs/lm.md, "A run that died").
 
 Every run uses one BLAS thread (threadpoolctl); ``run_lm(..., jobs=N)`` trains recipes in N
 processes at once, with the same results as in one.
@@ -543,6 +543,9 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
     may_die = _nan_is_final(recipe, scaler, amp_opt, swapped)
     dead = False
 
+    def eval_due(step: int) -> bool:
+        return (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps
+
     def evaluate(ids: np.ndarray, st: np.ndarray) -> float:
         if dead:
             return math.nan
@@ -566,7 +569,7 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
             step_loss[step] = math.nan
             step_scale[step] = amp_opt.scaler.get_scale() if amp_opt is not None else 1.0
             nonfinite += 1
-            if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            if eval_due(step):
                 evals.append((step + 1, evaluate(val_ids, val_starts)))
             continue
         adamw.zero_grad()
@@ -632,7 +635,7 @@ def _train_lm(recipe: LMRecipe, config: LMConfig | None, data: Any,
                 updates["nonzero"] += r.nonzero
         if may_die and bad and not dead:
             dead = _all_nan(params.values())
-        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+        if eval_due(step):
             evals.append((step + 1, evaluate(val_ids, val_starts)))
 
     n_final = cfg.final_eval_batches * cfg.batch_size
@@ -725,10 +728,11 @@ def _measure(recipe: LMRecipe, rec: OutputRecorder, srec: OutputRecorder, shadow
             hists[phase]["formats"][name] = fmt.name
 
 
-# Each recipe's CPU seconds in the quick configuration (the runs' own cpu_time_s, all twelve
-# recipes with two jobs on the idle 2-core machine, 2026-12-07, after pure fp16's dead steps
-# were no longer computed: docs/lm.md, "A run that died"). Only their ratios matter: run_lm
-# starts the costliest recipes first.
+# Each recipe's CPU seconds in the quick configuration: the runs' own cpu_time_s of
+# `fpsim lm --quick --json` (all twelve recipes, two jobs, the idle 2-core machine,
+# 2026-12-07 11:07 UTC, the first run with pure fp16's dead steps not computed; 228.0 s in
+# all, docs/lm.md, "A run that died"). Only their ratios matter: run_lm starts the costliest
+# recipes first.
 QUICK_CPU_S: dict[str, float] = {
     "fp32": 8.7, "fp16": 1.2, "fp16-master": 26.3, "mixed-fp16": 21.9, "mixed-bf16": 17.5,
     "bf16": 17.2, "bf16-sr": 21.5, "fp8-delayed": 20.0, "fp8-blockwise": 20.5, "mxfp8": 22.7,
